@@ -1,0 +1,201 @@
+//! [`RuntimeConfig`]: everything a node's runtime is built from, as a
+//! builder with documented defaults.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits::{Plan, PlanLimits};
+
+/// How instances of one Worker are reused across requests.
+///
+/// A Worker's globals persist on a reused instance (as in an isolate that
+/// serves many requests). Whatever the policy, an instance that trapped or
+/// hit a limit is discarded, never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReusePolicy {
+    /// Requests one instance serves before it is retired (1 = a fresh
+    /// instance per request).
+    pub max_requests_per_instance: u64,
+    /// Instances of one Worker that may run at once (each serves one
+    /// request at a time); further requests wait for one to be free.
+    pub max_concurrency: usize,
+    /// An idle instance older than this is dropped.
+    #[serde(with = "secs")]
+    pub idle_ttl: Duration,
+}
+
+impl Default for ReusePolicy {
+    /// Reuse up to 10,000 times, 16 at once, 30 s idle TTL.
+    fn default() -> Self {
+        ReusePolicy {
+            max_requests_per_instance: 10_000,
+            max_concurrency: 16,
+            idle_ttl: Duration::from_secs(30),
+        }
+    }
+}
+
+impl ReusePolicy {
+    /// A fresh instance for every request.
+    pub fn fresh_per_request() -> Self {
+        ReusePolicy {
+            max_requests_per_instance: 1,
+            ..Self::default()
+        }
+    }
+}
+
+mod secs {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_secs())
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_secs(u64::deserialize(d)?))
+    }
+}
+
+/// The configuration of a [`crate::Runtime`].
+///
+/// ```
+/// use hearth_runtime::{Plan, RuntimeConfig};
+/// let cfg = RuntimeConfig::new("/tmp/hearth-doc-store")
+///     .memory_budget(512 << 20)
+///     .startup_cpu(Plan::Paid, std::time::Duration::from_secs(2));
+/// assert_eq!(cfg.limits(Plan::Free).max_script_size, 3 << 20);
+/// ```
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    pub(crate) store_dir: PathBuf,
+    pub(crate) artifact_dir: Option<PathBuf>,
+    pub(crate) artifact_key: [u8; 32],
+    pub(crate) free: PlanLimits,
+    pub(crate) paid: PlanLimits,
+    pub(crate) memory_budget: u64,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) reuse: ReusePolicy,
+    pub(crate) pooling: bool,
+    pub(crate) instance_pool_size: u32,
+    pub(crate) busy_window: Duration,
+}
+
+impl RuntimeConfig {
+    /// Defaults, with Worker sources in `store_dir` (a [`crate::DirStore`])
+    /// and artifacts in `store_dir/artifacts`: free/paid plan limits as in
+    /// [`PlanLimits::default_for`], a 1 GiB memory budget, 5 min idle
+    /// timeout, the default [`ReusePolicy`], the pooling allocator with 1000
+    /// slots, and an all-zero artifact key (set a real one with
+    /// [`RuntimeConfig::artifact_key`]).
+    pub fn new(store_dir: impl Into<PathBuf>) -> Self {
+        RuntimeConfig {
+            store_dir: store_dir.into(),
+            artifact_dir: None,
+            artifact_key: [0; 32],
+            free: PlanLimits::default_for(Plan::Free),
+            paid: PlanLimits::default_for(Plan::Paid),
+            memory_budget: 1 << 30,
+            idle_timeout: Duration::from_secs(300),
+            reuse: ReusePolicy::default(),
+            pooling: true,
+            instance_pool_size: 1000,
+            busy_window: Duration::from_secs(1),
+        }
+    }
+
+    /// Where precompiled artifacts are kept (default `store_dir/artifacts`).
+    pub fn artifact_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.artifact_dir = Some(dir.into());
+        self
+    }
+
+    /// The secret that authenticates precompiled artifacts; nodes that share
+    /// artifacts must share it.
+    pub fn artifact_key(mut self, key: [u8; 32]) -> Self {
+        self.artifact_key = key;
+        self
+    }
+
+    /// Replaces the limits of `plan`.
+    pub fn plan_limits(mut self, plan: Plan, limits: PlanLimits) -> Self {
+        *self.limits_mut(plan) = limits;
+        self
+    }
+
+    /// Sets the startup CPU budget of `plan`.
+    pub fn startup_cpu(mut self, plan: Plan, budget: Duration) -> Self {
+        self.limits_mut(plan).startup_cpu = budget;
+        self
+    }
+
+    /// Sets the per-request CPU limit of `plan`.
+    pub fn request_cpu(mut self, plan: Plan, limit: Duration) -> Self {
+        self.limits_mut(plan).request_cpu = limit;
+        self
+    }
+
+    /// Sets the per-instance memory limit of `plan`, in bytes.
+    pub fn memory_limit(mut self, plan: Plan, bytes: u64) -> Self {
+        self.limits_mut(plan).memory = bytes;
+        self
+    }
+
+    /// Bytes of compiled code and instance memory kept warm on this node.
+    pub fn memory_budget(mut self, bytes: u64) -> Self {
+        self.memory_budget = bytes;
+        self
+    }
+
+    /// A Worker unused this long is evicted.
+    pub fn idle_timeout(mut self, d: Duration) -> Self {
+        self.idle_timeout = d;
+        self
+    }
+
+    /// The instance reuse policy for every Worker.
+    pub fn reuse(mut self, policy: ReusePolicy) -> Self {
+        self.reuse = policy;
+        self
+    }
+
+    /// Use the pooling allocator (default) or allocate instances on demand.
+    pub fn pooling(mut self, on: bool) -> Self {
+        self.pooling = on;
+        self
+    }
+
+    /// Instance slots of the pooling allocator.
+    pub fn instance_pool_size(mut self, n: u32) -> Self {
+        self.instance_pool_size = n;
+        self
+    }
+
+    /// A Worker used within this window counts as busy: a home will not
+    /// evict it to make room for a sharded newcomer (default 1 s).
+    pub fn busy_window(mut self, d: Duration) -> Self {
+        self.busy_window = d;
+        self
+    }
+
+    /// The limits of `plan`.
+    pub fn limits(&self, plan: Plan) -> &PlanLimits {
+        match plan {
+            Plan::Free => &self.free,
+            Plan::Paid => &self.paid,
+        }
+    }
+
+    fn limits_mut(&mut self, plan: Plan) -> &mut PlanLimits {
+        match plan {
+            Plan::Free => &mut self.free,
+            Plan::Paid => &mut self.paid,
+        }
+    }
+
+    /// The store directory.
+    pub fn store_dir(&self) -> &std::path::Path {
+        &self.store_dir
+    }
+}

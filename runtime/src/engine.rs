@@ -1,0 +1,92 @@
+//! The wasmtime engine of a node: configuration, the epoch ticker and the
+//! linker every Worker is instantiated against.
+//!
+//! One engine per runtime, with async support, epoch interruption, the
+//! pooling allocator and copy-on-write memory images. One ticker thread per
+//! engine bumps the epoch every millisecond (never one per request); each
+//! store's deadline callback then checks its CPU meter.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use wasmtime::component::Linker;
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::config::RuntimeConfig;
+use crate::error::ConfigError;
+use crate::host::Host;
+
+/// How often the epoch advances: the granularity of CPU limit checks.
+pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+
+/// Builds the engine for `cfg`.
+pub(crate) fn build_engine(cfg: &RuntimeConfig) -> Result<Engine, ConfigError> {
+    let mut c = Config::new();
+    c.epoch_interruption(true);
+    c.memory_init_cow(true);
+    if cfg.pooling {
+        let n = cfg.instance_pool_size.max(1);
+        let max_mem = cfg.free.memory.max(cfg.paid.memory);
+        let mut p = PoolingAllocationConfig::new();
+        p.total_component_instances(n)
+            .total_core_instances(n.saturating_mul(8))
+            .total_memories(n.saturating_mul(4))
+            .total_tables(n.saturating_mul(8))
+            .total_stacks(n)
+            .max_memory_size(usize::try_from(max_mem).unwrap_or(usize::MAX))
+            // Large components (a 10 MB Worker) have big function tables.
+            .table_elements(200_000)
+            .max_core_instance_size(4 << 20)
+            .max_component_instance_size(4 << 20)
+            .max_memories_per_component(16)
+            .max_tables_per_component(32)
+            .max_core_instances_per_component(64);
+        c.allocation_strategy(InstanceAllocationStrategy::Pooling(p));
+    }
+    Engine::new(&c).map_err(|e| ConfigError::Engine(e.to_string()))
+}
+
+/// Builds the linker: all of WASI 0.2 plus wasi:http. Real Workers (Rust
+/// std, componentize-js, componentize-py, wstd) import `wasi:cli/*` and mix
+/// 0.2.x patch versions; wasmtime matches those by semver.
+pub(crate) fn build_linker(engine: &Engine) -> Result<Linker<Host>, ConfigError> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+        .map_err(|e| ConfigError::Engine(e.to_string()))?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
+        .map_err(|e| ConfigError::Engine(e.to_string()))?;
+    Ok(linker)
+}
+
+/// The engine's epoch ticker; stops when dropped.
+pub(crate) struct EpochTicker {
+    stop: Arc<AtomicBool>,
+}
+
+impl EpochTicker {
+    /// Starts a ticker thread for `engine`.
+    pub(crate) fn start(engine: &Engine) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let weak = engine.weak();
+        let flag = stop.clone();
+        std::thread::Builder::new()
+            .name("hearth-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    match weak.upgrade() {
+                        Some(e) => e.increment_epoch(),
+                        None => break,
+                    }
+                }
+            })?;
+        Ok(EpochTicker { stop })
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}

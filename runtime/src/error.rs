@@ -1,0 +1,188 @@
+//! Typed errors of the runtime: what went wrong at deploy, at load and while
+//! serving, each with a message a user can act on.
+
+use std::time::Duration;
+
+use crate::limits::Plan;
+
+/// Why a deploy was refused. The old version (if any) keeps serving.
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    /// The script ID cannot be routed to (it must be a DNS label).
+    #[error(
+        "invalid script ID {0:?}: use 1-63 lowercase letters, digits and '-', not starting or ending with '-'"
+    )]
+    InvalidScriptId(String),
+    /// The script is over its plan's size limit (measured gzip-compressed).
+    #[error(
+        "script too large for the {plan} plan: {compressed} bytes gzip-compressed ({raw} bytes raw), limit is {limit} bytes compressed"
+    )]
+    TooLarge {
+        /// The plan whose limit applies.
+        plan: Plan,
+        /// Size after gzip (level 6), the measure the limit uses.
+        compressed: u64,
+        /// Size as uploaded.
+        raw: u64,
+        /// The plan's limit on the compressed size.
+        limit: u64,
+    },
+    /// The bytes are not a valid Worker component.
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// The component is well-formed but wasmtime could not compile or link it.
+    #[error("component does not compile or link: {0}")]
+    Compile(String),
+    /// The script store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Why bytes are not a Worker: a wasi:http proxy component.
+#[derive(Debug, thiserror::Error)]
+pub enum ValidationError {
+    /// Not WebAssembly at all.
+    #[error("not a WebAssembly binary (missing the \\0asm magic header)")]
+    NotWasm,
+    /// A core module was given where a component is needed.
+    #[error(
+        "this is a core WebAssembly module, not a component: build the Worker for wasm32-wasip2 (or wrap it with `wasm-tools component new`)"
+    )]
+    CoreModule,
+    /// The binary does not parse.
+    #[error("malformed component: {0}")]
+    Malformed(String),
+    /// The component does not export the HTTP handler.
+    #[error(
+        "component does not export wasi:http/incoming-handler@0.2.x, so it cannot serve HTTP; its exports are: [{}]",
+        .0.join(", ")
+    )]
+    MissingHandler(Vec<String>),
+}
+
+/// A failure of the script store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// An I/O error at the given path.
+    #[error("script store I/O error at {path}: {source}")]
+    Io {
+        /// The file or directory involved.
+        path: std::path::PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// Metadata on disk does not parse.
+    #[error("corrupt script metadata at {path}: {message}")]
+    Corrupt {
+        /// The metadata file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The stored source does not match its recorded hash.
+    #[error("stored source of {script_id} does not match its hash {hash}")]
+    HashMismatch {
+        /// The script whose source is damaged.
+        script_id: String,
+        /// The hash its metadata records.
+        hash: String,
+    },
+}
+
+/// Why a request could not be served by its Worker. Each maps to an HTTP
+/// status and a clear body via [`RuntimeError::status`] and `Display`.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// No Worker is deployed under this script ID.
+    #[error("no Worker is deployed as {0:?}")]
+    UnknownScript(String),
+    /// Top-level code used more CPU than the startup budget.
+    #[error(
+        "Worker {script_id} exceeded its startup CPU budget: used {used:?} of {budget:?} during instantiation; it was stopped and will be retried on the next request"
+    )]
+    StartupCpuExceeded {
+        /// The Worker.
+        script_id: String,
+        /// CPU time used when it was stopped.
+        used: Duration,
+        /// The plan's startup budget.
+        budget: Duration,
+    },
+    /// The handler used more CPU than the per-request limit.
+    #[error(
+        "Worker {script_id} exceeded its CPU limit: used {used:?} of {budget:?} on this request; the instance was discarded"
+    )]
+    CpuExceeded {
+        /// The Worker.
+        script_id: String,
+        /// CPU time used when it was stopped.
+        used: Duration,
+        /// The per-request limit.
+        budget: Duration,
+    },
+    /// The instance tried to grow past its memory limit and then failed.
+    #[error(
+        "Worker {script_id} exceeded its memory limit of {limit} bytes; the instance was discarded"
+    )]
+    MemoryExceeded {
+        /// The Worker.
+        script_id: String,
+        /// The per-instance limit.
+        limit: u64,
+    },
+    /// The Worker trapped (panicked, hit `unreachable`, ...).
+    #[error("Worker {script_id} failed: {message}")]
+    Trap {
+        /// The Worker.
+        script_id: String,
+        /// The trap and its backtrace, as wasmtime reports it.
+        message: String,
+    },
+    /// The Worker returned without setting a response.
+    #[error("Worker {0} returned without sending a response")]
+    NoResponse(String),
+    /// The Worker could not be loaded (store, compile, link).
+    #[error("Worker {script_id} could not be loaded: {message}")]
+    Load {
+        /// The Worker.
+        script_id: String,
+        /// What failed.
+        message: String,
+    },
+    /// The request could not be handed to the Worker (e.g. a bad header).
+    #[error("bad request for Worker {script_id}: {message}")]
+    BadRequest {
+        /// The Worker.
+        script_id: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl RuntimeError {
+    /// The HTTP status a client sees for this error.
+    pub fn status(&self) -> http::StatusCode {
+        use http::StatusCode as S;
+        match self {
+            RuntimeError::UnknownScript(_) => S::NOT_FOUND,
+            RuntimeError::BadRequest { .. } => S::BAD_REQUEST,
+            RuntimeError::StartupCpuExceeded { .. }
+            | RuntimeError::CpuExceeded { .. }
+            | RuntimeError::MemoryExceeded { .. } => S::SERVICE_UNAVAILABLE,
+            RuntimeError::Trap { .. } | RuntimeError::NoResponse(_) | RuntimeError::Load { .. } => {
+                S::INTERNAL_SERVER_ERROR
+            }
+        }
+    }
+}
+
+/// An invalid runtime configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A limit is outside what hearth allows.
+    #[error("invalid limit: {0}")]
+    Limit(String),
+    /// wasmtime refused the engine configuration.
+    #[error("engine configuration rejected: {0}")]
+    Engine(String),
+}

@@ -1,0 +1,60 @@
+//! # hearth-runtime
+//!
+//! One hearth node's Workers on wasmtime. A *Worker* is a script ID bound to
+//! a wasi:http proxy component (it exports `wasi:http/incoming-handler`), so
+//! the same `.wasm` runs under `wasmtime serve`, Spin or hearth.
+//!
+//! The model, in the order a request meets it:
+//!
+//! * [`script_store`]: sources live in a [`ScriptStore`] (default
+//!   [`DirStore`], content-addressed by blake3). A deploy checks the
+//!   compressed size against the plan ([`limits`]), validates the component
+//!   ([`validate`]), compiles it and caches the compiled artifact
+//!   ([`artifact`], authenticated by a keyed MAC).
+//! * A request for a Worker that is not resident is a *cold start* in four
+//!   measured phases ([`timing`]): fetch, compile (or load the artifact),
+//!   instantiate (top-level code under the startup CPU budget, metered by
+//!   [`cpu`]), handler.
+//! * Warm Workers stay in memory under a byte budget ([`eviction`]) and are
+//!   evicted under pressure (LRU) or when idle; their instances are reused
+//!   per a [`ReusePolicy`]. A trap or limit hit discards the instance.
+//! * Every outcome is counted ([`stats`]).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use hearth_runtime::{Plan, Runtime, RuntimeConfig, body};
+//! let rt = Runtime::new(RuntimeConfig::new("/tmp/hearth-store"))?;
+//! rt.deploy("hello", Plan::Free, std::fs::read("hello.wasm")?).await?;
+//! let req = http::Request::get("http://hello.localhost/").body(body::full(""))?;
+//! let resp = rt.serve("hello", req).await;
+//! println!("{:?}", resp.headers()["server-timing"]);
+//! # Ok(()) }
+//! ```
+
+pub mod artifact;
+pub mod body;
+pub mod config;
+pub mod cpu;
+mod engine;
+pub mod error;
+pub mod eviction;
+mod host;
+mod instance;
+pub mod limits;
+mod runtime;
+pub mod script_store;
+pub mod stats;
+pub mod timing;
+pub mod validate;
+mod worker;
+
+pub use body::{Body, BoxError};
+pub use config::{ReusePolicy, RuntimeConfig};
+pub use engine::EPOCH_TICK;
+pub use error::{ConfigError, DeployError, RuntimeError, StoreError, ValidationError};
+pub use limits::{Plan, PlanLimits};
+pub use runtime::{DeployReport, Runtime, Served, decorate, error_response};
+pub use script_store::{DirStore, ScriptMeta, ScriptStore};
+pub use stats::StatsSnapshot;
+pub use timing::{Start, Timing};
+pub use worker::INIT_INTERFACE;

@@ -1,0 +1,110 @@
+//! Limits: what a Worker may use, per plan.
+//!
+//! Sizes are checked at deploy, where they can be known; CPU and memory are
+//! enforced while the Worker runs. CPU always means CPU time on the thread
+//! that runs the Worker (see [`crate::cpu`]), never wall time, so a Worker
+//! that waits on I/O is not charged for the wait.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The most CPU a single request may ever be granted.
+pub const MAX_REQUEST_CPU: Duration = Duration::from_secs(5 * 60);
+
+/// A pricing plan; each has its own [`PlanLimits`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Plan {
+    /// The free plan: 3 MiB scripts.
+    #[default]
+    Free,
+    /// The paid plan: 10 MiB scripts.
+    Paid,
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Plan::Free => "free",
+            Plan::Paid => "paid",
+        })
+    }
+}
+
+impl FromStr for Plan {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "free" => Ok(Plan::Free),
+            "paid" => Ok(Plan::Paid),
+            other => Err(format!("unknown plan {other:?}: expected free or paid")),
+        }
+    }
+}
+
+/// What a Worker on one plan may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanLimits {
+    /// Largest script accepted, measured gzip-compressed (level 6), like the
+    /// hosted platforms measure it.
+    pub max_script_size: u64,
+    /// CPU time the top level (instantiation, start functions, init) may use.
+    #[serde(with = "millis")]
+    pub startup_cpu: Duration,
+    /// CPU time one request may use (at most [`MAX_REQUEST_CPU`]).
+    #[serde(with = "millis")]
+    pub request_cpu: Duration,
+    /// Linear memory one instance may hold, in bytes.
+    pub memory: u64,
+}
+
+const MIB: u64 = 1024 * 1024;
+
+impl PlanLimits {
+    /// The defaults of `plan`: 3 MiB (free) or 10 MiB (paid) compressed,
+    /// 400 ms startup CPU, 30 s request CPU, 128 MiB memory.
+    pub fn default_for(plan: Plan) -> Self {
+        PlanLimits {
+            max_script_size: match plan {
+                Plan::Free => 3 * MIB,
+                Plan::Paid => 10 * MIB,
+            },
+            startup_cpu: Duration::from_millis(400),
+            request_cpu: Duration::from_secs(30),
+            memory: 128 * MIB,
+        }
+    }
+
+    /// Checks the limits are within what hearth allows.
+    pub fn validate(&self) -> Result<(), crate::ConfigError> {
+        if self.request_cpu > MAX_REQUEST_CPU {
+            return Err(crate::ConfigError::Limit(format!(
+                "request CPU {:?} is over the maximum of {MAX_REQUEST_CPU:?}",
+                self.request_cpu
+            )));
+        }
+        if self.request_cpu.is_zero() || self.startup_cpu.is_zero() || self.memory == 0 {
+            return Err(crate::ConfigError::Limit(
+                "CPU and memory limits must be non-zero".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Serde helper: durations as integer milliseconds (config files, JSON).
+mod millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis() as u64)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}

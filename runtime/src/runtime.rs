@@ -1,0 +1,441 @@
+//! [`Runtime`]: one node's Workers. Deploys, cold and warm starts,
+//! residency, counters.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use tokio::sync::OnceCell;
+use wasmtime::Engine;
+use wasmtime::component::{Component, Linker};
+
+use crate::artifact::{ArtifactCache, Lookup};
+use crate::body::{self, Body};
+use crate::config::RuntimeConfig;
+use crate::engine::{EpochTicker, build_engine, build_linker};
+use crate::error::{ConfigError, DeployError, RuntimeError};
+use crate::eviction::{Evicted, EvictionCause, Residency};
+use crate::host::Host;
+use crate::limits::Plan;
+use crate::script_store::{DirStore, ScriptMeta, ScriptStore};
+use crate::stats::{Stats, StatsSnapshot};
+use crate::timing::{CodeSource, SERVER_TIMING_HEADER, START_HEADER, Start, Timing};
+use crate::validate::{compressed_size, valid_script_id, validate_component};
+use crate::worker::{Worker, link};
+
+/// What a successful deploy reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeployReport {
+    /// The script's metadata as stored.
+    pub meta: ScriptMeta,
+    /// The plan's compressed size limit.
+    pub limit: u64,
+    /// Time to compile (or load the artifact of an identical source).
+    #[serde(serialize_with = "ser_ms")]
+    pub compile_time: Duration,
+    /// Whether the code was compiled or an artifact reused.
+    pub code_source: CodeSource,
+}
+
+fn ser_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1000.0)
+}
+
+/// A served request: the response and how it was produced.
+pub struct Served {
+    /// The Worker's response (its body may still be streaming).
+    pub response: http::Response<Body>,
+    /// Whether the Worker was warm.
+    pub start: Start,
+    /// The phases that ran.
+    pub timing: Timing,
+}
+
+/// One node's Worker runtime. Cheap to clone; clones share everything.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use hearth_runtime::{Plan, Runtime, RuntimeConfig, body};
+/// let rt = Runtime::new(RuntimeConfig::new("/tmp/hearth-store"))?;
+/// let wasm = std::fs::read("hello.wasm")?;
+/// rt.deploy("hello", Plan::Free, wasm).await?;
+/// let req = http::Request::get("http://hello.localhost/").body(body::full(""))?;
+/// let resp = rt.serve("hello", req).await;
+/// assert_eq!(resp.headers()["x-hearth-start"], "cold");
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Engine,
+    linker: Linker<Host>,
+    _ticker: EpochTicker,
+    store: Arc<dyn ScriptStore>,
+    artifacts: ArtifactCache,
+    config: RuntimeConfig,
+    resident: Mutex<Residency<String, Arc<Worker>>>,
+    loading: Mutex<HashMap<String, Arc<OnceCell<Arc<Worker>>>>>,
+    stats: Arc<Stats>,
+    epoch: Instant,
+    last_sweep_ms: std::sync::atomic::AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Runtime {
+    /// A runtime whose scripts live in a [`DirStore`] at the config's store
+    /// directory.
+    pub fn new(config: RuntimeConfig) -> Result<Self, ConfigError> {
+        let store = DirStore::open(&config.store_dir)
+            .map_err(|e| ConfigError::Limit(format!("cannot open script store: {e}")))?;
+        Self::with_store(config, Arc::new(store))
+    }
+
+    /// A runtime over any [`ScriptStore`].
+    pub fn with_store(config: RuntimeConfig, store: Arc<dyn ScriptStore>) -> Result<Self, ConfigError> {
+        config.free.validate()?;
+        config.paid.validate()?;
+        let engine = build_engine(&config)?;
+        let linker = build_linker(&engine)?;
+        let ticker = EpochTicker::start(&engine)
+            .map_err(|e| ConfigError::Engine(format!("cannot start epoch ticker: {e}")))?;
+        let dir = config
+            .artifact_dir
+            .clone()
+            .unwrap_or_else(|| config.store_dir.join("artifacts"));
+        let artifacts = ArtifactCache::new(dir, config.artifact_key, &engine)
+            .map_err(|e| ConfigError::Engine(format!("cannot open artifact cache: {e}")))?;
+        Ok(Runtime {
+            inner: Arc::new(Inner {
+                resident: Mutex::new(Residency::new(config.memory_budget)),
+                engine,
+                linker,
+                _ticker: ticker,
+                store,
+                artifacts,
+                config,
+                loading: Mutex::new(HashMap::new()),
+                stats: Arc::new(Stats::default()),
+                epoch: Instant::now(),
+                last_sweep_ms: Default::default(),
+            }),
+        })
+    }
+
+    /// The configuration this runtime was built from.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.inner.config
+    }
+
+    /// The script store.
+    pub fn script_store(&self) -> &Arc<dyn ScriptStore> {
+        &self.inner.store
+    }
+
+    /// The artifact cache.
+    pub fn artifacts(&self) -> &ArtifactCache {
+        &self.inner.artifacts
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.inner.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Validates, compiles and stores `source` as `script_id` on `plan`,
+    /// replacing any earlier version atomically. Runs the CPU-heavy parts on
+    /// the blocking pool.
+    pub async fn deploy(
+        &self,
+        script_id: &str,
+        plan: Plan,
+        source: Vec<u8>,
+    ) -> Result<DeployReport, DeployError> {
+        let rt = self.clone();
+        let id = script_id.to_string();
+        tokio::task::spawn_blocking(move || rt.deploy_blocking(&id, plan, &source))
+            .await
+            .map_err(|e| DeployError::Compile(format!("deploy task failed: {e}")))?
+    }
+
+    /// [`Runtime::deploy`] on the calling thread.
+    pub fn deploy_blocking(
+        &self,
+        script_id: &str,
+        plan: Plan,
+        source: &[u8],
+    ) -> Result<DeployReport, DeployError> {
+        if !valid_script_id(script_id) {
+            return Err(DeployError::InvalidScriptId(script_id.into()));
+        }
+        let limit = self.inner.config.limits(plan).max_script_size;
+        let compressed = compressed_size(source);
+        if compressed > limit {
+            return Err(DeployError::TooLarge {
+                plan,
+                compressed,
+                raw: source.len() as u64,
+                limit,
+            });
+        }
+        validate_component(source)?;
+        let hash = blake3::hash(source).to_hex().to_string();
+        let t = Instant::now();
+        let (component, code_source) = self
+            .compile(&hash, source)
+            .map_err(DeployError::Compile)?;
+        link(&self.inner.linker, &component).map_err(DeployError::Compile)?;
+        let compile_time = t.elapsed();
+        let meta = ScriptMeta {
+            script_id: script_id.into(),
+            plan,
+            size: source.len() as u64,
+            compressed_size: compressed,
+            hash,
+            deployed_at_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+        };
+        self.inner.store.put(&meta, source)?;
+        self.invalidate(script_id);
+        tracing::info!(script = script_id, %plan, size = meta.size, compressed, hash = %meta.hash, ?compile_time, "deployed");
+        Ok(DeployReport {
+            meta,
+            limit,
+            compile_time,
+            code_source,
+        })
+    }
+
+    /// Compiles `source`, or loads its authenticated artifact; a new
+    /// compile is written to the artifact cache.
+    fn compile(&self, hash: &str, source: &[u8]) -> Result<(Component, CodeSource), String> {
+        let inner = &self.inner;
+        match inner.artifacts.load(&inner.engine, hash) {
+            Lookup::Loaded(c) => {
+                Stats::bump(&inner.stats.artifact_loads);
+                return Ok((c, CodeSource::Artifact));
+            }
+            Lookup::Rejected(why) => {
+                Stats::bump(&inner.stats.artifacts_rejected);
+                tracing::warn!(hash, reason = %why, "precompiled artifact refused; recompiling");
+            }
+            Lookup::Missing => {}
+        }
+        let component = Component::new(&inner.engine, source).map_err(|e| format!("{e:#}"))?;
+        Stats::bump(&inner.stats.compiles);
+        if let Err(e) = inner.artifacts.store(hash, &component) {
+            tracing::warn!(hash, error = %e, "could not write precompiled artifact");
+        }
+        Ok((component, CodeSource::Compiled))
+    }
+
+    /// Drops the resident copy of `script_id` (after a redeploy elsewhere),
+    /// so the next request loads the current version.
+    pub fn invalidate(&self, script_id: &str) {
+        let ev = lock(&self.inner.resident).remove(&script_id.to_string(), EvictionCause::Replaced);
+        self.count(ev);
+    }
+
+    /// Evicts `script_id` now (counted as manual); whether it was resident.
+    pub fn evict(&self, script_id: &str) -> bool {
+        let ev = lock(&self.inner.resident).remove(&script_id.to_string(), EvictionCause::Manual);
+        let was = ev.is_some();
+        self.count(ev);
+        was
+    }
+
+    /// Evicts Workers idle for longer than the idle timeout; returns how many.
+    /// Also runs by itself at most once a second as requests arrive.
+    pub fn sweep_idle(&self) -> usize {
+        let now = self.now_ms();
+        self.inner
+            .last_sweep_ms
+            .store(now, std::sync::atomic::Ordering::Relaxed);
+        let idle = self.inner.config.idle_timeout.as_millis() as u64;
+        let ev = lock(&self.inner.resident).evict_idle(now, idle);
+        let n = ev.len();
+        self.count(ev);
+        n
+    }
+
+    fn count(&self, evicted: impl IntoIterator<Item = Evicted<String, Arc<Worker>>>) {
+        for e in evicted {
+            self.inner.stats.evicted(e.cause);
+            tracing::debug!(script = %e.key, bytes = e.bytes, cause = e.cause.as_str(), "evicted");
+        }
+    }
+
+    /// Whether `script_id` is warm (resident) here.
+    pub fn is_warm(&self, script_id: &str) -> bool {
+        lock(&self.inner.resident).contains(&script_id.to_string())
+    }
+
+    /// Whether this node can host `script_id` without evicting a Worker used
+    /// within the busy window (always true if it is already warm). The size
+    /// of a Worker not yet loaded is estimated from its source size.
+    pub fn can_host(&self, script_id: &str) -> bool {
+        if self.is_warm(script_id) {
+            return true;
+        }
+        let estimate = match self.inner.store.meta(script_id) {
+            Ok(Some(m)) => m.size.saturating_mul(2),
+            _ => return true,
+        };
+        let busy = self.inner.config.busy_window.as_millis() as u64;
+        lock(&self.inner.resident).fits_without_evicting_busy(estimate, self.now_ms(), busy)
+    }
+
+    /// A snapshot of the counters and residency gauges.
+    pub fn stats(&self) -> StatsSnapshot {
+        let (n, bytes) = {
+            let r = lock(&self.inner.resident);
+            (r.len() as u64, r.used())
+        };
+        StatsSnapshot::from(&self.inner.stats, n, bytes)
+    }
+
+    /// Script IDs resident now, least recently used first.
+    pub fn resident(&self) -> Vec<String> {
+        lock(&self.inner.resident).keys_lru_first().cloned().collect()
+    }
+
+    async fn load(&self, script_id: &str, timing: &mut Timing) -> Result<Arc<Worker>, RuntimeError> {
+        let load_err = |message: String| RuntimeError::Load {
+            script_id: script_id.into(),
+            message,
+        };
+        let t = Instant::now();
+        let store = self.inner.store.clone();
+        let id = script_id.to_string();
+        let fetched = tokio::task::spawn_blocking(move || store.get(&id))
+            .await
+            .map_err(|e| load_err(e.to_string()))?
+            .map_err(|e| load_err(e.to_string()))?;
+        let Some((meta, source)) = fetched else {
+            return Err(RuntimeError::UnknownScript(script_id.into()));
+        };
+        timing.fetch = Some(t.elapsed());
+        let t = Instant::now();
+        let rt = self.clone();
+        let hash = meta.hash.clone();
+        let (component, code_source) = tokio::task::spawn_blocking(move || rt.compile(&hash, &source))
+            .await
+            .map_err(|e| load_err(e.to_string()))?
+            .map_err(load_err)?;
+        timing.compile = Some(t.elapsed());
+        timing.code_source = Some(code_source);
+        let limits = *self.inner.config.limits(meta.plan);
+        let worker = Worker::new(
+            &self.inner.engine,
+            &self.inner.linker,
+            &component,
+            meta,
+            limits,
+            self.inner.config.reuse,
+            self.inner.stats.clone(),
+        )
+        .map_err(load_err)?;
+        Ok(Arc::new(worker))
+    }
+
+    /// Returns the resident Worker, or loads it (once, however many requests
+    /// wait for it) and makes it resident.
+    async fn worker(&self, script_id: &str, timing: &mut Timing) -> Result<(Arc<Worker>, Start), RuntimeError> {
+        let now = self.now_ms();
+        if let Some(w) = lock(&self.inner.resident).get(&script_id.to_string(), now) {
+            return Ok((w.clone(), Start::Warm));
+        }
+        let cell = lock(&self.inner.loading)
+            .entry(script_id.to_string())
+            .or_default()
+            .clone();
+        let mut loaded_here = false;
+        let result = cell
+            .get_or_try_init(|| async {
+                loaded_here = true;
+                let w = self.load(script_id, timing).await?;
+                let ev = lock(&self.inner.resident).insert(script_id.to_string(), w.clone(), w.bytes(), self.now_ms());
+                self.count(ev);
+                Ok::<_, RuntimeError>(w)
+            })
+            .await
+            .cloned();
+        if loaded_here || result.is_ok() {
+            let mut loading = lock(&self.inner.loading);
+            if loading.get(script_id).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+                loading.remove(script_id);
+            }
+        }
+        Ok((result?, Start::Cold))
+    }
+
+    /// Serves `req` with Worker `script_id`.
+    pub async fn handle(&self, script_id: &str, req: http::Request<Body>) -> Result<Served, RuntimeError> {
+        let inner = &self.inner;
+        Stats::bump(&inner.stats.requests);
+        if self.now_ms().saturating_sub(inner.last_sweep_ms.load(std::sync::atomic::Ordering::Relaxed)) > 1000 {
+            self.sweep_idle();
+        }
+        let mut timing = Timing::default();
+        let (worker, start) = self.worker(script_id, &mut timing).await?;
+        Stats::bump(match start {
+            Start::Cold => &inner.stats.cold,
+            Start::Warm => &inner.stats.warm,
+        });
+        let t = Instant::now();
+        let (response, started) = worker.serve(req).await?;
+        if let Some(s) = started {
+            timing.instantiate = Some(s.wall);
+            timing.startup_cpu = Some(s.cpu);
+        }
+        timing.handler = Some(t.elapsed() - timing.instantiate.unwrap_or_default());
+        let bytes = worker.bytes();
+        let ev = lock(&inner.resident).set_bytes(&script_id.to_string(), bytes);
+        self.count(ev);
+        Ok(Served {
+            response,
+            start,
+            timing,
+        })
+    }
+
+    /// Serves `req` with Worker `script_id`, turning failures into responses
+    /// with a clear body, and adds the `x-hearth-start` and `server-timing`
+    /// headers.
+    pub async fn serve(&self, script_id: &str, req: http::Request<Body>) -> http::Response<Body> {
+        match self.handle(script_id, req).await {
+            Ok(s) => {
+                let mut resp = s.response;
+                decorate(resp.headers_mut(), s.start, &s.timing);
+                resp
+            }
+            Err(e) => error_response(&e),
+        }
+    }
+}
+
+/// Adds the `x-hearth-start` and `server-timing` headers.
+pub fn decorate(headers: &mut http::HeaderMap, start: Start, timing: &Timing) {
+    headers.insert(START_HEADER, http::HeaderValue::from_static(start.as_str()));
+    if let Ok(v) = http::HeaderValue::from_str(&timing.header_value()) {
+        headers.insert(SERVER_TIMING_HEADER, v);
+    }
+}
+
+/// The response a client sees for `err`: its status and message.
+pub fn error_response(err: &RuntimeError) -> http::Response<Body> {
+    let mut resp = http::Response::new(body::full(format!("{err}\n")));
+    *resp.status_mut() = err.status();
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}

@@ -1,0 +1,206 @@
+//! Where Worker sources live: the [`ScriptStore`] trait and its default, a
+//! local directory content-addressed by blake3.
+//!
+//! Layout of a [`DirStore`]:
+//!
+//! ```text
+//! DIR/blobs/<blake3>.wasm     sources, named by their hash (immutable)
+//! DIR/scripts/<id>.json       metadata: script ID, plan, sizes, hash, deployed-at
+//! ```
+//!
+//! A deploy writes the blob first, then replaces the metadata file with an
+//! atomic rename, so a reader sees either the old version or the new one,
+//! never a mix; a deploy that fails before the rename leaves the old version
+//! serving. Several nodes may share one directory.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::StoreError;
+use crate::limits::Plan;
+
+/// What is recorded about a deployed script.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScriptMeta {
+    /// The script ID (a DNS label).
+    pub script_id: String,
+    /// The plan whose limits apply.
+    pub plan: Plan,
+    /// Size of the source in bytes.
+    pub size: u64,
+    /// Size gzip-compressed (level 6), the measure the size limit uses.
+    pub compressed_size: u64,
+    /// blake3 of the source, hex.
+    pub hash: String,
+    /// Unix time of the deploy, in milliseconds.
+    pub deployed_at_ms: u64,
+}
+
+/// A place to keep Worker sources. Implementations must make [`put`]
+/// atomic per script ID.
+///
+/// [`put`]: ScriptStore::put
+pub trait ScriptStore: Send + Sync + 'static {
+    /// Stores `source` under `meta.script_id`, replacing any earlier version
+    /// atomically.
+    fn put(&self, meta: &ScriptMeta, source: &[u8]) -> Result<(), StoreError>;
+    /// The metadata of `script_id`, if deployed.
+    fn meta(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError>;
+    /// The metadata and source of `script_id`, if deployed; the source is
+    /// checked against its hash.
+    fn get(&self, script_id: &str) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError>;
+    /// Every deployed script's metadata.
+    fn list(&self) -> Result<Vec<ScriptMeta>, StoreError>;
+}
+
+/// A [`ScriptStore`] in a local directory.
+#[derive(Debug, Clone)]
+pub struct DirStore {
+    root: PathBuf,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Writes `bytes` to `path` via a temporary file and a rename, so readers
+/// never see a partial file.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io(dir))?;
+    tmp.write_all(bytes).map_err(io(path))?;
+    tmp.as_file().sync_all().map_err(io(path))?;
+    tmp.persist(path).map_err(|e| StoreError::Io {
+        path: path.to_path_buf(),
+        source: e.error,
+    })?;
+    Ok(())
+}
+
+impl DirStore {
+    /// Opens (creating if needed) a store rooted at `root`.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self, StoreError> {
+        let root = root.into();
+        for sub in ["blobs", "scripts"] {
+            let p = root.join(sub);
+            fs::create_dir_all(&p).map_err(io(&p))?;
+        }
+        Ok(DirStore { root })
+    }
+
+    /// The directory this store lives in.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn meta_path(&self, id: &str) -> PathBuf {
+        self.root.join("scripts").join(format!("{id}.json"))
+    }
+
+    fn blob_path(&self, hash: &str) -> PathBuf {
+        self.root.join("blobs").join(format!("{hash}.wasm"))
+    }
+
+    fn read_meta(path: &Path) -> Result<Option<ScriptMeta>, StoreError> {
+        match fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| StoreError::Corrupt {
+                    path: path.to_path_buf(),
+                    message: e.to_string(),
+                }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io(path)(e)),
+        }
+    }
+}
+
+impl ScriptStore for DirStore {
+    fn put(&self, meta: &ScriptMeta, source: &[u8]) -> Result<(), StoreError> {
+        let blob = self.blob_path(&meta.hash);
+        if !blob.exists() {
+            write_atomic(&blob, source)?;
+        }
+        let json = serde_json::to_vec_pretty(meta).map_err(|e| StoreError::Corrupt {
+            path: self.meta_path(&meta.script_id),
+            message: e.to_string(),
+        })?;
+        write_atomic(&self.meta_path(&meta.script_id), &json)
+    }
+
+    fn meta(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError> {
+        if !crate::validate::valid_script_id(script_id) {
+            return Ok(None);
+        }
+        Self::read_meta(&self.meta_path(script_id))
+    }
+
+    fn get(&self, script_id: &str) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError> {
+        let Some(meta) = self.meta(script_id)? else {
+            return Ok(None);
+        };
+        let path = self.blob_path(&meta.hash);
+        let source = fs::read(&path).map_err(io(&path))?;
+        if blake3::hash(&source).to_hex().as_str() != meta.hash {
+            return Err(StoreError::HashMismatch {
+                script_id: meta.script_id,
+                hash: meta.hash,
+            });
+        }
+        Ok(Some((meta, source)))
+    }
+
+    fn list(&self) -> Result<Vec<ScriptMeta>, StoreError> {
+        let dir = self.root.join("scripts");
+        let mut out = Vec::new();
+        for entry in fs::read_dir(&dir).map_err(io(&dir))? {
+            let path = entry.map_err(io(&dir))?.path();
+            if path.extension().is_some_and(|e| e == "json")
+                && let Some(meta) = Self::read_meta(&path)?
+            {
+                out.push(meta);
+            }
+        }
+        out.sort_by(|a, b| a.script_id.cmp(&b.script_id));
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(id: &str, src: &[u8]) -> ScriptMeta {
+        ScriptMeta {
+            script_id: id.into(),
+            plan: Plan::Free,
+            size: src.len() as u64,
+            compressed_size: 0,
+            hash: blake3::hash(src).to_hex().to_string(),
+            deployed_at_ms: 1,
+        }
+    }
+
+    #[test]
+    fn put_replaces_and_get_verifies_hash() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = DirStore::open(dir.path()).expect("open");
+        store.put(&meta("a", b"one"), b"one").expect("put");
+        store.put(&meta("a", b"two"), b"two").expect("put");
+        let (m, src) = store.get("a").expect("get").expect("present");
+        assert_eq!(src, b"two");
+        assert_eq!(m.hash, blake3::hash(b"two").to_hex().to_string());
+        assert_eq!(store.list().expect("list").len(), 1);
+        // Damage the blob: the store refuses to hand it out.
+        fs::write(store.blob_path(&m.hash), b"evil").expect("write");
+        assert!(matches!(store.get("a"), Err(StoreError::HashMismatch { .. })));
+        assert!(store.get("missing").expect("get").is_none());
+        assert!(store.get("../etc").expect("get").is_none());
+    }
+}

@@ -1,0 +1,111 @@
+//! Counters of a node's runtime, read by tests, `hearth` and `/metrics`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+
+use crate::eviction::EvictionCause;
+
+/// Live counters; all monotonic.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub(crate) requests: AtomicU64,
+    pub(crate) warm: AtomicU64,
+    pub(crate) cold: AtomicU64,
+    pub(crate) startup_failures: AtomicU64,
+    pub(crate) cpu_kills: AtomicU64,
+    pub(crate) memory_kills: AtomicU64,
+    pub(crate) traps: AtomicU64,
+    pub(crate) instances_started: AtomicU64,
+    pub(crate) compiles: AtomicU64,
+    pub(crate) artifact_loads: AtomicU64,
+    pub(crate) artifacts_rejected: AtomicU64,
+    pub(crate) evicted_pressure: AtomicU64,
+    pub(crate) evicted_idle: AtomicU64,
+    pub(crate) evicted_replaced: AtomicU64,
+    pub(crate) evicted_manual: AtomicU64,
+}
+
+impl Stats {
+    pub(crate) fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn evicted(&self, cause: EvictionCause) {
+        Self::bump(match cause {
+            EvictionCause::Pressure => &self.evicted_pressure,
+            EvictionCause::Idle => &self.evicted_idle,
+            EvictionCause::Replaced => &self.evicted_replaced,
+            EvictionCause::Manual => &self.evicted_manual,
+        });
+    }
+}
+
+/// A point-in-time copy of the counters plus residency gauges.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StatsSnapshot {
+    /// Requests handed to a Worker (served or failed).
+    pub requests: u64,
+    /// Requests that found their Worker resident.
+    pub warm: u64,
+    /// Requests that had to load their Worker.
+    pub cold: u64,
+    /// Instantiations that failed (startup CPU budget, traps in init).
+    pub startup_failures: u64,
+    /// Requests stopped at their CPU limit.
+    pub cpu_kills: u64,
+    /// Requests stopped at their memory limit.
+    pub memory_kills: u64,
+    /// Requests whose Worker trapped.
+    pub traps: u64,
+    /// Instances started.
+    pub instances_started: u64,
+    /// Components compiled from source.
+    pub compiles: u64,
+    /// Components loaded from precompiled artifacts.
+    pub artifact_loads: u64,
+    /// Artifacts refused (bad MAC or unloadable) and recompiled.
+    pub artifacts_rejected: u64,
+    /// Evictions under memory pressure.
+    pub evicted_pressure: u64,
+    /// Evictions after the idle timeout.
+    pub evicted_idle: u64,
+    /// Evictions by a redeploy.
+    pub evicted_replaced: u64,
+    /// Evictions asked for explicitly.
+    pub evicted_manual: u64,
+    /// Workers resident now.
+    pub resident_workers: u64,
+    /// Bytes accounted to resident Workers now.
+    pub resident_bytes: u64,
+}
+
+impl StatsSnapshot {
+    /// Evictions of every cause but redeploys: the memory-pressure measure.
+    pub fn evictions(&self) -> u64 {
+        self.evicted_pressure + self.evicted_idle + self.evicted_manual
+    }
+
+    pub(crate) fn from(s: &Stats, resident_workers: u64, resident_bytes: u64) -> Self {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        StatsSnapshot {
+            requests: g(&s.requests),
+            warm: g(&s.warm),
+            cold: g(&s.cold),
+            startup_failures: g(&s.startup_failures),
+            cpu_kills: g(&s.cpu_kills),
+            memory_kills: g(&s.memory_kills),
+            traps: g(&s.traps),
+            instances_started: g(&s.instances_started),
+            compiles: g(&s.compiles),
+            artifact_loads: g(&s.artifact_loads),
+            artifacts_rejected: g(&s.artifacts_rejected),
+            evicted_pressure: g(&s.evicted_pressure),
+            evicted_idle: g(&s.evicted_idle),
+            evicted_replaced: g(&s.evicted_replaced),
+            evicted_manual: g(&s.evicted_manual),
+            resident_workers,
+            resident_bytes,
+        }
+    }
+}

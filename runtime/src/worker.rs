@@ -1,0 +1,231 @@
+//! A loaded Worker: the one-time work (compiled component, linked
+//! [`ProxyPre`], init export lookup) separated from the per-request work,
+//! plus its pool of idle instances and the [`ReusePolicy`] that governs it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http_body_util::BodyExt;
+use tokio::sync::Semaphore;
+use wasmtime::Engine;
+use wasmtime::component::{Component, ComponentExportIndex, Linker};
+use wasmtime_wasi_http::p2::bindings::ProxyPre;
+
+use crate::body::{Body, BoxError};
+use crate::config::ReusePolicy;
+use crate::error::RuntimeError;
+use crate::host::Host;
+use crate::instance::{Instance, OnDone};
+use crate::limits::PlanLimits;
+use crate::script_store::ScriptMeta;
+use crate::stats::Stats;
+
+/// The optional export a Worker may provide for top-level init that the
+/// runtime runs (and charges to the startup budget) right after
+/// instantiation: `hearth:worker/init#init: func()`.
+pub const INIT_INTERFACE: &str = "hearth:worker/init";
+
+/// A Worker ready to serve on this node.
+pub(crate) struct Worker {
+    #[allow(dead_code)]
+    pub(crate) meta: ScriptMeta,
+    pub(crate) limits: PlanLimits,
+    script_id: Arc<str>,
+    engine: Engine,
+    pre: ProxyPre<Host>,
+    init: Option<ComponentExportIndex>,
+    code_bytes: u64,
+    reuse: ReusePolicy,
+    idle: Mutex<Vec<Instance>>,
+    permits: Arc<Semaphore>,
+    instance_bytes: Arc<AtomicU64>,
+    stats: Arc<Stats>,
+}
+
+/// A new instance's startup figures.
+pub(crate) struct Started {
+    pub(crate) wall: Duration,
+    pub(crate) cpu: Duration,
+}
+
+impl Worker {
+    /// Links `component` and finds its exports (the one-time work).
+    pub(crate) fn new(
+        engine: &Engine,
+        linker: &Linker<Host>,
+        component: &Component,
+        meta: ScriptMeta,
+        limits: PlanLimits,
+        reuse: ReusePolicy,
+        stats: Arc<Stats>,
+    ) -> Result<Self, String> {
+        let pre = link(linker, component)?;
+        let init = component
+            .component_type()
+            .exports(engine)
+            .find(|(name, _)| name.starts_with(INIT_INTERFACE))
+            .and_then(|(name, _)| {
+                let iface = component.get_export_index(None, name)?;
+                component.get_export_index(Some(&iface), "init")
+            });
+        let range = component.image_range();
+        let code_bytes = (range.end as usize).saturating_sub(range.start as usize) as u64;
+        Ok(Worker {
+            script_id: meta.script_id.as_str().into(),
+            meta,
+            limits,
+            engine: engine.clone(),
+            pre,
+            init,
+            code_bytes,
+            reuse,
+            idle: Mutex::new(Vec::new()),
+            permits: Arc::new(Semaphore::new(reuse.max_concurrency.max(1))),
+            instance_bytes: Arc::new(AtomicU64::new(0)),
+            stats,
+        })
+    }
+
+    /// Real bytes this Worker holds: compiled code plus live instances'
+    /// linear memories.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.code_bytes + self.instance_bytes.load(Ordering::Relaxed)
+    }
+
+    fn take_idle(&self) -> Option<Instance> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(inst) = idle.pop() {
+            if inst.idle_since.elapsed() <= self.reuse.idle_ttl {
+                return Some(inst);
+            }
+        }
+        None
+    }
+
+    fn put_idle(&self, inst: Instance) {
+        if inst.served < self.reuse.max_requests_per_instance {
+            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            idle.retain(|i| i.idle_since.elapsed() <= self.reuse.idle_ttl);
+            idle.push(inst);
+        }
+    }
+
+    /// Starts a new instance under the startup budget.
+    pub(crate) async fn start_instance(&self) -> Result<(Instance, Started), RuntimeError> {
+        let t = Instant::now();
+        let res = Instance::start(
+            &self.engine,
+            &self.pre,
+            self.init.as_ref(),
+            &self.script_id,
+            &self.limits,
+            self.instance_bytes.clone(),
+        )
+        .await;
+        match res {
+            Ok((inst, cpu)) => {
+                Stats::bump(&self.stats.instances_started);
+                Ok((
+                    inst,
+                    Started {
+                        wall: t.elapsed(),
+                        cpu,
+                    },
+                ))
+            }
+            Err(e) => {
+                Stats::bump(&self.stats.startup_failures);
+                tracing::warn!(script = %self.script_id, error = %e, "instance failed to start");
+                Err(e)
+            }
+        }
+    }
+
+    /// Serves `req` on an idle instance or a new one, returning the response
+    /// once its head is ready (the body keeps streaming from the instance)
+    /// and the startup figures if a new instance was started.
+    pub(crate) async fn serve(
+        self: &Arc<Self>,
+        req: http::Request<Body>,
+    ) -> Result<(http::Response<Body>, Option<Started>), RuntimeError> {
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| RuntimeError::Load {
+                script_id: self.script_id.to_string(),
+                message: "Worker is shutting down".into(),
+            })?;
+        let (inst, started) = match self.take_idle() {
+            Some(i) => (i, None),
+            None => {
+                let (i, s) = self.start_instance().await?;
+                (i, Some(s))
+            }
+        };
+        let me = self.clone();
+        let on_done: OnDone = Box::new(move |r| {
+            match r {
+                Ok(inst) => me.put_idle(inst),
+                Err(e) => {
+                    let c = match e {
+                        RuntimeError::CpuExceeded { .. } => &me.stats.cpu_kills,
+                        RuntimeError::MemoryExceeded { .. } => &me.stats.memory_kills,
+                        _ => &me.stats.traps,
+                    };
+                    Stats::bump(c);
+                    tracing::warn!(script = %me.script_id, error = %e, "request failed; instance discarded");
+                }
+            }
+            drop(permit);
+        });
+        let (mut task, mut rx) = inst.invoke(self.script_id.clone(), req, self.limits, on_done)?;
+        let resp = tokio::select! {
+            biased;
+            r = &mut rx => match r {
+                Ok(r) => r,
+                Err(_) => return Err(self.finished_without_response(task.await)),
+            },
+            j = &mut task => match rx.try_recv() {
+                Ok(r) => r,
+                Err(_) => return Err(self.finished_without_response(j)),
+            },
+        };
+        let resp = resp.map_err(|code| RuntimeError::Trap {
+            script_id: self.script_id.to_string(),
+            message: format!("Worker answered with error code {code:?}"),
+        })?;
+        Ok((
+            resp.map(|b| b.map_err(|e| Box::new(e) as BoxError).boxed_unsync()),
+            started,
+        ))
+    }
+
+    fn finished_without_response(
+        &self,
+        j: Result<crate::instance::InvokeOutcome, tokio::task::JoinError>,
+    ) -> RuntimeError {
+        match j {
+            Ok(out) => match out.result {
+                Err(e) => e,
+                Ok(()) => RuntimeError::NoResponse(self.script_id.to_string()),
+            },
+            Err(e) => RuntimeError::Trap {
+                script_id: self.script_id.to_string(),
+                message: format!("host task failed: {e}"),
+            },
+        }
+    }
+}
+
+/// Links `component` against the WASI + wasi:http linker, with a clear
+/// message naming what is missing when it imports something hearth does not
+/// provide.
+pub(crate) fn link(linker: &Linker<Host>, component: &Component) -> Result<ProxyPre<Host>, String> {
+    let ipre = linker
+        .instantiate_pre(component)
+        .map_err(|e| format!("{e:#}"))?;
+    ProxyPre::new(ipre).map_err(|e| format!("{e:#}"))
+}

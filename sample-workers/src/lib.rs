@@ -1,0 +1,115 @@
+//! # hearth-sample-workers
+//!
+//! hearth's sample Workers, built from source into real **wasi:http proxy
+//! components** (`wasm32-wasip2`, exporting `wasi:http/incoming-handler@0.2.x`)
+//! by this crate's build script, and where to find them.
+//!
+//! ## How they are built
+//!
+//! The Worker sources are a separate guest workspace,
+//! `sample-workers/workers/` (one `cdylib` crate per Worker; most use the
+//! guest SDK `sdk/`, crate `hearth-sdk`). `build.rs`:
+//!
+//! 1. checks that the active toolchain has the `wasm32-wasip2` standard
+//!    library (`rustc --print sysroot` + `lib/rustlib/wasm32-wasip2`), and if
+//!    not runs `rustup target add wasm32-wasip2 --toolchain <active>`
+//!    (`RUSTUP_AUTO_INSTALL=0` means `rust-toolchain.toml`'s `targets` is not
+//!    installed by itself); if that fails the build stops saying what to run;
+//! 2. runs a nested `cargo build --release --target wasm32-wasip2` of the guest
+//!    workspace with its own stable target dir, `sample-workers/workers/target`
+//!    (so rebuilds are incremental, and never contend with the host target
+//!    dir's lock), removing the outer cargo's variables that would break it
+//!    (`CARGO_TARGET_DIR`, `RUSTFLAGS`, `CARGO_ENCODED_RUSTFLAGS`,
+//!    `CARGO_BUILD_TARGET`, `CARGO_MAKEFLAGS`, `RUSTC_WORKSPACE_WRAPPER`,
+//!    `CARGO_PROFILE_*`, `CARGO_PKG_*`, ...);
+//! 3. copies each component to **`sample-workers/workers/target/hearth-samples/<name>.wasm`**
+//!    ([`dir`]) and records the absolute paths for this crate.
+//!
+//! It reruns when a guest source, manifest or lock file, or the SDK changes,
+//! or when a copied component is deleted. Nothing is checked in: tests and
+//! the demo always use freshly built components.
+//!
+//! ## The Workers ([`NAMES`])
+//!
+//! | name | behaviour |
+//! | --- | --- |
+//! | `hello` | 200 `hello from <script-id>` (env `HEARTH_SCRIPT_ID`, else `unknown`) |
+//! | `echo` | streams the request body back (4 KiB chunks, constant memory); every request header `h` comes back as `x-echo-h` |
+//! | `big` | 5.5 MiB of incompressible data + 4096 generated functions (~1 MB of code); gzip size ~5.9 MiB; 200 with a checksum of a path-selected slice |
+//! | `slow-start` | burns ~1 s of CPU at instantiation (`_initialize`, see below), then 200 `ready` (with header `x-init-hash`) |
+//! | `cpu-hog` | loops forever on the CPU |
+//! | `mem-hog` | allocates and touches 1 MiB blocks without bound |
+//! | `trap` | panics (traps) before setting a response |
+//! | `wstd-hello` | a plain `wstd` component (no hearth-sdk): 200 `hello from wstd` |
+//!
+//! ## Startup work (`slow-start`)
+//!
+//! `slow-start` burns ~1 s of CPU while the component is being
+//! **instantiated**, not in its handler. It does so the standard way: its core
+//! module exports `_initialize` (via `hearth_sdk::init!`, in `sdk/`), and wit-component
+//! (run by `wasm-component-ld`, rustc's linker for `wasm32-wasip2`) then adds
+//! a tiny core module whose `start` section calls `_initialize`, instantiated
+//! last in the component. So `_initialize` runs inside wasmtime's
+//! `InstancePre::instantiate_async` / `ProxyPre::instantiate_async`, before any
+//! export can be called, and a host needs no hearth-specific call: it must
+//! only apply its startup CPU budget (epoch deadline or fuel) *before* it
+//! instantiates, and treat an interrupt/trap there as a startup failure.
+//! Without `_initialize`, a Rust component runs no guest code at
+//! instantiation (static constructors run lazily in the first export call).
+//!
+//! ## Example
+//!
+//! ```no_run
+//! let wasm = hearth_sample_workers::bytes("hello")?;
+//! assert!(wasm.starts_with(b"\0asm"));
+//! for name in hearth_sample_workers::NAMES {
+//!     println!("{name}: {}", hearth_sample_workers::path(name).unwrap().display());
+//! }
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+
+use std::path::Path;
+
+include!(concat!(env!("OUT_DIR"), "/paths.rs"));
+
+/// The absolute path of the component for the sample Worker `name`, or
+/// `None` if there is no such sample.
+///
+/// The file exists once this crate is built (its build script builds it),
+/// unless it was deleted since.
+pub fn path(name: &str) -> Option<&'static Path> {
+    PATHS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, p)| Path::new(*p))
+}
+
+/// The component bytes of the sample Worker `name`.
+///
+/// Fails with [`std::io::ErrorKind::NotFound`] for an unknown name, or with
+/// the read error of the file.
+pub fn bytes(name: &str) -> std::io::Result<Vec<u8>> {
+    match path(name) {
+        Some(p) => std::fs::read(p),
+        None => Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!(
+                "no sample Worker named {name:?} (known: {})",
+                NAMES.join(", ")
+            ),
+        )),
+    }
+}
+
+/// The directory holding every sample component, as `<name>.wasm`:
+/// `sample-workers/workers/target/hearth-samples/` (absolute).
+pub fn dir() -> &'static Path {
+    Path::new(DIR)
+}
+
+/// Every sample Worker as `(name, absolute path)`, in [`NAMES`] order.
+pub fn all() -> impl Iterator<Item = (&'static str, &'static Path)> {
+    PATHS.iter().map(|(n, p)| (*n, Path::new(*p)))
+}
