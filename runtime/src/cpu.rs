@@ -148,7 +148,10 @@ mod tests {
         .await;
         let used = meter.used();
         assert!(used >= Duration::from_millis(20), "{used:?}");
-        assert!(used < Duration::from_millis(90), "sleep was charged: {used:?}");
+        assert!(
+            used < Duration::from_millis(90),
+            "sleep was charged: {used:?}"
+        );
         assert!(meter.check().is_err());
     }
 }

@@ -236,7 +236,6 @@ impl<K: Hash + Eq + Clone, V> Residency<K, V> {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

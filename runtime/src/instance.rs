@@ -10,13 +10,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime::component::ComponentExportIndex;
 use wasmtime::{Engine, Store, UpdateDeadline};
 use wasmtime_wasi_http::WasiHttpView;
+use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
+use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
-use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;
 
 use crate::body::Body;
 use crate::cpu::{CpuExceeded, Metered};
@@ -94,10 +94,7 @@ impl Instance {
         let mut store = Store::new(engine, Host::new(script_id, limits.memory));
         store.limiter(|h| &mut h.memory);
         store.epoch_deadline_callback(|ctx| {
-            ctx.data()
-                .meter
-                .check()
-                .map_err(wasmtime::Error::new)?;
+            ctx.data().meter.check().map_err(wasmtime::Error::new)?;
             Ok(UpdateDeadline::Yield(1))
         });
         store.set_epoch_deadline(1);
@@ -170,7 +167,11 @@ impl Instance {
         self.store.set_epoch_deadline(1);
         let task = tokio::spawn(async move {
             let handler = self.proxy.wasi_http_incoming_handler();
-            let result = Metered::new(handler.call_handle(&mut self.store, req, out), meter.clone()).await;
+            let result = Metered::new(
+                handler.call_handle(&mut self.store, req, out),
+                meter.clone(),
+            )
+            .await;
             let cpu = meter.used();
             match result {
                 Ok(()) => {
@@ -178,7 +179,10 @@ impl Instance {
                     self.idle_since = Instant::now();
                     self.reaccount();
                     on_done(Ok(self));
-                    InvokeOutcome { result: Ok(()), cpu }
+                    InvokeOutcome {
+                        result: Ok(()),
+                        cpu,
+                    }
                 }
                 Err(e) => {
                     let hit = self.store.data().memory.hit;
@@ -187,7 +191,10 @@ impl Instance {
                     // the guest never used it, which wakes the waiter.
                     drop(self);
                     on_done(Err(&err));
-                    InvokeOutcome { result: Err(err), cpu }
+                    InvokeOutcome {
+                        result: Err(err),
+                        cpu,
+                    }
                 }
             }
         });
@@ -197,9 +204,11 @@ impl Instance {
     fn reaccount(&mut self) {
         let now = self.store.data().memory.bytes();
         if now >= self.accounted {
-            self.counter.fetch_add(now - self.accounted, Ordering::Relaxed);
+            self.counter
+                .fetch_add(now - self.accounted, Ordering::Relaxed);
         } else {
-            self.counter.fetch_sub(self.accounted - now, Ordering::Relaxed);
+            self.counter
+                .fetch_sub(self.accounted - now, Ordering::Relaxed);
         }
         self.accounted = now;
     }

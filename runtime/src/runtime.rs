@@ -98,7 +98,10 @@ impl Runtime {
     }
 
     /// A runtime over any [`ScriptStore`].
-    pub fn with_store(config: RuntimeConfig, store: Arc<dyn ScriptStore>) -> Result<Self, ConfigError> {
+    pub fn with_store(
+        config: RuntimeConfig,
+        store: Arc<dyn ScriptStore>,
+    ) -> Result<Self, ConfigError> {
         config.free.validate()?;
         config.paid.validate()?;
         let engine = build_engine(&config)?;
@@ -186,9 +189,7 @@ impl Runtime {
         validate_component(source)?;
         let hash = blake3::hash(source).to_hex().to_string();
         let t = Instant::now();
-        let (component, code_source) = self
-            .compile(&hash, source)
-            .map_err(DeployError::Compile)?;
+        let (component, code_source) = self.compile(&hash, source).map_err(DeployError::Compile)?;
         link(&self.inner.linker, &component).map_err(DeployError::Compile)?;
         let compile_time = t.elapsed();
         let meta = ScriptMeta {
@@ -303,10 +304,17 @@ impl Runtime {
 
     /// Script IDs resident now, least recently used first.
     pub fn resident(&self) -> Vec<String> {
-        lock(&self.inner.resident).keys_lru_first().cloned().collect()
+        lock(&self.inner.resident)
+            .keys_lru_first()
+            .cloned()
+            .collect()
     }
 
-    async fn load(&self, script_id: &str, timing: &mut Timing) -> Result<Arc<Worker>, RuntimeError> {
+    async fn load(
+        &self,
+        script_id: &str,
+        timing: &mut Timing,
+    ) -> Result<Arc<Worker>, RuntimeError> {
         let load_err = |message: String| RuntimeError::Load {
             script_id: script_id.into(),
             message,
@@ -325,10 +333,11 @@ impl Runtime {
         let t = Instant::now();
         let rt = self.clone();
         let hash = meta.hash.clone();
-        let (component, code_source) = tokio::task::spawn_blocking(move || rt.compile(&hash, &source))
-            .await
-            .map_err(|e| load_err(e.to_string()))?
-            .map_err(load_err)?;
+        let (component, code_source) =
+            tokio::task::spawn_blocking(move || rt.compile(&hash, &source))
+                .await
+                .map_err(|e| load_err(e.to_string()))?
+                .map_err(load_err)?;
         timing.compile = Some(t.elapsed());
         timing.code_source = Some(code_source);
         let limits = *self.inner.config.limits(meta.plan);
@@ -347,7 +356,11 @@ impl Runtime {
 
     /// Returns the resident Worker, or loads it (once, however many requests
     /// wait for it) and makes it resident.
-    async fn worker(&self, script_id: &str, timing: &mut Timing) -> Result<(Arc<Worker>, Start), RuntimeError> {
+    async fn worker(
+        &self,
+        script_id: &str,
+        timing: &mut Timing,
+    ) -> Result<(Arc<Worker>, Start), RuntimeError> {
         let now = self.now_ms();
         if let Some(w) = lock(&self.inner.resident).get(&script_id.to_string(), now) {
             return Ok((w.clone(), Start::Warm));
@@ -361,7 +374,12 @@ impl Runtime {
             .get_or_try_init(|| async {
                 loaded_here = true;
                 let w = self.load(script_id, timing).await?;
-                let ev = lock(&self.inner.resident).insert(script_id.to_string(), w.clone(), w.bytes(), self.now_ms());
+                let ev = lock(&self.inner.resident).insert(
+                    script_id.to_string(),
+                    w.clone(),
+                    w.bytes(),
+                    self.now_ms(),
+                );
                 self.count(ev);
                 Ok::<_, RuntimeError>(w)
             })
@@ -369,7 +387,10 @@ impl Runtime {
             .cloned();
         if loaded_here || result.is_ok() {
             let mut loading = lock(&self.inner.loading);
-            if loading.get(script_id).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+            if loading
+                .get(script_id)
+                .is_some_and(|c| Arc::ptr_eq(c, &cell))
+            {
                 loading.remove(script_id);
             }
         }
@@ -377,10 +398,19 @@ impl Runtime {
     }
 
     /// Serves `req` with Worker `script_id`.
-    pub async fn handle(&self, script_id: &str, req: http::Request<Body>) -> Result<Served, RuntimeError> {
+    pub async fn handle(
+        &self,
+        script_id: &str,
+        req: http::Request<Body>,
+    ) -> Result<Served, RuntimeError> {
         let inner = &self.inner;
         Stats::bump(&inner.stats.requests);
-        if self.now_ms().saturating_sub(inner.last_sweep_ms.load(std::sync::atomic::Ordering::Relaxed)) > 1000 {
+        if self.now_ms().saturating_sub(
+            inner
+                .last_sweep_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
+        ) > 1000
+        {
             self.sweep_idle();
         }
         let mut timing = Timing::default();

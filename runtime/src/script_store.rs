@@ -109,12 +109,14 @@ impl DirStore {
 
     fn read_meta(path: &Path) -> Result<Option<ScriptMeta>, StoreError> {
         match fs::read(path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| StoreError::Corrupt {
-                    path: path.to_path_buf(),
-                    message: e.to_string(),
-                }),
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|e| StoreError::Corrupt {
+                        path: path.to_path_buf(),
+                        message: e.to_string(),
+                    })
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io(path)(e)),
         }
@@ -199,7 +201,10 @@ mod tests {
         assert_eq!(store.list().expect("list").len(), 1);
         // Damage the blob: the store refuses to hand it out.
         fs::write(store.blob_path(&m.hash), b"evil").expect("write");
-        assert!(matches!(store.get("a"), Err(StoreError::HashMismatch { .. })));
+        assert!(matches!(
+            store.get("a"),
+            Err(StoreError::HashMismatch { .. })
+        ));
         assert!(store.get("missing").expect("get").is_none());
         assert!(store.get("../etc").expect("get").is_none());
     }

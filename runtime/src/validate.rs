@@ -94,10 +94,8 @@ mod tests {
 
     #[test]
     fn component_without_handler_lists_its_exports() {
-        let c = wat::parse_str(
-            r#"(component (import "f" (func $f)) (export "greet" (func $f)))"#,
-        )
-        .expect("wat");
+        let c = wat::parse_str(r#"(component (import "f" (func $f)) (export "greet" (func $f)))"#)
+            .expect("wat");
         match validate_component(&c) {
             Err(ValidationError::MissingHandler(names)) => assert_eq!(names, vec!["greet"]),
             other => panic!("expected MissingHandler, got {other:?}"),

@@ -149,15 +149,15 @@ impl Worker {
         self: &Arc<Self>,
         req: http::Request<Body>,
     ) -> Result<(http::Response<Body>, Option<Started>), RuntimeError> {
-        let permit = self
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| RuntimeError::Load {
-                script_id: self.script_id.to_string(),
-                message: "Worker is shutting down".into(),
-            })?;
+        let permit =
+            self.permits
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| RuntimeError::Load {
+                    script_id: self.script_id.to_string(),
+                    message: "Worker is shutting down".into(),
+                })?;
         let (inst, started) = match self.take_idle() {
             Some(i) => (i, None),
             None => {

@@ -29,7 +29,11 @@ fn get(id: &str) -> http::Request<Body> {
 async fn text(resp: http::Response<Body>) -> (http::StatusCode, http::HeaderMap, String) {
     let (parts, b) = resp.into_parts();
     let bytes = b.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
-    (parts.status, parts.headers, String::from_utf8_lossy(&bytes).into_owned())
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8_lossy(&bytes).into_owned(),
+    )
 }
 
 async fn call(rt: &Runtime, id: &str) -> (http::StatusCode, http::HeaderMap, String) {
@@ -44,14 +48,21 @@ fn header<'a>(h: &'a http::HeaderMap, name: &str) -> &'a str {
 async fn cold_then_warm_with_phases_in_server_timing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = Runtime::new(config(&dir)).expect("runtime");
-    rt.deploy("hello", Plan::Free, sample("hello")).await.expect("deploy");
+    rt.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
 
     let (status, h, body) = call(&rt, "hello").await;
     assert_eq!(status, 200);
     assert_eq!(body, "hello from hello");
     assert_eq!(header(&h, "x-hearth-start"), "cold");
     let timing = header(&h, "server-timing");
-    for phase in ["fetch;dur=", "compile;dur=", "instantiate;dur=", "handler;dur="] {
+    for phase in [
+        "fetch;dur=",
+        "compile;dur=",
+        "instantiate;dur=",
+        "handler;dur=",
+    ] {
         assert!(timing.contains(phase), "{phase} missing from {timing}");
     }
 
@@ -59,7 +70,10 @@ async fn cold_then_warm_with_phases_in_server_timing() {
     assert_eq!(status, 200);
     assert_eq!(header(&h, "x-hearth-start"), "warm");
     let timing = header(&h, "server-timing");
-    assert!(timing.starts_with("handler;dur="), "warm request reused its instance: {timing}");
+    assert!(
+        timing.starts_with("handler;dur="),
+        "warm request reused its instance: {timing}"
+    );
     assert!(!timing.contains("compile"));
 
     let s = rt.stats();
@@ -73,7 +87,9 @@ async fn cold_then_warm_with_phases_in_server_timing() {
 async fn concurrent_cold_requests_load_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = Runtime::new(config(&dir)).expect("runtime");
-    rt.deploy("hello", Plan::Free, sample("hello")).await.expect("deploy");
+    rt.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
     let compiles_at_deploy = rt.stats().compiles;
     let tasks: Vec<_> = (0..8)
         .map(|_| {
@@ -85,7 +101,11 @@ async fn concurrent_cold_requests_load_once() {
         assert_eq!(t.await.expect("task"), 200);
     }
     let s = rt.stats();
-    assert_eq!(s.artifact_loads + s.compiles - compiles_at_deploy, 1, "{s:?}");
+    assert_eq!(
+        s.artifact_loads + s.compiles - compiles_at_deploy,
+        1,
+        "{s:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -94,7 +114,10 @@ async fn unknown_script_is_404_with_clear_body() {
     let rt = Runtime::new(config(&dir)).expect("runtime");
     let (status, _, body) = call(&rt, "nobody").await;
     assert_eq!(status, 404);
-    assert!(body.contains("no Worker is deployed as \"nobody\""), "{body}");
+    assert!(
+        body.contains("no Worker is deployed as \"nobody\""),
+        "{body}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,12 +138,21 @@ async fn size_limit_is_per_plan_and_measured_compressed() {
                 limit,
             }
             .to_string();
-            assert!(msg.contains(&compressed.to_string()) && msg.contains("3145728"), "{msg}");
+            assert!(
+                msg.contains(&compressed.to_string()) && msg.contains("3145728"),
+                "{msg}"
+            );
         }
         other => panic!("big must be refused on free, got {other:?}"),
     }
-    assert!(rt.script_store().meta("big").expect("meta").is_none(), "nothing stored");
-    let report = rt.deploy("big", Plan::Paid, big).await.expect("big fits paid");
+    assert!(
+        rt.script_store().meta("big").expect("meta").is_none(),
+        "nothing stored"
+    );
+    let report = rt
+        .deploy("big", Plan::Paid, big)
+        .await
+        .expect("big fits paid");
     assert!(report.meta.compressed_size <= 10 << 20);
     let (status, _, _) = call(&rt, "big").await;
     assert_eq!(status, 200);
@@ -136,7 +168,8 @@ async fn bad_input_is_refused_with_the_reason() {
         Err(DeployError::Invalid(ValidationError::CoreModule))
     ));
     assert!(matches!(
-        rt.deploy("x", Plan::Free, b"#!/bin/sh\necho hi".to_vec()).await,
+        rt.deploy("x", Plan::Free, b"#!/bin/sh\necho hi".to_vec())
+            .await,
         Err(DeployError::Invalid(ValidationError::NotWasm))
     ));
     let mut truncated = sample("hello");
@@ -159,18 +192,29 @@ fn wasmtime_wat(src: &str) -> Vec<u8> {
 async fn startup_budget_kills_slow_start_and_retries_next_time() {
     let dir = tempfile::tempdir().expect("tempdir");
     // free keeps the default 400 ms; paid gets enough for slow-start's ~1 s.
-    let rt = Runtime::new(config(&dir).startup_cpu(Plan::Paid, Duration::from_secs(5))).expect("runtime");
-    rt.deploy("slow", Plan::Free, sample("slow-start")).await.expect("deploy");
-    rt.deploy("hello", Plan::Free, sample("hello")).await.expect("deploy");
+    let rt = Runtime::new(config(&dir).startup_cpu(Plan::Paid, Duration::from_secs(5)))
+        .expect("runtime");
+    rt.deploy("slow", Plan::Free, sample("slow-start"))
+        .await
+        .expect("deploy");
+    rt.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
     for attempt in 1..=2 {
         let (status, _, body) = call(&rt, "slow").await;
         assert_eq!(status, 503, "attempt {attempt}");
         assert!(body.contains("exceeded its startup CPU budget"), "{body}");
-        assert_eq!(rt.stats().startup_failures, attempt, "each request tried again");
+        assert_eq!(
+            rt.stats().startup_failures,
+            attempt,
+            "each request tried again"
+        );
     }
     assert_eq!(call(&rt, "hello").await.0, 200, "the node keeps serving");
 
-    rt.deploy("slow", Plan::Paid, sample("slow-start")).await.expect("redeploy on paid");
+    rt.deploy("slow", Plan::Paid, sample("slow-start"))
+        .await
+        .expect("redeploy on paid");
     let (status, h, _) = call(&rt, "slow").await;
     assert_eq!(status, 200);
     assert!(header(&h, "server-timing").contains("instantiate;dur="));
@@ -181,15 +225,22 @@ async fn cpu_hog_is_stopped_near_its_limit() {
     let dir = tempfile::tempdir().expect("tempdir");
     let limit = Duration::from_millis(300);
     let rt = Runtime::new(config(&dir).request_cpu(Plan::Free, limit)).expect("runtime");
-    rt.deploy("hog", Plan::Free, sample("cpu-hog")).await.expect("deploy");
-    rt.deploy("hello", Plan::Free, sample("hello")).await.expect("deploy");
+    rt.deploy("hog", Plan::Free, sample("cpu-hog"))
+        .await
+        .expect("deploy");
+    rt.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
     let served = rt.handle("hog", get("hog")).await;
     match served {
         Err(hearth_runtime::RuntimeError::CpuExceeded { used, budget, .. }) => {
             assert_eq!(budget, limit);
             assert!(used > limit, "{used:?}");
             // CPU time, not wall time: the overshoot is about one epoch tick.
-            assert!(used < limit + Duration::from_millis(100), "stopped late: {used:?}");
+            assert!(
+                used < limit + Duration::from_millis(100),
+                "stopped late: {used:?}"
+            );
         }
         Err(e) => panic!("expected CpuExceeded, got {e}"),
         Ok(_) => panic!("cpu-hog must not finish"),
@@ -205,12 +256,21 @@ async fn cpu_hog_is_stopped_near_its_limit() {
 async fn mem_hog_fails_its_allocation_and_trap_is_500() {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = Runtime::new(config(&dir).memory_limit(Plan::Free, 32 << 20)).expect("runtime");
-    rt.deploy("mem", Plan::Free, sample("mem-hog")).await.expect("deploy");
-    rt.deploy("trap", Plan::Free, sample("trap")).await.expect("deploy");
-    rt.deploy("hello", Plan::Free, sample("hello")).await.expect("deploy");
+    rt.deploy("mem", Plan::Free, sample("mem-hog"))
+        .await
+        .expect("deploy");
+    rt.deploy("trap", Plan::Free, sample("trap"))
+        .await
+        .expect("deploy");
+    rt.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
     let (status, _, body) = call(&rt, "mem").await;
     assert_eq!(status, 503);
-    assert!(body.contains("exceeded its memory limit of 33554432 bytes"), "{body}");
+    assert!(
+        body.contains("exceeded its memory limit of 33554432 bytes"),
+        "{body}"
+    );
     let (status, _, body) = call(&rt, "trap").await;
     assert_eq!(status, 500);
     assert!(body.contains("Worker trap failed"), "{body}");
@@ -227,13 +287,18 @@ async fn mem_hog_fails_its_allocation_and_trap_is_500() {
 async fn eviction_under_pressure_is_counted_and_then_cold() {
     let dir = tempfile::tempdir().expect("tempdir");
     let probe = Runtime::new(config(&dir)).expect("runtime");
-    probe.deploy("a", Plan::Free, sample("hello")).await.expect("deploy");
+    probe
+        .deploy("a", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
     call(&probe, "a").await;
     let one = probe.stats().resident_bytes;
     drop(probe);
     // Room for one hello and a half: the second evicts the first.
     let rt = Runtime::new(config(&dir).memory_budget(one * 3 / 2)).expect("runtime");
-    rt.deploy("b", Plan::Free, sample("hello")).await.expect("deploy");
+    rt.deploy("b", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
     assert_eq!(header(&call(&rt, "a").await.1, "x-hearth-start"), "cold");
     assert_eq!(header(&call(&rt, "b").await.1, "x-hearth-start"), "cold");
     let s = rt.stats();
@@ -247,7 +312,9 @@ async fn eviction_under_pressure_is_counted_and_then_cold() {
 async fn idle_workers_are_evicted() {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = Runtime::new(config(&dir).idle_timeout(Duration::ZERO)).expect("runtime");
-    rt.deploy("hello", Plan::Free, sample("hello")).await.expect("deploy");
+    rt.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
     call(&rt, "hello").await;
     assert_eq!(rt.sweep_idle(), 1);
     assert_eq!(rt.stats().evicted_idle, 1);
@@ -258,23 +325,42 @@ async fn idle_workers_are_evicted() {
 async fn redeploy_replaces_and_failed_redeploy_keeps_old_version() {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = Runtime::new(config(&dir)).expect("runtime");
-    rt.deploy("app", Plan::Free, sample("hello")).await.expect("deploy");
+    rt.deploy("app", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
     assert_eq!(call(&rt, "app").await.2, "hello from app");
-    rt.deploy("app", Plan::Free, sample("wstd-hello")).await.expect("redeploy");
+    rt.deploy("app", Plan::Free, sample("wstd-hello"))
+        .await
+        .expect("redeploy");
     let (status, h, body) = call(&rt, "app").await;
     assert_eq!((status.as_u16(), body.as_str()), (200, "hello from wstd"));
-    assert_eq!(header(&h, "x-hearth-start"), "cold", "the old version was dropped");
+    assert_eq!(
+        header(&h, "x-hearth-start"),
+        "cold",
+        "the old version was dropped"
+    );
     assert_eq!(rt.stats().evicted_replaced, 1);
-    assert!(rt.deploy("app", Plan::Free, b"\0asm garbage".to_vec()).await.is_err());
+    assert!(
+        rt.deploy("app", Plan::Free, b"\0asm garbage".to_vec())
+            .await
+            .is_err()
+    );
     assert!(rt.deploy("app", Plan::Free, sample("big")).await.is_err());
-    assert_eq!(call(&rt, "app").await.2, "hello from wstd", "failed deploys change nothing");
+    assert_eq!(
+        call(&rt, "app").await.2,
+        "hello from wstd",
+        "failed deploys change nothing"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn artifacts_are_reused_across_restarts_and_tampering_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = Runtime::new(config(&dir)).expect("runtime");
-    let report = rt.deploy("hello", Plan::Free, sample("hello")).await.expect("deploy");
+    let report = rt
+        .deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
     drop(rt);
 
     // A restarted node loads the artifact instead of compiling.
@@ -285,7 +371,10 @@ async fn artifacts_are_reused_across_restarts_and_tampering_is_refused() {
     drop(rt);
 
     // Tamper with it: the MAC fails, it is discarded and the source compiled.
-    let path = Runtime::new(config(&dir)).expect("runtime").artifacts().path(&report.meta.hash);
+    let path = Runtime::new(config(&dir))
+        .expect("runtime")
+        .artifacts()
+        .path(&report.meta.hash);
     let mut bytes = std::fs::read(&path).expect("artifact");
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;
@@ -293,7 +382,10 @@ async fn artifacts_are_reused_across_restarts_and_tampering_is_refused() {
     let rt = Runtime::new(config(&dir)).expect("runtime");
     assert_eq!(call(&rt, "hello").await.2, "hello from hello");
     let s = rt.stats();
-    assert_eq!((s.artifacts_rejected, s.artifact_loads, s.compiles), (1, 0, 1));
+    assert_eq!(
+        (s.artifacts_rejected, s.artifact_loads, s.compiles),
+        (1, 0, 1)
+    );
     drop(rt);
 
     // An artifact made under another cluster's key is foreign: refused too.
@@ -306,7 +398,9 @@ async fn artifacts_are_reused_across_restarts_and_tampering_is_refused() {
 async fn plain_wstd_component_runs() {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = Runtime::new(config(&dir)).expect("runtime");
-    rt.deploy("plain", Plan::Free, sample("wstd-hello")).await.expect("deploy");
+    rt.deploy("plain", Plan::Free, sample("wstd-hello"))
+        .await
+        .expect("deploy");
     let (status, _, body) = call(&rt, "plain").await;
     assert_eq!((status.as_u16(), body.as_str()), (200, "hello from wstd"));
 }
@@ -315,7 +409,9 @@ async fn plain_wstd_component_runs() {
 async fn echo_streams_ten_megabytes_and_headers() {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = Runtime::new(config(&dir)).expect("runtime");
-    rt.deploy("echo", Plan::Free, sample("echo")).await.expect("deploy");
+    rt.deploy("echo", Plan::Free, sample("echo"))
+        .await
+        .expect("deploy");
     let payload: Vec<u8> = (0..10_000_000u32).map(|i| (i % 251) as u8).collect();
     // Stream the request body in 64 KiB frames.
     let chunks: Vec<Result<http_body::Frame<Bytes>, hearth_runtime::BoxError>> = payload
@@ -339,7 +435,9 @@ async fn echo_streams_ten_megabytes_and_headers() {
 async fn fresh_per_request_policy_starts_an_instance_each_time() {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = Runtime::new(config(&dir).reuse(ReusePolicy::fresh_per_request())).expect("runtime");
-    rt.deploy("hello", Plan::Free, sample("hello")).await.expect("deploy");
+    rt.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
     for _ in 0..3 {
         assert_eq!(call(&rt, "hello").await.0, 200);
     }

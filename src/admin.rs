@@ -1,0 +1,131 @@
+//! The admin API of a node (token-protected, except `/metrics` and
+//! `/healthz`):
+//!
+//! | method | path                          | what                          |
+//! |--------|-------------------------------|-------------------------------|
+//! | PUT    | `/v1/scripts/{id}?plan=free`  | deploy the body as Worker `id` |
+//! | GET    | `/v1/scripts`                 | list deployed scripts          |
+//! | POST   | `/v1/scripts/{id}/evict`      | evict `id` from this node      |
+//! | GET    | `/v1/stats`                   | runtime counters (JSON)        |
+//! | GET    | `/metrics`                    | Prometheus metrics             |
+//! | GET    | `/healthz`                    | `ok`                           |
+
+use http::{Method, StatusCode};
+
+use hearth_runtime::body::Body;
+use hearth_runtime::{DeployError, Plan};
+
+use crate::http_util::{json, text};
+use crate::node::Node;
+
+/// The largest upload accepted, raw (the plan limit applies compressed).
+pub const MAX_UPLOAD: usize = 64 << 20;
+
+/// Handles one admin request.
+pub async fn handle(
+    node: Node,
+    token: std::sync::Arc<str>,
+    req: http::Request<Body>,
+) -> http::Response<Body> {
+    let path = req.uri().path().to_string();
+    let method = req.method().clone();
+    match (&method, path.as_str()) {
+        (&Method::GET, "/healthz") => return text(StatusCode::OK, "ok\n"),
+        (&Method::GET, "/metrics") => {
+            let mut r = text(StatusCode::OK, node.metrics().render());
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            );
+            return r;
+        }
+        _ => {}
+    }
+    let authorized = req
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()));
+    if !authorized {
+        return text(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong admin token (Authorization: Bearer …)\n",
+        );
+    }
+    let segments: Vec<String> = path
+        .trim_matches('/')
+        .split('/')
+        .map(str::to_owned)
+        .collect();
+    let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let route = match (&method, segments.as_slice()) {
+        (&Method::GET, ["v1", "stats"]) => Route::Stats,
+        (&Method::GET, ["v1", "scripts"]) => Route::List,
+        (&Method::POST, ["v1", "scripts", id, "evict"]) => Route::Evict(id.to_string()),
+        (&Method::PUT | &Method::POST, ["v1", "scripts", id]) => Route::Deploy(id.to_string()),
+        _ => {
+            return text(
+                StatusCode::NOT_FOUND,
+                format!("no admin route {method} {path}\n"),
+            );
+        }
+    };
+    match route {
+        Route::Stats => json(StatusCode::OK, &node.runtime().stats()),
+        Route::List => match node.runtime().script_store().list() {
+            Ok(list) => json(StatusCode::OK, &list),
+            Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+        },
+        Route::Evict(id) => {
+            let was = node.runtime().evict(&id);
+            json(
+                StatusCode::OK,
+                &serde_json::json!({ "script_id": id, "evicted": was }),
+            )
+        }
+        Route::Deploy(id) => {
+            let plan = match query_param(req.uri(), "plan").map(|p| p.parse::<Plan>()) {
+                None => Plan::Free,
+                Some(Ok(p)) => p,
+                Some(Err(e)) => return text(StatusCode::BAD_REQUEST, format!("{e}\n")),
+            };
+            let bytes = match crate::http_util::read_limited(req.into_body(), MAX_UPLOAD).await {
+                Ok(b) => b,
+                Err(e) => return text(StatusCode::PAYLOAD_TOO_LARGE, format!("{e}\n")),
+            };
+            match node.runtime().deploy(&id, plan, bytes).await {
+                Ok(report) => json(StatusCode::OK, &report),
+                Err(e) => {
+                    let status = match e {
+                        DeployError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                        DeployError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+                        _ => StatusCode::UNPROCESSABLE_ENTITY,
+                    };
+                    text(status, format!("{e}\n"))
+                }
+            }
+        }
+    }
+}
+
+enum Route {
+    Stats,
+    List,
+    Evict(String),
+    Deploy(String),
+}
+
+fn query_param<'a>(uri: &'a http::Uri, name: &str) -> Option<&'a str> {
+    uri.query()?
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

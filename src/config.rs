@@ -1,0 +1,140 @@
+//! The TOML configuration of `hearth serve` (every field optional; flags
+//! override the file).
+//!
+//! ```toml
+//! node_id = "node-1"
+//! listen = "127.0.0.1:8080"
+//! admin = "127.0.0.1:8081"
+//! store = "./hearth-store"
+//! admin_token = "…"          # generated and saved in the store if absent
+//! memory_budget_mb = 1024
+//! idle_timeout_s = 300
+//!
+//! [plans.free]               # any field of a plan may be given
+//! max_script_size = 3145728  # bytes, gzip-compressed
+//! startup_cpu = 400          # ms
+//! request_cpu = 30000        # ms
+//! memory = 134217728         # bytes
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use hearth_runtime::{Plan, PlanLimits, RuntimeConfig};
+
+/// Partial plan limits from a config file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanOverrides {
+    /// Bytes, gzip-compressed.
+    pub max_script_size: Option<u64>,
+    /// Milliseconds of CPU.
+    pub startup_cpu: Option<u64>,
+    /// Milliseconds of CPU.
+    pub request_cpu: Option<u64>,
+    /// Bytes.
+    pub memory: Option<u64>,
+}
+
+/// Per-plan overrides.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plans {
+    /// The free plan.
+    #[serde(default)]
+    pub free: PlanOverrides,
+    /// The paid plan.
+    #[serde(default)]
+    pub paid: PlanOverrides,
+}
+
+/// A node's configuration file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// The node's ID (default `node-1`).
+    pub node_id: Option<String>,
+    /// HTTP listener for Worker traffic.
+    pub listen: Option<SocketAddr>,
+    /// Admin listener.
+    pub admin: Option<SocketAddr>,
+    /// Script store directory.
+    pub store: Option<PathBuf>,
+    /// Admin API token.
+    pub admin_token: Option<String>,
+    /// Memory budget for warm Workers, MiB.
+    pub memory_budget_mb: Option<u64>,
+    /// Idle timeout, seconds.
+    pub idle_timeout_s: Option<u64>,
+    /// Plan limits.
+    #[serde(default)]
+    pub plans: Plans,
+}
+
+impl NodeConfig {
+    /// Reads and parses `path`.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read config {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("invalid config {}: {e}", path.display()))
+    }
+
+    /// Applies the file's runtime settings to `cfg`.
+    pub fn apply(&self, mut cfg: RuntimeConfig) -> RuntimeConfig {
+        if let Some(mb) = self.memory_budget_mb {
+            cfg = cfg.memory_budget(mb << 20);
+        }
+        if let Some(s) = self.idle_timeout_s {
+            cfg = cfg.idle_timeout(std::time::Duration::from_secs(s));
+        }
+        for (plan, o) in [
+            (Plan::Free, &self.plans.free),
+            (Plan::Paid, &self.plans.paid),
+        ] {
+            let mut l: PlanLimits = *cfg.limits(plan);
+            if let Some(v) = o.max_script_size {
+                l.max_script_size = v;
+            }
+            if let Some(v) = o.startup_cpu {
+                l.startup_cpu = std::time::Duration::from_millis(v);
+            }
+            if let Some(v) = o.request_cpu {
+                l.request_cpu = std::time::Duration::from_millis(v);
+            }
+            if let Some(v) = o.memory {
+                l.memory = v;
+            }
+            cfg = cfg.plan_limits(plan, l);
+        }
+        cfg
+    }
+}
+
+/// Reads the secret in `store/name`, creating a random one (mode 0600) on
+/// first use. Nodes sharing a store share it.
+pub fn store_secret(store: &Path, name: &str) -> anyhow::Result<[u8; 32]> {
+    use std::io::Write;
+    let path = store.join(name);
+    if let Ok(hex) = std::fs::read_to_string(&path) {
+        let bytes = blake3::Hash::from_hex(hex.trim())
+            .map_err(|e| anyhow::anyhow!("corrupt secret in {}: {e}", path.display()))?;
+        return Ok(*bytes.as_bytes());
+    }
+    std::fs::create_dir_all(store)?;
+    let key: [u8; 32] = rand::random();
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    match opts.open(&path) {
+        Ok(mut f) => {
+            f.write_all(blake3::Hash::from_bytes(key).to_hex().as_bytes())?;
+            Ok(key)
+        }
+        // Another node created it first: use theirs.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => store_secret(store, name),
+        Err(e) => Err(anyhow::anyhow!("cannot create {}: {e}", path.display())),
+    }
+}

@@ -1,0 +1,291 @@
+//! The `hearth` command: run a node, deploy Workers, and the tools.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use http_body_util::BodyExt;
+
+use hearth::config::{NodeConfig, store_secret};
+use hearth::node::{Node, script_id_from_host};
+use hearth::runtime::{Plan, Runtime, RuntimeConfig};
+
+#[derive(Parser)]
+#[command(
+    name = "hearth",
+    version,
+    about = "A WebAssembly Worker runtime with built-in sharding"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one node: Worker traffic on --listen, the admin API on --admin.
+    Serve {
+        /// Address for Worker traffic (routed by the first label of Host).
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+        /// Address of the admin API (deploys, stats, /metrics).
+        #[arg(long)]
+        admin: Option<SocketAddr>,
+        /// Script store directory.
+        #[arg(long)]
+        store: Option<PathBuf>,
+        /// TOML config file (flags override it).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Deploy a Worker, to a running node (--admin) or into a store (--store).
+    Deploy {
+        /// Script ID (a DNS label: the first label of the Host it serves).
+        #[arg(long)]
+        name: String,
+        /// Plan whose limits apply.
+        #[arg(long, default_value = "free")]
+        plan: Plan,
+        /// Admin URL of a running node, e.g. http://127.0.0.1:8081.
+        #[arg(long, conflicts_with = "store")]
+        admin: Option<String>,
+        /// Admin token (default: $HEARTH_ADMIN_TOKEN).
+        #[arg(long, env = "HEARTH_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Deploy straight into this store directory instead.
+        #[arg(long)]
+        store: Option<PathBuf>,
+        /// The component (.wasm) to deploy.
+        file: PathBuf,
+    },
+    /// List the sample Workers built with hearth, with their paths.
+    Samples,
+}
+
+fn main() -> std::process::ExitCode {
+    match real_main() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn real_main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("info,cranelift=warn,wasmtime=warn")
+            }),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(run(cli))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve {
+            listen,
+            admin,
+            store,
+            config,
+        } => {
+            let file = match config {
+                Some(p) => NodeConfig::load(&p)?,
+                None => NodeConfig::default(),
+            };
+            serve(file, listen, admin, store).await
+        }
+        Command::Deploy {
+            name,
+            plan,
+            admin,
+            token,
+            store,
+            file,
+        } => deploy(name, plan, admin, token, store, file).await,
+        Command::Samples => {
+            println!("sample Workers (built from sample-workers/ by cargo):");
+            for name in hearth_sample_workers::NAMES {
+                match hearth_sample_workers::path(name) {
+                    Some(p) => println!("  {name:<12} {}", p.display()),
+                    None => println!("  {name:<12} (not built)"),
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn serve(
+    file: NodeConfig,
+    listen: Option<SocketAddr>,
+    admin: Option<SocketAddr>,
+    store: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let listen = listen
+        .or(file.listen)
+        .unwrap_or_else(|| ([127, 0, 0, 1], 8080).into());
+    let admin = admin
+        .or(file.admin)
+        .unwrap_or_else(|| ([127, 0, 0, 1], 8081).into());
+    let store = store
+        .or(file.store.clone())
+        .unwrap_or_else(|| PathBuf::from("hearth-store"));
+    let key = store_secret(&store, "artifact.key")?;
+    let cfg = file.apply(RuntimeConfig::new(&store).artifact_key(key));
+    let runtime = Runtime::new(cfg)?;
+    let token: Arc<str> = match &file.admin_token {
+        Some(t) => t.as_str().into(),
+        None => admin_token(&store)?.into(),
+    };
+    let node = Node::new(
+        file.node_id.clone().unwrap_or_else(|| "node-1".into()),
+        runtime,
+    );
+    let http = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let adm = tokio::net::TcpListener::bind(admin)
+        .await
+        .with_context(|| format!("cannot listen on {admin}"))?;
+    println!(
+        "hearth node {} serving Workers on http://{listen} (http://<script>.localhost:{})",
+        node.id(),
+        listen.port()
+    );
+    println!("admin API on http://{admin} (store {})", store.display());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let n = node.clone();
+    let front = tokio::spawn(hearth::http_util::serve(
+        http,
+        move |req, _peer| {
+            let n = n.clone();
+            async move { front_door(n, req).await }
+        },
+        stopped(stop_rx.clone()),
+    ));
+    let n = node.clone();
+    let admin_srv = tokio::spawn(hearth::http_util::serve(
+        adm,
+        move |req, _peer| {
+            let (n, t) = (n.clone(), token.clone());
+            async move { hearth::admin::handle(n, t, req).await }
+        },
+        stopped(stop_rx),
+    ));
+    tokio::signal::ctrl_c().await?;
+    eprintln!("shutting down: finishing in-flight requests");
+    let _ = stop_tx.send(true);
+    let _ = front.await;
+    let _ = admin_srv.await;
+    Ok(())
+}
+
+/// Routes a front-door request to its Worker by the first label of Host.
+async fn front_door(
+    node: Node,
+    req: http::Request<hearth::runtime::Body>,
+) -> http::Response<hearth::runtime::Body> {
+    let host = req
+        .headers()
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned);
+    match host.as_deref().and_then(script_id_from_host) {
+        Some(id) => {
+            let id = id.to_string();
+            node.handle(&id, req).await
+        }
+        None => hearth::http_util::text(
+            http::StatusCode::NOT_FOUND,
+            "no Worker named: address a Worker as http://<script-id>.<domain>/ (e.g. hello.localhost)\n",
+        ),
+    }
+}
+
+/// The admin token in `store/admin.token`, generated and printed on first
+/// start.
+fn admin_token(store: &std::path::Path) -> anyhow::Result<String> {
+    let path = store.join("admin.token");
+    if let Ok(t) = std::fs::read_to_string(&path) {
+        return Ok(t.trim().to_string());
+    }
+    let key = store_secret(store, "admin.token")?;
+    let token = blake3::Hash::from_bytes(key).to_hex().to_string();
+    println!(
+        "generated admin token (saved in {}): {token}",
+        path.display()
+    );
+    Ok(token)
+}
+
+async fn deploy(
+    name: String,
+    plan: Plan,
+    admin: Option<String>,
+    token: Option<String>,
+    store: Option<PathBuf>,
+    file: PathBuf,
+) -> anyhow::Result<()> {
+    let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+    let report: serde_json::Value = match (admin, store) {
+        (Some(url), _) => {
+            let token = token.context(
+                "deploying to a node needs its admin token: --token or HEARTH_ADMIN_TOKEN",
+            )?;
+            let uri: http::Uri = format!(
+                "{}/v1/scripts/{name}?plan={plan}",
+                url.trim_end_matches('/')
+            )
+            .parse()
+            .context("invalid --admin URL")?;
+            let client =
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .build_http::<http_body_util::Full<bytes::Bytes>>();
+            let req = http::Request::put(uri)
+                .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
+                .body(http_body_util::Full::new(bytes::Bytes::from(bytes)))?;
+            let resp = client
+                .request(req)
+                .await
+                .context("cannot reach the admin API")?;
+            let status = resp.status();
+            let body = resp.into_body().collect().await?.to_bytes();
+            if !status.is_success() {
+                bail!(
+                    "deploy refused ({status}): {}",
+                    String::from_utf8_lossy(&body).trim()
+                );
+            }
+            serde_json::from_slice(&body)?
+        }
+        (None, Some(store)) => {
+            let key = store_secret(&store, "artifact.key")?;
+            let rt = Runtime::new(RuntimeConfig::new(&store).artifact_key(key))?;
+            serde_json::to_value(rt.deploy(&name, plan, bytes).await?)?
+        }
+        (None, None) => bail!("say where to deploy: --admin URL (a running node) or --store DIR"),
+    };
+    let meta = &report["meta"];
+    println!(
+        "deployed {name}: plan {}, {} bytes ({} gzip-compressed, limit {}), hash {}, compile {:.1} ms ({})",
+        meta["plan"].as_str().unwrap_or("?"),
+        meta["size"],
+        meta["compressed_size"],
+        report["limit"],
+        meta["hash"].as_str().unwrap_or("?"),
+        report["compile_time"].as_f64().unwrap_or(0.0),
+        report["code_source"].as_str().unwrap_or("?"),
+    );
+    Ok(())
+}

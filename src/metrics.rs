@@ -1,0 +1,199 @@
+//! Prometheus metrics of a node, served at `/metrics` on the admin listener.
+//!
+//! Request outcomes (by route and start) and the shard hop latency are
+//! recorded live; the runtime's counters and residency gauges are read at
+//! scrape time through a collector, so there is one source of truth for them.
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use hearth_runtime::Runtime;
+
+/// Labels of a served request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// local, home, sharded or fallback.
+    pub route: String,
+    /// cold, warm or error.
+    pub start: String,
+}
+
+/// A node's live metrics.
+pub struct Metrics {
+    registry: Registry,
+    /// Requests by route and start.
+    pub requests: Family<RequestLabels, Counter>,
+    /// Refusals this node sent as a home.
+    pub refusals_sent: Counter,
+    /// Refusals this node received from homes.
+    pub refusals_received: Counter,
+    /// Latency of the shard hop, seconds.
+    pub hop_latency: Histogram,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+struct RuntimeCollector(Runtime);
+
+impl std::fmt::Debug for RuntimeCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RuntimeCollector")
+    }
+}
+
+impl Collector for RuntimeCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = self.0.stats();
+        let counters = [
+            (
+                "hearth_cold_starts",
+                "Requests that loaded their Worker",
+                s.cold,
+            ),
+            (
+                "hearth_warm_requests",
+                "Requests that found their Worker resident",
+                s.warm,
+            ),
+            (
+                "hearth_startup_failures",
+                "Instances that failed to start",
+                s.startup_failures,
+            ),
+            (
+                "hearth_cpu_limit_kills",
+                "Requests stopped at the CPU limit",
+                s.cpu_kills,
+            ),
+            (
+                "hearth_memory_limit_kills",
+                "Requests stopped at the memory limit",
+                s.memory_kills,
+            ),
+            ("hearth_traps", "Requests whose Worker trapped", s.traps),
+            (
+                "hearth_compiles",
+                "Components compiled from source",
+                s.compiles,
+            ),
+            (
+                "hearth_artifact_loads",
+                "Components loaded from artifacts",
+                s.artifact_loads,
+            ),
+            (
+                "hearth_artifacts_rejected",
+                "Artifacts refused and recompiled",
+                s.artifacts_rejected,
+            ),
+        ];
+        for (name, help, v) in counters {
+            let c = ConstCounter::new(v);
+            c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)?;
+        }
+        let c = ConstCounter::new(0u64);
+        let mut fam = enc.encode_descriptor(
+            "hearth_evictions",
+            "Evictions by cause",
+            None,
+            c.metric_type(),
+        )?;
+        for (cause, v) in [
+            ("pressure", s.evicted_pressure),
+            ("idle", s.evicted_idle),
+            ("replaced", s.evicted_replaced),
+            ("manual", s.evicted_manual),
+        ] {
+            ConstCounter::new(v).encode(fam.encode_family(&[("cause", cause)])?)?;
+        }
+        drop(fam);
+        for (name, help, v) in [
+            (
+                "hearth_resident_workers",
+                "Workers resident now",
+                s.resident_workers as i64,
+            ),
+            (
+                "hearth_resident_bytes",
+                "Bytes accounted to resident Workers",
+                s.resident_bytes as i64,
+            ),
+        ] {
+            let g = ConstGauge::new(v);
+            g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)?;
+        }
+        Ok(())
+    }
+}
+
+impl Metrics {
+    /// Metrics for a node over `runtime`.
+    pub fn new(runtime: Runtime) -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "hearth_requests",
+            "Requests by route and start",
+            requests.clone(),
+        );
+        let refusals_sent = Counter::default();
+        registry.register(
+            "hearth_refusals_sent",
+            "Sharded requests this home refused",
+            refusals_sent.clone(),
+        );
+        let refusals_received = Counter::default();
+        registry.register(
+            "hearth_refusals_received",
+            "Sharded requests refused by their home",
+            refusals_received.clone(),
+        );
+        let hop_latency = Histogram::new(
+            [
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5,
+            ]
+            .into_iter(),
+        );
+        registry.register(
+            "hearth_shard_hop_seconds",
+            "Latency added by the shard hop",
+            hop_latency.clone(),
+        );
+        registry.register_collector(Box::new(RuntimeCollector(runtime)));
+        Metrics {
+            registry,
+            requests,
+            refusals_sent,
+            refusals_received,
+            hop_latency,
+        }
+    }
+
+    /// Counts one request.
+    pub fn record(&self, route: &str, start: &str) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                route: route.into(),
+                start: start.into(),
+            })
+            .inc();
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.push_str("# encoding failed\n");
+        }
+        out
+    }
+}
