@@ -13,11 +13,14 @@
 //! [`sharding`].
 
 pub mod admin;
+pub mod cluster;
 pub mod config;
+pub mod demo;
 pub mod http_util;
 pub mod metrics;
 pub mod node;
 pub mod simulate;
+pub mod testing;
 pub mod trace;
 
 pub use hearth_runtime as runtime;

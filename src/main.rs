@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use http_body_util::BodyExt;
 
 use hearth::config::{NodeConfig, store_secret};
-use hearth::node::{Node, script_id_from_host};
+use hearth::node::{Node, front_door};
 use hearth::runtime::{Plan, Runtime, RuntimeConfig};
 
 #[derive(Parser)]
@@ -62,6 +62,23 @@ enum Command {
     },
     /// List the sample Workers built with hearth, with their paths.
     Samples,
+    /// Start a local cluster of N nodes on loopback (one shared store) and
+    /// serve until interrupted.
+    Cluster {
+        /// Number of nodes.
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// Shared store directory.
+        #[arg(long, default_value = "hearth-cluster")]
+        store: PathBuf,
+        /// First port (node i uses base+3i HTTP, +1 admin, +2 RPC); default: free ports.
+        #[arg(long)]
+        base_port: Option<u16>,
+    },
+    /// The main job: sharding off vs on, on the same power-law traffic.
+    Demo(hearth::demo::DemoArgs),
+    /// Simulate one data center, sharded vs unsharded.
+    Simulate(hearth::simulate::SimulateArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -110,6 +127,36 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             store,
             file,
         } => deploy(name, plan, admin, token, store, file).await,
+        Command::Cluster {
+            nodes,
+            store,
+            base_port,
+        } => {
+            let mut cfg = hearth::cluster::ClusterConfig::new(nodes, &store);
+            cfg.base_port = base_port;
+            let cluster = hearth::cluster::LocalCluster::start(cfg).await?;
+            println!("hearth cluster: {nodes} nodes, store {}", store.display());
+            for c in cluster.nodes() {
+                println!(
+                    "{}  http://{}  admin http://{}  rpc {}",
+                    c.node.id(),
+                    c.http_addr,
+                    c.admin_addr,
+                    c.rpc_addr
+                );
+            }
+            println!("admin token: {}", cluster.token());
+            println!("deploy with: hearth deploy --admin http://{} --token {} --name hello FILE", cluster.node(0).admin_addr, cluster.token());
+            tokio::signal::ctrl_c().await?;
+            cluster.shutdown().await;
+            Ok(())
+        }
+        Command::Demo(args) => hearth::demo::run(args).await.map(|_| ()),
+        Command::Simulate(args) => {
+            let report = tokio::task::spawn_blocking(move || hearth::simulate::run(&args)).await??;
+            println!("{}", report.table());
+            Ok(())
+        }
         Command::Samples => {
             println!("sample Workers (built from sample-workers/ by cargo):");
             for name in hearth_sample_workers::NAMES {
@@ -189,28 +236,6 @@ async fn serve(
     let _ = front.await;
     let _ = admin_srv.await;
     Ok(())
-}
-
-/// Routes a front-door request to its Worker by the first label of Host.
-async fn front_door(
-    node: Node,
-    req: http::Request<hearth::runtime::Body>,
-) -> http::Response<hearth::runtime::Body> {
-    let host = req
-        .headers()
-        .get(http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_owned);
-    match host.as_deref().and_then(script_id_from_host) {
-        Some(id) => {
-            let id = id.to_string();
-            node.handle(&id, req).await
-        }
-        None => hearth::http_util::text(
-            http::StatusCode::NOT_FOUND,
-            "no Worker named: address a Worker as http://<script-id>.<domain>/ (e.g. hello.localhost)\n",
-        ),
-    }
 }
 
 /// The admin token in `store/admin.token`, generated and printed on first

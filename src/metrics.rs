@@ -12,7 +12,10 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use std::sync::{Arc, OnceLock};
+
 use hearth_runtime::Runtime;
+use hearth_sharding::rpc::RpcNode;
 
 /// Labels of a served request.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -28,10 +31,6 @@ pub struct Metrics {
     registry: Registry,
     /// Requests by route and start.
     pub requests: Family<RequestLabels, Counter>,
-    /// Refusals this node sent as a home.
-    pub refusals_sent: Counter,
-    /// Refusals this node received from homes.
-    pub refusals_received: Counter,
     /// Latency of the shard hop, seconds.
     pub hop_latency: Histogram,
 }
@@ -135,27 +134,49 @@ impl Collector for RuntimeCollector {
     }
 }
 
+struct RpcCollector(Arc<OnceLock<RpcNode>>);
+
+impl std::fmt::Debug for RpcCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RpcCollector")
+    }
+}
+
+impl Collector for RpcCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = self.0.get().map(|r| r.stats()).unwrap_or_default();
+        let sharded_fraction = if s.forwarded == 0 { 0.0 } else { s.sharded as f64 / s.forwarded as f64 };
+        for (name, help, v) in [
+            ("hearth_forwarded", "Requests forwarded to their home", s.forwarded),
+            ("hearth_sharded", "Forwarded requests the home served", s.sharded),
+            ("hearth_refusals_received", "Forwarded requests the home refused", s.refusals_received),
+            ("hearth_refusals_sent", "Sharded requests this node refused as a home", s.refusals_sent()),
+            ("hearth_home_unavailable", "Forwards whose home was unreachable", s.home_unavailable),
+            ("hearth_rpc_handshakes_rejected", "RPC peers refused at the TLS handshake", s.handshakes_rejected),
+        ] {
+            let c = ConstCounter::new(v);
+            c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)?;
+        }
+        let g = ConstGauge::new(sharded_fraction);
+        g.encode(enc.encode_descriptor(
+            "hearth_sharded_fraction",
+            "Fraction of forwarded requests served by their home",
+            None,
+            g.metric_type(),
+        )?)?;
+        Ok(())
+    }
+}
+
 impl Metrics {
-    /// Metrics for a node over `runtime`.
-    pub fn new(runtime: Runtime) -> Self {
+    /// Metrics for a node over `runtime` and (once set) its RPC layer.
+    pub fn new(runtime: Runtime, rpc: Arc<OnceLock<RpcNode>>) -> Self {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "hearth_requests",
             "Requests by route and start",
             requests.clone(),
-        );
-        let refusals_sent = Counter::default();
-        registry.register(
-            "hearth_refusals_sent",
-            "Sharded requests this home refused",
-            refusals_sent.clone(),
-        );
-        let refusals_received = Counter::default();
-        registry.register(
-            "hearth_refusals_received",
-            "Sharded requests refused by their home",
-            refusals_received.clone(),
         );
         let hop_latency = Histogram::new(
             [
@@ -169,11 +190,10 @@ impl Metrics {
             hop_latency.clone(),
         );
         registry.register_collector(Box::new(RuntimeCollector(runtime)));
+        registry.register_collector(Box::new(RpcCollector(rpc)));
         Metrics {
             registry,
             requests,
-            refusals_sent,
-            refusals_received,
             hop_latency,
         }
     }

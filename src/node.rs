@@ -1,66 +1,39 @@
-//! A hearth node: the runtime, its metrics, and (in a cluster) the shard
-//! client and server. The front door hands every request to
-//! [`Node::handle`], which makes the routing decision and serves it.
+//! A hearth node: the runtime, its metrics and, in a cluster, the ring and
+//! the shard client/server. The front door hands every request to
+//! [`Node::handle`], which makes the routing decision
+//! ([`hearth_sharding::routing::decide`]) and serves it here or forwards it
+//! to the Worker's home.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use futures::future::BoxFuture;
 use hearth_runtime::body::Body;
 use hearth_runtime::{Runtime, error_response};
+use hearth_sharding::context_stack::ContextStack;
+use hearth_sharding::local::LocalWorkers;
+use hearth_sharding::ring::{NodeId, SharedRing};
+use hearth_sharding::routing::{Decision, Route, decide};
+use hearth_sharding::rpc::RpcNode;
 
 use crate::metrics::Metrics;
 
 /// Response header naming the node that served the request.
 pub const NODE_HEADER: &str = "x-hearth-node";
-/// Response header naming how the request was routed.
-pub const ROUTE_HEADER: &str = "x-hearth-route";
+pub use hearth_sharding::routing::ROUTE_HEADER;
 
-/// One node. Cheap to clone.
-#[derive(Clone)]
-pub struct Node {
-    inner: Arc<NodeInner>,
-}
-
-struct NodeInner {
+/// The node's own Workers: the runtime, stamped with this node's headers
+/// and counted. It is what the shard server and the lazy instance call.
+pub struct LocalNode {
     id: String,
     runtime: Runtime,
     metrics: Metrics,
+    rpc: Arc<OnceLock<RpcNode>>,
 }
 
-impl Node {
-    /// A standalone node over `runtime`.
-    pub fn new(id: impl Into<String>, runtime: Runtime) -> Self {
-        Node {
-            inner: Arc::new(NodeInner {
-                id: id.into(),
-                metrics: Metrics::new(runtime.clone()),
-                runtime,
-            }),
-        }
-    }
-
-    /// This node's ID.
-    pub fn id(&self) -> &str {
-        &self.inner.id
-    }
-
-    /// The node's runtime.
-    pub fn runtime(&self) -> &Runtime {
-        &self.inner.runtime
-    }
-
-    /// The node's metrics.
-    pub fn metrics(&self) -> &Metrics {
-        &self.inner.metrics
-    }
-
-    /// Serves `req` for `script_id`.
-    pub async fn handle(&self, script_id: &str, req: http::Request<Body>) -> http::Response<Body> {
-        let route = if self.inner.runtime.is_warm(script_id) {
-            "local"
-        } else {
-            "home"
-        };
-        let (mut resp, start) = match self.inner.runtime.handle(script_id, req).await {
+impl LocalNode {
+    /// Serves `script_id` here and reports `route`.
+    async fn serve_as(&self, script_id: &str, req: http::Request<Body>, route: Route) -> http::Response<Body> {
+        let (mut resp, start) = match self.runtime.handle(script_id, req).await {
             Ok(s) => {
                 let mut r = s.response;
                 hearth_runtime::decorate(r.headers_mut(), s.start, &s.timing);
@@ -68,17 +41,149 @@ impl Node {
             }
             Err(e) => (error_response(&e), "error"),
         };
-        self.inner.metrics.record(route, start);
-        self.stamp(&mut resp, route);
-        resp
-    }
-
-    fn stamp(&self, resp: &mut http::Response<Body>, route: &'static str) {
+        self.metrics.record(route.as_str(), start);
         let h = resp.headers_mut();
-        if let Ok(v) = http::HeaderValue::from_str(&self.inner.id) {
+        if let Ok(v) = http::HeaderValue::from_str(&self.id) {
             h.insert(NODE_HEADER, v);
         }
-        h.insert(ROUTE_HEADER, http::HeaderValue::from_static(route));
+        h.insert(ROUTE_HEADER, route.header_value());
+        resp
+    }
+}
+
+/// Served for the cluster layer: as a home (the shard server) or through a
+/// lazy instance handed back by a refusing home.
+struct Shared(Arc<LocalNode>);
+
+impl LocalWorkers for Shared {
+    fn serve(&self, script_id: &str, req: http::Request<Body>) -> BoxFuture<'static, http::Response<Body>> {
+        let me = self.0.clone();
+        let id = script_id.to_string();
+        // The route header is rewritten by the node that received the
+        // request; `home` is what the serving node knows.
+        Box::pin(async move { me.serve_as(&id, req, Route::Home).await })
+    }
+
+    fn is_warm(&self, script_id: &str) -> bool {
+        self.0.runtime.is_warm(script_id)
+    }
+
+    fn can_host(&self, script_id: &str) -> bool {
+        self.0.runtime.can_host(script_id)
+    }
+}
+
+/// What a node needs to be part of a cluster.
+pub struct ClusterLink {
+    /// This node's ID on the ring.
+    pub self_id: NodeId,
+    /// The current ring (kept up to date by membership).
+    pub ring: SharedRing,
+}
+
+/// One node. Cheap to clone.
+#[derive(Clone)]
+pub struct Node {
+    local: Arc<LocalNode>,
+    cluster: Option<Arc<ClusterLink>>,
+}
+
+impl Node {
+    /// A standalone node over `runtime`: every Worker is served here.
+    pub fn new(id: impl Into<String>, runtime: Runtime) -> Self {
+        let rpc = Arc::new(OnceLock::new());
+        Node {
+            local: Arc::new(LocalNode {
+                id: id.into(),
+                metrics: Metrics::new(runtime.clone(), rpc.clone()),
+                runtime,
+                rpc,
+            }),
+            cluster: None,
+        }
+    }
+
+    /// This node's Workers as the cluster layer sees them (pass to
+    /// [`RpcNode::start`]).
+    pub fn local_workers(&self) -> Arc<dyn LocalWorkers> {
+        Arc::new(Shared(self.local.clone()))
+    }
+
+    /// Joins this node to a cluster: requests for Workers homed elsewhere
+    /// are forwarded through `rpc` (started with [`Node::local_workers`]).
+    pub fn join(mut self, link: ClusterLink, rpc: RpcNode) -> Self {
+        let _ = self.local.rpc.set(rpc);
+        self.cluster = Some(Arc::new(link));
+        self
+    }
+
+    /// This node's ID.
+    pub fn id(&self) -> &str {
+        &self.local.id
+    }
+
+    /// The node's runtime.
+    pub fn runtime(&self) -> &Runtime {
+        &self.local.runtime
+    }
+
+    /// The node's RPC layer, in a cluster.
+    pub fn rpc(&self) -> Option<&RpcNode> {
+        self.local.rpc.get()
+    }
+
+    /// The node's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.local.metrics
+    }
+
+    /// Serves `req` for `script_id`: here if the Worker is warm here or
+    /// this node is its home, else through its home (which may refuse, in
+    /// which case it is served here after all).
+    pub async fn handle(&self, script_id: &str, req: http::Request<Body>) -> http::Response<Body> {
+        let warm = self.local.runtime.is_warm(script_id);
+        let (Some(cluster), Some(rpc)) = (&self.cluster, self.local.rpc.get()) else {
+            let route = if warm { Route::Local } else { Route::Home };
+            return self.local.serve_as(script_id, req, route).await;
+        };
+        let ring = cluster.ring.load();
+        let home = ring.home(script_id);
+        let home_id = home.map(|n| &n.id).unwrap_or(&cluster.self_id);
+        match decide(&cluster.self_id, home_id, warm) {
+            Decision::Serve(route) => self.local.serve_as(script_id, req, route).await,
+            Decision::Forward(_) => {
+                let Some(addr) = home.map(|n| n.rpc_addr) else {
+                    return self.local.serve_as(script_id, req, Route::Home).await;
+                };
+                let f = rpc.forward(addr, script_id, ContextStack::new(), req).await;
+                let route = f.route();
+                let mut resp = f.response;
+                let start = resp
+                    .headers()
+                    .get(hearth_runtime::timing::START_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("error")
+                    .to_string();
+                // A fallback was already counted when it was served here.
+                if route == Route::Sharded {
+                    self.local.metrics.record(route.as_str(), &start);
+                }
+                self.local.metrics.hop_latency.observe(f.hop.as_secs_f64());
+                let h = resp.headers_mut();
+                h.insert(ROUTE_HEADER, route.header_value());
+                let timing = h
+                    .get(hearth_runtime::timing::SERVER_TIMING_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                let shard = format!("shard;dur={:.3}", f.hop.as_secs_f64() * 1000.0);
+                let value = if timing.is_empty() { shard } else { format!("{shard}, {timing}") };
+                if let Ok(v) = http::HeaderValue::from_str(&value) {
+                    h.insert(hearth_runtime::timing::SERVER_TIMING_HEADER, v);
+                }
+                resp
+            }
+        }
     }
 }
 
@@ -88,6 +193,25 @@ pub fn script_id_from_host(host: &str) -> Option<&str> {
     let host = host.split(':').next()?;
     let (label, rest) = host.split_once('.')?;
     (!label.is_empty() && !rest.is_empty()).then_some(label)
+}
+
+/// Routes a front-door request to its Worker by the first label of Host.
+pub async fn front_door(node: Node, req: http::Request<Body>) -> http::Response<Body> {
+    let host = req
+        .headers()
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned);
+    match host.as_deref().and_then(script_id_from_host) {
+        Some(id) => {
+            let id = id.to_string();
+            node.handle(&id, req).await
+        }
+        None => crate::http_util::text(
+            http::StatusCode::NOT_FOUND,
+            "no Worker named: address a Worker as http://<script-id>.<domain>/ (e.g. hello.localhost)\n",
+        ),
+    }
 }
 
 #[cfg(test)]

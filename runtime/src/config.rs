@@ -86,8 +86,8 @@ impl RuntimeConfig {
     /// Defaults, with Worker sources in `store_dir` (a [`crate::DirStore`])
     /// and artifacts in `store_dir/artifacts`: free/paid plan limits as in
     /// [`PlanLimits::default_for`], a 1 GiB memory budget, 5 min idle
-    /// timeout, the default [`ReusePolicy`], the pooling allocator with 1000
-    /// slots, and an all-zero artifact key (set a real one with
+    /// timeout, the default [`ReusePolicy`], the pooling allocator with 256
+    /// slots (each reserves address space, not memory), and an all-zero artifact key (set a real one with
     /// [`RuntimeConfig::artifact_key`]).
     pub fn new(store_dir: impl Into<PathBuf>) -> Self {
         RuntimeConfig {
@@ -100,7 +100,7 @@ impl RuntimeConfig {
             idle_timeout: Duration::from_secs(300),
             reuse: ReusePolicy::default(),
             pooling: true,
-            instance_pool_size: 1000,
+            instance_pool_size: 256,
             busy_window: Duration::from_secs(1),
         }
     }

@@ -31,8 +31,8 @@ pub(crate) fn build_engine(cfg: &RuntimeConfig) -> Result<Engine, ConfigError> {
         let mut p = PoolingAllocationConfig::new();
         p.total_component_instances(n)
             .total_core_instances(n.saturating_mul(8))
-            .total_memories(n.saturating_mul(4))
-            .total_tables(n.saturating_mul(8))
+            .total_memories(n.saturating_mul(2))
+            .total_tables(n.saturating_mul(4))
             .total_stacks(n)
             .max_memory_size(usize::try_from(max_mem).unwrap_or(usize::MAX))
             // Large components (a 10 MB Worker) have big function tables.

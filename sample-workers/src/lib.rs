@@ -57,6 +57,17 @@
 //! Without `_initialize`, a Rust component runs no guest code at
 //! instantiation (static constructors run lazily in the first export call).
 //!
+//! ## What a host must link
+//!
+//! Every component imports `wasi:io`, `wasi:http/types` and, through Rust's
+//! std, `wasi:cli` (`environment` — which carries `HEARTH_SCRIPT_ID` —,
+//! `exit`, `stdin`/`stdout`/`stderr`, `terminal-*`), all at `@0.2.12`
+//! (wasmtime 48 matches them to its 0.2.x host by semver); `wstd-hello` also
+//! imports `wasi:clocks/monotonic-clock` and `wasi:random/insecure-seed`. So a
+//! wasmtime host needs `wasmtime_wasi::p2::add_to_linker_async` plus
+//! `wasmtime_wasi_http::p2::add_only_http_to_linker_async`, not only the
+//! proxy world's interfaces.
+//!
 //! ## Example
 //!
 //! ```no_run

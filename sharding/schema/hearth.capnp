@@ -1,0 +1,141 @@
+# hearth's inter-node protocol.
+#
+# One node (the *shard client*) receives a request for a Worker whose *home*
+# is another node on the hash ring. It calls `ShardServer.dispatch` on the home
+# *and, without waiting for the answer*, pipelines `fetch` on the returned
+# `worker` and streams the request body into the pipelined `requestBody`.
+# Along with the request it passes `lazy`: a capability to an instance of the
+# same Worker on the client itself that costs nothing until invoked.
+#
+# The home answers `dispatch` with
+#   * a Worker of its own: it accepted, the pipelined fetch runs there and the
+#     response streams back through the client's `ResponseSink`; or
+#   * the client's own `lazy` capability: it refused (overloaded). Cap'n Proto
+#     hands a capability back to the vat that hosts it as `receiverHosted`, so
+#     the client sees its own object, stops sending body bytes to the home and
+#     serves the request locally from the bytes it kept.
+#
+# Bodies are capabilities: the receiver of a body exposes a `ByteStream` and
+# the sender pushes chunks with `write`, a `-> stream` method, so capnp-rpc's
+# per-capability flow-control window gives back-pressure end to end.
+
+@0x8db3a6dc2cded9d7;
+
+# ---------------------------------------------------------------- HTTP heads
+
+struct Header {
+  name @0 :Text;
+  value @1 :Data;   # header values need not be UTF-8
+}
+
+struct RequestHead {
+  method @0 :Text;
+  uri @1 :Text;     # as received by the front door (path and query, or absolute)
+  headers @2 :List(Header);
+}
+
+struct ResponseHead {
+  status @0 :UInt16;
+  headers @1 :List(Header);
+}
+
+# ---------------------------------------------------------------- bodies
+
+# The receiving end of a body. The sender calls `write` any number of times,
+# then exactly one of `end` (the body is complete) or `abort` (the body failed
+# and the receiver must not mistake what it has for the whole body). A stream
+# whose capability is dropped without either is treated as aborted.
+interface ByteStream {
+  write @0 (chunk :Data) -> stream;
+  end @1 ();
+  abort @2 (reason :Text);
+}
+
+# Where a Worker delivers its response: `start` carries the head and returns
+# the stream the body is written into.
+interface ResponseSink {
+  start @0 (head :ResponseHead) -> (body :ByteStream);
+}
+
+# ---------------------------------------------------------------- Workers
+
+# One Worker (a script ID) on some node. `fetch` returns at once with the
+# stream to write the request body into; the response arrives through
+# `response`, which may happen before the request body is complete (a Worker
+# may stream its answer while it reads).
+interface Worker {
+  fetch @0 (head :RequestHead, response :ResponseSink) -> (requestBody :ByteStream);
+}
+
+# ---------------------------------------------------------------- context
+
+enum TrustLevel {
+  untrusted @0;   # e.g. a user Worker behind a dynamic dispatch Worker
+  standard @1;    # an ordinary customer Worker
+  platform @2;    # a platform Worker (dynamic dispatch, outbound)
+}
+
+# Limits this level of the flow runs under, overriding the plan's. Zero means
+# "no override" (a zero limit would be meaningless).
+struct LimitOverrides {
+  cpuMs @0 :UInt64;
+  memoryBytes @1 :UInt64;
+}
+
+struct TailWorker {
+  scriptId @0 :Text;
+}
+
+struct Param {
+  name @0 :Text;
+  value @1 :Text;
+}
+
+struct OutboundWorker {
+  scriptId @0 :Text;
+  params @1 :List(Param);   # the dispatch Worker's parameters for it
+}
+
+# One level of a nested invocation (dynamic dispatch Worker -> user Worker ->
+# outbound Worker ...). Pointer fields left null mean "not set at this level".
+struct ContextFrame {
+  scriptId @0 :Text;
+  ownershipOverride @1 :Text;   # account the invocation is attributed to
+  limits @2 :LimitOverrides;
+  trust @3 :TrustLevel;
+  tailWorkers @4 :List(TailWorker);
+  outbound @5 :OutboundWorker;
+  featureFlags @6 :List(Text);
+}
+
+struct TraceEvent {
+  scriptId @0 :Text;
+  node @1 :Text;              # the node that produced the event
+  timestampUnixMs @2 :UInt64;
+  kind @3 :Text;              # e.g. "log", "exception", "fetch"
+  message @4 :Text;
+}
+
+# Created at the node of the first Worker of a flow; every node the flow
+# reaches can call it without knowing where that node is.
+interface ReportTraces {
+  reportTraces @0 (events :List(TraceEvent));
+}
+
+# Travels with every sharded request and is rebuilt as native structs on the
+# other side. `frames` is outermost first.
+struct ContextStack {
+  frames @0 :List(ContextFrame);
+  reportTraces @1 :ReportTraces;
+}
+
+# ---------------------------------------------------------------- shard server
+
+# A node's RPC bootstrap capability, offered only to peers that presented a
+# cluster certificate.
+interface ShardServer {
+  # Asks the home to take a request for `scriptId`. Returns a Worker to send
+  # the request to: one hosted by the home (accepted), or `lazy` itself
+  # (refused; never an error to the end user).
+  dispatch @0 (scriptId :Text, context :ContextStack, lazy :Worker) -> (worker :Worker);
+}

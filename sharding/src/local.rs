@@ -1,0 +1,37 @@
+//! What the cluster layer needs from the node's own Workers.
+//!
+//! The shard server and the lazy local instance run Workers on *this* node
+//! through [`LocalWorkers`]; the `hearth` package implements it on top of
+//! `hearth-runtime`. Keeping it a trait keeps wasmtime out of this crate and
+//! lets the RPC layer be tested against fakes.
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http_body_util::combinators::UnsyncBoxBody;
+
+/// Any error a body stream can carry across crates.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The HTTP body type passed between the front door, the cluster layer and
+/// the runtime (the runtime uses the identical alias). It is `Send` but not
+/// `Sync`, because wasmtime-wasi-http's response bodies are not `Sync`.
+pub type Body = UnsyncBoxBody<Bytes, BoxError>;
+
+/// A node's own Workers, as seen by the cluster layer.
+pub trait LocalWorkers: Send + Sync + 'static {
+    /// Serves `req` with Worker `script_id` on this node, cold-starting it if
+    /// needed. Runtime failures (unknown script, limits, traps) come back as
+    /// 4xx/5xx responses with a clear body, never as a panic.
+    fn serve(
+        &self,
+        script_id: &str,
+        req: http::Request<Body>,
+    ) -> BoxFuture<'static, http::Response<Body>>;
+
+    /// Whether `script_id` is warm (resident) on this node right now.
+    fn is_warm(&self, script_id: &str) -> bool;
+
+    /// Whether this node has memory to host `script_id` without evicting
+    /// Workers busier than it (always true when it is already warm).
+    fn can_host(&self, script_id: &str) -> bool;
+}

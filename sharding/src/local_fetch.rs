@@ -1,0 +1,146 @@
+//! Serving a Cap'n Proto `Worker.fetch` call with this node's own Workers.
+//!
+//! Both Worker capabilities this crate hosts end here: the home's Worker for
+//! an accepted sharded request ([`crate::shard_server`]) and a lazy local
+//! instance invoked over the network ([`crate::lazy_instance`]). A call is
+//! answered at once with the `ByteStream` the caller writes the request body
+//! into; the Worker runs through [`LocalWorkers::serve`] on the node's main
+//! runtime (never on the RPC thread, which must stay responsive), and its
+//! response streams back into the caller's `ResponseSink`.
+//!
+//! If the calling connection closes before the response is complete, the
+//! Worker's invocation is cancelled, so a vanished peer cannot pin an
+//! in-flight slot (see [`crate::overload::Permit`]).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use http_body_util::BodyExt as _;
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+use crate::byte_stream::{ByteStreamServer, send_response};
+use crate::context_stack::ContextStack;
+use crate::http_wire;
+use crate::local::{Body, LocalWorkers};
+use crate::overload::Permit;
+use crate::schema::hearth_capnp::worker;
+
+/// This node's Workers plus the runtime their invocations run on.
+#[derive(Clone)]
+pub(crate) struct WorkerHost {
+    pub(crate) local: Arc<dyn LocalWorkers>,
+    pub(crate) rt: Handle,
+}
+
+impl WorkerHost {
+    /// Runs `req` on Worker `script_id` on the main runtime. The invocation
+    /// is cancelled if the returned future is dropped.
+    pub(crate) fn serve(
+        &self,
+        script_id: &str,
+        req: http::Request<Body>,
+    ) -> impl Future<Output = http::Response<Body>> + Send + 'static {
+        let task = self.rt.spawn(self.local.serve(script_id, req));
+        let abort = task.abort_handle();
+        let guard = AbortOnDrop(Some(abort));
+        async move {
+            let result = task.await;
+            drop(guard);
+            match result {
+                Ok(response) => response,
+                Err(e) => error_response(
+                    http::StatusCode::INTERNAL_SERVER_ERROR,
+                    &format!("the Worker's invocation failed: {e}"),
+                ),
+            }
+        }
+    }
+}
+
+struct AbortOnDrop(Option<tokio::task::AbortHandle>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(handle) = self.0.take() {
+            handle.abort();
+        }
+    }
+}
+
+/// Resolves (to anything) when a connection has closed.
+pub(crate) type Closed = Shared<BoxFuture<'static, ()>>;
+
+/// A [`Closed`] signal and the sender that fires it (or dropping it does).
+pub(crate) fn closed_signal() -> (oneshot::Sender<()>, Closed) {
+    let (tx, rx) = oneshot::channel::<()>();
+    (tx, rx.map(|_| ()).boxed().shared())
+}
+
+/// A short plain-text response the node produces itself.
+pub(crate) fn error_response(status: http::StatusCode, message: &str) -> http::Response<Body> {
+    let body = http_body_util::Full::new(bytes::Bytes::from(format!("{message}\n")))
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    let mut response = http::Response::new(body);
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// Answers a `Worker.fetch` call for `script_id`: sets the request-body
+/// stream in `results` and starts the invocation, which holds `permit`
+/// until its response has been sent. Must run on an RPC thread.
+pub(crate) fn serve_fetch(
+    host: &WorkerHost,
+    script_id: &str,
+    context: ContextStack,
+    params: worker::FetchParams,
+    mut results: worker::FetchResults,
+    permit: Option<Permit>,
+    closed: Option<Closed>,
+) -> Result<(), capnp::Error> {
+    let p = params.get()?;
+    let parts = http_wire::read_request_head(p.get_head()?)
+        .map_err(|e| capnp::Error::failed(e.to_string()))?;
+    let sink = p.get_response()?;
+    let (stream, body) = ByteStreamServer::new_pair();
+    results.get().set_request_body(stream);
+
+    let mut request = http::Request::from_parts(parts, body.boxed());
+    request.extensions_mut().insert(context);
+    let invocation = host.serve(script_id, request);
+    let rt = host.rt.clone();
+    let script = script_id.to_string();
+    tokio::task::spawn_local(async move {
+        let work = async move {
+            let response = invocation.await;
+            send_response(&rt, response, sink).await
+        };
+        let outcome = match closed {
+            Some(closed) => {
+                tokio::select! {
+                    result = work => Some(result),
+                    () = closed => None,
+                }
+            }
+            None => Some(work.await),
+        };
+        match outcome {
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                tracing::debug!(script_id = %script, error = %e, "sending a response to a peer failed")
+            }
+            None => {
+                tracing::debug!(script_id = %script, "peer disconnected; invocation cancelled")
+            }
+        }
+        drop(permit);
+    });
+    Ok(())
+}

@@ -1,0 +1,880 @@
+//! Cluster membership: the live nodes of one data center, and the ring built
+//! from them.
+//!
+//! # Model
+//!
+//! Each node runs one [`Membership`]. It knows the *live set*: this node
+//! (until it drains), the nodes listed statically in config, and the nodes
+//! discovered and health-checked by gossip. Every change to the live set
+//! builds a new [`Ring`], publishes it through the [`SharedRing`] returned by
+//! [`Membership::ring`] (readers never wait) and on the
+//! [`Membership::subscribe`] channel, and logs the change with the fraction
+//! of a fixed sample of 10,000 synthetic script IDs it re-homed.
+//!
+//! - **Static nodes** (`MembershipConfig::static_nodes`) are pinned: always
+//!   on the ring, never failure-checked. With `gossip: None` they are the
+//!   whole cluster (development, tests, or a cluster managed by config).
+//! - **Gossip members** carry their node ID, RPC address, weight, a
+//!   *generation* (start time in ms) and a *draining* flag inside their gossip
+//!   identity, so the live set needs no second round of lookups. A restarted
+//!   node (same ID, same gossip address) has a newer generation and replaces
+//!   its previous incarnation everywhere (this assumes the wall clock did not
+//!   step back across the restart).
+//! - **Drain** ([`Membership::drain`]) gossips a draining identity: every
+//!   node, this one included, takes it off its ring at once, so it stops being
+//!   anyone's home while it finishes in-flight requests. Then
+//!   [`Membership::shutdown`] says goodbye (SWIM "leave") and stops. Dropping
+//!   a `Membership` without `shutdown` stops it silently, like a crash.
+//!
+//! # Gossip: foca (SWIM) rather than chitchat
+//!
+//! We use [`foca`] 2, a small, runtime-agnostic SWIM implementation (with
+//! suspicion and piggybacked dissemination), driven here by one tokio task
+//! over a UDP socket. SWIM's detection time is a function of configured
+//! constants, so the bound below is a formula we can state and test, whereas
+//! chitchat's phi-accrual detector derives its timeout from the heartbeat
+//! intervals it happens to observe. Foca's custom identities carry our three
+//! fields of node state and give drain (identity change), restart (newest
+//! generation wins) and goodbye (leave) directly; it adds only itself to the
+//! build, where chitchat 0.13 brings a zstd C build and a key-value state
+//! protocol we would use three keys of.
+//!
+//! # Failure-detection bound
+//!
+//! With probe period `P`, suspicion timeout `S` and gossip interval `G`
+//! ([`FailureDetection`]), every node probes its `N − 1` peers round-robin
+//! in a freshly shuffled order, so a peer that dies is probed by *each*
+//! survivor within `(2(N − 1) − 1)·P`, is suspected when that probe (and its
+//! indirect probes) go unanswered one period later, and is declared down `S`
+//! after that; gossip from whichever survivor noticed first usually makes it
+//! faster. Hence, per survivor and without help from gossip:
+//!
+//! > abruptly killed node dropped from the ring within
+//! > `2(N − 1)·P + S + G` ([`FailureDetection::detection_bound`]).
+//!
+//! With the defaults (`P` = 500 ms, `S` = 1.5 s, `G` = 100 ms) that is
+//! **3.6 s for a 3-node cluster**, which `tests/membership.rs` checks on
+//! loopback. In large clusters the expected time stays around `P + S` plus
+//! a few gossip rounds, because some survivor probes the dead node in almost
+//! every period; the per-survivor worst case above grows with `N`.
+//! A drained node leaves the other rings within one gossip exchange
+//! (typically well under `G` + a round trip), and a restarted node is back
+//! after its first announce round trip.
+//!
+//! # Authentication
+//!
+//! With [`GossipConfig::key`] set, every datagram carries a keyed blake3 MAC
+//! and anything else is dropped: an outsider can neither join nor forge a
+//! member's state. There is no replay protection beyond SWIM's own
+//! incarnation ordering, so keep the gossip port on the data center's
+//! private network as well.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BTreeMap, BinaryHeap};
+use std::io;
+use std::net::SocketAddr;
+use std::num::{NonZeroU8, NonZeroUsize};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use foca::{AccumulatingRuntime, Foca, NoCustomBroadcast, OwnedNotification, PostcardCodec, Timer};
+use rand::rngs::StdRng;
+use serde::{Deserialize, Serialize};
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep_until};
+
+use crate::ring::{
+    Node, NodeId, Ring, RingConfig, RingError, SharedRing, rehomed_fraction, sample_keys,
+};
+
+/// Size of the synthetic key sample used to log re-homed fractions.
+const REHOME_SAMPLE: usize = 10_000;
+
+/// Largest weight accepted from gossip: a peer's typo must not blow up
+/// everyone's ring (points grow with weight).
+pub const MAX_GOSSIP_WEIGHT: u32 = 100;
+
+/// Largest gossip datagram sent or accepted.
+const MAX_PACKET: usize = 1400;
+
+/// How to start a node's membership.
+#[derive(Clone, Debug)]
+pub struct MembershipConfig {
+    /// This node: its ID, RPC address and weight.
+    pub node: Node,
+    /// Nodes that are always members (no failure detection). An entry with
+    /// this node's own ID is ignored.
+    pub static_nodes: Vec<Node>,
+    /// Gossip with the other nodes; `None` for a static cluster.
+    pub gossip: Option<GossipConfig>,
+    /// Ring layout; must be the same on every node.
+    pub ring: RingConfig,
+}
+
+impl MembershipConfig {
+    /// A node with gossip on `listen`, joining through `seeds`, default
+    /// timing and ring.
+    pub fn gossip(node: Node, listen: SocketAddr, seeds: Vec<SocketAddr>) -> Self {
+        Self {
+            node,
+            static_nodes: Vec::new(),
+            gossip: Some(GossipConfig {
+                listen,
+                seeds,
+                timing: FailureDetection::default(),
+                key: None,
+            }),
+            ring: RingConfig::default(),
+        }
+    }
+
+    /// A static cluster: `node` plus `static_nodes`, no gossip.
+    pub fn fixed(node: Node, static_nodes: Vec<Node>) -> Self {
+        Self {
+            node,
+            static_nodes,
+            gossip: None,
+            ring: RingConfig::default(),
+        }
+    }
+}
+
+/// Where and how this node gossips.
+#[derive(Clone, Debug)]
+pub struct GossipConfig {
+    /// UDP address to bind and advertise to peers. Must be a specific IP
+    /// (not 0.0.0.0); port 0 picks a free port (see
+    /// [`Membership::gossip_addr`]).
+    pub listen: SocketAddr,
+    /// Gossip addresses of nodes to join through. This node keeps announcing
+    /// to them while it knows no peer, so start order does not matter.
+    pub seeds: Vec<SocketAddr>,
+    /// Failure-detection timing.
+    pub timing: FailureDetection,
+    /// The cluster's shared gossip key. When set, every datagram carries a
+    /// keyed blake3 MAC and datagrams without a valid one are dropped, so
+    /// only holders of the key can join or speak for a member. `None`
+    /// accepts anyone who can reach the port.
+    pub key: Option<[u8; 32]>,
+}
+
+/// Failure-detection and dissemination timing. Defaults suit a data center
+/// LAN (and loopback); see the module docs for the detection bound they give.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FailureDetection {
+    /// How often each node probes one peer (SWIM protocol period `P`).
+    pub probe_period: Duration,
+    /// How long a direct probe may take before indirect probes are sent.
+    /// Must be less than `probe_period`.
+    pub probe_rtt: Duration,
+    /// How long a suspected node has to refute before it is declared down
+    /// (`S`).
+    pub suspect_to_down: Duration,
+    /// How often pending updates are gossiped to a few random peers (`G`).
+    pub gossip_interval: Duration,
+    /// How often to re-announce to the seeds while no peer is known, and a
+    /// tenth as often to random peers afterwards (roster catch-up).
+    pub announce_interval: Duration,
+    /// The longest [`Membership::drain`] waits for the draining state to be
+    /// gossiped before returning.
+    pub drain_timeout: Duration,
+}
+
+impl Default for FailureDetection {
+    fn default() -> Self {
+        Self {
+            probe_period: Duration::from_millis(500),
+            probe_rtt: Duration::from_millis(200),
+            suspect_to_down: Duration::from_millis(1500),
+            gossip_interval: Duration::from_millis(100),
+            announce_interval: Duration::from_millis(500),
+            drain_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl FailureDetection {
+    /// The documented bound on how long a node that dies abruptly stays on a
+    /// survivor's ring, in a cluster of `cluster_size` nodes:
+    /// `2(N − 1)·P + S + G`.
+    pub fn detection_bound(&self, cluster_size: usize) -> Duration {
+        let peers = cluster_size.saturating_sub(1).max(1) as u32;
+        self.probe_period * (2 * peers) + self.suspect_to_down + self.gossip_interval
+    }
+
+    fn validate(&self) -> Result<(), MembershipError> {
+        let nonzero = [
+            ("probe_period", self.probe_period),
+            ("probe_rtt", self.probe_rtt),
+            ("suspect_to_down", self.suspect_to_down),
+            ("gossip_interval", self.gossip_interval),
+            ("announce_interval", self.announce_interval),
+        ];
+        if let Some((name, _)) = nonzero.iter().find(|(_, d)| d.is_zero()) {
+            return Err(MembershipError::InvalidTiming(format!(
+                "{name} must not be zero"
+            )));
+        }
+        if self.probe_rtt >= self.probe_period {
+            return Err(MembershipError::InvalidTiming(
+                "probe_rtt must be less than probe_period".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn foca_config(&self) -> foca::Config {
+        let three = NonZeroUsize::MIN.saturating_add(2);
+        let mut config = foca::Config::simple();
+        config.probe_period = self.probe_period;
+        config.probe_rtt = self.probe_rtt;
+        config.suspect_to_down_after = self.suspect_to_down;
+        config.num_indirect_probes = three;
+        config.max_transmissions = NonZeroU8::MIN.saturating_add(9);
+        // Room for the MAC within one MAX_PACKET datagram.
+        config.max_packet_size = NonZeroUsize::MIN.saturating_add(MAX_PACKET - blake3::OUT_LEN - 1);
+        // A node wrongly declared down hears so and rejoins (with a renewed
+        // identity) instead of staying cut off.
+        config.notify_down_members = true;
+        config.periodic_gossip = Some(foca::PeriodicParams {
+            frequency: self.gossip_interval,
+            num_members: three,
+        });
+        config.periodic_announce = Some(foca::PeriodicParams {
+            frequency: self.announce_interval * 10,
+            num_members: NonZeroUsize::MIN,
+        });
+        config.periodic_announce_to_down_members = Some(foca::PeriodicParams {
+            frequency: self.announce_interval * 10,
+            num_members: NonZeroUsize::MIN.saturating_add(1),
+        });
+        config
+    }
+}
+
+/// Why membership could not start or act.
+#[derive(Debug, thiserror::Error)]
+pub enum MembershipError {
+    /// The gossip socket could not be bound.
+    #[error("cannot bind gossip socket {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The gossip address is `0.0.0.0` or `[::]`: peers could not reach it.
+    #[error("gossip address {0} is unspecified; give the IP peers should use")]
+    UnspecifiedGossipAddr(SocketAddr),
+    /// This node's weight is above [`MAX_GOSSIP_WEIGHT`], so peers would
+    /// ignore it while it counted itself: rings would disagree.
+    #[error("weight {weight} is above the gossip limit of {max}")]
+    WeightTooLarge {
+        /// The configured weight.
+        weight: u32,
+        /// [`MAX_GOSSIP_WEIGHT`].
+        max: u32,
+    },
+    /// A timing knob is out of range.
+    #[error("invalid failure-detection timing: {0}")]
+    InvalidTiming(String),
+    /// The initial ring (this node plus the static nodes) is invalid.
+    #[error("invalid membership: {0}")]
+    Ring(#[from] RingError),
+    /// The membership task has stopped (after `shutdown`, or it panicked).
+    #[error("membership task has stopped")]
+    Stopped,
+}
+
+/// A running node's view of the cluster. See the module docs.
+pub struct Membership {
+    local: NodeId,
+    gossip_addr: Option<SocketAddr>,
+    ring: SharedRing,
+    updates: watch::Receiver<Arc<Ring>>,
+    commands: mpsc::UnboundedSender<Command>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Membership")
+            .field("local", &self.local)
+            .field("gossip_addr", &self.gossip_addr)
+            .field("members", &self.ring.load().len())
+            .finish()
+    }
+}
+
+enum Command {
+    Drain(oneshot::Sender<()>),
+    Shutdown(oneshot::Sender<()>),
+}
+
+impl Membership {
+    /// Starts membership on the current tokio runtime: builds the initial
+    /// ring (this node and the static nodes), binds the gossip socket if
+    /// gossip is configured, and spawns the task that keeps the ring current.
+    pub async fn start(config: MembershipConfig) -> Result<Self, MembershipError> {
+        let MembershipConfig {
+            node,
+            static_nodes,
+            gossip,
+            ring: ring_config,
+        } = config;
+        let statics: Vec<Node> = static_nodes
+            .into_iter()
+            .filter(|n| n.id != node.id)
+            .collect();
+        let initial = Arc::new(Ring::new(
+            statics.iter().cloned().chain([node.clone()]),
+            ring_config,
+        )?);
+        let shared = SharedRing::new(initial.clone());
+        let (updates_tx, updates) = watch::channel(initial);
+        let (commands, command_rx) = mpsc::unbounded_channel();
+        let local = node.id.clone();
+        let view = View {
+            local: node,
+            statics,
+            draining: false,
+            config: ring_config,
+            shared: shared.clone(),
+            updates: updates_tx,
+            sample: sample_keys(REHOME_SAMPLE).collect(),
+        };
+
+        let (gossip_addr, task) = match gossip {
+            None => (None, tokio::spawn(run_static(view, command_rx))),
+            Some(gossip) => {
+                let driver = Driver::bind(view, gossip).await?;
+                (Some(driver.me.gossip), tokio::spawn(driver.run(command_rx)))
+            }
+        };
+        Ok(Self {
+            local,
+            gossip_addr,
+            ring: shared,
+            updates,
+            commands,
+            task: Some(task),
+        })
+    }
+
+    /// The current ring, always up to date; readers never wait on writers.
+    pub fn ring(&self) -> &SharedRing {
+        &self.ring
+    }
+
+    /// A channel that holds the current ring and is updated on every change.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Ring>> {
+        self.updates.clone()
+    }
+
+    /// This node's ID.
+    pub fn local_id(&self) -> &NodeId {
+        &self.local
+    }
+
+    /// The gossip address peers use for this node (with the real port if the
+    /// config asked for port 0); `None` without gossip.
+    pub fn gossip_addr(&self) -> Option<SocketAddr> {
+        self.gossip_addr
+    }
+
+    /// Announces that this node is leaving: it is taken off its own ring at
+    /// once and off every other node's as soon as they hear the gossiped
+    /// draining state. Returns when that state has been sent out (or after
+    /// `drain_timeout`); the caller then finishes in-flight requests and
+    /// calls [`shutdown`](Self::shutdown). Idempotent.
+    pub async fn drain(&self) -> Result<(), MembershipError> {
+        let (reply, done) = oneshot::channel();
+        self.commands
+            .send(Command::Drain(reply))
+            .map_err(|_| MembershipError::Stopped)?;
+        done.await.map_err(|_| MembershipError::Stopped)
+    }
+
+    /// Leaves the cluster (peers are told, so they drop this node without
+    /// waiting for failure detection) and stops the membership task.
+    pub async fn shutdown(mut self) -> Result<(), MembershipError> {
+        let (reply, done) = oneshot::channel();
+        self.commands
+            .send(Command::Shutdown(reply))
+            .map_err(|_| MembershipError::Stopped)?;
+        let said_goodbye = done.await;
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+        said_goodbye.map_err(|_| MembershipError::Stopped)
+    }
+}
+
+impl Drop for Membership {
+    /// Stops gossip without a goodbye: peers detect it as a failure.
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// The live set and the ring derived from it.
+struct View {
+    local: Node,
+    statics: Vec<Node>,
+    draining: bool,
+    config: RingConfig,
+    shared: SharedRing,
+    updates: watch::Sender<Arc<Ring>>,
+    sample: Vec<String>,
+}
+
+impl View {
+    /// Recomputes the live set from the gossip members and, if it changed,
+    /// builds, publishes and logs the new ring.
+    fn rebuild<'a>(&self, gossip_members: impl Iterator<Item = &'a Member>) {
+        let mut live: BTreeMap<NodeId, Node> = self
+            .statics
+            .iter()
+            .map(|n| (n.id.clone(), n.clone()))
+            .collect();
+        // Two gossip identities claiming one node ID (misconfiguration):
+        // every node keeps the same one, the newest generation.
+        let mut gossiped: BTreeMap<&NodeId, &Member> = BTreeMap::new();
+        for member in gossip_members {
+            if member.draining || member.id == self.local.id {
+                continue;
+            }
+            if member.weight == 0 || member.weight > MAX_GOSSIP_WEIGHT {
+                tracing::warn!(node = %member.id, weight = member.weight,
+                    "ignoring gossip member with an out-of-range weight");
+                continue;
+            }
+            match gossiped.get(&member.id) {
+                Some(kept) if kept.precedence() >= member.precedence() => {
+                    tracing::warn!(node = %member.id, a = %kept.gossip, b = %member.gossip,
+                        "two gossip addresses claim one node ID");
+                }
+                _ => {
+                    gossiped.insert(&member.id, member);
+                }
+            }
+        }
+        for member in gossiped.into_values() {
+            live.insert(member.id.clone(), member.node());
+        }
+        if !self.draining {
+            live.insert(self.local.id.clone(), self.local.clone());
+        }
+
+        let old = self.shared.load_full();
+        if live.values().eq(old.nodes()) {
+            return;
+        }
+        let ring = match Ring::new(live.into_values(), self.config) {
+            Ok(ring) => ring,
+            Err(error) => {
+                tracing::error!(%error, "membership change ignored: ring cannot be built");
+                return;
+            }
+        };
+        let added: Vec<&NodeId> = ring
+            .nodes()
+            .iter()
+            .filter(|n| !old.contains(&n.id))
+            .map(|n| &n.id)
+            .collect();
+        let removed: Vec<&NodeId> = old
+            .nodes()
+            .iter()
+            .filter(|n| !ring.contains(&n.id))
+            .map(|n| &n.id)
+            .collect();
+        let changed: Vec<&NodeId> = ring
+            .nodes()
+            .iter()
+            .filter(|n| old.get(&n.id).is_some_and(|o| o != *n))
+            .map(|n| &n.id)
+            .collect();
+        let fraction = rehomed_fraction(&old, &ring, &self.sample);
+        tracing::info!(
+            node = %self.local.id,
+            members = ring.len(),
+            ?added,
+            ?removed,
+            ?changed,
+            rehomed = format_args!("{:.2}%", fraction * 100.0),
+            "ring changed"
+        );
+        let ring = Arc::new(ring);
+        self.shared.store(ring.clone());
+        self.updates.send_replace(ring);
+    }
+}
+
+async fn run_static(mut view: View, mut commands: mpsc::UnboundedReceiver<Command>) {
+    while let Some(command) = commands.recv().await {
+        match command {
+            Command::Drain(reply) => {
+                view.draining = true;
+                view.rebuild(std::iter::empty());
+                let _ = reply.send(());
+            }
+            Command::Shutdown(reply) => {
+                let _ = reply.send(());
+                return;
+            }
+        }
+    }
+}
+
+/// A gossip identity: who a member is, how to reach it, and its state.
+/// Foca treats identities with the same gossip address as one member and
+/// keeps the one with the higher [`Member::precedence`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Member {
+    gossip: SocketAddr,
+    generation: u64,
+    draining: bool,
+    id: NodeId,
+    rpc: SocketAddr,
+    weight: u32,
+}
+
+impl Member {
+    /// Newer generation wins; within one, draining wins; the rest only makes
+    /// the order total so every node picks the same.
+    fn precedence(&self) -> (u64, bool, &NodeId, SocketAddr, u32, SocketAddr) {
+        (
+            self.generation,
+            self.draining,
+            &self.id,
+            self.rpc,
+            self.weight,
+            self.gossip,
+        )
+    }
+
+    fn node(&self) -> Node {
+        Node {
+            id: self.id.clone(),
+            rpc_addr: self.rpc,
+            weight: self.weight,
+        }
+    }
+
+    /// Stand-in identity for a seed we have not met: foca accepts an
+    /// announce addressed to any identity with its gossip address.
+    fn seed(gossip: SocketAddr) -> Self {
+        Self {
+            gossip,
+            generation: 0,
+            draining: false,
+            id: NodeId::new(""),
+            rpc: gossip,
+            weight: 0,
+        }
+    }
+}
+
+impl foca::Identity for Member {
+    type Addr = SocketAddr;
+
+    fn renew(&self) -> Option<Self> {
+        Some(Self {
+            generation: self.generation.wrapping_add(1),
+            ..self.clone()
+        })
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.gossip
+    }
+
+    fn win_addr_conflict(&self, adversary: &Self) -> bool {
+        self.precedence() > adversary.precedence()
+    }
+}
+
+/// A timer foca asked for, ordered by due time then submission order.
+struct Due {
+    at: Instant,
+    seq: u64,
+    timer: Timer<Member>,
+}
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Due {}
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Due {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+type Swim = Foca<Member, PostcardCodec, StdRng, NoCustomBroadcast>;
+
+/// Drives foca: one task owns the SWIM state machine, the socket and the
+/// timers, so events are handled strictly one at a time and in order.
+struct Driver {
+    view: View,
+    me: Member,
+    foca: Swim,
+    out: AccumulatingRuntime<Member>,
+    socket: UdpSocket,
+    timers: BinaryHeap<Reverse<Due>>,
+    seq: u64,
+    seeds: Vec<SocketAddr>,
+    timing: FailureDetection,
+    /// Set once we said goodbye: our own "down" is expected from then on.
+    leaving: bool,
+    key: Option<[u8; 32]>,
+}
+
+enum Event {
+    Command(Option<Command>),
+    Datagram(io::Result<usize>),
+    Timer,
+    Announce,
+    DrainDeadline,
+}
+
+impl Driver {
+    async fn bind(view: View, gossip: GossipConfig) -> Result<Self, MembershipError> {
+        let GossipConfig {
+            listen,
+            seeds,
+            timing,
+            key,
+        } = gossip;
+        timing.validate()?;
+        if view.local.weight > MAX_GOSSIP_WEIGHT {
+            return Err(MembershipError::WeightTooLarge {
+                weight: view.local.weight,
+                max: MAX_GOSSIP_WEIGHT,
+            });
+        }
+        if listen.ip().is_unspecified() {
+            return Err(MembershipError::UnspecifiedGossipAddr(listen));
+        }
+        let bind_error = |source| MembershipError::Bind {
+            addr: listen,
+            source,
+        };
+        let socket = UdpSocket::bind(listen).await.map_err(bind_error)?;
+        let gossip_addr = socket.local_addr().map_err(bind_error)?;
+        let generation = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let me = Member {
+            gossip: gossip_addr,
+            generation,
+            draining: false,
+            id: view.local.id.clone(),
+            rpc: view.local.rpc_addr,
+            weight: view.local.weight,
+        };
+        let rng: StdRng = rand::make_rng();
+        let foca = Foca::new(me.clone(), timing.foca_config(), rng, PostcardCodec);
+        let seeds = seeds.into_iter().filter(|s| *s != gossip_addr).collect();
+        Ok(Self {
+            view,
+            me,
+            foca,
+            out: AccumulatingRuntime::new(),
+            socket,
+            timers: BinaryHeap::new(),
+            seq: 0,
+            seeds,
+            timing,
+            leaving: false,
+            key,
+        })
+    }
+
+    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
+        let mut buf = vec![0u8; MAX_PACKET];
+        let mut announce = tokio::time::interval(self.timing.announce_interval);
+        announce.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut pending_drain: Option<(oneshot::Sender<()>, Instant)> = None;
+        loop {
+            let next_timer = self
+                .timers
+                .peek()
+                .map_or_else(far_future, |Reverse(due)| due.at);
+            let drain_deadline = pending_drain.as_ref().map_or_else(far_future, |p| p.1);
+            let event = tokio::select! {
+                command = commands.recv() => Event::Command(command),
+                received = self.socket.recv_from(&mut buf) => {
+                    Event::Datagram(received.map(|(len, _from)| len))
+                }
+                _ = sleep_until(next_timer) => Event::Timer,
+                _ = announce.tick() => Event::Announce,
+                _ = sleep_until(drain_deadline) => Event::DrainDeadline,
+            };
+            match event {
+                Event::Command(None) => return,
+                Event::Command(Some(Command::Shutdown(reply))) => {
+                    self.leaving = true;
+                    if self.foca.num_members() > 0 {
+                        let left = self.foca.leave_cluster(&mut self.out);
+                        log_foca("leave", left);
+                        self.flush().await;
+                    }
+                    if let Some((drained, _)) = pending_drain.take() {
+                        let _ = drained.send(());
+                    }
+                    let _ = reply.send(());
+                    return;
+                }
+                Event::Command(Some(Command::Drain(reply))) => {
+                    if self.me.draining {
+                        let _ = reply.send(());
+                    } else {
+                        tracing::info!(node = %self.me.id, "draining: leaving the ring");
+                        self.me.draining = true;
+                        self.view.draining = true;
+                        let changed = self.foca.change_identity(self.me.clone(), &mut self.out);
+                        log_foca("drain", changed);
+                        self.view.rebuild(self.foca.iter_members().map(|m| m.id()));
+                        let deadline = Instant::now() + self.timing.drain_timeout;
+                        pending_drain = Some((reply, deadline));
+                    }
+                }
+                Event::Datagram(Ok(len)) => match open(self.key.as_ref(), &buf[..len]) {
+                    Some(payload) => {
+                        let handled = self.foca.handle_data(payload, &mut self.out);
+                        log_foca("datagram", handled);
+                    }
+                    None => tracing::debug!("dropped gossip datagram with a bad MAC"),
+                },
+                Event::Datagram(Err(error)) => {
+                    // ICMP errors from peers that went away surface here on
+                    // some platforms; they are not ours to handle.
+                    tracing::debug!(%error, "gossip receive error");
+                    if !matches!(
+                        error.kind(),
+                        io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset
+                    ) {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+                Event::Timer => {
+                    let now = Instant::now();
+                    while self.timers.peek().is_some_and(|Reverse(due)| due.at <= now) {
+                        if let Some(Reverse(due)) = self.timers.pop() {
+                            let handled = self.foca.handle_timer(due.timer, &mut self.out);
+                            log_foca("timer", handled);
+                        }
+                    }
+                }
+                Event::Announce => {
+                    if self.foca.num_members() == 0 {
+                        for seed in &self.seeds {
+                            let sent = self.foca.announce(Member::seed(*seed), &mut self.out);
+                            log_foca("announce", sent);
+                        }
+                    }
+                }
+                Event::DrainDeadline => {
+                    if let Some((drained, _)) = pending_drain.take() {
+                        tracing::warn!(node = %self.me.id, "drain: gossip not fully sent before the timeout");
+                        let _ = drained.send(());
+                    }
+                }
+            }
+            self.flush().await;
+            // Drained once the draining state has been gossiped out (or
+            // there is nobody to tell).
+            let announced = self.foca.updates_backlog() == 0 || self.foca.num_members() == 0;
+            if announced && let Some((drained, _)) = pending_drain.take() {
+                let _ = drained.send(());
+            }
+        }
+    }
+
+    /// Carries out what foca asked for: datagrams, timers, and — when the
+    /// membership changed — a ring rebuild.
+    async fn flush(&mut self) {
+        while let Some((to, data)) = self.out.to_send() {
+            let datagram = seal(self.key.as_ref(), data.to_vec());
+            if let Err(error) = self.socket.send_to(&datagram, to.gossip).await {
+                tracing::debug!(%error, to = %to.gossip, "gossip send error");
+            }
+        }
+        let now = Instant::now();
+        while let Some((after, timer)) = self.out.to_schedule() {
+            self.seq += 1;
+            self.timers.push(Reverse(Due {
+                at: now + after,
+                seq: self.seq,
+                timer,
+            }));
+        }
+        let mut changed = false;
+        while let Some(notification) = self.out.to_notify() {
+            match notification {
+                OwnedNotification::MemberUp(_)
+                | OwnedNotification::MemberDown(_)
+                | OwnedNotification::Rename(..) => changed = true,
+                OwnedNotification::Rejoin(me) => {
+                    tracing::warn!(node = %me.id, generation = me.generation,
+                        "declared down by the cluster; rejoined with a renewed identity");
+                    self.me = me;
+                }
+                OwnedNotification::Defunct if !self.leaving => {
+                    tracing::error!(node = %self.me.id, "declared down by the cluster");
+                }
+                OwnedNotification::Idle => {
+                    tracing::info!(node = %self.me.id, "no live peers");
+                }
+                _ => {}
+            }
+        }
+        if changed {
+            self.view.rebuild(self.foca.iter_members().map(|m| m.id()));
+        }
+    }
+}
+
+/// Appends the MAC (when keyed) to an outgoing datagram.
+fn seal(key: Option<&[u8; 32]>, mut datagram: Vec<u8>) -> Vec<u8> {
+    if let Some(key) = key {
+        let tag = blake3::keyed_hash(key, &datagram);
+        datagram.extend_from_slice(tag.as_bytes());
+    }
+    datagram
+}
+
+/// The payload of an incoming datagram if its MAC checks out (or if
+/// unkeyed); the comparison is constant-time.
+fn open<'a>(key: Option<&[u8; 32]>, datagram: &'a [u8]) -> Option<&'a [u8]> {
+    let Some(key) = key else {
+        return Some(datagram);
+    };
+    let split = datagram.len().checked_sub(blake3::OUT_LEN)?;
+    let (payload, tag) = datagram.split_at(split);
+    let tag: [u8; blake3::OUT_LEN] = tag.try_into().ok()?;
+    (blake3::keyed_hash(key, payload) == blake3::Hash::from(tag)).then_some(payload)
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(3600)
+}
+
+fn log_foca(what: &str, result: Result<(), foca::Error>) {
+    if let Err(error) = result {
+        tracing::debug!(%error, "foca {what}");
+    }
+}

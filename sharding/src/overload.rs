@@ -1,0 +1,309 @@
+//! When a home refuses a sharded request: admission control on the shard
+//! server.
+//!
+//! A Worker instance can use minutes of CPU per request, so sending all of a
+//! Worker's traffic to its home could swamp the home. The home therefore
+//! admits a sharded request only while, counting requests it admitted and has
+//! not finished:
+//!
+//! * the node as a whole has fewer than [`OverloadConfig::max_in_flight_node`]
+//!   in flight,
+//! * that Worker has fewer than [`OverloadConfig::max_in_flight_per_worker`]
+//!   in flight, and
+//! * the node can host the Worker without evicting busier ones
+//!   ([`crate::local::LocalWorkers::can_host`]).
+//!
+//! Otherwise it refuses by handing the caller's own lazy capability back
+//! (see [`crate::shard_server`]); the caller then serves the request itself
+//! and keeps the Worker warm locally, which is how a hot Worker spreads over
+//! the data center. A refusal is never an error to the end user.
+//!
+//! Admission returns a [`Permit`] that counts the request as in flight until
+//! it is dropped, so the counters cannot leak however a request ends.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Thresholds of a home's admission control.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverloadConfig {
+    /// Sharded requests one Worker may have in flight on its home before the
+    /// home refuses more (default 64). A Worker that needs more than this is
+    /// busy enough to be served on several nodes.
+    pub max_in_flight_per_worker: usize,
+    /// Sharded requests the home may have in flight over all Workers
+    /// (default 1024).
+    pub max_in_flight_node: usize,
+}
+
+impl Default for OverloadConfig {
+    fn default() -> Self {
+        OverloadConfig {
+            max_in_flight_per_worker: 64,
+            max_in_flight_node: 1024,
+        }
+    }
+}
+
+/// Why a home refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RefusalReason {
+    /// The Worker has [`OverloadConfig::max_in_flight_per_worker`] requests in
+    /// flight here.
+    WorkerBusy,
+    /// The node has [`OverloadConfig::max_in_flight_node`] requests in flight.
+    NodeBusy,
+    /// The node has no memory for the Worker without evicting busier ones.
+    NoMemory,
+}
+
+impl RefusalReason {
+    /// A short label for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalReason::WorkerBusy => "worker_busy",
+            RefusalReason::NodeBusy => "node_busy",
+            RefusalReason::NoMemory => "no_memory",
+        }
+    }
+}
+
+impl fmt::Display for RefusalReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Counters of an [`OverloadGate`], as a snapshot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OverloadStats {
+    /// Requests admitted so far.
+    pub admitted: u64,
+    /// Refusals for [`RefusalReason::WorkerBusy`].
+    pub refused_worker_busy: u64,
+    /// Refusals for [`RefusalReason::NodeBusy`].
+    pub refused_node_busy: u64,
+    /// Refusals for [`RefusalReason::NoMemory`].
+    pub refused_no_memory: u64,
+    /// Requests in flight right now.
+    pub in_flight: usize,
+}
+
+impl OverloadStats {
+    /// All refusals sent, whatever the reason.
+    pub fn refused(&self) -> u64 {
+        self.refused_worker_busy + self.refused_node_busy + self.refused_no_memory
+    }
+}
+
+/// A home's admission control: in-flight counters and the thresholds.
+///
+/// Shared by every connection and RPC thread of a node (it is `Send + Sync`).
+#[derive(Debug)]
+pub struct OverloadGate {
+    config: OverloadConfig,
+    node_in_flight: AtomicUsize,
+    per_worker: Mutex<HashMap<String, usize>>,
+    admitted: AtomicU64,
+    refused_worker_busy: AtomicU64,
+    refused_node_busy: AtomicU64,
+    refused_no_memory: AtomicU64,
+}
+
+impl OverloadGate {
+    /// A gate with no request in flight.
+    pub fn new(config: OverloadConfig) -> Arc<Self> {
+        Arc::new(OverloadGate {
+            config,
+            node_in_flight: AtomicUsize::new(0),
+            per_worker: Mutex::new(HashMap::new()),
+            admitted: AtomicU64::new(0),
+            refused_worker_busy: AtomicU64::new(0),
+            refused_node_busy: AtomicU64::new(0),
+            refused_no_memory: AtomicU64::new(0),
+        })
+    }
+
+    /// The thresholds in force.
+    pub fn config(&self) -> OverloadConfig {
+        self.config
+    }
+
+    /// Admits a request for `script_id`, or says why not. `can_host` is asked
+    /// only when the counters allow the request, since it may cost more than
+    /// a counter check.
+    pub fn try_admit(
+        self: &Arc<Self>,
+        script_id: &str,
+        can_host: impl FnOnce() -> bool,
+    ) -> Result<Permit, RefusalReason> {
+        let mut per_worker = self.lock();
+        let reason =
+            if self.node_in_flight.load(Ordering::Acquire) >= self.config.max_in_flight_node {
+                Some(RefusalReason::NodeBusy)
+            } else if per_worker.get(script_id).copied().unwrap_or(0)
+                >= self.config.max_in_flight_per_worker
+            {
+                Some(RefusalReason::WorkerBusy)
+            } else if !can_host() {
+                Some(RefusalReason::NoMemory)
+            } else {
+                None
+            };
+        if let Some(reason) = reason {
+            drop(per_worker);
+            self.counter(reason).fetch_add(1, Ordering::Relaxed);
+            return Err(reason);
+        }
+        *per_worker.entry(script_id.to_string()).or_insert(0) += 1;
+        self.node_in_flight.fetch_add(1, Ordering::AcqRel);
+        drop(per_worker);
+        self.admitted.fetch_add(1, Ordering::Relaxed);
+        Ok(Permit {
+            gate: Arc::clone(self),
+            script_id: script_id.to_string(),
+        })
+    }
+
+    /// Requests for `script_id` in flight now.
+    pub fn in_flight_for(&self, script_id: &str) -> usize {
+        self.lock().get(script_id).copied().unwrap_or(0)
+    }
+
+    /// Counters, as a snapshot.
+    pub fn stats(&self) -> OverloadStats {
+        OverloadStats {
+            admitted: self.admitted.load(Ordering::Relaxed),
+            refused_worker_busy: self.refused_worker_busy.load(Ordering::Relaxed),
+            refused_node_busy: self.refused_node_busy.load(Ordering::Relaxed),
+            refused_no_memory: self.refused_no_memory.load(Ordering::Relaxed),
+            in_flight: self.node_in_flight.load(Ordering::Acquire),
+        }
+    }
+
+    fn counter(&self, reason: RefusalReason) -> &AtomicU64 {
+        match reason {
+            RefusalReason::WorkerBusy => &self.refused_worker_busy,
+            RefusalReason::NodeBusy => &self.refused_node_busy,
+            RefusalReason::NoMemory => &self.refused_no_memory,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, usize>> {
+        // The map holds plain counters, consistent after any panic.
+        self.per_worker.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn release(&self, script_id: &str) {
+        let mut per_worker = self.lock();
+        if let Some(n) = per_worker.get_mut(script_id) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                per_worker.remove(script_id);
+            }
+        }
+        self.node_in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// One admitted request, counted as in flight until dropped.
+#[derive(Debug)]
+pub struct Permit {
+    gate: Arc<OverloadGate>,
+    script_id: String,
+}
+
+impl Permit {
+    /// The Worker this permit was admitted for.
+    pub fn script_id(&self) -> &str {
+        &self.script_id
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.gate.release(&self.script_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gate(per_worker: usize, node: usize) -> Arc<OverloadGate> {
+        OverloadGate::new(OverloadConfig {
+            max_in_flight_per_worker: per_worker,
+            max_in_flight_node: node,
+        })
+    }
+
+    #[test]
+    fn defaults_are_documented_values() {
+        let c = OverloadConfig::default();
+        assert_eq!(
+            (c.max_in_flight_per_worker, c.max_in_flight_node),
+            (64, 1024)
+        );
+    }
+
+    #[test]
+    fn a_worker_over_its_limit_is_refused_while_others_are_admitted() {
+        let g = gate(2, 100);
+        let a1 = g.try_admit("a", || true).unwrap();
+        let _a2 = g.try_admit("a", || true).unwrap();
+        assert_eq!(
+            g.try_admit("a", || true).unwrap_err(),
+            RefusalReason::WorkerBusy
+        );
+        let _b = g.try_admit("b", || true).unwrap();
+        drop(a1);
+        assert!(g.try_admit("a", || true).is_ok());
+        assert_eq!(g.stats().refused_worker_busy, 1);
+    }
+
+    #[test]
+    fn the_node_limit_applies_across_workers() {
+        let g = gate(10, 2);
+        let _a = g.try_admit("a", || true).unwrap();
+        let _b = g.try_admit("b", || true).unwrap();
+        assert_eq!(
+            g.try_admit("c", || true).unwrap_err(),
+            RefusalReason::NodeBusy
+        );
+    }
+
+    #[test]
+    fn no_memory_refuses_and_is_only_asked_when_counters_allow() {
+        let g = gate(0, 10);
+        let mut asked = false;
+        assert_eq!(
+            g.try_admit("a", || {
+                asked = true;
+                true
+            })
+            .unwrap_err(),
+            RefusalReason::WorkerBusy
+        );
+        assert!(!asked);
+        let g = gate(10, 10);
+        assert_eq!(
+            g.try_admit("a", || false).unwrap_err(),
+            RefusalReason::NoMemory
+        );
+        assert_eq!(g.stats().refused(), 1);
+    }
+
+    #[test]
+    fn dropping_permits_returns_counters_to_zero() {
+        let g = gate(10, 10);
+        let permits: Vec<_> = (0..5).map(|_| g.try_admit("a", || true).unwrap()).collect();
+        assert_eq!(g.in_flight_for("a"), 5);
+        assert_eq!(g.stats().in_flight, 5);
+        drop(permits);
+        assert_eq!(g.in_flight_for("a"), 0);
+        assert_eq!(g.stats().in_flight, 0);
+        assert_eq!(g.stats().admitted, 5);
+    }
+}

@@ -1,0 +1,171 @@
+//! Where a request is served: the routing decision, as a pure function.
+//!
+//! A request for Worker `S` arrives at node `N`. Every Worker has a *home* on
+//! the hash ring. The policy (the article's "routing requests to where
+//! Workers already exist") is:
+//!
+//! 1. `S` is warm on `N` → serve it here ([`Route::Local`]). A warm instance
+//!    costs nothing more to use, and a Worker busy enough to be warm on
+//!    several nodes must keep scaling horizontally.
+//! 2. `N` is `S`'s home → serve it here, cold-starting if needed
+//!    ([`Route::Home`]).
+//! 3. Otherwise → forward to the home `H` ([`Decision::Forward`]). What the
+//!    home answers settles the route: served by `H` ([`Route::Sharded`]), or
+//!    refused by / unreachable at `H` and served here ([`Route::Fallback`]),
+//!    see [`after_forward`].
+//!
+//! Nothing here does I/O or reads a clock: the live node and the data-center
+//! simulator call the same functions, so the simulator measures the real
+//! policy. Every response carries its route in the [`ROUTE_HEADER`] header.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Name of the response header that tells which [`Route`] served a request.
+pub const ROUTE_HEADER: &str = "x-hearth-route";
+
+/// How a request was served, as reported in [`ROUTE_HEADER`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Route {
+    /// `local`: the Worker was warm on the node that received the request.
+    Local,
+    /// `home`: the receiving node is the Worker's home and served it.
+    Home,
+    /// `sharded`: forwarded to the home, which served it.
+    Sharded,
+    /// `fallback`: forwarded, but the home refused or could not be reached
+    /// before it accepted, so the receiving node served it itself.
+    Fallback,
+}
+
+impl Route {
+    /// All routes, in declaration order (for metrics labels and reports).
+    pub const ALL: [Route; 4] = [Route::Local, Route::Home, Route::Sharded, Route::Fallback];
+
+    /// The header value: `local`, `home`, `sharded` or `fallback`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Route::Local => "local",
+            Route::Home => "home",
+            Route::Sharded => "sharded",
+            Route::Fallback => "fallback",
+        }
+    }
+
+    /// The value for [`ROUTE_HEADER`].
+    pub fn header_value(self) -> http::HeaderValue {
+        http::HeaderValue::from_static(self.as_str())
+    }
+}
+
+impl fmt::Display for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A string that is not one of the four route names.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown route {0:?} (expected local, home, sharded or fallback)")]
+pub struct UnknownRoute(pub String);
+
+impl FromStr for Route {
+    type Err = UnknownRoute;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Route::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| UnknownRoute(s.to_string()))
+    }
+}
+
+/// What the receiving node should do with a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision<'a, N: ?Sized> {
+    /// Serve it on this node; the route is [`Route::Local`] or [`Route::Home`].
+    Serve(Route),
+    /// Send it to the Worker's home (the shard client's job).
+    Forward(&'a N),
+}
+
+/// The routing decision for a request arriving at `this_node` for a Worker
+/// whose ring home is `home`, given whether the Worker is warm here.
+///
+/// When the ring is empty the caller passes its own ID as `home`: with no one
+/// else to ask, a node is everyone's home.
+pub fn decide<'a, N: PartialEq + ?Sized>(
+    this_node: &N,
+    home: &'a N,
+    warm_here: bool,
+) -> Decision<'a, N> {
+    if warm_here {
+        Decision::Serve(Route::Local)
+    } else if home == this_node {
+        Decision::Serve(Route::Home)
+    } else {
+        Decision::Forward(home)
+    }
+}
+
+/// How the home dealt with a forwarded request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HomeAnswer {
+    /// The home accepted it (whatever happened afterwards: a home that fails
+    /// after accepting yields a 502, not a silent replay).
+    Accepted,
+    /// The home refused it (overloaded) by handing back the lazy local
+    /// instance.
+    Refused,
+    /// The home was down, unreachable, or did not answer before accepting.
+    Unavailable,
+}
+
+/// The route of a forwarded request, from the home's answer.
+///
+/// After [`HomeAnswer::Refused`] the receiving node has the Worker warm (it
+/// just cold-started it), so rule 1 of [`decide`] keeps its next requests
+/// local until the Worker is evicted.
+pub fn after_forward(answer: HomeAnswer) -> Route {
+    match answer {
+        HomeAnswer::Accepted => Route::Sharded,
+        HomeAnswer::Refused | HomeAnswer::Unavailable => Route::Fallback,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warm_here_wins_even_when_another_node_is_home() {
+        assert_eq!(decide("n1", "n2", true), Decision::Serve(Route::Local));
+        assert_eq!(decide("n1", "n1", true), Decision::Serve(Route::Local));
+    }
+
+    #[test]
+    fn cold_at_home_is_served_at_home() {
+        assert_eq!(decide("n1", "n1", false), Decision::Serve(Route::Home));
+    }
+
+    #[test]
+    fn cold_elsewhere_is_forwarded_to_the_home() {
+        assert_eq!(decide(&1u32, &7u32, false), Decision::Forward(&7));
+    }
+
+    #[test]
+    fn answers_from_home_map_to_routes() {
+        assert_eq!(after_forward(HomeAnswer::Accepted), Route::Sharded);
+        assert_eq!(after_forward(HomeAnswer::Refused), Route::Fallback);
+        assert_eq!(after_forward(HomeAnswer::Unavailable), Route::Fallback);
+    }
+
+    #[test]
+    fn header_values_round_trip() {
+        for route in Route::ALL {
+            assert_eq!(route.as_str().parse::<Route>(), Ok(route));
+            assert_eq!(route.header_value(), route.as_str());
+        }
+        assert!("elsewhere".parse::<Route>().is_err());
+    }
+}

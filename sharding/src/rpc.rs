@@ -1,0 +1,704 @@
+//! The node's inter-node RPC: Cap'n Proto over mutual TLS, behind a `Send`
+//! handle.
+//!
+//! # Threads
+//!
+//! capnp-rpc's objects are `!Send` (`Rc` inside), so every connection, its
+//! capabilities and the forwards using it live on one *RPC thread*: an OS
+//! thread running a current-thread tokio runtime and a
+//! [`tokio::task::LocalSet`]. A node runs [`RpcConfig::threads`] of them.
+//! Everything else talks to them through channels:
+//!
+//! * [`RpcNode`] is the handle the rest of the node uses: `Clone + Send +
+//!   Sync`, usable from any tokio task. [`RpcNode::forward`] sends a request
+//!   to the RPC thread that owns connections to that home (one thread per
+//!   home address, so one connection per home) and awaits the result.
+//! * [`RpcNode::serve`] accepts connections on the node's main runtime,
+//!   completes the TLS handshake there (a peer without a cluster certificate
+//!   is dropped at this point and never reaches Cap'n Proto), and hands each
+//!   connection to an RPC thread, round-robin.
+//! * Workers never run on an RPC thread: [`crate::local::LocalWorkers::serve`]
+//!   futures are spawned on the main runtime that called [`RpcNode::start`],
+//!   and bodies cross between the two through bounded channels.
+//!
+//! # Robustness
+//!
+//! Messages larger than [`RpcConfig::max_message_bytes`] are refused before
+//! they are buffered; a malformed message or a protocol error fails that
+//! connection only (capnp-rpc aborts it), and its requests become 502s or
+//! local fallbacks as [`crate::shard_client`] describes. A peer that vanishes
+//! mid-stream turns into body errors on the other side and its in-flight
+//! invocations are cancelled. [`RpcNode::shutdown`] closes every connection
+//! at once, as a crash would.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use capnp_rpc::rpc_twoparty_capnp::Side;
+use capnp_rpc::{CapabilityServerSet, RpcSystem};
+use futures::FutureExt;
+use futures::future::{LocalBoxFuture, Shared};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_rustls::TlsAcceptor;
+
+use crate::context_stack::ContextStack;
+use crate::local::{Body, LocalWorkers};
+use crate::local_fetch::{WorkerHost, closed_signal};
+use crate::overload::{OverloadConfig, OverloadGate, OverloadStats};
+use crate::shard_client::{self, ClientCounters, ClientEnv, ForwardJob, PeerConn};
+use crate::shard_server::{ServerShared, ShardServerImpl};
+use crate::tls::NodeTls;
+use crate::transport::{self, CountingStream, PeerTls, WireCounters};
+
+pub use crate::byte_stream::BodyStreamError;
+pub use crate::shard_client::{ForwardOutcome, Forwarded, MAX_SPECULATIVE_BODY_BYTES};
+
+/// Settings of a node's inter-node RPC.
+#[derive(Debug, Clone)]
+pub struct RpcConfig {
+    /// This node's cluster certificate and the cluster CA.
+    pub tls: NodeTls,
+    /// RPC threads (default 1; each is an OS thread with its own event loop).
+    pub threads: usize,
+    /// Limit for TCP connect plus TLS handshake to a home (default 1 s).
+    pub connect_timeout: Duration,
+    /// Limit for an inbound peer's TLS handshake (default 5 s).
+    pub handshake_timeout: Duration,
+    /// Limit, from sending `dispatch` (after connecting, if a connection had
+    /// to be opened), for the home's answer (default 1 s). The home answers at once (admission is a
+    /// counter check; the Worker starts after), so running out means the
+    /// home is stuck and the request is served here.
+    pub dispatch_timeout: Duration,
+    /// After failing to connect to a home, requests for it are served
+    /// locally without trying again for this long (default 1 s), so a
+    /// black-holed home does not cost every request a connect timeout.
+    pub unreachable_backoff: Duration,
+    /// Admission thresholds when this node is a home.
+    pub overload: OverloadConfig,
+    /// Largest RPC message accepted from a peer (default 4 MiB; body chunks
+    /// are at most 64 KiB, heads at most 256 KiB).
+    pub max_message_bytes: usize,
+    /// Request-body bytes sent before the home accepted (default and
+    /// maximum [`MAX_SPECULATIVE_BODY_BYTES`]).
+    pub speculative_body_bytes: usize,
+}
+
+impl RpcConfig {
+    /// The defaults documented on each field, with `tls`.
+    pub fn new(tls: NodeTls) -> Self {
+        RpcConfig {
+            tls,
+            threads: 1,
+            connect_timeout: Duration::from_secs(1),
+            handshake_timeout: Duration::from_secs(5),
+            dispatch_timeout: Duration::from_secs(1),
+            unreachable_backoff: Duration::from_secs(1),
+            overload: OverloadConfig::default(),
+            max_message_bytes: 4 * 1024 * 1024,
+            speculative_body_bytes: MAX_SPECULATIVE_BODY_BYTES,
+        }
+    }
+}
+
+/// Why the RPC layer could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    /// [`RpcNode::start`] was called outside a tokio runtime.
+    #[error("RpcNode::start must be called from within a tokio runtime")]
+    NoRuntime,
+    /// An RPC thread could not be spawned.
+    #[error("spawning an RPC thread: {0}")]
+    Thread(std::io::Error),
+    /// The listener's address could not be read.
+    #[error("reading the listener's address: {0}")]
+    Listener(std::io::Error),
+}
+
+/// A snapshot of a node's RPC counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RpcStats {
+    /// Requests this node forwarded to a home.
+    pub forwarded: u64,
+    /// ...of which the home served.
+    pub sharded: u64,
+    /// ...of which the home refused (served here).
+    pub refusals_received: u64,
+    /// ...of which the home was unavailable (served here).
+    pub home_unavailable: u64,
+    /// ...of which the home failed after accepting (502).
+    pub failed_after_accept: u64,
+    /// Request-body bytes sent to homes before they accepted.
+    pub speculative_bytes_sent: u64,
+    /// As a home: admission counters, refusals sent among them.
+    pub home: OverloadStats,
+    /// Outbound connections opened.
+    pub connections_opened: u64,
+    /// Inbound connections that passed the TLS handshake.
+    pub connections_accepted: u64,
+    /// Inbound connections rejected at the TLS handshake.
+    pub handshakes_rejected: u64,
+    /// RPC bytes sent on connections this node opened (framing included,
+    /// TLS excluded).
+    pub client_bytes_sent: u64,
+    /// RPC bytes received on connections this node opened.
+    pub client_bytes_received: u64,
+    /// RPC bytes sent on connections peers opened.
+    pub server_bytes_sent: u64,
+    /// RPC bytes received on connections peers opened.
+    pub server_bytes_received: u64,
+}
+
+impl RpcStats {
+    /// Refusals this node sent as a home.
+    pub fn refusals_sent(&self) -> u64 {
+        self.home.refused()
+    }
+}
+
+#[derive(Default)]
+struct NodeCounters {
+    client: Arc<ClientCounters>,
+    connections_opened: AtomicU64,
+    connections_accepted: AtomicU64,
+    handshakes_rejected: AtomicU64,
+    client_wire: Arc<WireCounters>,
+    server_wire: Arc<WireCounters>,
+}
+
+enum Command {
+    Inbound(Box<PeerTls>),
+    Forward(Box<ForwardJob>, Reply),
+}
+
+/// How an RPC thread answers a forward: the result, or the job back if the
+/// thread stopped before looking at it (it is then served locally).
+type Reply = oneshot::Sender<Result<Forwarded, Box<ForwardJob>>>;
+
+/// Inbound TLS handshakes in progress at once; connections beyond this are
+/// dropped unanswered, so a flood of half-open peers cannot pile up tasks.
+const MAX_PENDING_HANDSHAKES: usize = 256;
+
+/// What every RPC thread of a node shares.
+struct NodeShared {
+    config: RpcConfig,
+    host: WorkerHost,
+    server: Arc<ServerShared>,
+    counters: NodeCounters,
+}
+
+struct NodeInner {
+    shared: Arc<NodeShared>,
+    threads: Vec<mpsc::UnboundedSender<Command>>,
+    next_inbound: AtomicUsize,
+    shutdown: watch::Sender<bool>,
+    joins: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for NodeInner {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+/// A node's inter-node RPC: shard client and shard server. Cheap to clone;
+/// `Send + Sync`.
+#[derive(Clone)]
+pub struct RpcNode {
+    inner: Arc<NodeInner>,
+}
+
+impl std::fmt::Debug for RpcNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RpcNode")
+            .field("threads", &self.inner.threads.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An accept loop started by [`RpcNode::serve`].
+#[derive(Debug)]
+pub struct ServerHandle {
+    local_addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ServerHandle {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops accepting (established connections stay up).
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+impl RpcNode {
+    /// Starts the RPC threads. Workers are served through `local`, on the
+    /// tokio runtime this is called from.
+    pub fn start(config: RpcConfig, local: Arc<dyn LocalWorkers>) -> Result<RpcNode, RpcError> {
+        let rt = tokio::runtime::Handle::try_current().map_err(|_| RpcError::NoRuntime)?;
+        let host = WorkerHost { local, rt };
+        let server = Arc::new(ServerShared {
+            host: host.clone(),
+            gate: OverloadGate::new(config.overload),
+        });
+        let threads = config.threads.max(1);
+        let shared = Arc::new(NodeShared {
+            config,
+            host,
+            server,
+            counters: NodeCounters::default(),
+        });
+        let (shutdown, _) = watch::channel(false);
+        let mut senders = Vec::with_capacity(threads);
+        let mut joins = Vec::with_capacity(threads);
+        for index in 0..threads {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let thread_shared = shared.clone();
+            let stop = shutdown.subscribe();
+            let join = std::thread::Builder::new()
+                .name(format!("hearth-rpc-{index}"))
+                .spawn(move || rpc_thread(thread_shared, rx, stop))
+                .map_err(RpcError::Thread)?;
+            senders.push(tx);
+            joins.push(join);
+        }
+        Ok(RpcNode {
+            inner: Arc::new(NodeInner {
+                shared,
+                threads: senders,
+                next_inbound: AtomicUsize::new(0),
+                shutdown,
+                joins: Mutex::new(joins),
+            }),
+        })
+    }
+
+    /// Accepts peers on `listener` (on the current runtime) until
+    /// [`ServerHandle::stop`] or [`RpcNode::shutdown`].
+    pub fn serve(&self, listener: TcpListener) -> Result<ServerHandle, RpcError> {
+        let local_addr = listener.local_addr().map_err(RpcError::Listener)?;
+        // Weak, so dropping every `RpcNode` still shuts the node down.
+        let node = Arc::downgrade(&self.inner);
+        let acceptor = TlsAcceptor::from(self.inner.shared.config.tls.server_config());
+        let mut stop = self.inner.shutdown.subscribe();
+        let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
+        let task = tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    accepted = listener.accept() => accepted,
+                    _ = stop.changed() => return,
+                };
+                match accepted {
+                    Ok((tcp, peer)) => {
+                        let Some(node) = node.upgrade() else { return };
+                        let Ok(permit) = pending.clone().try_acquire_owned() else {
+                            tracing::warn!(%peer, "too many TLS handshakes in progress; dropping a connection");
+                            continue;
+                        };
+                        let acceptor = acceptor.clone();
+                        tokio::spawn(async move {
+                            handshake(&node, tcp, peer, &acceptor).await;
+                            drop(permit);
+                        });
+                    }
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off a
+                        // little instead of spinning.
+                        tracing::warn!(error = %e, "accepting an RPC connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        });
+        Ok(ServerHandle { local_addr, task })
+    }
+
+    /// Forwards `request` for Worker `script_id` to its home at `home`, with
+    /// the invocation's `context`. Never fails: a refusal or an unavailable
+    /// home is served on this node, a home that fails after accepting yields
+    /// a 502 (see [`ForwardOutcome`]).
+    pub async fn forward(
+        &self,
+        home: SocketAddr,
+        script_id: &str,
+        context: ContextStack,
+        request: http::Request<Body>,
+    ) -> Forwarded {
+        let started = Instant::now();
+        let (reply, result) = oneshot::channel();
+        let job = Box::new(ForwardJob {
+            home,
+            script_id: script_id.to_string(),
+            context,
+            request,
+            started,
+        });
+        let Some(thread) = self
+            .inner
+            .threads
+            .get(thread_for(home, self.inner.threads.len()))
+        else {
+            return self.serve_here(*job, "no RPC thread".into()).await;
+        };
+        match thread.send(Command::Forward(job, reply)) {
+            Ok(()) => match result.await {
+                Ok(Ok(forwarded)) => forwarded,
+                Ok(Err(job)) => {
+                    self.serve_here(*job, "the RPC layer is shut down".into())
+                        .await
+                }
+                Err(_) => Forwarded {
+                    response: crate::local_fetch::error_response(
+                        http::StatusCode::BAD_GATEWAY,
+                        "502 Bad Gateway: the node's RPC layer stopped while forwarding this request",
+                    ),
+                    outcome: ForwardOutcome::FailedAfterAccept("RPC thread stopped".into()),
+                    hop: started.elapsed(),
+                },
+            },
+            Err(mpsc::error::SendError(Command::Forward(job, _))) => {
+                self.serve_here(*job, "the RPC layer is shut down".into())
+                    .await
+            }
+            Err(mpsc::error::SendError(Command::Inbound(_))) => Forwarded {
+                response: crate::local_fetch::error_response(
+                    http::StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal error: forward lost",
+                ),
+                outcome: ForwardOutcome::Unavailable("internal error".into()),
+                hop: started.elapsed(),
+            },
+        }
+    }
+
+    async fn serve_here(&self, job: ForwardJob, reason: String) -> Forwarded {
+        let hop = job.started.elapsed();
+        let mut request = job.request;
+        request.extensions_mut().insert(job.context);
+        let response = self.inner.shared.host.serve(&job.script_id, request).await;
+        Forwarded {
+            response,
+            outcome: ForwardOutcome::Unavailable(reason),
+            hop,
+        }
+    }
+
+    /// The node's RPC counters.
+    pub fn stats(&self) -> RpcStats {
+        let shared = &self.inner.shared;
+        let c = &shared.counters;
+        let client = &c.client;
+        RpcStats {
+            forwarded: client.forwarded.load(Ordering::Relaxed),
+            sharded: client.sharded.load(Ordering::Relaxed),
+            refusals_received: client.refusals_received.load(Ordering::Relaxed),
+            home_unavailable: client.unavailable.load(Ordering::Relaxed),
+            failed_after_accept: client.failed_after_accept.load(Ordering::Relaxed),
+            speculative_bytes_sent: client.speculative_bytes_sent.load(Ordering::Relaxed),
+            home: shared.server.gate.stats(),
+            connections_opened: c.connections_opened.load(Ordering::Relaxed),
+            connections_accepted: c.connections_accepted.load(Ordering::Relaxed),
+            handshakes_rejected: c.handshakes_rejected.load(Ordering::Relaxed),
+            client_bytes_sent: c.client_wire.sent(),
+            client_bytes_received: c.client_wire.received(),
+            server_bytes_sent: c.server_wire.sent(),
+            server_bytes_received: c.server_wire.received(),
+        }
+    }
+
+    /// Requests for `script_id` this node is serving as its home right now.
+    pub fn home_in_flight(&self, script_id: &str) -> usize {
+        self.inner.shared.server.gate.in_flight_for(script_id)
+    }
+
+    /// Stops accepting, closes every connection at once (peers see what a
+    /// crash looks like) and stops the RPC threads. Later forwards are
+    /// served locally.
+    pub fn shutdown(&self) {
+        let _ = self.inner.shutdown.send(true);
+    }
+
+    /// [`RpcNode::shutdown`], then waits for the RPC threads to exit.
+    pub async fn shutdown_and_wait(&self) {
+        self.shutdown();
+        let joins: Vec<_> = {
+            let mut guard = self.inner.joins.lock().unwrap_or_else(|e| e.into_inner());
+            guard.drain(..).collect()
+        };
+        let _ = tokio::task::spawn_blocking(move || {
+            for join in joins {
+                let _ = join.join();
+            }
+        })
+        .await;
+    }
+}
+
+async fn handshake(
+    node: &NodeInner,
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    acceptor: &TlsAcceptor,
+) {
+    let shared = &node.shared;
+    match transport::accept(tcp, acceptor, shared.config.handshake_timeout).await {
+        Ok(tls) => {
+            shared
+                .counters
+                .connections_accepted
+                .fetch_add(1, Ordering::Relaxed);
+            let n = node.threads.len().max(1);
+            let index = node.next_inbound.fetch_add(1, Ordering::Relaxed) % n;
+            if let Some(thread) = node.threads.get(index) {
+                let _ = thread.send(Command::Inbound(Box::new(tls)));
+            }
+        }
+        Err(e) => {
+            shared
+                .counters
+                .handshakes_rejected
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::info!(%peer, error = %e, "rejected an RPC peer at the TLS handshake");
+        }
+    }
+}
+
+fn thread_for(home: SocketAddr, threads: usize) -> usize {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    home.hash(&mut hasher);
+    (hasher.finish() % threads.max(1) as u64) as usize
+}
+
+type Connecting = Shared<LocalBoxFuture<'static, Result<PeerConn, String>>>;
+
+enum PeerSlot {
+    Connecting(Connecting),
+    Ready(PeerConn),
+    Down { until: Instant, reason: String },
+}
+
+/// One RPC thread's state. Lives in its `LocalSet`.
+struct ThreadState {
+    shared: Arc<NodeShared>,
+    client: Rc<ClientEnv>,
+    peers: RefCell<HashMap<SocketAddr, PeerSlot>>,
+    /// A second handle on every connection's socket, to close it at once on
+    /// shutdown whatever capnp-rpc still references.
+    sockets: RefCell<HashMap<u64, std::net::TcpStream>>,
+    next_id: Cell<u64>,
+}
+
+fn rpc_thread(
+    shared: Arc<NodeShared>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start an RPC thread's runtime");
+            return;
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    let state = Rc::new(ThreadState {
+        client: Rc::new(ClientEnv {
+            host: shared.host.clone(),
+            lazies: RefCell::new(CapabilityServerSet::new()),
+            counters: shared.counters.client.clone(),
+            dispatch_timeout: shared.config.dispatch_timeout,
+            speculative_budget: shared
+                .config
+                .speculative_body_bytes
+                .min(MAX_SPECULATIVE_BODY_BYTES),
+        }),
+        shared,
+        peers: RefCell::new(HashMap::new()),
+        sockets: RefCell::new(HashMap::new()),
+        next_id: Cell::new(0),
+    });
+    let run_state = state.clone();
+    let queue = &mut commands;
+    local.block_on(&rt, async move {
+        let state = run_state;
+        loop {
+            let command = tokio::select! {
+                command = queue.recv() => command,
+                _ = stop.changed() => None,
+            };
+            match command {
+                None => break,
+                Some(Command::Inbound(tls)) => state.serve_inbound(*tls),
+                Some(Command::Forward(job, reply)) => {
+                    let state = state.clone();
+                    tokio::task::spawn_local(async move {
+                        let peer = state.peer(job.home).await;
+                        let forwarded =
+                            shard_client::forward(state.client.clone(), peer, *job).await;
+                        let _ = reply.send(Ok(forwarded));
+                    });
+                }
+            }
+        }
+    });
+    // Forwards this thread never started are handed back to be served
+    // locally; later ones find the channel closed and do the same.
+    commands.close();
+    while let Ok(command) = commands.try_recv() {
+        if let Command::Forward(job, reply) = command {
+            let _ = reply.send(Err(job));
+        }
+    }
+    state.close_all_sockets();
+    // Dropping the LocalSet drops every connection and capability.
+    drop(local);
+    state.close_all_sockets();
+}
+
+impl ThreadState {
+    fn new_id(&self) -> u64 {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        id
+    }
+
+    fn remember_socket(&self, id: u64, tls: &PeerTls) {
+        let tcp = tls.get_ref().0;
+        #[cfg(unix)]
+        {
+            use std::os::fd::AsFd;
+            if let Ok(fd) = tcp.as_fd().try_clone_to_owned() {
+                self.sockets
+                    .borrow_mut()
+                    .insert(id, std::net::TcpStream::from(fd));
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = (id, tcp);
+    }
+
+    fn forget_socket(&self, id: u64) {
+        self.sockets.borrow_mut().remove(&id);
+    }
+
+    fn close_all_sockets(&self) {
+        for (_, socket) in self.sockets.borrow_mut().drain() {
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn serve_inbound(self: &Rc<Self>, tls: PeerTls) {
+        let id = self.new_id();
+        self.remember_socket(id, &tls);
+        let stream = CountingStream::new(tls, self.shared.counters.server_wire.clone());
+        let network =
+            transport::two_party(stream, Side::Server, self.shared.config.max_message_bytes);
+        let (closed_tx, closed) = closed_signal();
+        let bootstrap = ShardServerImpl::new_client(self.shared.server.clone(), closed);
+        let rpc = RpcSystem::new(Box::new(network), Some(bootstrap.client));
+        let state = self.clone();
+        tokio::task::spawn_local(async move {
+            if let Err(e) = rpc.await {
+                tracing::debug!(error = %e, "inbound RPC connection ended with an error");
+            }
+            drop(closed_tx);
+            state.forget_socket(id);
+        });
+    }
+
+    /// A connection to `home`: the open one, one being opened, or a new one.
+    async fn peer(self: &Rc<Self>, home: SocketAddr) -> Result<PeerConn, String> {
+        let connecting = {
+            let mut peers = self.peers.borrow_mut();
+            match peers.get(&home) {
+                Some(PeerSlot::Ready(conn)) if conn.alive.get() => {
+                    return Ok(conn.clone());
+                }
+                Some(PeerSlot::Connecting(f)) => f.clone(),
+                Some(PeerSlot::Down { until, reason }) if Instant::now() < *until => {
+                    return Err(reason.clone());
+                }
+                _ => {
+                    let state = self.clone();
+                    let f = async move { state.connect(home).await }
+                        .boxed_local()
+                        .shared();
+                    peers.insert(home, PeerSlot::Connecting(f.clone()));
+                    f
+                }
+            }
+        };
+        let result = connecting.await;
+        let mut peers = self.peers.borrow_mut();
+        if let Some(PeerSlot::Connecting(_)) = peers.get(&home) {
+            match &result {
+                Ok(conn) => {
+                    peers.insert(home, PeerSlot::Ready(conn.clone()));
+                }
+                Err(reason) => {
+                    peers.insert(
+                        home,
+                        PeerSlot::Down {
+                            until: Instant::now() + self.shared.config.unreachable_backoff,
+                            reason: reason.clone(),
+                        },
+                    );
+                }
+            }
+        }
+        result
+    }
+
+    async fn connect(self: Rc<Self>, home: SocketAddr) -> Result<PeerConn, String> {
+        let config = &self.shared.config;
+        let tls = transport::connect(home, config.tls.client_config(), config.connect_timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.shared
+            .counters
+            .connections_opened
+            .fetch_add(1, Ordering::Relaxed);
+        let id = self.new_id();
+        self.remember_socket(id, &tls);
+        let stream = CountingStream::new(tls, self.shared.counters.client_wire.clone());
+        let network = transport::two_party(stream, Side::Client, config.max_message_bytes);
+        let mut rpc = RpcSystem::new(Box::new(network), None);
+        let shard: crate::schema::hearth_capnp::shard_server::Client = rpc.bootstrap(Side::Server);
+        let (closed_tx, closed) = closed_signal();
+        let alive = Rc::new(Cell::new(true));
+        let state = self.clone();
+        let still_alive = alive.clone();
+        tokio::task::spawn_local(async move {
+            if let Err(e) = rpc.await {
+                tracing::debug!(%home, error = %e, "RPC connection to a home ended with an error");
+            }
+            still_alive.set(false);
+            drop(closed_tx);
+            state.forget_socket(id);
+            let mut peers = state.peers.borrow_mut();
+            if let Some(PeerSlot::Ready(conn)) = peers.get(&home)
+                && Rc::ptr_eq(&conn.alive, &still_alive)
+            {
+                peers.remove(&home);
+            }
+        });
+        Ok(PeerConn {
+            shard,
+            closed,
+            alive,
+        })
+    }
+}

@@ -1,0 +1,512 @@
+//! The shard client: sending a request to its Worker's home, optimistically.
+//!
+//! The node that received a request for a Worker homed elsewhere does not
+//! ask the home for permission first (that would cost a round trip on every
+//! sharded request). It sends everything at once, pipelined on one
+//! connection:
+//!
+//! ```text
+//! dispatch(scriptId, context, lazy)          -> worker      (question 1)
+//!   worker.fetch(head, responseSink)         -> requestBody (on 1's answer)
+//!     requestBody.write(chunk) ...                          (on 2's answer)
+//! ```
+//!
+//! where `lazy` is a capability to a [`LazyInstance`] of the Worker on this
+//! node and `responseSink` is where the response will arrive.
+//!
+//! # The bounded trombone
+//!
+//! Until the home has answered `dispatch`, the client sends at most
+//! [`MAX_SPECULATIVE_BODY_BYTES`] of the request body (256 KiB, or less if
+//! configured) and keeps a copy of exactly the bytes it sent. Then it waits
+//! for the answer:
+//!
+//! * **the home's own Worker** (accepted) → the copy is dropped and the rest
+//!   of the body streams on to the home; the response streams back into
+//!   `responseSink`. Outcome [`ForwardOutcome::Sharded`].
+//! * **`lazy` itself** (refused) → Cap'n Proto delivers a capability the
+//!   peer hands back as this node's own object, which
+//!   [`capnp_rpc::CapabilityServerSet::get_local_server_of_resolved`]
+//!   identifies. The client stops sending body bytes to the home and takes
+//!   the request back (`LazyInstance::take_back`): it serves it here with
+//!   the kept copy followed by the unsent rest of the body, so the body is
+//!   byte-exact whatever happened on the wire. Outcome
+//!   [`ForwardOutcome::Refused`].
+//!
+//! This is the "replay the kept copy" design. The home's RPC system still
+//! reflects the pipelined `fetch` and the speculative writes back to `lazy`
+//! (that is how promise pipelining works); the lazy instance answers the
+//! reflected `fetch` with an error nobody waits for, so those bytes are
+//! dropped. Either way the body bytes that travel to the home, and back, are
+//! bounded by the speculative budget, however large the body is.
+//!
+//! # Failures
+//!
+//! Before the home accepted (connect error, TLS failure, `dispatch` error,
+//! no answer within [`crate::rpc::RpcConfig::dispatch_timeout`]), the request
+//! is served here like a refusal: [`ForwardOutcome::Unavailable`], no error
+//! for the user. After the home accepted, the request may have run there, and
+//! requests need not be idempotent, so it is not replayed: a home that fails
+//! before its response head yields a clear 502
+//! ([`ForwardOutcome::FailedAfterAccept`]); one that fails mid-body yields a
+//! body error.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use capnp_rpc::CapabilityServerSet;
+use tokio::sync::mpsc;
+
+use crate::byte_stream::{
+    self, MAX_WRITE_BYTES, ResponseSinkServer, StreamItem, finish_stream, write_chunk,
+};
+use crate::context_stack::{self, ContextStack};
+use crate::http_wire;
+use crate::lazy_instance::LazyInstance;
+use crate::local::Body;
+use crate::local_fetch::{Closed, WorkerHost, error_response};
+use crate::routing::{HomeAnswer, Route, after_forward};
+use crate::schema::hearth_capnp::{byte_stream as wire_stream, shard_server, worker};
+
+/// The most request-body bytes sent to a home before it has accepted the
+/// request: the bound on the bytes a refusal bounces.
+pub const MAX_SPECULATIVE_BODY_BYTES: usize = 256 * 1024;
+
+/// How a forwarded request ended up being served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ForwardOutcome {
+    /// The home accepted and served it ([`Route::Sharded`]).
+    Sharded,
+    /// The home refused (overloaded) and this node served it
+    /// ([`Route::Fallback`]). The Worker is now warm here: keep serving it
+    /// locally until it is evicted.
+    Refused,
+    /// The home was down, unreachable or slow to answer before it accepted,
+    /// and this node served it ([`Route::Fallback`]).
+    Unavailable(String),
+    /// The home accepted, then failed before its response head; the user
+    /// got a 502 ([`Route::Sharded`]: the home was the one serving).
+    FailedAfterAccept(String),
+}
+
+impl ForwardOutcome {
+    /// What the home did, in the routing vocabulary.
+    pub fn home_answer(&self) -> HomeAnswer {
+        match self {
+            ForwardOutcome::Sharded | ForwardOutcome::FailedAfterAccept(_) => HomeAnswer::Accepted,
+            ForwardOutcome::Refused => HomeAnswer::Refused,
+            ForwardOutcome::Unavailable(_) => HomeAnswer::Unavailable,
+        }
+    }
+
+    /// The route to report in `x-hearth-route`.
+    pub fn route(&self) -> Route {
+        after_forward(self.home_answer())
+    }
+}
+
+/// The result of [`crate::rpc::RpcNode::forward`].
+#[derive(Debug)]
+pub struct Forwarded {
+    /// The response for the user (its body may still be streaming).
+    pub response: http::Response<Body>,
+    /// How it was served.
+    pub outcome: ForwardOutcome,
+    /// Time from the start of the forward until the home's answer to
+    /// `dispatch` (or until the failure that made this node serve it): the
+    /// latency the shard hop added, for `server-timing: shard;dur=…`.
+    /// Includes connecting when no connection to the home was open.
+    pub hop: Duration,
+}
+
+impl Forwarded {
+    /// The route to report in `x-hearth-route`.
+    pub fn route(&self) -> Route {
+        self.outcome.route()
+    }
+}
+
+/// A request handed to an RPC thread for forwarding.
+pub(crate) struct ForwardJob {
+    pub(crate) home: SocketAddr,
+    pub(crate) script_id: String,
+    pub(crate) context: ContextStack,
+    pub(crate) request: http::Request<Body>,
+    pub(crate) started: Instant,
+}
+
+/// A live connection to a home.
+#[derive(Clone)]
+pub(crate) struct PeerConn {
+    pub(crate) shard: shard_server::Client,
+    pub(crate) closed: Closed,
+    /// False once the connection has ended.
+    pub(crate) alive: Rc<std::cell::Cell<bool>>,
+}
+
+/// Shard-client counters (shared by all RPC threads).
+#[derive(Debug, Default)]
+pub(crate) struct ClientCounters {
+    pub(crate) forwarded: AtomicU64,
+    pub(crate) sharded: AtomicU64,
+    pub(crate) refusals_received: AtomicU64,
+    pub(crate) unavailable: AtomicU64,
+    pub(crate) failed_after_accept: AtomicU64,
+    pub(crate) speculative_bytes_sent: AtomicU64,
+}
+
+/// What a forward needs from its RPC thread.
+pub(crate) struct ClientEnv {
+    pub(crate) host: WorkerHost,
+    pub(crate) lazies: RefCell<CapabilityServerSet<LazyInstance, worker::Client>>,
+    pub(crate) counters: Arc<ClientCounters>,
+    pub(crate) dispatch_timeout: Duration,
+    pub(crate) speculative_budget: usize,
+}
+
+/// The request body as the client reads it: from the node's body (drained
+/// on the main runtime into `rx`), with bytes pushed back in front.
+struct Source {
+    front: VecDeque<Bytes>,
+    rx: Option<mpsc::Receiver<StreamItem>>,
+    terminal: Option<StreamItem>,
+}
+
+impl Source {
+    /// The next piece of the body; cancel-safe.
+    async fn next(&mut self) -> Option<StreamItem> {
+        if let Some(chunk) = self.front.pop_front() {
+            return Some(StreamItem::Chunk(chunk));
+        }
+        if let Some(terminal) = self.terminal.take() {
+            return Some(terminal);
+        }
+        let rx = self.rx.as_mut()?;
+        let item = rx
+            .recv()
+            .await
+            .unwrap_or_else(|| StreamItem::Abort("request body producer went away".into()));
+        if !matches!(item, StreamItem::Chunk(_)) {
+            self.rx = None;
+        }
+        Some(item)
+    }
+
+    /// The body this node serves: `kept` (sent to the home already), then
+    /// everything not yet sent.
+    fn into_replay(self, kept: Vec<Bytes>) -> Body {
+        let mut prefix: VecDeque<Bytes> = kept.into();
+        prefix.extend(self.front);
+        let rx = match (self.terminal, self.rx) {
+            (Some(StreamItem::End), _) | (None, None) => None,
+            (Some(terminal), _) => {
+                let (tx, rx) = mpsc::channel(1);
+                let _ = tx.try_send(terminal);
+                Some(rx)
+            }
+            (None, Some(rx)) => Some(rx),
+        };
+        byte_stream::ChannelBody::new(prefix, rx).boxed()
+    }
+}
+
+/// Everything sent to the home before it answered.
+struct Speculation {
+    kept: Vec<Bytes>,
+    sent: usize,
+    /// `End`/`Abort` already sent (the whole body went out).
+    terminal_sent: Option<StreamItem>,
+    /// The `end`/`abort` call, kept alive so it is not cancelled.
+    finish_call: Option<capnp::capability::Promise<(), capnp::Error>>,
+}
+
+impl Speculation {
+    /// Sends the next piece of the body if the budget allows. Cancel-safe:
+    /// a piece is recorded in `kept` in the same step that sends it.
+    async fn step(
+        &mut self,
+        source: &mut Source,
+        stream: &wire_stream::Client,
+        budget: usize,
+    ) -> Result<(), capnp::Error> {
+        match source.next().await {
+            None => Ok(()),
+            Some(StreamItem::Chunk(mut chunk)) => {
+                let n = chunk.len().min(budget - self.sent).min(MAX_WRITE_BYTES);
+                if chunk.len() > n {
+                    source.front.push_front(chunk.split_off(n));
+                }
+                let mut request = stream.write_request();
+                request.get().set_chunk(&chunk);
+                let window = request.send();
+                self.sent += n;
+                self.kept.push(chunk);
+                window.await
+            }
+            Some(terminal) => {
+                let call = match &terminal {
+                    StreamItem::Abort(reason) => {
+                        let mut request = stream.abort_request();
+                        request.get().set_reason(reason.as_str());
+                        let promise = request.send().promise;
+                        capnp::capability::Promise::from_future(
+                            async move { promise.await.map(|_| ()) },
+                        )
+                    }
+                    _ => {
+                        let promise = stream.end_request().send().promise;
+                        capnp::capability::Promise::from_future(
+                            async move { promise.await.map(|_| ()) },
+                        )
+                    }
+                };
+                self.finish_call = Some(call);
+                self.terminal_sent = Some(terminal);
+                Ok(())
+            }
+        }
+    }
+
+    fn done(&self, budget: usize) -> bool {
+        self.terminal_sent.is_some() || self.sent >= budget
+    }
+}
+
+/// Forwards `job` to its home over `peer` (or serves it here if `peer` is
+/// an error), and returns how it was served. Runs on an RPC thread.
+pub(crate) async fn forward(
+    env: Rc<ClientEnv>,
+    peer: Result<PeerConn, String>,
+    job: ForwardJob,
+) -> Forwarded {
+    let ForwardJob {
+        script_id,
+        context,
+        request,
+        started,
+        ..
+    } = job;
+    env.counters.forwarded.fetch_add(1, Ordering::Relaxed);
+
+    let (head, body) = request.into_parts();
+    let too_large = http_wire::request_head_size(&head) > http_wire::MAX_HEAD_BYTES
+        || head.headers.len() > http_wire::MAX_HEADERS;
+    let request = http::Request::from_parts(head, body);
+    let peer = match peer {
+        // The home would refuse it (and a huge message would cost the whole
+        // connection), so it is served here.
+        Ok(_) if too_large => Err("the request head is too large to forward".to_string()),
+        peer => peer,
+    };
+    let conn = match peer {
+        Ok(conn) => conn,
+        Err(reason) => {
+            // Nothing was sent; serve the untouched request here.
+            let hop = started.elapsed();
+            let mut request = request;
+            request.extensions_mut().insert(context);
+            let response = env.host.serve(&script_id, request).await;
+            env.counters.unavailable.fetch_add(1, Ordering::Relaxed);
+            return Forwarded {
+                response,
+                outcome: ForwardOutcome::Unavailable(reason),
+                hop,
+            };
+        }
+    };
+
+    let (parts, body) = request.into_parts();
+    let mut source = Source {
+        front: VecDeque::new(),
+        rx: Some(byte_stream::spawn_reader(&env.host.rt, body)),
+        terminal: None,
+    };
+
+    let lazy = Rc::new(LazyInstance::new(
+        &script_id,
+        env.host.clone(),
+        context.clone(),
+    ));
+    let lazy_cap: worker::Client = env.lazies.borrow_mut().new_client_from_rc(lazy.clone());
+    let (sink, response_rx) = ResponseSinkServer::new_pair();
+
+    // Everything is sent now, without waiting for any answer.
+    let mut dispatch = conn.shard.dispatch_request();
+    {
+        let mut p = dispatch.get();
+        p.set_script_id(script_id.as_str());
+        context_stack::write_context(&context, p.reborrow().init_context());
+        p.set_lazy(lazy_cap);
+    }
+    let dispatch = dispatch.send();
+    let mut fetch = dispatch.pipeline.get_worker().fetch_request();
+    {
+        let mut p = fetch.get();
+        http_wire::write_request_head(&parts, p.reborrow().init_head());
+        p.set_response(sink);
+    }
+    let fetch = fetch.send();
+    let stream = fetch.pipeline.get_request_body();
+
+    let answer = async {
+        let response = dispatch.promise.await?;
+        let worker = response.get()?.get_worker()?;
+        Ok::<_, capnp::Error>(capnp::capability::get_resolved_cap(worker).await)
+    };
+    let deadline = tokio::time::Instant::now() + env.dispatch_timeout;
+    let answer = tokio::time::timeout_at(deadline, answer);
+    tokio::pin!(answer);
+
+    let budget = env.speculative_budget;
+    let mut spec = Speculation {
+        kept: Vec::new(),
+        sent: 0,
+        terminal_sent: None,
+        finish_call: None,
+    };
+    let mut speculating = true;
+    let answer = loop {
+        if !speculating || spec.done(budget) {
+            break answer.await;
+        }
+        tokio::select! {
+            biased;
+            a = &mut answer => break a,
+            step = spec.step(&mut source, &stream, budget) => {
+                if let Err(e) = step {
+                    tracing::debug!(error = %e, "speculative body write failed; waiting for the home's answer");
+                    speculating = false;
+                }
+            }
+        }
+    };
+    let hop = started.elapsed();
+    env.counters
+        .speculative_bytes_sent
+        .fetch_add(spec.sent as u64, Ordering::Relaxed);
+
+    let refused_or_failed = match answer {
+        Err(_elapsed) => Some(ForwardOutcome::Unavailable(format!(
+            "the home did not answer within {:?}",
+            env.dispatch_timeout
+        ))),
+        Ok(Err(e)) => Some(ForwardOutcome::Unavailable(format!("dispatch failed: {e}"))),
+        Ok(Ok(worker)) => {
+            let own = env
+                .lazies
+                .borrow()
+                .get_local_server_of_resolved(&worker)
+                .is_some_and(|server| Rc::ptr_eq(&server, &lazy));
+            own.then_some(ForwardOutcome::Refused)
+        }
+    };
+
+    if let Some(outcome) = refused_or_failed {
+        // Stop talking to the home about this request: dropping the
+        // questions cancels them there.
+        drop(stream);
+        drop(fetch);
+        drop(spec.finish_call.take());
+        let mut request = http::Request::from_parts(parts, source.into_replay(spec.kept));
+        request.extensions_mut().insert(context);
+        let response = match lazy.take_back(request) {
+            Some(serving) => serving.await,
+            None => error_response(
+                http::StatusCode::INTERNAL_SERVER_ERROR,
+                "the lazy instance was already used",
+            ),
+        };
+        let counter = match outcome {
+            ForwardOutcome::Refused => &env.counters.refusals_received,
+            _ => &env.counters.unavailable,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        gc(&env);
+        return Forwarded {
+            response,
+            outcome,
+            hop,
+        };
+    }
+
+    // Accepted: the rest of the body goes to the home.
+    lazy.release();
+    drop(spec.kept);
+    let finish_call = spec.finish_call.take();
+    let rest_of_body = async move {
+        let result = match (spec.terminal_sent, finish_call) {
+            (Some(_), Some(call)) => call.await,
+            _ => send_rest(&mut source, &stream).await,
+        };
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "streaming the request body to the home failed");
+        }
+        // Keeps the fetch question open until the body is through.
+        let _ = fetch.promise.await;
+    };
+    tokio::task::spawn_local(rest_of_body);
+
+    // A sink dropped unused (the peer went away) cancels `response_rx`; the
+    // closed connection is a second way to notice the same thing.
+    let closed = conn.closed.clone();
+    let head = tokio::select! {
+        biased;
+        head = response_rx => head.ok(),
+        () = closed => None,
+    };
+    gc(&env);
+    match head {
+        Some(Ok(response)) => {
+            env.counters.sharded.fetch_add(1, Ordering::Relaxed);
+            Forwarded {
+                response,
+                outcome: ForwardOutcome::Sharded,
+                hop,
+            }
+        }
+        Some(Err(head_error)) => {
+            failed_after_accept(&env, hop, format!("bad response head: {head_error}"))
+        }
+        None => failed_after_accept(
+            &env,
+            hop,
+            "the connection to the home closed before its response".into(),
+        ),
+    }
+}
+
+async fn send_rest(source: &mut Source, stream: &wire_stream::Client) -> Result<(), capnp::Error> {
+    while let Some(item) = source.next().await {
+        match item {
+            StreamItem::Chunk(chunk) => write_chunk(stream, chunk).await?,
+            terminal => return finish_stream(stream, terminal).await,
+        }
+    }
+    Ok(())
+}
+
+fn failed_after_accept(env: &ClientEnv, hop: Duration, reason: String) -> Forwarded {
+    env.counters
+        .failed_after_accept
+        .fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(%reason, "home failed after accepting a sharded request");
+    let message = format!(
+        "502 Bad Gateway: the Worker's home node accepted this request and then failed ({reason}). \
+         It was not retried, because the request may already have had effects."
+    );
+    Forwarded {
+        response: error_response(http::StatusCode::BAD_GATEWAY, &message),
+        outcome: ForwardOutcome::FailedAfterAccept(reason),
+        hop,
+    }
+}
+
+fn gc(env: &ClientEnv) {
+    env.lazies.borrow_mut().gc();
+}

@@ -1,0 +1,232 @@
+//! Who may call a node's RPC port, and what a bad peer can do to it.
+
+mod rpc_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use capnp_rpc::RpcSystem;
+use capnp_rpc::rpc_twoparty_capnp::Side;
+use capnp_rpc::twoparty::VatNetwork;
+use hearth_sharding::context_stack::ContextStack;
+use hearth_sharding::rpc::ForwardOutcome;
+use hearth_sharding::schema::hearth_capnp::{shard_server, worker};
+use hearth_sharding::tls::{CLUSTER_SERVER_NAME, cluster_server_name};
+use hearth_sharding::transport;
+use rpc_support::*;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+/// A Worker capability that does nothing, to pass as `lazy`.
+struct Dummy;
+impl worker::Server for Dummy {}
+
+/// Bootstraps the peer's `ShardServer` over `stream` and calls `dispatch`:
+/// Ok only if the peer handed out a working capability.
+async fn try_dispatch<S>(stream: S) -> Result<(), capnp::Error>
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let local = tokio::task::LocalSet::new();
+    local
+        .run_until(async move {
+            let (read, write) = tokio::io::split(stream);
+            let network = VatNetwork::new(
+                read.compat(),
+                write.compat_write(),
+                Side::Client,
+                capnp::message::ReaderOptions::new(),
+            );
+            let mut rpc = RpcSystem::new(Box::new(network), None);
+            let shard: shard_server::Client = rpc.bootstrap(Side::Server);
+            tokio::task::spawn_local(rpc);
+            let mut request = shard.dispatch_request();
+            request.get().set_script_id("echo");
+            request.get().set_lazy(capnp_rpc::new_client(Dummy));
+            let answer = request.send().promise.await?;
+            answer.get()?.get_worker()?;
+            Ok(())
+        })
+        .await
+}
+
+fn client_config_with(
+    ca_pem: &[u8],
+    identity: Option<(Vec<u8>, Vec<u8>)>,
+) -> Arc<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                vec![CertificateDer::from_pem_slice(&cert).unwrap()],
+                PrivateKeyDer::from_pem_slice(&key).unwrap(),
+            )
+            .unwrap(),
+    };
+    Arc::new(config)
+}
+
+/// Tries to get a capability from `node` over TLS with `config`; true if it
+/// got one.
+async fn got_capability(node: &Node, config: Arc<rustls::ClientConfig>) -> bool {
+    let tcp = TcpStream::connect(node.addr).await.unwrap();
+    let tls = match tokio_rustls::TlsConnector::from(config)
+        .connect(cluster_server_name(), tcp)
+        .await
+    {
+        Ok(tls) => tls,
+        // The server refused the handshake.
+        Err(_) => return false,
+    };
+    // With TLS 1.3 the client may finish before the server has checked its
+    // certificate; the server's verdict then arrives as the first read.
+    guard("dispatch attempt", try_dispatch(tls)).await.is_ok()
+}
+
+async fn still_serves(a: &Node, b: &Node) {
+    let ok = guard(
+        "a legitimate forward",
+        a.rpc.forward(
+            b.addr,
+            "echo",
+            ContextStack::new(),
+            request("/echo", streaming_body(b"members welcome".to_vec(), 5)),
+        ),
+    )
+    .await;
+    assert_eq!(ok.outcome, ForwardOutcome::Sharded);
+    assert_eq!(
+        &collect(ok.response.into_body()).await.unwrap()[..],
+        b"members welcome"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_peers_with_a_cluster_certificate_get_a_capability() {
+    let pki = Pki::new(&["a", "b", "c"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    let b = start_node(&pki, "b", |_| {}).await;
+    let ca_pem = std::fs::read(pki.dir.path().join("ca.pem")).unwrap();
+
+    // Control: a member's certificate gets a capability this way.
+    assert!(got_capability(&b, pki.tls("c").client_config()).await);
+
+    // Plain TCP, speaking Cap'n Proto directly: no capability.
+    let plain = TcpStream::connect(b.addr).await.unwrap();
+    assert!(guard("plain dispatch", try_dispatch(plain)).await.is_err());
+
+    // TLS without a client certificate.
+    assert!(!got_capability(&b, client_config_with(&ca_pem, None)).await);
+
+    // TLS with a self-signed certificate for the right name.
+    let self_signed = rcgen::generate_simple_self_signed(vec![CLUSTER_SERVER_NAME.into()]).unwrap();
+    let identity = (
+        self_signed.cert.pem().into_bytes(),
+        self_signed.signing_key.serialize_pem().into_bytes(),
+    );
+    assert!(!got_capability(&b, client_config_with(&ca_pem, Some(identity))).await);
+
+    // A certificate from another cluster's CA.
+    let other = Pki::new(&["intruder"]);
+    assert!(!got_capability(&b, other.tls("intruder").client_config()).await);
+
+    eventually("rejections are counted", || {
+        b.rpc.stats().handshakes_rejected >= 4
+    })
+    .await;
+    still_serves(&a, &b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_refuses_a_home_without_a_cluster_certificate() {
+    let pki = Pki::new(&["a"]);
+    let other = Pki::new(&["impostor"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    // A "home" from another cluster: the client's handshake fails, so the
+    // request is served locally rather than sent to a stranger.
+    let impostor = start_node(&other, "impostor", |_| {}).await;
+    let forwarded = guard(
+        "forward",
+        a.rpc.forward(
+            impostor.addr,
+            "echo",
+            ContextStack::new(),
+            request("/echo", streaming_body(b"secret".to_vec(), 6)),
+        ),
+    )
+    .await;
+    assert!(
+        matches!(forwarded.outcome, ForwardOutcome::Unavailable(_)),
+        "{:?}",
+        forwarded.outcome
+    );
+    assert_eq!(served_by(&forwarded.response), "a");
+    assert_eq!(
+        impostor
+            .workers
+            .served
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+}
+
+/// Sends `bytes` over an authenticated connection and waits for the node to
+/// close it.
+async fn closed_after(node: &Node, member: &Pki, bytes: &[u8]) {
+    let mut tls = transport::connect(
+        node.addr,
+        member.tls("c").client_config(),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    tls.write_all(bytes).await.unwrap();
+    tls.flush().await.unwrap();
+    let mut sink = Vec::new();
+    // Whatever the node says (an Abort message), it must then hang up.
+    let _ = guard("the node closes the connection", tls.read_to_end(&mut sink)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_and_oversized_messages_close_that_connection_only() {
+    let pki = Pki::new(&["a", "b", "c"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    let b = start_node(&pki, "b", |_| {}).await;
+    still_serves(&a, &b).await;
+
+    // A segment table announcing a 1 GiB message: refused by the size limit
+    // before anything is buffered.
+    let mut huge = Vec::new();
+    huge.extend_from_slice(&0u32.to_le_bytes()); // one segment
+    huge.extend_from_slice(&(1u32 << 27).to_le_bytes()); // of 2^27 words
+    closed_after(&b, &pki, &huge).await;
+
+    // A well-framed message whose content is garbage.
+    let mut garbage = Vec::new();
+    garbage.extend_from_slice(&0u32.to_le_bytes());
+    garbage.extend_from_slice(&4u32.to_le_bytes());
+    garbage.extend_from_slice(&pattern(32));
+    closed_after(&b, &pki, &garbage).await;
+
+    // An absurd segment count.
+    closed_after(&b, &pki, &[0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0]).await;
+
+    // The node, and its connection with `a`, are unharmed.
+    still_serves(&a, &b).await;
+    eventually("no request is left in flight on the home", || {
+        b.rpc.stats().home.in_flight == 0
+    })
+    .await;
+}

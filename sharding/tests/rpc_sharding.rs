@@ -1,0 +1,537 @@
+//! Sharded requests between real nodes over mTLS on 127.0.0.1: served by the
+//! home, refused by it, home down, home dying, context and traces.
+
+mod rpc_support;
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use hearth_sharding::context_stack::{
+    ContextFrame, ContextStack, LimitOverrides, OutboundWorkerConfig, TailWorkerConfig,
+    TraceReporter, TrustLevel,
+};
+use hearth_sharding::routing::Route;
+use hearth_sharding::rpc::{ForwardOutcome, MAX_SPECULATIVE_BODY_BYTES};
+use rpc_support::*;
+
+const TEN_MB: usize = 10 * 1024 * 1024;
+/// Cap'n Proto framing and the other messages of one forward (bootstrap,
+/// dispatch, fetch head, returns, finishes) on top of the body bytes.
+const FRAMING_ALLOWANCE: u64 = 32 * 1024;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_request_is_served_by_the_home_streaming_10mb_both_ways() {
+    let pki = Pki::new(&["a", "b"]);
+    let a = start_node(&pki, "a", |c| c.threads = 2).await;
+    let b = start_node(&pki, "b", |c| c.threads = 2).await;
+
+    let data = pattern(TEN_MB);
+    let forwarded = guard(
+        "forward",
+        a.rpc.forward(
+            b.addr,
+            "echo",
+            ContextStack::new(),
+            request("/echo", streaming_body(data.clone(), 16 * 1024)),
+        ),
+    )
+    .await;
+    assert_eq!(forwarded.outcome, ForwardOutcome::Sharded);
+    assert_eq!(forwarded.route(), Route::Sharded);
+    assert_eq!(forwarded.response.status(), 200);
+    assert_eq!(served_by(&forwarded.response), "b");
+    let echoed = guard("response body", collect(forwarded.response.into_body()))
+        .await
+        .unwrap();
+    assert!(
+        echoed[..] == data[..],
+        "echoed body differs from what was sent"
+    );
+
+    assert_eq!(b.workers.served.load(Ordering::SeqCst), 1);
+    assert_eq!(a.workers.served.load(Ordering::SeqCst), 0);
+    let sa = a.rpc.stats();
+    assert_eq!((sa.forwarded, sa.sharded, sa.refusals_received), (1, 1, 0));
+    // The counter sees the whole body go out and come back.
+    assert!(sa.client_bytes_sent >= TEN_MB as u64);
+    assert!(sa.client_bytes_received >= TEN_MB as u64);
+    let sb = b.rpc.stats();
+    assert_eq!(sb.home.admitted, 1);
+    assert_eq!(sb.refusals_sent(), 0);
+    eventually("the home's in-flight count returns to zero", || {
+        b.rpc.home_in_flight("echo") == 0
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overloaded_home_refuses_and_the_request_is_served_locally_with_a_bounded_trombone() {
+    let pki = Pki::new(&["a", "b"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    let b = start_node(&pki, "b", |_| {}).await;
+    // No memory for the Worker on its home without evicting busier ones.
+    b.workers.can_host.store(false, Ordering::SeqCst);
+
+    let data = pattern(TEN_MB);
+    let forwarded = guard(
+        "forward",
+        a.rpc.forward(
+            b.addr,
+            "echo",
+            ContextStack::new(),
+            request("/echo", streaming_body(data.clone(), 16 * 1024)),
+        ),
+    )
+    .await;
+    assert_eq!(forwarded.outcome, ForwardOutcome::Refused);
+    assert_eq!(forwarded.route(), Route::Fallback);
+    assert_eq!(
+        forwarded.response.status(),
+        200,
+        "a refusal is not an error"
+    );
+    assert_eq!(served_by(&forwarded.response), "a");
+    let echoed = guard("response body", collect(forwarded.response.into_body()))
+        .await
+        .unwrap();
+    assert!(
+        echoed[..] == data[..],
+        "locally served body differs from what was sent"
+    );
+    assert_eq!(a.workers.served.load(Ordering::SeqCst), 1);
+    assert_eq!(b.workers.served.load(Ordering::SeqCst), 0);
+
+    // Every byte on the connection to the home, each way, once the
+    // reflected calls have drained: a 10 MB body costs no more than the
+    // speculative budget plus framing.
+    let (sent, received) = settled(|| {
+        let s = a.rpc.stats();
+        (s.client_bytes_sent, s.client_bytes_received)
+    })
+    .await;
+    eprintln!(
+        "refused 10 MB upload: {sent} bytes sent to the home, {received} received back, \
+         {} speculative body bytes",
+        a.rpc.stats().speculative_bytes_sent
+    );
+    let bound = MAX_SPECULATIVE_BODY_BYTES as u64 + FRAMING_ALLOWANCE;
+    assert!(
+        sent <= bound,
+        "sent {sent} bytes to the refusing home (bound {bound})"
+    );
+    assert!(
+        received <= bound,
+        "got {received} bytes back from the refusing home (bound {bound})"
+    );
+    assert!(a.rpc.stats().speculative_bytes_sent <= MAX_SPECULATIVE_BODY_BYTES as u64);
+
+    assert_eq!(a.rpc.stats().refusals_received, 1);
+    let sb = b.rpc.stats();
+    assert_eq!(sb.refusals_sent(), 1);
+    assert_eq!(sb.home.refused_no_memory, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_speculative_budget_bounds_what_a_refusal_costs_whatever_the_window() {
+    // A budget below capnp-rpc's own flow-control window, so the bound seen
+    // is the shard client's.
+    const BUDGET: usize = 20_000;
+    let pki = Pki::new(&["a", "b"]);
+    let a = start_node(&pki, "a", |c| c.speculative_body_bytes = BUDGET).await;
+    let b = start_node(&pki, "b", |_| {}).await;
+    b.workers.can_host.store(false, Ordering::SeqCst);
+
+    let data = pattern(TEN_MB);
+    let forwarded = guard(
+        "forward",
+        a.rpc.forward(
+            b.addr,
+            "echo",
+            ContextStack::new(),
+            request("/echo", streaming_body(data.clone(), 7_000)),
+        ),
+    )
+    .await;
+    assert_eq!(forwarded.outcome, ForwardOutcome::Refused);
+    let echoed = collect(forwarded.response.into_body()).await.unwrap();
+    assert!(
+        echoed[..] == data[..],
+        "locally served body differs from what was sent"
+    );
+    let (sent, received) = settled(|| {
+        let s = a.rpc.stats();
+        (s.client_bytes_sent, s.client_bytes_received)
+    })
+    .await;
+    assert!(a.rpc.stats().speculative_bytes_sent <= BUDGET as u64);
+    let bound = BUDGET as u64 + FRAMING_ALLOWANCE;
+    assert!(
+        sent <= bound,
+        "sent {sent} bytes to the refusing home (bound {bound})"
+    );
+    assert!(
+        received <= bound,
+        "got {received} bytes back (bound {bound})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_home_over_its_per_worker_limit_refuses_the_next_request() {
+    let pki = Pki::new(&["a", "b"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    let b = start_node(&pki, "b", |c| c.overload.max_in_flight_per_worker = 1).await;
+    b.workers.hangs.store(true, Ordering::SeqCst);
+
+    // The first request occupies the Worker's only slot on its home.
+    let first = {
+        let rpc = a.rpc.clone();
+        let addr = b.addr;
+        tokio::spawn(async move {
+            rpc.forward(
+                addr,
+                "gate",
+                ContextStack::new(),
+                request("/gate", streaming_body(b"first".to_vec(), 5)),
+            )
+            .await
+        })
+    };
+    b.workers.wait_entered(1).await;
+
+    let second = guard(
+        "second forward",
+        a.rpc.forward(
+            b.addr,
+            "gate",
+            ContextStack::new(),
+            request("/gate", streaming_body(b"second".to_vec(), 3)),
+        ),
+    )
+    .await;
+    assert_eq!(second.outcome, ForwardOutcome::Refused);
+    assert_eq!(served_by(&second.response), "a");
+    assert_eq!(
+        &collect(second.response.into_body()).await.unwrap()[..],
+        b"second"
+    );
+    assert_eq!(b.rpc.stats().home.refused_worker_busy, 1);
+
+    b.workers.release.notify_waiters();
+    let first = guard("first forward", first).await.unwrap();
+    assert_eq!(first.outcome, ForwardOutcome::Sharded);
+    assert_eq!(served_by(&first.response), "b");
+    assert_eq!(
+        &collect(first.response.into_body()).await.unwrap()[..],
+        b"first"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_home_that_is_down_means_the_request_is_served_here_without_error() {
+    let pki = Pki::new(&["a"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    let nothing_there = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+
+    for attempt in 0..2 {
+        let forwarded = guard(
+            "forward",
+            a.rpc.forward(
+                nothing_there,
+                "echo",
+                ContextStack::new(),
+                request("/echo", streaming_body(pattern(100_000), 4096)),
+            ),
+        )
+        .await;
+        assert!(
+            matches!(forwarded.outcome, ForwardOutcome::Unavailable(_)),
+            "attempt {attempt}: {:?}",
+            forwarded.outcome
+        );
+        assert_eq!(forwarded.route(), Route::Fallback);
+        assert_eq!(forwarded.response.status(), 200);
+        assert_eq!(served_by(&forwarded.response), "a");
+        let body = collect(forwarded.response.into_body()).await.unwrap();
+        assert!(body[..] == pattern(100_000)[..]);
+    }
+    assert_eq!(a.rpc.stats().home_unavailable, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_home_that_dies_after_accepting_yields_a_502_and_no_replay() {
+    let pki = Pki::new(&["a", "b"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    let b = start_node(&pki, "b", |_| {}).await;
+    b.workers.hangs.store(true, Ordering::SeqCst);
+
+    let pending = {
+        let rpc = a.rpc.clone();
+        let addr = b.addr;
+        tokio::spawn(async move {
+            rpc.forward(
+                addr,
+                "gate",
+                ContextStack::new(),
+                request("/gate", streaming_body(b"do it once".to_vec(), 4)),
+            )
+            .await
+        })
+    };
+    b.workers.wait_entered(1).await;
+    b.rpc.shutdown();
+
+    let forwarded = guard("forward", pending).await.unwrap();
+    assert!(
+        matches!(forwarded.outcome, ForwardOutcome::FailedAfterAccept(_)),
+        "{:?}",
+        forwarded.outcome
+    );
+    assert_eq!(forwarded.response.status(), 502);
+    let text = collect(forwarded.response.into_body()).await.unwrap();
+    assert!(String::from_utf8_lossy(&text).contains("not retried"));
+    // Not silently replayed on this node.
+    assert_eq!(a.workers.served.load(Ordering::SeqCst), 0);
+    assert_eq!(a.rpc.stats().failed_after_accept, 1);
+
+    // With the home gone, the next request is served here.
+    a.workers.hangs.store(false, Ordering::SeqCst);
+    let next = guard(
+        "next forward",
+        a.rpc.forward(
+            b.addr,
+            "echo",
+            ContextStack::new(),
+            request("/echo", streaming_body(b"next".to_vec(), 4)),
+        ),
+    )
+    .await;
+    assert!(
+        matches!(next.outcome, ForwardOutcome::Unavailable(_)),
+        "{:?}",
+        next.outcome
+    );
+    assert_eq!(served_by(&next.response), "a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_disconnects_mid_request_frees_the_homes_slot() {
+    let pki = Pki::new(&["a", "b"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    let b = start_node(&pki, "b", |_| {}).await;
+    b.workers.hangs.store(true, Ordering::SeqCst);
+
+    let pending = {
+        let rpc = a.rpc.clone();
+        let addr = b.addr;
+        tokio::spawn(async move {
+            rpc.forward(
+                addr,
+                "gate",
+                ContextStack::new(),
+                request("/gate", streaming_body(pattern(1 << 20), 8192)),
+            )
+            .await
+        })
+    };
+    b.workers.wait_entered(1).await;
+    assert_eq!(b.rpc.home_in_flight("gate"), 1);
+    a.rpc.shutdown();
+
+    eventually("the home's slot is freed", || {
+        b.rpc.home_in_flight("gate") == 0
+    })
+    .await;
+    eventually("the Worker's invocation is cancelled", || {
+        b.workers.cancelled.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let forwarded = guard("forward", pending).await.unwrap();
+    assert!(
+        matches!(forwarded.outcome, ForwardOutcome::FailedAfterAccept(_)),
+        "{:?}",
+        forwarded.outcome
+    );
+
+    // The home keeps serving others.
+    let c = start_node(&pki, "a", |_| {}).await;
+    b.workers.hangs.store(false, Ordering::SeqCst);
+    let ok = guard(
+        "forward from another node",
+        c.rpc.forward(
+            b.addr,
+            "echo",
+            ContextStack::new(),
+            request("/echo", streaming_body(b"still here".to_vec(), 4)),
+        ),
+    )
+    .await;
+    assert_eq!(ok.outcome, ForwardOutcome::Sharded);
+    assert_eq!(
+        &collect(ok.response.into_body()).await.unwrap()[..],
+        b"still here"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_context_stack_travels_and_traces_reach_the_first_node() {
+    let pki = Pki::new(&["a", "b"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    let b = start_node(&pki, "b", |_| {}).await;
+
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let reporter = {
+        let received = received.clone();
+        TraceReporter::origin(move |events| {
+            received.lock().unwrap().extend(events);
+            let _ = tx.send(());
+        })
+    };
+    let frames = vec![
+        ContextFrame {
+            script_id: "dispatcher".into(),
+            trust: TrustLevel::Platform,
+            tail_workers: vec![TailWorkerConfig {
+                script_id: "tail".into(),
+            }],
+            feature_flags: vec!["streams_enable_constructors".into()],
+            ..ContextFrame::default()
+        },
+        ContextFrame {
+            script_id: "trace".into(),
+            ownership_override: Some("customer-7".into()),
+            limits: LimitOverrides {
+                cpu_ms: Some(25),
+                memory_bytes: Some(32 << 20),
+            },
+            trust: TrustLevel::Untrusted,
+            outbound: Some(OutboundWorkerConfig {
+                script_id: "outbound".into(),
+                params: vec![("customer".into(), "7".into())],
+            }),
+            ..ContextFrame::default()
+        },
+    ];
+    let mut stack = ContextStack::with_frame(frames[0].clone(), Some(reporter));
+    stack.push(frames[1].clone());
+
+    let forwarded = guard(
+        "forward",
+        a.rpc.forward(
+            b.addr,
+            "trace",
+            stack,
+            request("/trace", streaming_body(vec![], 1)),
+        ),
+    )
+    .await;
+    assert_eq!(forwarded.outcome, ForwardOutcome::Sharded);
+    assert_eq!(
+        forwarded.response.status(),
+        200,
+        "{:?}",
+        forwarded.response.headers()
+    );
+    assert_eq!(
+        &collect(forwarded.response.into_body()).await.unwrap()[..],
+        b"traced"
+    );
+
+    // Rebuilt on the home as the same native structs.
+    assert_eq!(b.workers.contexts.lock().unwrap().as_slice(), &[frames]);
+    // The home's report reached the first node's callback.
+    guard("trace callback", rx.recv()).await;
+    let events = received.lock().unwrap().clone();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].node, "b");
+    assert_eq!(events[0].message, "hello from b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_shutdown_forwards_are_served_locally() {
+    let pki = Pki::new(&["a", "b"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    let b = start_node(&pki, "b", |_| {}).await;
+    guard("shutdown", a.rpc.shutdown_and_wait()).await;
+    let forwarded = guard(
+        "forward",
+        a.rpc.forward(
+            b.addr,
+            "echo",
+            ContextStack::new(),
+            request("/echo", streaming_body(b"local".to_vec(), 2)),
+        ),
+    )
+    .await;
+    assert!(
+        matches!(forwarded.outcome, ForwardOutcome::Unavailable(_)),
+        "{:?}",
+        forwarded.outcome
+    );
+    assert_eq!(served_by(&forwarded.response), "a");
+    assert_eq!(
+        &collect(forwarded.response.into_body()).await.unwrap()[..],
+        b"local"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heads_too_large_for_the_wire_never_cost_the_connection() {
+    let pki = Pki::new(&["a", "b"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    let b = start_node(&pki, "b", |_| {}).await;
+
+    let mut big = request("/echo", streaming_body(b"big head".to_vec(), 3));
+    big.headers_mut().insert(
+        "x-big",
+        http::HeaderValue::from_str(&"r".repeat(300 * 1024)).unwrap(),
+    );
+    let forwarded = guard(
+        "forward",
+        a.rpc.forward(b.addr, "echo", ContextStack::new(), big),
+    )
+    .await;
+    assert!(
+        matches!(forwarded.outcome, ForwardOutcome::Unavailable(_)),
+        "{:?}",
+        forwarded.outcome
+    );
+    assert_eq!(served_by(&forwarded.response), "a");
+
+    let forwarded = guard(
+        "forward",
+        a.rpc.forward(
+            b.addr,
+            "bighead",
+            ContextStack::new(),
+            request("/", streaming_body(vec![], 1)),
+        ),
+    )
+    .await;
+    assert_eq!(forwarded.outcome, ForwardOutcome::Sharded);
+    assert_eq!(forwarded.response.status(), 502);
+
+    let ok = guard(
+        "forward",
+        a.rpc.forward(
+            b.addr,
+            "echo",
+            ContextStack::new(),
+            request("/echo", streaming_body(b"fine".to_vec(), 2)),
+        ),
+    )
+    .await;
+    assert_eq!(ok.outcome, ForwardOutcome::Sharded);
+    assert_eq!(
+        &collect(ok.response.into_body()).await.unwrap()[..],
+        b"fine"
+    );
+    assert_eq!(
+        a.rpc.stats().connections_opened,
+        1,
+        "the connection survived"
+    );
+}

@@ -1,0 +1,299 @@
+//! Shared by the `rpc_*` integration tests: real nodes on 127.0.0.1 with
+//! mTLS, serving fake Workers.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use hearth_sharding::context_stack::{ContextFrame, ContextStack, TraceEvent};
+use hearth_sharding::local::{Body, BoxError, LocalWorkers};
+use hearth_sharding::rpc::{RpcConfig, RpcNode, ServerHandle};
+use hearth_sharding::tls::{NodeTls, generate_dev_pki};
+use http_body_util::{BodyExt, StreamBody};
+use tokio::sync::Notify;
+
+/// A generous guard so a broken test fails instead of hanging.
+pub const GUARD: Duration = Duration::from_secs(60);
+
+pub async fn guard<T>(what: &str, f: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(GUARD, f).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: no result within {GUARD:?}"),
+    }
+}
+
+/// A development cluster's certificates in a temporary directory.
+pub struct Pki {
+    pub dir: tempfile::TempDir,
+}
+
+impl Pki {
+    pub fn new(nodes: &[&str]) -> Pki {
+        let dir = tempfile::tempdir().unwrap();
+        generate_dev_pki(dir.path(), nodes).unwrap();
+        Pki { dir }
+    }
+
+    pub fn tls(&self, node: &str) -> NodeTls {
+        NodeTls::load(self.dir.path(), node).unwrap()
+    }
+}
+
+/// Fake Workers, by script ID:
+/// * `echo`: 200, streams the request body back;
+/// * `gate`: on a node with `hangs` set, waits until `release` (holding the
+///   request) and then echoes; elsewhere echoes at once;
+/// * `bighead`: answers with a 300 KiB header;
+/// * `trace`: records the context stack it got, reports one trace event
+///   through it, answers 200 `traced`.
+///
+/// Every response carries `x-served-by: <node name>`.
+pub struct FakeWorkers {
+    pub name: String,
+    pub can_host: AtomicBool,
+    pub hangs: AtomicBool,
+    pub served: AtomicUsize,
+    pub entered: Notify,
+    pub entered_count: AtomicUsize,
+    pub release: Notify,
+    pub cancelled: AtomicUsize,
+    pub contexts: Mutex<Vec<Vec<ContextFrame>>>,
+}
+
+impl FakeWorkers {
+    pub fn new(name: &str) -> Arc<FakeWorkers> {
+        Arc::new(FakeWorkers {
+            name: name.to_string(),
+            can_host: AtomicBool::new(true),
+            hangs: AtomicBool::new(false),
+            served: AtomicUsize::new(0),
+            entered: Notify::new(),
+            entered_count: AtomicUsize::new(0),
+            release: Notify::new(),
+            cancelled: AtomicUsize::new(0),
+            contexts: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Waits until `n` `gate` invocations have started here.
+    pub async fn wait_entered(&self, n: usize) {
+        guard("waiting for a gate invocation", async {
+            loop {
+                let notified = self.entered.notified();
+                if self.entered_count.load(Ordering::SeqCst) >= n {
+                    return;
+                }
+                notified.await;
+            }
+        })
+        .await
+    }
+}
+
+struct CancelGuard(Arc<FakeWorkers>, bool);
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.cancelled.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+fn respond(name: &str, body: Body) -> http::Response<Body> {
+    let mut response = http::Response::new(body);
+    response
+        .headers_mut()
+        .insert("x-served-by", http::HeaderValue::from_str(name).unwrap());
+    response
+}
+
+fn full(bytes: &'static [u8]) -> Body {
+    http_body_util::Full::new(Bytes::from_static(bytes))
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// The [`LocalWorkers`] a node is started with.
+pub struct Fake(pub Arc<FakeWorkers>);
+
+impl LocalWorkers for Fake {
+    fn serve(
+        &self,
+        script_id: &str,
+        req: http::Request<Body>,
+    ) -> BoxFuture<'static, http::Response<Body>> {
+        let me = self.0.clone();
+        let script = script_id.to_string();
+        async move {
+            me.served.fetch_add(1, Ordering::SeqCst);
+            match script.as_str() {
+                "echo" => respond(&me.name, req.into_body()),
+                "gate" => {
+                    if me.hangs.load(Ordering::SeqCst) {
+                        let mut cancel = CancelGuard(me.clone(), false);
+                        let released = me.release.notified();
+                        me.entered_count.fetch_add(1, Ordering::SeqCst);
+                        me.entered.notify_waiters();
+                        released.await;
+                        cancel.1 = true;
+                    }
+                    respond(&me.name, req.into_body())
+                }
+                "bighead" => {
+                    let mut r = respond(&me.name, full(b"big"));
+                    let big = "h".repeat(300 * 1024);
+                    r.headers_mut()
+                        .insert("x-big", http::HeaderValue::from_str(&big).unwrap());
+                    r
+                }
+                "trace" => {
+                    let stack = req
+                        .extensions()
+                        .get::<ContextStack>()
+                        .cloned()
+                        .unwrap_or_default();
+                    me.contexts.lock().unwrap().push(stack.frames().to_vec());
+                    let event = TraceEvent {
+                        script_id: "trace".into(),
+                        node: me.name.clone(),
+                        timestamp_unix_ms: 1,
+                        kind: "log".into(),
+                        message: format!("hello from {}", me.name),
+                    };
+                    match stack.report_traces(vec![event]).await {
+                        Ok(()) => respond(&me.name, full(b"traced")),
+                        Err(e) => {
+                            let mut r = respond(&me.name, full(b"trace report failed"));
+                            *r.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+                            r.headers_mut().insert(
+                                "x-error",
+                                http::HeaderValue::from_str(&e.to_string()).unwrap(),
+                            );
+                            r
+                        }
+                    }
+                }
+                _ => {
+                    let mut r = respond(&me.name, full(b"no such worker"));
+                    *r.status_mut() = http::StatusCode::NOT_FOUND;
+                    r
+                }
+            }
+        }
+        .boxed()
+    }
+
+    fn is_warm(&self, _script_id: &str) -> bool {
+        false
+    }
+
+    fn can_host(&self, _script_id: &str) -> bool {
+        self.0.can_host.load(Ordering::SeqCst)
+    }
+}
+
+/// A running node.
+pub struct Node {
+    pub rpc: RpcNode,
+    pub addr: SocketAddr,
+    pub workers: Arc<FakeWorkers>,
+    pub server: ServerHandle,
+}
+
+pub async fn start_node(pki: &Pki, name: &str, tweak: impl FnOnce(&mut RpcConfig)) -> Node {
+    let workers = FakeWorkers::new(name);
+    let mut config = RpcConfig::new(pki.tls(name));
+    tweak(&mut config);
+    let rpc = RpcNode::start(config, Arc::new(Fake(workers.clone()))).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = rpc.serve(listener).unwrap();
+    Node {
+        addr: server.local_addr(),
+        rpc,
+        workers,
+        server,
+    }
+}
+
+/// Deterministic, non-repeating-looking test data.
+pub fn pattern(len: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// A streaming body of `data` in `chunk`-byte frames.
+pub fn streaming_body(data: Vec<u8>, chunk: usize) -> Body {
+    let data = Bytes::from(data);
+    let frames: Vec<Result<http_body::Frame<Bytes>, BoxError>> = (0..data.len())
+        .step_by(chunk)
+        .map(|i| {
+            Ok(http_body::Frame::data(
+                data.slice(i..(i + chunk).min(data.len())),
+            ))
+        })
+        .collect();
+    StreamBody::new(futures::stream::iter(frames)).boxed_unsync()
+}
+
+pub fn request(uri: &str, body: Body) -> http::Request<Body> {
+    http::Request::builder()
+        .method("POST")
+        .uri(uri)
+        .header("content-type", "application/octet-stream")
+        .body(body)
+        .unwrap()
+}
+
+pub async fn collect(body: Body) -> Result<Bytes, BoxError> {
+    Ok(body.collect().await?.to_bytes())
+}
+
+pub fn served_by(response: &http::Response<Body>) -> String {
+    response
+        .headers()
+        .get("x-served-by")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Polls `f` until it is true (a bounded wait for an asynchronous effect,
+/// not a timing assertion).
+pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    guard(what, async {
+        while !f() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+}
+
+/// Waits until `read` returns the same value twice, 100 ms apart.
+pub async fn settled<T: PartialEq + Copy>(mut read: impl FnMut() -> T) -> T {
+    guard("waiting for counters to settle", async {
+        let mut last = read();
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = read();
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+    })
+    .await
+}

@@ -1,0 +1,285 @@
+//! A local cluster: N real nodes in one process, each with its own runtime,
+//! HTTP front door, admin API, Cap'n Proto RPC listener (mTLS with a dev CA)
+//! and gossip membership, all on loopback and sharing one store directory.
+//! `hearth cluster`, `hearth demo` and [`crate::testing::TestCluster`] are
+//! built on it.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use hearth_runtime::{Runtime, RuntimeConfig};
+use hearth_sharding::membership::{Membership, MembershipConfig};
+use hearth_sharding::overload::OverloadConfig;
+use hearth_sharding::ring::{Node as RingNode, NodeId};
+use hearth_sharding::rpc::{RpcConfig, RpcNode, ServerHandle};
+use hearth_sharding::tls::{NodeTls, generate_dev_pki};
+
+use crate::config::store_secret;
+use crate::node::{ClusterLink, Node, front_door};
+
+/// How to start a [`LocalCluster`].
+#[derive(Clone)]
+pub struct ClusterConfig {
+    /// Number of nodes.
+    pub nodes: usize,
+    /// The shared store directory (scripts, artifacts, dev certificates).
+    pub store: PathBuf,
+    /// First port: node i listens on HTTP `base+3i`, admin `base+3i+1`, RPC
+    /// `base+3i+2`; `None` picks free ports.
+    pub base_port: Option<u16>,
+    /// Runtime settings for every node (the store dir is set per cluster).
+    pub runtime: Arc<dyn Fn(RuntimeConfig) -> RuntimeConfig + Send + Sync>,
+    /// Admission thresholds of every home.
+    pub overload: OverloadConfig,
+    /// Whether nodes shard at all (off: each node serves every Worker
+    /// itself, as behind a plain load balancer).
+    pub sharding: bool,
+}
+
+impl ClusterConfig {
+    /// `nodes` nodes over `store`, free ports, default runtime and overload
+    /// settings, sharding on.
+    pub fn new(nodes: usize, store: impl Into<PathBuf>) -> Self {
+        ClusterConfig {
+            nodes,
+            store: store.into(),
+            base_port: None,
+            // A small pool per node: several nodes share one process's
+            // address space.
+            runtime: Arc::new(|c| c.instance_pool_size(64)),
+            overload: OverloadConfig::default(),
+            sharding: true,
+        }
+    }
+}
+
+/// One node of a [`LocalCluster`].
+pub struct ClusterNode {
+    /// The node.
+    pub node: Node,
+    /// Its HTTP front door.
+    pub http_addr: SocketAddr,
+    /// Its admin API.
+    pub admin_addr: SocketAddr,
+    /// Its RPC listener.
+    pub rpc_addr: SocketAddr,
+    membership: Option<Membership>,
+    rpc_server: Option<ServerHandle>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// N nodes on loopback in this process.
+pub struct LocalCluster {
+    nodes: Vec<ClusterNode>,
+    token: Arc<str>,
+    store: PathBuf,
+}
+
+async fn bind(base: Option<u16>, offset: u16) -> anyhow::Result<TcpListener> {
+    let port = base.map(|b| b + offset).unwrap_or(0);
+    TcpListener::bind(("127.0.0.1", port))
+        .await
+        .with_context(|| format!("cannot listen on 127.0.0.1:{port}"))
+}
+
+fn node_name(i: usize) -> String {
+    format!("node-{}", i + 1)
+}
+
+impl LocalCluster {
+    /// Starts the cluster and waits until every node sees every other.
+    pub async fn start(cfg: ClusterConfig) -> anyhow::Result<Self> {
+        anyhow::ensure!(cfg.nodes >= 1, "a cluster needs at least one node");
+        std::fs::create_dir_all(&cfg.store)?;
+        let names: Vec<String> = (0..cfg.nodes).map(node_name).collect();
+        let pki = cfg.store.join("pki");
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        if !pki.join("ca.pem").exists() {
+            generate_dev_pki(&pki, &refs)?;
+        }
+        let key = store_secret(&cfg.store, "artifact.key")?;
+        let gossip_key = store_secret(&cfg.store, "gossip.key")?;
+        let token: Arc<str> = blake3::Hash::from_bytes(store_secret(&cfg.store, "admin.token.key")?)
+            .to_hex()
+            .to_string()
+            .into();
+        let mut listeners = Vec::new();
+        for i in 0..cfg.nodes {
+            let off = (3 * i) as u16;
+            listeners.push((
+                bind(cfg.base_port, off).await?,
+                bind(cfg.base_port, off + 1).await?,
+                bind(cfg.base_port, off + 2).await?,
+            ));
+        }
+        let rpc_addrs: Vec<SocketAddr> = listeners
+            .iter()
+            .map(|l| l.2.local_addr())
+            .collect::<Result<_, _>>()?;
+        let mut nodes = Vec::new();
+        let mut seeds: Vec<SocketAddr> = Vec::new();
+        for (i, (http, admin, rpc_l)) in listeners.into_iter().enumerate() {
+            let rcfg = (cfg.runtime)(RuntimeConfig::new(&cfg.store).artifact_key(key));
+            let runtime = Runtime::new(rcfg)?;
+            let mut node = Node::new(names[i].clone(), runtime);
+            let (mut membership, mut rpc_server) = (None, None);
+            if cfg.sharding {
+                if !pki.join(format!("{}.pem", names[i])).exists() {
+                    hearth_sharding::tls::issue_node_cert(&pki, &names[i])?;
+                }
+                let tls = NodeTls::load(&pki, &names[i])?;
+                let mut rc = RpcConfig::new(tls);
+                rc.overload = cfg.overload;
+                let rpc = RpcNode::start(rc, node.local_workers())?;
+                rpc_server = Some(rpc.serve(rpc_l)?);
+                let me = RingNode::new(NodeId::new(names[i].clone()), rpc_addrs[i]);
+                let mut mc = MembershipConfig::gossip(me, "127.0.0.1:0".parse()?, seeds.clone());
+                if let Some(g) = mc.gossip.as_mut() {
+                    g.key = Some(gossip_key);
+                }
+                let m = Membership::start(mc).await?;
+                if let Some(a) = m.gossip_addr() {
+                    seeds.push(a);
+                }
+                let link = ClusterLink {
+                    self_id: NodeId::new(names[i].clone()),
+                    ring: m.ring().clone(),
+                };
+                node = node.join(link, rpc);
+                membership = Some(m);
+            } else {
+                drop(rpc_l);
+            }
+            let (stop, stop_rx) = watch::channel(false);
+            let stopped = |mut rx: watch::Receiver<bool>| async move {
+                let _ = rx.wait_for(|s| *s).await;
+            };
+            let http_addr = http.local_addr()?;
+            let admin_addr = admin.local_addr()?;
+            let n = node.clone();
+            let t1 = tokio::spawn(crate::http_util::serve(
+                http,
+                move |req, _| {
+                    let n = n.clone();
+                    async move { front_door(n, req).await }
+                },
+                stopped(stop_rx.clone()),
+            ));
+            let (n, t) = (node.clone(), token.clone());
+            let t2 = tokio::spawn(crate::http_util::serve(
+                admin,
+                move |req, _| {
+                    let (n, t) = (n.clone(), t.clone());
+                    async move { crate::admin::handle(n, t, req).await }
+                },
+                stopped(stop_rx),
+            ));
+            nodes.push(ClusterNode {
+                node,
+                http_addr,
+                admin_addr,
+                rpc_addr: rpc_addrs[i],
+                membership,
+                rpc_server,
+                stop,
+                tasks: vec![t1, t2],
+            });
+        }
+        let cluster = LocalCluster {
+            nodes,
+            token,
+            store: cfg.store.clone(),
+        };
+        if cfg.sharding {
+            cluster.wait_for_ring(cfg.nodes, Duration::from_secs(10)).await?;
+        }
+        Ok(cluster)
+    }
+
+    /// Waits until every live node's ring has `n` members.
+    pub async fn wait_for_ring(&self, n: usize, limit: Duration) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let ok = self
+                .nodes
+                .iter()
+                .filter_map(|c| c.membership.as_ref())
+                .all(|m| m.ring().load().len() == n);
+            if ok {
+                return Ok(());
+            }
+            anyhow::ensure!(tokio::time::Instant::now() < deadline, "rings did not converge to {n} nodes within {limit:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The nodes.
+    pub fn nodes(&self) -> &[ClusterNode] {
+        &self.nodes
+    }
+
+    /// Node `i`.
+    pub fn node(&self, i: usize) -> &ClusterNode {
+        &self.nodes[i]
+    }
+
+    /// The admin token every node accepts.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The shared store directory.
+    pub fn store(&self) -> &Path {
+        &self.store
+    }
+
+    /// The ID of the home of `script_id` on node 0's ring.
+    pub fn home_of(&self, script_id: &str) -> Option<usize> {
+        let m = self.nodes.iter().find_map(|c| c.membership.as_ref())?;
+        let ring = m.ring().load();
+        let id = ring.home(script_id)?.id.as_str().to_string();
+        self.nodes.iter().position(|c| c.node.id() == id)
+    }
+
+    /// Kills node `i` abruptly: no goodbye on gossip, listeners closed,
+    /// in-flight connections cut. The others find out by failure detection.
+    pub fn kill(&mut self, i: usize) {
+        let c = &mut self.nodes[i];
+        drop(c.membership.take());
+        if let Some(s) = c.rpc_server.take() {
+            s.stop();
+        }
+        if let Some(r) = c.node.rpc() {
+            r.shutdown();
+        }
+        let _ = c.stop.send(true);
+        for t in c.tasks.drain(..) {
+            t.abort();
+        }
+    }
+
+    /// Stops every node gracefully.
+    pub async fn shutdown(mut self) {
+        for c in &mut self.nodes {
+            if let Some(m) = c.membership.take() {
+                let _ = m.shutdown().await;
+            }
+            let _ = c.stop.send(true);
+            if let Some(r) = c.node.rpc() {
+                r.shutdown();
+            }
+        }
+        for c in &mut self.nodes {
+            for t in c.tasks.drain(..) {
+                let _ = t.await;
+            }
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! `hearth demo`: the main job. A 3-node in-process cluster on loopback with
+//! a small per-node memory budget, a few hundred distinct Workers, and the
+//! same Zipf-distributed traffic run twice: once with sharding off (each
+//! request to a random node, as a plain load balancer would) and once with
+//! sharding on. Prints the two side by side.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use hearth_runtime::Plan;
+
+use crate::cluster::ClusterConfig;
+use crate::testing::TestCluster;
+
+/// Flags of `hearth demo`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DemoArgs {
+    /// Nodes in the cluster.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: usize,
+    /// Distinct Workers deployed (the `hello` sample under many names).
+    #[arg(long, default_value_t = 300)]
+    pub workers: usize,
+    /// Requests per mode.
+    #[arg(long, default_value_t = 6000)]
+    pub requests: usize,
+    /// Zipf exponent of Worker popularity.
+    #[arg(long, default_value_t = 1.1)]
+    pub exponent: f64,
+    /// Warm Workers a node's memory budget holds (budget = this × one
+    /// hello's measured resident bytes).
+    #[arg(long, default_value_t = 60)]
+    pub budget_workers: u64,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// Random seed (same seed, same traffic in both modes).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Also write the table as JSON here.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+/// One mode's results.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ModeReport {
+    /// Requests sent.
+    pub requests: u64,
+    /// Requests that found their Worker warm.
+    pub warm: u64,
+    /// Requests that cold-started their Worker.
+    pub cold: u64,
+    /// Requests that failed (non-2xx).
+    pub failed: u64,
+    /// Evictions over all nodes (pressure + idle).
+    pub evictions: u64,
+    /// Evictions per 1000 requests.
+    pub evictions_per_1k: f64,
+    /// Requests served by their home for another node.
+    pub sharded: u64,
+    /// Refusals by overloaded homes.
+    pub refusals: u64,
+    /// Bytes resident over all nodes at the end.
+    pub resident_bytes: u64,
+    /// Warm request latency p50/p99, ms.
+    pub warm_p50_ms: f64,
+    /// Warm p99, ms.
+    pub warm_p99_ms: f64,
+    /// Cold request latency p50, ms.
+    pub cold_p50_ms: f64,
+    /// Cold p99, ms.
+    pub cold_p99_ms: f64,
+    /// Wall time of the mode, s.
+    pub seconds: f64,
+}
+
+/// Both modes.
+#[derive(Debug, Clone, Serialize)]
+pub struct DemoReport {
+    /// Sharding off.
+    pub unsharded: ModeReport,
+    /// Sharding on.
+    pub sharded: ModeReport,
+}
+
+/// Samples Worker indices with P(k) ∝ 1/(k+1)^s (exact, by CDF search).
+pub struct Zipf {
+    cdf: Vec<f64>,
+}
+
+impl Zipf {
+    /// A Zipf distribution over `n` items with exponent `s`.
+    pub fn new(n: usize, s: f64) -> Self {
+        let mut acc = 0.0;
+        let mut cdf: Vec<f64> = (0..n.max(1))
+            .map(|k| {
+                acc += 1.0 / ((k + 1) as f64).powf(s);
+                acc
+            })
+            .collect();
+        for c in &mut cdf {
+            *c /= acc;
+        }
+        Zipf { cdf }
+    }
+
+    /// One sample.
+    pub fn sample(&self, rng: &mut impl Rng) -> usize {
+        let u: f64 = rng.random();
+        self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1)
+    }
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+async fn run_mode(args: &DemoArgs, sharding: bool, budget: u64, bar: &indicatif::ProgressBar) -> anyhow::Result<ModeReport> {
+    let dir = tempfile::tempdir()?;
+    let mut cfg = ClusterConfig::new(args.nodes, dir.path());
+    cfg.sharding = sharding;
+    cfg.runtime = std::sync::Arc::new(move |c| c.memory_budget(budget).instance_pool_size(400));
+    let c = TestCluster::with_config(cfg, Some(dir)).await?;
+    let wasm = hearth_sample_workers::bytes("hello")?;
+    for w in 0..args.workers {
+        c.deploy(&format!("w{w}"), Plan::Free, wasm.clone()).await?;
+    }
+    let zipf = Zipf::new(args.workers, args.exponent);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    let plan: Vec<(usize, usize)> = (0..args.requests)
+        .map(|_| (zipf.sample(&mut rng), rng.random_range(0..args.nodes)))
+        .collect();
+    let t0 = Instant::now();
+    let c = std::sync::Arc::new(c);
+    let mut report = ModeReport::default();
+    let (mut warm_ms, mut cold_ms) = (Vec::new(), Vec::new());
+    for chunk in plan.chunks(args.concurrency.max(1)) {
+        let tasks: Vec<_> = chunk
+            .iter()
+            .map(|&(w, n)| {
+                let c = c.clone();
+                tokio::spawn(async move {
+                    let t = Instant::now();
+                    let r = c.send(n, &format!("w{w}"), http::Method::GET, "/", Bytes::new(), &[]).await;
+                    (r, t.elapsed())
+                })
+            })
+            .collect();
+        for t in tasks {
+            let (r, d) = t.await?;
+            report.requests += 1;
+            bar.inc(1);
+            match r {
+                Ok(r) if r.status == 200 => {
+                    if r.header("x-hearth-route") == "sharded" {
+                        report.sharded += 1;
+                    }
+                    if r.header("x-hearth-start") == "cold" {
+                        report.cold += 1;
+                        cold_ms.push(d.as_secs_f64() * 1e3);
+                    } else {
+                        report.warm += 1;
+                        warm_ms.push(d.as_secs_f64() * 1e3);
+                    }
+                }
+                _ => report.failed += 1,
+            }
+        }
+    }
+    report.seconds = t0.elapsed().as_secs_f64();
+    for i in 0..args.nodes {
+        let s = c.stats(i);
+        report.evictions += s.runtime.evicted_pressure + s.runtime.evicted_idle;
+        report.refusals += s.rpc.refusals_received;
+        report.resident_bytes += s.runtime.resident_bytes;
+    }
+    report.evictions_per_1k = report.evictions as f64 * 1000.0 / report.requests.max(1) as f64;
+    report.warm_p50_ms = pct(&mut warm_ms, 0.5);
+    report.warm_p99_ms = pct(&mut warm_ms, 0.99);
+    report.cold_p50_ms = pct(&mut cold_ms, 0.5);
+    report.cold_p99_ms = pct(&mut cold_ms, 0.99);
+    if let Ok(c) = std::sync::Arc::try_unwrap(c) {
+        tokio::time::timeout(Duration::from_secs(5), async move { drop(c) }).await.ok();
+    }
+    Ok(report)
+}
+
+/// Measures one hello's resident bytes on a throwaway runtime.
+async fn one_worker_bytes() -> anyhow::Result<u64> {
+    let dir = tempfile::tempdir()?;
+    let rt = hearth_runtime::Runtime::new(hearth_runtime::RuntimeConfig::new(dir.path()).instance_pool_size(4))?;
+    rt.deploy("probe", Plan::Free, hearth_sample_workers::bytes("hello")?).await?;
+    let req = http::Request::get("http://probe.localhost/").body(hearth_runtime::body::full(""))?;
+    let _ = rt.serve("probe", req).await;
+    Ok(rt.stats().resident_bytes)
+}
+
+/// Runs the demo and prints the table.
+pub async fn run(args: DemoArgs) -> anyhow::Result<DemoReport> {
+    let one = one_worker_bytes().await?;
+    let budget = one * args.budget_workers;
+    println!(
+        "hearth demo: {} nodes, {} Workers, {} requests per mode, Zipf s={}, node memory budget {} KiB ({} Workers of {} KiB)",
+        args.nodes, args.workers, args.requests, args.exponent, budget / 1024, args.budget_workers, one / 1024
+    );
+    let bar = indicatif::ProgressBar::new((2 * args.requests) as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} requests {elapsed} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar.set_message("sharding off");
+    let unsharded = run_mode(&args, false, budget, &bar).await?;
+    bar.set_message("sharding on");
+    let sharded = run_mode(&args, true, budget, &bar).await?;
+    bar.finish_and_clear();
+    let report = DemoReport { unsharded, sharded };
+    println!("{}", table(&report));
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_vec_pretty(&report)?)?;
+        println!("wrote {}", p.display());
+    }
+    Ok(report)
+}
+
+/// The side-by-side table.
+pub fn table(r: &DemoReport) -> String {
+    let (u, s) = (&r.unsharded, &r.sharded);
+    let rate = |m: &ModeReport| 100.0 * m.warm as f64 / m.requests.max(1) as f64;
+    let mut out = String::from("| measure | sharding off | sharding on |\n|---|---|---|\n");
+    let rows: Vec<(&str, String, String)> = vec![
+        ("requests", u.requests.to_string(), s.requests.to_string()),
+        ("warm rate", format!("{:.2}%", rate(u)), format!("{:.2}%", rate(s))),
+        ("cold starts", u.cold.to_string(), s.cold.to_string()),
+        ("failed", u.failed.to_string(), s.failed.to_string()),
+        ("evictions", u.evictions.to_string(), s.evictions.to_string()),
+        ("evictions / 1k requests", format!("{:.1}", u.evictions_per_1k), format!("{:.1}", s.evictions_per_1k)),
+        (
+            "fraction sharded",
+            format!("{:.1}%", 100.0 * u.sharded as f64 / u.requests.max(1) as f64),
+            format!("{:.1}%", 100.0 * s.sharded as f64 / s.requests.max(1) as f64),
+        ),
+        ("refusals", u.refusals.to_string(), s.refusals.to_string()),
+        ("resident memory (KiB)", (u.resident_bytes / 1024).to_string(), (s.resident_bytes / 1024).to_string()),
+        ("warm p50 / p99 (ms)", format!("{:.2} / {:.2}", u.warm_p50_ms, u.warm_p99_ms), format!("{:.2} / {:.2}", s.warm_p50_ms, s.warm_p99_ms)),
+        ("cold p50 / p99 (ms)", format!("{:.2} / {:.2}", u.cold_p50_ms, u.cold_p99_ms), format!("{:.2} / {:.2}", s.cold_p50_ms, s.cold_p99_ms)),
+        ("wall time (s)", format!("{:.1}", u.seconds), format!("{:.1}", s.seconds)),
+    ];
+    for (k, a, b) in rows {
+        out.push_str(&format!("| {k} | {a} | {b} |\n"));
+    }
+    out
+}

@@ -1,0 +1,345 @@
+//! The workload models: who is popular, how big, how long, and when
+//! requests arrive.
+//!
+//! * **Popularity** — [`Zipf`]: Worker of rank `k` (1-based) is picked with
+//!   probability `k^-s / H(n, s)`; the sampler is a precomputed CDF and a
+//!   binary search, exact up to `f64` rounding.
+//! * **Memory size** — log-normal per Worker (median `size_median_mb`,
+//!   shape `size_sigma`), clamped to 1 MiB ..= 128 MiB (the per-instance
+//!   memory limit). The defaults (8 MiB, 0.8) put 90% of Workers between
+//!   about 2 and 30 MiB with a mean of about 11 MiB: "a few MB to tens of MB"
+//!   of compiled code plus instance memory. Size is independent of
+//!   popularity.
+//! * **Request duration** — each Worker has a mean duration, log-normal
+//!   (median `duration_ms`, shape `duration_sigma`); each request's duration
+//!   is exponential around its Worker's mean, at least 1 ms. Durations only
+//!   matter for in-flight accounting (the home's admission control).
+//! * **Arrivals** — [`Arrivals`]: a Poisson process at a fixed rate over
+//!   virtual time with the Worker drawn from [`Zipf`] (the independent
+//!   reference model), or the invocations of a [`Trace`]. Each request is
+//!   received by a server chosen by the load balancer (uniform random, or
+//!   round-robin for hand-checkable scenarios).
+//!
+//! Every draw comes from a generator seeded from the run's seed, and both
+//! modes of a run consume identical arrival streams (common random numbers),
+//! so sharded and unsharded see exactly the same requests in the same
+//! order at the same servers.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::trace::TraceEvent;
+
+/// Smallest Worker memory size drawn, in bytes (1 MiB).
+pub const MIN_WORKER_BYTES: u64 = 1 << 20;
+/// Largest Worker memory size drawn, in bytes (128 MiB: the per-instance
+/// memory limit of the runtime).
+pub const MAX_WORKER_BYTES: u64 = 128 << 20;
+/// Longest mean request duration drawn, in ms (5 minutes: the CPU limit).
+const MAX_DURATION_MS: f64 = 300_000.0;
+
+/// Distinct seeds for the independent random streams of a run.
+pub(crate) mod stream {
+    /// Worker sizes and mean durations.
+    pub const WORKERS: u64 = 0x776f_726b_6572_7300;
+    /// Arrival times and popularity draws.
+    pub const ARRIVALS: u64 = 0x6172_7269_7661_6c00;
+    /// Receiving server and request duration.
+    pub const REQUESTS: u64 = 0x7265_7175_6573_7400;
+}
+
+/// A generator for stream `stream` of the run seeded with `seed`.
+pub(crate) fn rng_for(seed: u64, stream: u64) -> StdRng {
+    StdRng::seed_from_u64(seed ^ stream)
+}
+
+/// Zipf (power-law) popularity over ranks `0..n` (rank 0 is the most
+/// popular): `P(k) ∝ (k + 1)^-s`.
+#[derive(Debug, Clone)]
+pub struct Zipf {
+    /// `cdf[k]` = P(rank ≤ k); the last entry is exactly 1.
+    cdf: Vec<f64>,
+}
+
+impl Zipf {
+    /// The distribution over `n ≥ 1` ranks with exponent `s ≥ 0` (`s = 0`
+    /// is uniform).
+    pub fn new(n: usize, s: f64) -> Self {
+        let mut cdf = Vec::with_capacity(n);
+        let mut total = 0.0f64;
+        for k in 1..=n {
+            total += (k as f64).powf(-s);
+            cdf.push(total);
+        }
+        for c in &mut cdf {
+            *c /= total;
+        }
+        if let Some(last) = cdf.last_mut() {
+            *last = 1.0;
+        }
+        Zipf { cdf }
+    }
+
+    /// Number of ranks.
+    pub fn len(&self) -> usize {
+        self.cdf.len()
+    }
+
+    /// Whether there are no ranks.
+    pub fn is_empty(&self) -> bool {
+        self.cdf.is_empty()
+    }
+
+    /// Probability of rank `k` (0-based); 0 outside the range.
+    pub fn pmf(&self, k: usize) -> f64 {
+        match k {
+            0 => self.cdf.first().copied().unwrap_or(0.0),
+            _ if k < self.cdf.len() => self.cdf[k] - self.cdf[k - 1],
+            _ => 0.0,
+        }
+    }
+
+    /// Draws a rank.
+    pub fn sample(&self, rng: &mut impl Rng) -> u32 {
+        let u: f64 = rng.random();
+        let k = self.cdf.partition_point(|&c| c <= u);
+        k.min(self.cdf.len().saturating_sub(1)) as u32
+    }
+}
+
+/// A standard normal draw (Box–Muller).
+fn standard_normal(rng: &mut impl Rng) -> f64 {
+    // 1 - u is in (0, 1], so the logarithm is finite.
+    let u1: f64 = 1.0 - rng.random::<f64>();
+    let u2: f64 = rng.random();
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}
+
+/// A log-normal draw with the given median and shape (σ of the logarithm).
+pub(crate) fn log_normal(rng: &mut impl Rng, median: f64, sigma: f64) -> f64 {
+    if sigma == 0.0 {
+        return median;
+    }
+    median * (sigma * standard_normal(rng)).exp()
+}
+
+/// An exponential draw with the given mean.
+fn exponential(rng: &mut impl Rng, mean: f64) -> f64 {
+    -mean * (1.0 - rng.random::<f64>()).ln()
+}
+
+/// The per-Worker parameters of the size and duration models.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WorkerModel {
+    pub size_median_mb: f64,
+    pub size_sigma: f64,
+    pub duration_median_ms: f64,
+    pub duration_sigma: f64,
+}
+
+impl WorkerModel {
+    /// Draws `(bytes, mean duration in ms)` for `n` Workers.
+    pub fn draw(&self, n: usize, seed: u64) -> (Vec<u64>, Vec<f32>) {
+        let mut rng = rng_for(seed, stream::WORKERS);
+        let mut sizes = Vec::with_capacity(n);
+        let mut durations = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mb = log_normal(&mut rng, self.size_median_mb, self.size_sigma);
+            let bytes = (mb * (1u64 << 20) as f64).round();
+            sizes.push((bytes as u64).clamp(MIN_WORKER_BYTES, MAX_WORKER_BYTES));
+            let ms = log_normal(&mut rng, self.duration_median_ms, self.duration_sigma);
+            durations.push(ms.clamp(1.0, MAX_DURATION_MS) as f32);
+        }
+        (sizes, durations)
+    }
+}
+
+/// How the load balancer in front of the servers picks the receiving one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Balancer {
+    /// Uniformly random, independently per request (what a data center's
+    /// ECMP / L4 balancing amounts to).
+    #[default]
+    Random,
+    /// Request `i` (0-based) goes to server `i mod servers`: deterministic,
+    /// for scenarios checked by hand.
+    RoundRobin,
+}
+
+/// One request as the data center receives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// Arrival, virtual ms.
+    pub t_ms: u64,
+    /// Worker index.
+    pub worker: u32,
+    /// Receiving server index.
+    pub server: u32,
+    /// How long the request runs once its Worker is ready, ms.
+    pub duration_ms: u64,
+}
+
+/// Where arrivals come from.
+enum Source<'a> {
+    Poisson {
+        rng: StdRng,
+        zipf: &'a Zipf,
+        /// Current time, ms (kept as a float so gaps below 1 ms add up).
+        t: f64,
+        mean_gap_ms: f64,
+        left: u64,
+    },
+    Trace(std::slice::Iter<'a, TraceEvent>),
+}
+
+/// The request stream of one run: arrival time and Worker from the
+/// [`Source`], receiving server and duration from a second generator.
+pub(crate) struct Arrivals<'a> {
+    source: Source<'a>,
+    rng: StdRng,
+    balancer: Balancer,
+    servers: u32,
+    next_index: u64,
+    mean_duration_ms: &'a [f32],
+}
+
+impl<'a> Arrivals<'a> {
+    /// `count` Poisson arrivals at `rate` per second, Workers from `zipf`.
+    pub fn poisson(
+        zipf: &'a Zipf,
+        rate: f64,
+        count: u64,
+        seed: u64,
+        balancer: Balancer,
+        servers: u32,
+        mean_duration_ms: &'a [f32],
+    ) -> Self {
+        Arrivals {
+            source: Source::Poisson {
+                rng: rng_for(seed, stream::ARRIVALS),
+                zipf,
+                t: 0.0,
+                mean_gap_ms: 1000.0 / rate,
+                left: count,
+            },
+            rng: rng_for(seed, stream::REQUESTS),
+            balancer,
+            servers,
+            next_index: 0,
+            mean_duration_ms,
+        }
+    }
+
+    /// The invocations in `events`, in order.
+    pub fn trace(
+        events: &'a [TraceEvent],
+        seed: u64,
+        balancer: Balancer,
+        servers: u32,
+        mean_duration_ms: &'a [f32],
+    ) -> Self {
+        Arrivals {
+            source: Source::Trace(events.iter()),
+            rng: rng_for(seed, stream::REQUESTS),
+            balancer,
+            servers,
+            next_index: 0,
+            mean_duration_ms,
+        }
+    }
+}
+
+impl Iterator for Arrivals<'_> {
+    type Item = Request;
+
+    fn next(&mut self) -> Option<Request> {
+        let (t_ms, worker) = match &mut self.source {
+            Source::Poisson {
+                rng,
+                zipf,
+                t,
+                mean_gap_ms,
+                left,
+            } => {
+                if *left == 0 {
+                    return None;
+                }
+                *left -= 1;
+                *t += exponential(rng, *mean_gap_ms);
+                (*t as u64, zipf.sample(rng))
+            }
+            Source::Trace(events) => {
+                let e = events.next()?;
+                (e.t_ms, e.worker)
+            }
+        };
+        let server = match self.balancer {
+            Balancer::Random => self.rng.random_range(0..self.servers),
+            Balancer::RoundRobin => (self.next_index % u64::from(self.servers)) as u32,
+        };
+        self.next_index += 1;
+        let mean = self
+            .mean_duration_ms
+            .get(worker as usize)
+            .copied()
+            .unwrap_or(1.0);
+        let duration_ms = exponential(&mut self.rng, f64::from(mean)).round().max(1.0) as u64;
+        Some(Request {
+            t_ms,
+            worker,
+            server,
+            duration_ms,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zipf_pmf_matches_the_power_law() {
+        let z = Zipf::new(4, 1.0);
+        let h = 1.0 + 0.5 + 1.0 / 3.0 + 0.25;
+        for k in 0..4 {
+            assert!((z.pmf(k) - 1.0 / ((k + 1) as f64 * h)).abs() < 1e-12);
+        }
+        assert_eq!(z.pmf(4), 0.0);
+    }
+
+    #[test]
+    fn zipf_samples_follow_the_pmf() {
+        let z = Zipf::new(10, 1.2);
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut counts = [0u32; 10];
+        let n = 200_000;
+        for _ in 0..n {
+            counts[z.sample(&mut rng) as usize] += 1;
+        }
+        for (k, &c) in counts.iter().enumerate() {
+            let expect = z.pmf(k) * n as f64;
+            assert!((f64::from(c) - expect).abs() < 5.0 * expect.sqrt() + 5.0, "rank {k}");
+        }
+    }
+
+    #[test]
+    fn sizes_are_clamped_and_sigma_zero_is_exact() {
+        let m = WorkerModel {
+            size_median_mb: 4.0,
+            size_sigma: 0.0,
+            duration_median_ms: 10.0,
+            duration_sigma: 0.0,
+        };
+        let (sizes, durations) = m.draw(3, 1);
+        assert_eq!(sizes, vec![4 << 20; 3]);
+        assert_eq!(durations, vec![10.0; 3]);
+        let m = WorkerModel {
+            size_median_mb: 8.0,
+            size_sigma: 3.0,
+            ..m
+        };
+        let (sizes, _) = m.draw(1000, 1);
+        assert!(sizes.iter().all(|&b| (MIN_WORKER_BYTES..=MAX_WORKER_BYTES).contains(&b)));
+    }
+}
