@@ -106,10 +106,11 @@ impl LocalCluster {
         }
         let key = store_secret(&cfg.store, "artifact.key")?;
         let gossip_key = store_secret(&cfg.store, "gossip.key")?;
-        let token: Arc<str> = blake3::Hash::from_bytes(store_secret(&cfg.store, "admin.token.key")?)
-            .to_hex()
-            .to_string()
-            .into();
+        let token: Arc<str> =
+            blake3::Hash::from_bytes(store_secret(&cfg.store, "admin.token.key")?)
+                .to_hex()
+                .to_string()
+                .into();
         let mut listeners = Vec::new();
         for i in 0..cfg.nodes {
             let off = (3 * i) as u16;
@@ -198,7 +199,9 @@ impl LocalCluster {
             store: cfg.store.clone(),
         };
         if cfg.sharding {
-            cluster.wait_for_ring(cfg.nodes, Duration::from_secs(10)).await?;
+            cluster
+                .wait_for_ring(cfg.nodes, Duration::from_secs(10))
+                .await?;
         }
         Ok(cluster)
     }
@@ -215,7 +218,10 @@ impl LocalCluster {
             if ok {
                 return Ok(());
             }
-            anyhow::ensure!(tokio::time::Instant::now() < deadline, "rings did not converge to {n} nodes within {limit:?}");
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "rings did not converge to {n} nodes within {limit:?}"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

@@ -25,14 +25,14 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 300)]
     pub workers: usize,
     /// Requests per mode.
-    #[arg(long, default_value_t = 6000)]
+    #[arg(long, default_value_t = 20000)]
     pub requests: usize,
     /// Zipf exponent of Worker popularity.
     #[arg(long, default_value_t = 1.1)]
     pub exponent: f64,
     /// Warm Workers a node's memory budget holds (budget = this × one
     /// hello's measured resident bytes).
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 120)]
     pub budget_workers: u64,
     /// Requests in flight at once.
     #[arg(long, default_value_t = 4)]
@@ -123,7 +123,12 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
-async fn run_mode(args: &DemoArgs, sharding: bool, budget: u64, bar: &indicatif::ProgressBar) -> anyhow::Result<ModeReport> {
+async fn run_mode(
+    args: &DemoArgs,
+    sharding: bool,
+    budget: u64,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<ModeReport> {
     let dir = tempfile::tempdir()?;
     let mut cfg = ClusterConfig::new(args.nodes, dir.path());
     cfg.sharding = sharding;
@@ -149,7 +154,16 @@ async fn run_mode(args: &DemoArgs, sharding: bool, budget: u64, bar: &indicatif:
                 let c = c.clone();
                 tokio::spawn(async move {
                     let t = Instant::now();
-                    let r = c.send(n, &format!("w{w}"), http::Method::GET, "/", Bytes::new(), &[]).await;
+                    let r = c
+                        .send(
+                            n,
+                            &format!("w{w}"),
+                            http::Method::GET,
+                            "/",
+                            Bytes::new(),
+                            &[],
+                        )
+                        .await;
                     (r, t.elapsed())
                 })
             })
@@ -188,7 +202,9 @@ async fn run_mode(args: &DemoArgs, sharding: bool, budget: u64, bar: &indicatif:
     report.cold_p50_ms = pct(&mut cold_ms, 0.5);
     report.cold_p99_ms = pct(&mut cold_ms, 0.99);
     if let Ok(c) = std::sync::Arc::try_unwrap(c) {
-        tokio::time::timeout(Duration::from_secs(5), async move { drop(c) }).await.ok();
+        tokio::time::timeout(Duration::from_secs(5), async move { drop(c) })
+            .await
+            .ok();
     }
     Ok(report)
 }
@@ -196,8 +212,11 @@ async fn run_mode(args: &DemoArgs, sharding: bool, budget: u64, bar: &indicatif:
 /// Measures one hello's resident bytes on a throwaway runtime.
 async fn one_worker_bytes() -> anyhow::Result<u64> {
     let dir = tempfile::tempdir()?;
-    let rt = hearth_runtime::Runtime::new(hearth_runtime::RuntimeConfig::new(dir.path()).instance_pool_size(4))?;
-    rt.deploy("probe", Plan::Free, hearth_sample_workers::bytes("hello")?).await?;
+    let rt = hearth_runtime::Runtime::new(
+        hearth_runtime::RuntimeConfig::new(dir.path()).instance_pool_size(4),
+    )?;
+    rt.deploy("probe", Plan::Free, hearth_sample_workers::bytes("hello")?)
+        .await?;
     let req = http::Request::get("http://probe.localhost/").body(hearth_runtime::body::full(""))?;
     let _ = rt.serve("probe", req).await;
     Ok(rt.stats().resident_bytes)
@@ -209,7 +228,13 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<DemoReport> {
     let budget = one * args.budget_workers;
     println!(
         "hearth demo: {} nodes, {} Workers, {} requests per mode, Zipf s={}, node memory budget {} KiB ({} Workers of {} KiB)",
-        args.nodes, args.workers, args.requests, args.exponent, budget / 1024, args.budget_workers, one / 1024
+        args.nodes,
+        args.workers,
+        args.requests,
+        args.exponent,
+        budget / 1024,
+        args.budget_workers,
+        one / 1024
     );
     let bar = indicatif::ProgressBar::new((2 * args.requests) as u64);
     bar.set_style(
@@ -237,21 +262,55 @@ pub fn table(r: &DemoReport) -> String {
     let mut out = String::from("| measure | sharding off | sharding on |\n|---|---|---|\n");
     let rows: Vec<(&str, String, String)> = vec![
         ("requests", u.requests.to_string(), s.requests.to_string()),
-        ("warm rate", format!("{:.2}%", rate(u)), format!("{:.2}%", rate(s))),
+        (
+            "warm rate",
+            format!("{:.2}%", rate(u)),
+            format!("{:.2}%", rate(s)),
+        ),
         ("cold starts", u.cold.to_string(), s.cold.to_string()),
         ("failed", u.failed.to_string(), s.failed.to_string()),
-        ("evictions", u.evictions.to_string(), s.evictions.to_string()),
-        ("evictions / 1k requests", format!("{:.1}", u.evictions_per_1k), format!("{:.1}", s.evictions_per_1k)),
+        (
+            "evictions",
+            u.evictions.to_string(),
+            s.evictions.to_string(),
+        ),
+        (
+            "evictions / 1k requests",
+            format!("{:.1}", u.evictions_per_1k),
+            format!("{:.1}", s.evictions_per_1k),
+        ),
         (
             "fraction sharded",
-            format!("{:.1}%", 100.0 * u.sharded as f64 / u.requests.max(1) as f64),
-            format!("{:.1}%", 100.0 * s.sharded as f64 / s.requests.max(1) as f64),
+            format!(
+                "{:.1}%",
+                100.0 * u.sharded as f64 / u.requests.max(1) as f64
+            ),
+            format!(
+                "{:.1}%",
+                100.0 * s.sharded as f64 / s.requests.max(1) as f64
+            ),
         ),
         ("refusals", u.refusals.to_string(), s.refusals.to_string()),
-        ("resident memory (KiB)", (u.resident_bytes / 1024).to_string(), (s.resident_bytes / 1024).to_string()),
-        ("warm p50 / p99 (ms)", format!("{:.2} / {:.2}", u.warm_p50_ms, u.warm_p99_ms), format!("{:.2} / {:.2}", s.warm_p50_ms, s.warm_p99_ms)),
-        ("cold p50 / p99 (ms)", format!("{:.2} / {:.2}", u.cold_p50_ms, u.cold_p99_ms), format!("{:.2} / {:.2}", s.cold_p50_ms, s.cold_p99_ms)),
-        ("wall time (s)", format!("{:.1}", u.seconds), format!("{:.1}", s.seconds)),
+        (
+            "resident memory (KiB)",
+            (u.resident_bytes / 1024).to_string(),
+            (s.resident_bytes / 1024).to_string(),
+        ),
+        (
+            "warm p50 / p99 (ms)",
+            format!("{:.2} / {:.2}", u.warm_p50_ms, u.warm_p99_ms),
+            format!("{:.2} / {:.2}", s.warm_p50_ms, s.warm_p99_ms),
+        ),
+        (
+            "cold p50 / p99 (ms)",
+            format!("{:.2} / {:.2}", u.cold_p50_ms, u.cold_p99_ms),
+            format!("{:.2} / {:.2}", s.cold_p50_ms, s.cold_p99_ms),
+        ),
+        (
+            "wall time (s)",
+            format!("{:.1}", u.seconds),
+            format!("{:.1}", s.seconds),
+        ),
     ];
     for (k, a, b) in rows {
         out.push_str(&format!("| {k} | {a} | {b} |\n"));

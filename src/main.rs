@@ -146,14 +146,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 );
             }
             println!("admin token: {}", cluster.token());
-            println!("deploy with: hearth deploy --admin http://{} --token {} --name hello FILE", cluster.node(0).admin_addr, cluster.token());
+            println!(
+                "deploy with: hearth deploy --admin http://{} --token {} --name hello FILE",
+                cluster.node(0).admin_addr,
+                cluster.token()
+            );
             tokio::signal::ctrl_c().await?;
             cluster.shutdown().await;
             Ok(())
         }
         Command::Demo(args) => hearth::demo::run(args).await.map(|_| ()),
         Command::Simulate(args) => {
-            let report = tokio::task::spawn_blocking(move || hearth::simulate::run(&args)).await??;
+            let report =
+                tokio::task::spawn_blocking(move || hearth::simulate::run(&args)).await??;
             println!("{}", report.table());
             Ok(())
         }

@@ -145,14 +145,42 @@ impl std::fmt::Debug for RpcCollector {
 impl Collector for RpcCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = self.0.get().map(|r| r.stats()).unwrap_or_default();
-        let sharded_fraction = if s.forwarded == 0 { 0.0 } else { s.sharded as f64 / s.forwarded as f64 };
+        let sharded_fraction = if s.forwarded == 0 {
+            0.0
+        } else {
+            s.sharded as f64 / s.forwarded as f64
+        };
         for (name, help, v) in [
-            ("hearth_forwarded", "Requests forwarded to their home", s.forwarded),
-            ("hearth_sharded", "Forwarded requests the home served", s.sharded),
-            ("hearth_refusals_received", "Forwarded requests the home refused", s.refusals_received),
-            ("hearth_refusals_sent", "Sharded requests this node refused as a home", s.refusals_sent()),
-            ("hearth_home_unavailable", "Forwards whose home was unreachable", s.home_unavailable),
-            ("hearth_rpc_handshakes_rejected", "RPC peers refused at the TLS handshake", s.handshakes_rejected),
+            (
+                "hearth_forwarded",
+                "Requests forwarded to their home",
+                s.forwarded,
+            ),
+            (
+                "hearth_sharded",
+                "Forwarded requests the home served",
+                s.sharded,
+            ),
+            (
+                "hearth_refusals_received",
+                "Forwarded requests the home refused",
+                s.refusals_received,
+            ),
+            (
+                "hearth_refusals_sent",
+                "Sharded requests this node refused as a home",
+                s.refusals_sent(),
+            ),
+            (
+                "hearth_home_unavailable",
+                "Forwards whose home was unreachable",
+                s.home_unavailable,
+            ),
+            (
+                "hearth_rpc_handshakes_rejected",
+                "RPC peers refused at the TLS handshake",
+                s.handshakes_rejected,
+            ),
         ] {
             let c = ConstCounter::new(v);
             c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)?;

@@ -32,7 +32,12 @@ pub struct LocalNode {
 
 impl LocalNode {
     /// Serves `script_id` here and reports `route`.
-    async fn serve_as(&self, script_id: &str, req: http::Request<Body>, route: Route) -> http::Response<Body> {
+    async fn serve_as(
+        &self,
+        script_id: &str,
+        req: http::Request<Body>,
+        route: Route,
+    ) -> http::Response<Body> {
         let (mut resp, start) = match self.runtime.handle(script_id, req).await {
             Ok(s) => {
                 let mut r = s.response;
@@ -56,7 +61,11 @@ impl LocalNode {
 struct Shared(Arc<LocalNode>);
 
 impl LocalWorkers for Shared {
-    fn serve(&self, script_id: &str, req: http::Request<Body>) -> BoxFuture<'static, http::Response<Body>> {
+    fn serve(
+        &self,
+        script_id: &str,
+        req: http::Request<Body>,
+    ) -> BoxFuture<'static, http::Response<Body>> {
         let me = self.0.clone();
         let id = script_id.to_string();
         // The route header is rewritten by the node that received the
@@ -177,7 +186,11 @@ impl Node {
                     .unwrap_or("")
                     .to_string();
                 let shard = format!("shard;dur={:.3}", f.hop.as_secs_f64() * 1000.0);
-                let value = if timing.is_empty() { shard } else { format!("{shard}, {timing}") };
+                let value = if timing.is_empty() {
+                    shard
+                } else {
+                    format!("{shard}, {timing}")
+                };
                 if let Ok(v) = http::HeaderValue::from_str(&value) {
                     h.insert(hearth_runtime::timing::SERVER_TIMING_HEADER, v);
                 }

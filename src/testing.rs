@@ -42,7 +42,10 @@ pub struct TestResponse {
 impl TestResponse {
     /// A header as text ("" if absent).
     pub fn header(&self, name: &str) -> &str {
-        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
     }
 
     /// The body as text.
@@ -89,7 +92,10 @@ impl TestCluster {
     }
 
     /// A cluster from `cfg`; `dir` (if any) is deleted when it drops.
-    pub async fn with_config(cfg: ClusterConfig, dir: Option<tempfile::TempDir>) -> anyhow::Result<Self> {
+    pub async fn with_config(
+        cfg: ClusterConfig,
+        dir: Option<tempfile::TempDir>,
+    ) -> anyhow::Result<Self> {
         let cluster = LocalCluster::start(cfg).await?;
         Ok(TestCluster {
             cluster,
@@ -99,13 +105,25 @@ impl TestCluster {
     }
 
     /// Deploys through node 0; the shared store makes it available to all.
-    pub async fn deploy(&self, id: &str, plan: Plan, wasm: Vec<u8>) -> anyhow::Result<DeployReport> {
-        Ok(self.cluster.node(0).node.runtime().deploy(id, plan, wasm).await?)
+    pub async fn deploy(
+        &self,
+        id: &str,
+        plan: Plan,
+        wasm: Vec<u8>,
+    ) -> anyhow::Result<DeployReport> {
+        Ok(self
+            .cluster
+            .node(0)
+            .node
+            .runtime()
+            .deploy(id, plan, wasm)
+            .await?)
     }
 
     /// GET `path` of Worker `id` through node `i`'s front door.
     pub async fn get(&self, i: usize, id: &str, path: &str) -> anyhow::Result<TestResponse> {
-        self.send(i, id, http::Method::GET, path, Bytes::new(), &[]).await
+        self.send(i, id, http::Method::GET, path, Bytes::new(), &[])
+            .await
     }
 
     /// Sends a request to Worker `id` through node `i`'s front door.
@@ -126,11 +144,18 @@ impl TestCluster {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let resp = self.client.request(req.body(http_body_util::Full::new(body))?).await?;
+        let resp = self
+            .client
+            .request(req.body(http_body_util::Full::new(body))?)
+            .await?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         let body = resp.into_body().collect().await?.to_bytes();
-        Ok(TestResponse { status, headers, body })
+        Ok(TestResponse {
+            status,
+            headers,
+            body,
+        })
     }
 
     /// Node `i`'s counters.
@@ -144,6 +169,8 @@ impl TestCluster {
 
     /// Cold starts summed over the cluster (loads from source or artifact).
     pub fn total_cold(&self) -> u64 {
-        (0..self.cluster.nodes().len()).map(|i| self.stats(i).runtime.cold).sum()
+        (0..self.cluster.nodes().len())
+            .map(|i| self.stats(i).runtime.cold)
+            .sum()
     }
 }

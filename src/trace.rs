@@ -193,7 +193,11 @@ pub fn load(path: &Path, format: TraceFormat, seed: u64) -> Result<Trace, TraceE
 }
 
 /// Parses a trace from `reader` in `format` (see the [module docs](self)).
-pub fn parse(mut reader: impl BufRead, format: TraceFormat, seed: u64) -> Result<Trace, TraceError> {
+pub fn parse(
+    mut reader: impl BufRead,
+    format: TraceFormat,
+    seed: u64,
+) -> Result<Trace, TraceError> {
     match format {
         TraceFormat::Csv => parse_csv(reader),
         TraceFormat::Azure => parse_azure(reader, seed),

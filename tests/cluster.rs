@@ -16,13 +16,19 @@ fn sample(name: &str) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn round_robin_cold_starts_once_in_the_cluster() {
     let c = TestCluster::start(3).await.expect("cluster");
-    c.deploy("hello", Plan::Free, sample("hello")).await.expect("deploy");
+    c.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
     let home = c.home_of("hello").expect("home");
     for i in 0..12 {
         let r = c.get(i % 3, "hello", "/").await.expect("request");
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.text(), "hello from hello");
-        assert_eq!(r.header("x-hearth-node"), c.node(home).node.id(), "served by the home");
+        assert_eq!(
+            r.header("x-hearth-node"),
+            c.node(home).node.id(),
+            "served by the home"
+        );
         let expect_start = if i == 0 { "cold" } else { "warm" };
         assert_eq!(r.header("x-hearth-start"), expect_start, "request {i}");
         let route = r.header("x-hearth-route");
@@ -45,8 +51,12 @@ async fn overloaded_home_refuses_and_the_client_serves_locally() {
         max_in_flight_per_worker: 0,
         max_in_flight_node: 0,
     };
-    let c = TestCluster::with_config(cfg, Some(dir)).await.expect("cluster");
-    c.deploy("hello", Plan::Free, sample("hello")).await.expect("deploy");
+    let c = TestCluster::with_config(cfg, Some(dir))
+        .await
+        .expect("cluster");
+    c.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
     let home = c.home_of("hello").expect("home");
     let client = (home + 1) % 3;
     let r = c.get(client, "hello", "/").await.expect("request");
@@ -57,7 +67,11 @@ async fn overloaded_home_refuses_and_the_client_serves_locally() {
     for _ in 0..5 {
         let r = c.get(client, "hello", "/").await.expect("request");
         assert_eq!(r.status, 200);
-        assert_eq!(r.header("x-hearth-route"), "local", "kept serving it locally");
+        assert_eq!(
+            r.header("x-hearth-route"),
+            "local",
+            "kept serving it locally"
+        );
         assert_eq!(r.header("x-hearth-start"), "warm");
     }
     assert_eq!(c.stats(client).rpc.refusals_received, 1);
@@ -67,12 +81,23 @@ async fn overloaded_home_refuses_and_the_client_serves_locally() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_stream_both_ways_through_the_home() {
     let c = TestCluster::start(3).await.expect("cluster");
-    c.deploy("echo", Plan::Free, sample("echo")).await.expect("deploy");
+    c.deploy("echo", Plan::Free, sample("echo"))
+        .await
+        .expect("deploy");
     let home = c.home_of("echo").expect("home");
     let client = (home + 1) % 3;
-    let payload: Vec<u8> = (0..10_000_000u32).map(|i| (i.wrapping_mul(31) % 253) as u8).collect();
+    let payload: Vec<u8> = (0..10_000_000u32)
+        .map(|i| (i.wrapping_mul(31) % 253) as u8)
+        .collect();
     let r = c
-        .send(client, "echo", http::Method::POST, "/", Bytes::from(payload.clone()), &[("x-tag", "t1")])
+        .send(
+            client,
+            "echo",
+            http::Method::POST,
+            "/",
+            Bytes::from(payload.clone()),
+            &[("x-tag", "t1")],
+        )
         .await
         .expect("request");
     assert_eq!(r.status, 200);
@@ -85,11 +110,19 @@ async fn bodies_stream_both_ways_through_the_home() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_home_fails_no_request_and_the_ring_rehomes() {
     let mut c = TestCluster::start(3).await.expect("cluster");
-    c.deploy("hello", Plan::Free, sample("hello")).await.expect("deploy");
+    c.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
     let home = c.home_of("hello").expect("home");
     let others: Vec<usize> = (0..3).filter(|&i| i != home).collect();
     for &i in &others {
-        assert_eq!(c.get(i, "hello", "/").await.expect("req").header("x-hearth-route"), "sharded");
+        assert_eq!(
+            c.get(i, "hello", "/")
+                .await
+                .expect("req")
+                .header("x-hearth-route"),
+            "sharded"
+        );
     }
     c.kill(home);
     // Until failure detection drops it, the dead home is unreachable: the
@@ -105,10 +138,15 @@ async fn killing_the_home_fails_no_request_and_the_ring_rehomes() {
         if c.home_of("hello") != Some(home) {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the ring never dropped the dead home");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the ring never dropped the dead home"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    c.wait_for_ring(2, Duration::from_secs(10)).await.expect("ring of two");
+    c.wait_for_ring(2, Duration::from_secs(10))
+        .await
+        .expect("ring of two");
     for &i in &others {
         assert_eq!(c.get(i, "hello", "/").await.expect("req").status, 200);
     }
@@ -118,14 +156,21 @@ async fn killing_the_home_fails_no_request_and_the_ring_rehomes() {
 async fn a_peer_without_a_cluster_certificate_gets_nothing() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let c = TestCluster::start(2).await.expect("cluster");
-    c.deploy("hello", Plan::Free, sample("hello")).await.expect("deploy");
-    let mut s = tokio::net::TcpStream::connect(c.node(0).rpc_addr).await.expect("connect");
+    c.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
+    let mut s = tokio::net::TcpStream::connect(c.node(0).rpc_addr)
+        .await
+        .expect("connect");
     // Not a TLS ClientHello: a raw Cap'n Proto bootstrap attempt.
     let _ = s.write_all(&[0u8; 64]).await;
     let mut buf = [0u8; 256];
     let got = tokio::time::timeout(Duration::from_secs(6), s.read(&mut buf)).await;
     match got {
-        Ok(Ok(n)) => assert!(n == 0 || buf[0] == 0x15, "expected close or TLS alert, got {n} bytes"),
+        Ok(Ok(n)) => assert!(
+            n == 0 || buf[0] == 0x15,
+            "expected close or TLS alert, got {n} bytes"
+        ),
         Ok(Err(_)) => {}
         Err(_) => panic!("the server kept an unauthenticated connection open"),
     }

@@ -63,7 +63,12 @@ fn small_scenario_shows_the_direction_of_the_article() {
     let routes = s.routes.local + s.routes.home + s.routes.sharded + s.routes.fallback;
     assert_eq!(routes, s.requests);
     assert!(s.routes.sharded > 0);
-    assert!(s.warm_rate > u.warm_rate, "{} vs {}", s.warm_rate, u.warm_rate);
+    assert!(
+        s.warm_rate > u.warm_rate,
+        "{} vs {}",
+        s.warm_rate,
+        u.warm_rate
+    );
     assert!(s.evictions() < u.evictions());
     assert!(s.mean_resident_workers_per_server > 0.0);
     assert!(u.peak_resident_bytes_per_server <= 256 << 20);
@@ -159,7 +164,12 @@ fn hand_computed_scenario_without_refusals() {
     assert_eq!((s.requests, s.warm_requests, s.cold_starts), (12, 3, 9));
     assert_eq!((s.evictions_pressure, s.evictions_idle), (7, 0));
     assert_eq!(
-        (s.routes.local, s.routes.home, s.routes.sharded, s.routes.fallback),
+        (
+            s.routes.local,
+            s.routes.home,
+            s.routes.sharded,
+            s.routes.fallback
+        ),
         (1, 5, 6, 0)
     );
     assert_eq!(s.refusals.total(), 0);
@@ -200,11 +210,20 @@ fn hand_computed_scenario_with_refusals() {
     assert_eq!((s.requests, s.warm_requests, s.cold_starts), (12, 0, 12));
     assert_eq!(s.evictions_pressure, 10);
     assert_eq!(
-        (s.refusals.no_memory, s.refusals.worker_busy, s.refusals.node_busy),
+        (
+            s.refusals.no_memory,
+            s.refusals.worker_busy,
+            s.refusals.node_busy
+        ),
         (6, 0, 0)
     );
     assert_eq!(
-        (s.routes.local, s.routes.home, s.routes.sharded, s.routes.fallback),
+        (
+            s.routes.local,
+            s.routes.home,
+            s.routes.sharded,
+            s.routes.fallback
+        ),
         (0, 6, 0, 6)
     );
 }
@@ -249,7 +268,12 @@ fn per_worker_in_flight_limit_refuses_and_spreads() {
     let s = &r.sharded;
     assert_eq!(s.refusals.worker_busy, 1);
     assert_eq!(
-        (s.routes.local, s.routes.home, s.routes.sharded, s.routes.fallback),
+        (
+            s.routes.local,
+            s.routes.home,
+            s.routes.sharded,
+            s.routes.fallback
+        ),
         (4, 1, 2, 1)
     );
     assert_eq!(s.cold_starts, 2);
@@ -387,7 +411,11 @@ fn malformed_azure_names_the_line() {
             other => panic!("{text:?}: expected malformed at line {line}, got {other:?}"),
         }
     }
-    match trace::parse("HashFunction,1_minute\nf,999999999999\n".as_bytes(), TraceFormat::Azure, 0) {
+    match trace::parse(
+        "HashFunction,1_minute\nf,999999999999\n".as_bytes(),
+        TraceFormat::Azure,
+        0,
+    ) {
         Err(TraceError::TooLarge { line: 2, .. }) => {}
         other => panic!("expected too large, got {other:?}"),
     }

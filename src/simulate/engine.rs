@@ -31,7 +31,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use hearth_runtime::eviction::{EvictionCause, Evicted, Residency};
+use hearth_runtime::eviction::{Evicted, EvictionCause, Residency};
 use hearth_sharding::overload::{OverloadConfig, RefusalReason};
 use hearth_sharding::routing::{Decision, HomeAnswer, Route, after_forward, decide};
 use serde::Serialize;
@@ -258,7 +258,9 @@ impl<'w> Sim<'w> {
         Sim {
             mode,
             w,
-            resident: (0..servers).map(|_| Residency::new(w.memory_bytes)).collect(),
+            resident: (0..servers)
+                .map(|_| Residency::new(w.memory_bytes))
+                .collect(),
             last_sweep_ms: vec![0; servers],
             node_in_flight: vec![0; servers],
             worker_in_flight: vec![0; workers],
@@ -332,7 +334,9 @@ impl<'w> Sim<'w> {
                             Err(reason) => {
                                 if self.measuring {
                                     *match reason {
-                                        RefusalReason::WorkerBusy => &mut self.c.refusals.worker_busy,
+                                        RefusalReason::WorkerBusy => {
+                                            &mut self.c.refusals.worker_busy
+                                        }
                                         RefusalReason::NodeBusy => &mut self.c.refusals.node_busy,
                                         RefusalReason::NoMemory => &mut self.c.refusals.no_memory,
                                     } += 1;
@@ -506,7 +510,10 @@ impl<'w> Sim<'w> {
             let per = span_ms as f64 * servers;
             (self.area_bytes as f64 / per, self.area_entries as f64 / per)
         } else {
-            (self.total_used as f64 / servers, self.total_entries as f64 / servers)
+            (
+                self.total_used as f64 / servers,
+                self.total_entries as f64 / servers,
+            )
         };
         let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
         let hours = span_ms as f64 / 3_600_000.0;

@@ -79,10 +79,10 @@ use hearth_sharding::ring::{Node, NodeId, Ring, RingConfig};
 use serde::Serialize;
 
 use crate::trace::{self, TraceFormat};
-use engine::{Mode, World, run_mode};
 pub use engine::{ColdCauses, ModeReport, Refusals, RouteCounts};
-pub use model::{Balancer, Zipf};
+use engine::{Mode, World, run_mode};
 use model::{Arrivals, WorkerModel};
+pub use model::{Balancer, Zipf};
 
 /// Default number of servers: one data center of the article's size.
 pub const DEFAULT_SERVERS: u32 = 300;
@@ -470,7 +470,10 @@ fn homes(ids: &[String], servers: u32) -> anyhow::Result<Vec<u32>> {
         RingConfig::default(),
     )
     .context("building the ring")?;
-    let index: HashMap<NodeId, u32> = (0u32..).zip(&names).map(|(i, n)| (NodeId::from(n.as_str()), i)).collect();
+    let index: HashMap<NodeId, u32> = (0u32..)
+        .zip(&names)
+        .map(|(i, n)| (NodeId::from(n.as_str()), i))
+        .collect();
     ids.iter()
         .map(|id| {
             ring.home(id)
@@ -515,7 +518,10 @@ impl SimReport {
             a.seed,
             if a.prewarm_home { ", prewarm-home" } else { "" },
         );
-        let _ = writeln!(out, "| measure | unsharded | sharded | sharded / unsharded |");
+        let _ = writeln!(
+            out,
+            "| measure | unsharded | sharded | sharded / unsharded |"
+        );
         let _ = writeln!(out, "|---|---:|---:|---:|");
         let mut row = |name: &str, x: String, y: String, r: String| {
             let _ = writeln!(out, "| {name} | {x} | {y} | {r} |");
@@ -531,7 +537,12 @@ impl SimReport {
         let pct = |x: f64| format!("{:.4}%", 100.0 * x);
         let mib = |x: f64| format!("{:.0} MiB", x / MIB);
         row("requests", int(u.requests), int(s.requests), String::new());
-        row("warm rate", pct(u.warm_rate), pct(s.warm_rate), String::new());
+        row(
+            "warm rate",
+            pct(u.warm_rate),
+            pct(s.warm_rate),
+            String::new(),
+        );
         let cold_rate = |m: &ModeReport| 1.0 - m.warm_rate;
         row(
             "cold request rate",
@@ -566,7 +577,12 @@ impl SimReport {
             ),
             String::new(),
         );
-        row("fraction sharded", pct(u.fraction_sharded), pct(s.fraction_sharded), String::new());
+        row(
+            "fraction sharded",
+            pct(u.fraction_sharded),
+            pct(s.fraction_sharded),
+            String::new(),
+        );
         row(
             "refusals (worker busy / node busy / no memory)",
             "–".into(),
@@ -589,13 +605,21 @@ impl SimReport {
             String::new(),
         );
         if a.prewarm_home {
-            row("prewarm loads", int(u.prewarm_loads), int(s.prewarm_loads), String::new());
+            row(
+                "prewarm loads",
+                int(u.prewarm_loads),
+                int(s.prewarm_loads),
+                String::new(),
+            );
         }
         row(
             "resident memory / server: mean",
             mib(u.mean_resident_bytes_per_server),
             mib(s.mean_resident_bytes_per_server),
-            ratio(u.mean_resident_bytes_per_server, s.mean_resident_bytes_per_server),
+            ratio(
+                u.mean_resident_bytes_per_server,
+                s.mean_resident_bytes_per_server,
+            ),
         );
         row(
             "resident memory / server: peak",
@@ -607,7 +631,10 @@ impl SimReport {
             "resident Workers / server: mean",
             format!("{:.0}", u.mean_resident_workers_per_server),
             format!("{:.0}", s.mean_resident_workers_per_server),
-            ratio(u.mean_resident_workers_per_server, s.mean_resident_workers_per_server),
+            ratio(
+                u.mean_resident_workers_per_server,
+                s.mean_resident_workers_per_server,
+            ),
         );
         let _ = writeln!(
             out,

@@ -319,7 +319,10 @@ mod tests {
         }
         for (k, &c) in counts.iter().enumerate() {
             let expect = z.pmf(k) * n as f64;
-            assert!((f64::from(c) - expect).abs() < 5.0 * expect.sqrt() + 5.0, "rank {k}");
+            assert!(
+                (f64::from(c) - expect).abs() < 5.0 * expect.sqrt() + 5.0,
+                "rank {k}"
+            );
         }
     }
 
@@ -340,6 +343,10 @@ mod tests {
             ..m
         };
         let (sizes, _) = m.draw(1000, 1);
-        assert!(sizes.iter().all(|&b| (MIN_WORKER_BYTES..=MAX_WORKER_BYTES).contains(&b)));
+        assert!(
+            sizes
+                .iter()
+                .all(|&b| (MIN_WORKER_BYTES..=MAX_WORKER_BYTES).contains(&b))
+        );
     }
 }

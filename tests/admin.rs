@@ -1,0 +1,80 @@
+//! The admin API of a node: token, deploys with validation errors, stats
+//! and metrics, against a real node's listener.
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use hearth::testing::TestCluster;
+
+async fn call(
+    method: http::Method,
+    url: String,
+    token: Option<&str>,
+    body: Vec<u8>,
+) -> (u16, String) {
+    let client = Client::builder(TokioExecutor::new()).build_http::<http_body_util::Full<Bytes>>();
+    let mut req = http::Request::builder().method(method).uri(url);
+    if let Some(t) = token {
+        req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let resp = client
+        .request(req.body(http_body_util::Full::new(Bytes::from(body))).expect("request"))
+        .await
+        .expect("admin reachable");
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_through_the_admin_api_reaches_the_whole_cluster() {
+    let c = TestCluster::start(2).await.expect("cluster");
+    let admin = c.node(1).admin_addr;
+    let hello = hearth_sample_workers::bytes("hello").expect("hello");
+    let url = format!("http://{admin}/v1/scripts/greeter?plan=free");
+
+    let (status, body) = call(http::Method::PUT, url.clone(), None, hello.clone()).await;
+    assert_eq!(status, 401, "{body}");
+    let (status, _) = call(http::Method::PUT, url.clone(), Some("wrong"), hello.clone()).await;
+    assert_eq!(status, 401);
+
+    let (status, body) = call(http::Method::PUT, url, Some(c.token()), hello).await;
+    assert_eq!(status, 200, "{body}");
+    let report: serde_json::Value = serde_json::from_str(&body).expect("json report");
+    assert_eq!(report["meta"]["script_id"], "greeter");
+    assert!(report["compile_time"].as_f64().is_some());
+    for i in 0..2 {
+        let r = c.get(i, "greeter", "/").await.expect("request");
+        assert_eq!((r.status, r.text().as_str()), (200, "hello from greeter"));
+    }
+
+    let big = hearth_sample_workers::bytes("big").expect("big");
+    let (status, body) = call(
+        http::Method::PUT,
+        format!("http://{admin}/v1/scripts/big?plan=free"),
+        Some(c.token()),
+        big,
+    )
+    .await;
+    assert_eq!(status, 413);
+    assert!(body.contains("too large for the free plan"), "{body}");
+    let (status, body) = call(
+        http::Method::PUT,
+        format!("http://{admin}/v1/scripts/core"),
+        Some(c.token()),
+        b"\0asm\x01\0\0\0".to_vec(),
+    )
+    .await;
+    assert_eq!(status, 422);
+    assert!(body.contains("core WebAssembly module"), "{body}");
+
+    let (status, body) = call(http::Method::GET, format!("http://{admin}/metrics"), None, vec![]).await;
+    assert_eq!(status, 200);
+    assert!(body.contains("hearth_requests_total"), "{body}");
+    assert!(body.contains("hearth_evictions_total"), "{body}");
+    let (status, body) = call(http::Method::GET, format!("http://{admin}/v1/stats"), Some(c.token()), vec![]).await;
+    assert_eq!(status, 200);
+    assert!(body.contains("\"requests\""), "{body}");
+}
