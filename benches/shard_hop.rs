@@ -17,14 +17,20 @@ fn pct(v: &mut [Duration], p: f64) -> Duration {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let c = TestCluster::start(3).await?;
-    c.deploy("hello", Plan::Free, hearth_sample_workers::bytes("hello")?).await?;
-    let home = c.home_of("hello").ok_or_else(|| anyhow::anyhow!("no home"))?;
+    c.deploy("hello", Plan::Free, hearth_sample_workers::bytes("hello")?)
+        .await?;
+    let home = c
+        .home_of("hello")
+        .ok_or_else(|| anyhow::anyhow!("no home"))?;
     let other = (home + 1) % 3;
     // Warm it at the home.
     c.get(home, "hello", "/").await?;
     let n = 2000;
     let mut rows = Vec::new();
-    for (name, node) in [("local (request lands on the home)", home), ("sharded (forwarded to the home)", other)] {
+    for (name, node) in [
+        ("local (request lands on the home)", home),
+        ("sharded (forwarded to the home)", other),
+    ] {
         for _ in 0..200 {
             c.get(node, "hello", "/").await?;
         }
@@ -37,12 +43,22 @@ async fn main() -> anyhow::Result<()> {
             lat.push(t.elapsed());
         }
         let total = t0.elapsed();
-        rows.push((name, pct(&mut lat, 0.5), pct(&mut lat, 0.99), n as f64 / total.as_secs_f64()));
+        rows.push((
+            name,
+            pct(&mut lat, 0.5),
+            pct(&mut lat, 0.99),
+            n as f64 / total.as_secs_f64(),
+        ));
     }
     println!("| route | p50 (µs) | p99 (µs) | requests/s (1 client) |");
     println!("|---|---|---|---|");
     for (name, p50, p99, rps) in &rows {
-        println!("| {name} | {:.0} | {:.0} | {:.0} |", p50.as_secs_f64() * 1e6, p99.as_secs_f64() * 1e6, rps);
+        println!(
+            "| {name} | {:.0} | {:.0} | {:.0} |",
+            p50.as_secs_f64() * 1e6,
+            p99.as_secs_f64() * 1e6,
+            rps
+        );
     }
     println!(
         "\nadded by the hop: p50 {:.0} µs, p99 {:.0} µs",

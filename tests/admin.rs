@@ -20,7 +20,10 @@ async fn call(
         req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
     }
     let resp = client
-        .request(req.body(http_body_util::Full::new(Bytes::from(body))).expect("request"))
+        .request(
+            req.body(http_body_util::Full::new(Bytes::from(body)))
+                .expect("request"),
+        )
         .await
         .expect("admin reachable");
     let status = resp.status().as_u16();
@@ -70,11 +73,23 @@ async fn deploy_through_the_admin_api_reaches_the_whole_cluster() {
     assert_eq!(status, 422);
     assert!(body.contains("core WebAssembly module"), "{body}");
 
-    let (status, body) = call(http::Method::GET, format!("http://{admin}/metrics"), None, vec![]).await;
+    let (status, body) = call(
+        http::Method::GET,
+        format!("http://{admin}/metrics"),
+        None,
+        vec![],
+    )
+    .await;
     assert_eq!(status, 200);
     assert!(body.contains("hearth_requests_total"), "{body}");
     assert!(body.contains("hearth_evictions_total"), "{body}");
-    let (status, body) = call(http::Method::GET, format!("http://{admin}/v1/stats"), Some(c.token()), vec![]).await;
+    let (status, body) = call(
+        http::Method::GET,
+        format!("http://{admin}/v1/stats"),
+        Some(c.token()),
+        vec![],
+    )
+    .await;
     assert_eq!(status, 200);
     assert!(body.contains("\"requests\""), "{body}");
 }

@@ -56,7 +56,7 @@ fn a_seed_determines_the_report() {
 fn small_scenario_shows_the_direction_of_the_article() {
     let r = run(&args(SMALL)).expect("runs");
     let (u, s) = (&r.unsharded, &r.sharded);
-    assert_eq!(u.requests, 48_000); // 20% warm-up
+    assert_eq!(u.requests, 42_000); // 30% warm-up
     assert_eq!(u.requests, s.requests);
     assert_eq!(u.warm_requests + u.cold_requests, u.requests);
     assert_eq!(s.warm_requests + s.cold_requests, s.requests);

@@ -77,6 +77,9 @@ pub(crate) struct World<'a> {
     pub cold_start_ms: u64,
     pub overload: OverloadConfig,
     pub prewarm_home: bool,
+    /// The idle sweep runs only on a server holding at least this many
+    /// bytes (0: always, as the runtime does).
+    pub idle_sweep_above: u64,
     /// Requests simulated before counting starts.
     pub warmup_requests: u64,
 }
@@ -154,6 +157,12 @@ pub struct ModeReport {
     pub cold_requests: u64,
     /// `warm_requests / requests`.
     pub warm_rate: f64,
+    /// `warm_requests / (requests - cold_start_causes.first_in_dc)`: the
+    /// warm rate if every Worker had been loaded once before the run, i.e.
+    /// without compulsory first loads. Meaningful when the idle timeout
+    /// exceeds the warm-up (otherwise first loads are steady-state cold
+    /// starts and [`ModeReport::warm_rate`] is the number).
+    pub warm_rate_after_first_loads: f64,
     /// Loads caused by requests (cold starts).
     pub cold_starts: u64,
     /// Cold starts by what preceded them.
@@ -468,11 +477,15 @@ impl<'w> Sim<'w> {
         self.peak_used = self.peak_used.max(self.resident[s].used());
     }
 
-    /// The runtime's idle sweep on `server`.
+    /// The runtime's idle sweep on `server` (skipped below
+    /// `idle_sweep_above` bytes).
     fn sweep(&mut self, server: u32, now: u64) {
         let s = server as usize;
         self.last_sweep_ms[s] = now;
         let (used, len) = (self.resident[s].used(), self.resident[s].len());
+        if used < self.w.idle_sweep_above {
+            return;
+        }
         let evicted = self.resident[s].evict_idle(now, self.w.idle_ms);
         self.account(server, used, len, evicted);
     }
@@ -526,6 +539,10 @@ impl<'w> Sim<'w> {
             warm_requests: c.warm,
             cold_requests: c.cold,
             warm_rate: ratio(c.warm, c.requests),
+            warm_rate_after_first_loads: ratio(
+                c.warm,
+                c.requests.saturating_sub(c.causes.first_in_dc),
+            ),
             cold_starts: c.loads,
             cold_start_causes: causes,
             prewarm_loads: c.prewarm_loads,

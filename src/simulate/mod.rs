@@ -101,7 +101,7 @@ pub const DEFAULT_REQUESTS: u64 = 10_000_000;
 /// Default memory budget per server for warm Workers, MiB.
 pub const DEFAULT_MEMORY_MB: u64 = 2048;
 /// Default arrival rate for the whole data center, requests per second.
-pub const DEFAULT_RATE: f64 = 20_000.0;
+pub const DEFAULT_RATE: f64 = 10_000.0;
 /// Default idle timeout, seconds (the runtime's default).
 pub const DEFAULT_IDLE_TIMEOUT_S: u64 = 300;
 /// Default busy window, ms: a home refuses rather than evict a Worker used
@@ -118,7 +118,7 @@ pub const DEFAULT_DURATION_SIGMA: f64 = 1.0;
 /// Default cold-start time (fetch, compile, instantiate), ms.
 pub const DEFAULT_COLD_START_MS: u64 = 100;
 /// Default fraction of requests used to warm up and not counted.
-pub const DEFAULT_WARMUP: f64 = 0.2;
+pub const DEFAULT_WARMUP: f64 = 0.3;
 /// Default seed.
 pub const DEFAULT_SEED: u64 = 1;
 
@@ -185,6 +185,11 @@ pub struct SimulateArgs {
     /// the home has room without evicting busy Workers).
     #[arg(long)]
     pub prewarm_home: bool,
+    /// Run the idle sweep only on servers holding at least this fraction of
+    /// their budget, in [0, 1] (0: always, as the runtime does). Idle
+    /// Workers then stay warm while memory is plentiful.
+    #[arg(long, default_value_t = 0.0)]
+    pub idle_sweep_above: f64,
     /// Seed of every random draw.
     #[arg(long, default_value_t = DEFAULT_SEED)]
     pub seed: u64,
@@ -231,6 +236,7 @@ impl Default for SimulateArgs {
             warmup: DEFAULT_WARMUP,
             balancer: Balancer::Random,
             prewarm_home: false,
+            idle_sweep_above: 0.0,
             seed: DEFAULT_SEED,
             trace: None,
             trace_format: TraceFormat::Auto,
@@ -331,11 +337,12 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<SimReport> {
         Workload::Poisson(_) => requests as f64 / args.rate,
     };
 
+    let memory_bytes = args.memory_mb.saturating_mul(1 << 20);
     let world = World {
         home: &home,
         size: &size,
         servers: args.servers,
-        memory_bytes: args.memory_mb.saturating_mul(1 << 20),
+        memory_bytes,
         idle_ms: args.idle_timeout_s.saturating_mul(1000),
         busy_ms: args.busy_window_ms,
         cold_start_ms: args.cold_start_ms,
@@ -344,6 +351,7 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<SimReport> {
             max_in_flight_node: args.max_in_flight_node,
         },
         prewarm_home: args.prewarm_home,
+        idle_sweep_above: (args.idle_sweep_above * memory_bytes as f64).ceil() as u64,
         warmup_requests,
     };
     let arrivals = || match &workload {
@@ -443,6 +451,10 @@ fn validate(args: &SimulateArgs) -> anyhow::Result<()> {
         args.duration_sigma.is_finite() && args.duration_sigma >= 0.0,
         "--duration-sigma must be at least 0"
     );
+    ensure!(
+        (0.0..=1.0).contains(&args.idle_sweep_above),
+        "--idle-sweep-above must be in [0, 1]"
+    );
     if args.trace.is_none() {
         ensure!(args.workers >= 1, "--workers must be at least 1");
         ensure!(
@@ -483,6 +495,36 @@ fn homes(ids: &[String], servers: u32) -> anyhow::Result<Vec<u32>> {
         .collect()
 }
 
+/// The non-default policy options of a run, for the table's heading.
+fn options(a: &SimulateArgs) -> String {
+    let d = SimulateArgs::default();
+    let mut out = String::new();
+    if a.max_in_flight_per_worker != d.max_in_flight_per_worker {
+        let _ = write!(
+            out,
+            ", max in flight per Worker {}",
+            a.max_in_flight_per_worker
+        );
+    }
+    if a.max_in_flight_node != d.max_in_flight_node {
+        let _ = write!(out, ", max in flight per node {}", a.max_in_flight_node);
+    }
+    if a.prewarm_home {
+        out.push_str(", prewarm-home");
+    }
+    if a.idle_sweep_above > 0.0 {
+        let _ = write!(
+            out,
+            ", idle sweep above {}% full",
+            100.0 * a.idle_sweep_above
+        );
+    }
+    if a.balancer != Balancer::Random {
+        out.push_str(", round-robin balancer");
+    }
+    out
+}
+
 /// The ring ID of server `i`: `server-0000`, `server-0001`, ….
 pub fn server_name(i: u32) -> String {
     format!("server-{i:04}")
@@ -516,7 +558,7 @@ impl SimReport {
             d.span_s,
             a.idle_timeout_s,
             a.seed,
-            if a.prewarm_home { ", prewarm-home" } else { "" },
+            options(a),
         );
         let _ = writeln!(
             out,
