@@ -99,22 +99,23 @@ impl Collector for RuntimeCollector {
             let c = ConstCounter::new(v);
             c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)?;
         }
-        let c = ConstCounter::new(0u64);
-        let mut fam = enc.encode_descriptor(
-            "hearth_evictions",
-            "Evictions by cause",
-            None,
-            c.metric_type(),
-        )?;
-        for (cause, v) in [
-            ("pressure", s.evicted_pressure),
-            ("idle", s.evicted_idle),
-            ("replaced", s.evicted_replaced),
-            ("manual", s.evicted_manual),
-        ] {
-            ConstCounter::new(v).encode(fam.encode_family(&[("cause", cause)])?)?;
+        {
+            let c = ConstCounter::new(0u64);
+            let mut fam = enc.encode_descriptor(
+                "hearth_evictions",
+                "Evictions by cause",
+                None,
+                c.metric_type(),
+            )?;
+            for (cause, v) in [
+                ("pressure", s.evicted_pressure),
+                ("idle", s.evicted_idle),
+                ("replaced", s.evicted_replaced),
+                ("manual", s.evicted_manual),
+            ] {
+                ConstCounter::new(v).encode(fam.encode_family(&[("cause", cause)])?)?;
+            }
         }
-        drop(fam);
         for (name, help, v) in [
             (
                 "hearth_resident_workers",
@@ -206,12 +207,9 @@ impl Metrics {
             "Requests by route and start",
             requests.clone(),
         );
-        let hop_latency = Histogram::new(
-            [
-                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5,
-            ]
-            .into_iter(),
-        );
+        let hop_latency = Histogram::new([
+            0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5,
+        ]);
         registry.register(
             "hearth_shard_hop_seconds",
             "Latency added by the shard hop",

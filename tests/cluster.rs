@@ -179,3 +179,30 @@ async fn a_peer_without_a_cluster_certificate_gets_nothing() {
         assert_eq!(c.get(i, "hello", "/").await.expect("req").status, 200);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redeploy_through_one_node_reaches_every_node() {
+    let c = TestCluster::start(3).await.expect("cluster");
+    c.deploy("app", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
+    let home = c.home_of("app").expect("home");
+    assert_eq!(
+        c.get(home, "app", "/").await.expect("req").text(),
+        "hello from app"
+    );
+    // Redeploy through a node that is not the home: the home's warm copy
+    // is stale until it revalidates against the shared store.
+    let other = (home + 1) % 3;
+    c.node(other)
+        .node
+        .runtime()
+        .deploy("app", Plan::Free, sample("wstd-hello"))
+        .await
+        .expect("redeploy");
+    tokio::time::sleep(Duration::from_millis(hearth::runtime::REVALIDATE_MS + 100)).await;
+    for i in 0..3 {
+        let r = c.get(i, "app", "/").await.expect("req");
+        assert_eq!(r.text(), "hello from wstd", "node {i}");
+    }
+}

@@ -53,7 +53,7 @@ pub use config::{ReusePolicy, RuntimeConfig};
 pub use engine::EPOCH_TICK;
 pub use error::{ConfigError, DeployError, RuntimeError, StoreError, ValidationError};
 pub use limits::{Plan, PlanLimits};
-pub use runtime::{DeployReport, Runtime, Served, decorate, error_response};
+pub use runtime::{DeployReport, REVALIDATE_MS, Runtime, Served, decorate, error_response};
 pub use script_store::{DirStore, ScriptMeta, ScriptStore};
 pub use stats::StatsSnapshot;
 pub use timing::{Start, Timing};

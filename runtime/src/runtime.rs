@@ -24,6 +24,9 @@ use crate::timing::{CodeSource, SERVER_TIMING_HEADER, START_HEADER, Start, Timin
 use crate::validate::{compressed_size, valid_script_id, validate_component};
 use crate::worker::{Worker, link};
 
+/// How often a warm Worker is checked against the store for a redeploy.
+pub const REVALIDATE_MS: u64 = 1000;
+
 /// What a successful deploy reports.
 #[derive(Debug, Clone, Serialize)]
 pub struct DeployReport {
@@ -354,6 +357,21 @@ impl Runtime {
         Ok(Arc::new(worker))
     }
 
+    /// Whether `w` is still the deployed version. The store is consulted at
+    /// most once per [`REVALIDATE_MS`] per Worker, so a redeploy through any
+    /// node sharing the store reaches every node within that time.
+    fn still_current(&self, w: &Worker, now: u64) -> bool {
+        if !w.due_for_check(now, REVALIDATE_MS) {
+            return true;
+        }
+        match self.inner.store.meta(&w.meta.script_id) {
+            Ok(Some(m)) => m.hash == w.meta.hash,
+            Ok(None) => false,
+            // A store hiccup is no reason to drop a working Worker.
+            Err(_) => true,
+        }
+    }
+
     /// Returns the resident Worker, or loads it (once, however many requests
     /// wait for it) and makes it resident.
     async fn worker(
@@ -362,8 +380,15 @@ impl Runtime {
         timing: &mut Timing,
     ) -> Result<(Arc<Worker>, Start), RuntimeError> {
         let now = self.now_ms();
-        if let Some(w) = lock(&self.inner.resident).get(&script_id.to_string(), now) {
-            return Ok((w.clone(), Start::Warm));
+        let warm = lock(&self.inner.resident)
+            .get(&script_id.to_string(), now)
+            .cloned();
+        if let Some(w) = warm {
+            if self.still_current(&w, now) {
+                return Ok((w, Start::Warm));
+            }
+            // Redeployed (maybe through another node sharing the store).
+            self.invalidate(script_id);
         }
         let cell = lock(&self.inner.loading)
             .entry(script_id.to_string())

@@ -28,8 +28,8 @@ pub const INIT_INTERFACE: &str = "hearth:worker/init";
 
 /// A Worker ready to serve on this node.
 pub(crate) struct Worker {
-    #[allow(dead_code)]
     pub(crate) meta: ScriptMeta,
+    checked_ms: AtomicU64,
     pub(crate) limits: PlanLimits,
     script_id: Arc<str>,
     engine: Engine,
@@ -84,7 +84,19 @@ impl Worker {
             permits: Arc::new(Semaphore::new(reuse.max_concurrency.max(1))),
             instance_bytes: Arc::new(AtomicU64::new(0)),
             stats,
+            checked_ms: AtomicU64::new(0),
         })
+    }
+
+    /// True at most once per `every_ms`: time to check the store for a
+    /// newer version.
+    pub(crate) fn due_for_check(&self, now_ms: u64, every_ms: u64) -> bool {
+        let last = self.checked_ms.load(Ordering::Relaxed);
+        (last == 0 || now_ms.saturating_sub(last) >= every_ms)
+            && self
+                .checked_ms
+                .compare_exchange(last, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
     }
 
     /// Real bytes this Worker holds: compiled code plus live instances'

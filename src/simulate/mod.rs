@@ -585,6 +585,12 @@ impl SimReport {
             pct(s.warm_rate),
             String::new(),
         );
+        row(
+            "warm rate after first loads",
+            pct(u.warm_rate_after_first_loads),
+            pct(s.warm_rate_after_first_loads),
+            String::new(),
+        );
         let cold_rate = |m: &ModeReport| 1.0 - m.warm_rate;
         row(
             "cold request rate",
