@@ -248,15 +248,31 @@ impl Interner {
     }
 }
 
+/// The lines of `reader` with their 1-based numbers; a line that is not
+/// UTF-8 is a [`TraceError::Malformed`] naming it.
+fn numbered_lines(
+    reader: impl BufRead,
+) -> impl Iterator<Item = Result<(usize, String), TraceError>> {
+    reader.split(b'\n').enumerate().map(|(i, line)| {
+        let n = i + 1;
+        let mut bytes = line?;
+        if bytes.last() == Some(&b'\r') {
+            bytes.pop();
+        }
+        String::from_utf8(bytes)
+            .map(|text| (n, text))
+            .map_err(|_| malformed(n, "not valid UTF-8"))
+    })
+}
+
 /// Parses the CSV format: `timestamp,script_id` per line (see the
 /// [module docs](self)).
 pub fn parse_csv(reader: impl BufRead) -> Result<Trace, TraceError> {
     let mut workers = Interner::default();
     let mut events = Vec::new();
     let mut seen_content = false;
-    for (i, line) in reader.lines().enumerate() {
-        let n = i + 1;
-        let line = line?;
+    for line in numbered_lines(reader) {
+        let (n, line) = line?;
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
@@ -306,14 +322,14 @@ pub fn parse_csv(reader: impl BufRead) -> Result<Trace, TraceError> {
 /// Parses the Azure Functions 2019 per-minute format (see the
 /// [module docs](self)); `seed` places each invocation within its minute.
 pub fn parse_azure(reader: impl BufRead, seed: u64) -> Result<Trace, TraceError> {
-    let mut lines = reader.lines().enumerate();
+    let mut lines = numbered_lines(reader);
     let header = loop {
         match lines.next() {
             None => return Err(malformed(1, "empty file: expected an Azure header line")),
-            Some((i, line)) => {
-                let line = line?;
+            Some(line) => {
+                let (n, line) = line?;
                 if !line.trim().is_empty() {
-                    break (i + 1, line);
+                    break (n, line);
                 }
             }
         }
@@ -354,9 +370,8 @@ pub fn parse_azure(reader: impl BufRead, seed: u64) -> Result<Trace, TraceError>
     let mut rng = StdRng::seed_from_u64(seed ^ 0x617a_7572_6532_3031); // "azure201"
     let mut workers = Interner::default();
     let mut events: Vec<TraceEvent> = Vec::new();
-    for (i, line) in lines {
-        let n = i + 1;
-        let line = line?;
+    for line in lines {
+        let (n, line) = line?;
         if line.trim().is_empty() {
             continue;
         }

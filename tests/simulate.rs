@@ -360,6 +360,11 @@ fn malformed_csv_names_the_line() {
             other => panic!("{text:?}: expected malformed at line {line}, got {other:?}"),
         }
     }
+    let not_utf8: &[u8] = b"0,a\r\n1,\xff\n";
+    match trace::parse(not_utf8, TraceFormat::Auto, 0) {
+        Err(TraceError::Malformed { line: 2, .. }) => {}
+        other => panic!("expected malformed at line 2, got {other:?}"),
+    }
     let err = trace::parse("0,a\nsoon,b\n".as_bytes(), TraceFormat::Csv, 0).expect_err("bad");
     assert!(err.to_string().contains("line 2"), "{err}");
 }

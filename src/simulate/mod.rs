@@ -33,10 +33,27 @@
 //! that arrive at that server meanwhile wait for it and count as cold, as in
 //! the runtime, which coalesces them onto the one load.
 //!
+//! (In the live node a Worker still loading is not yet `is_warm`, so a
+//! request reaching a non-home server during the load would be forwarded to
+//! the home instead; the difference is a handful of requests per run.)
+//!
 //! The first `warmup` fraction of requests fills the caches and is not
 //! counted: the report describes the steady state, like the article's
 //! day-long production numbers, rather than the compulsory cold start of
 //! every Worker at power-on.
+//!
+//! # Policy options beyond the live node
+//!
+//! Off by default, so that the default run measures the live policy:
+//!
+//! * `--prewarm-home`: after a fallback cold start on the receiving server,
+//!   also load the Worker at its home (if the home has room without evicting
+//!   busy Workers). Counted as `prewarm_loads`, not as cold starts.
+//! * `--idle-sweep-above F`: run the idle sweep only on a server holding at
+//!   least `F` of its budget, so idle Workers stay warm while memory is
+//!   plentiful. This is what takes the sharded data center to five nines in
+//!   `docs/simulate-results.md`; in the runtime it is one condition in
+//!   `Runtime::sweep_idle`, with `Residency` unchanged.
 //!
 //! # Measures
 //!
@@ -90,17 +107,24 @@ pub const DEFAULT_SERVERS: u32 = 300;
 pub const DEFAULT_WORKERS: u32 = 100_000;
 /// Default Zipf exponent of Worker popularity.
 ///
-/// 1.2: steeper than the s ≈ 1 of web-object popularity, in line with the
-/// concentration of serverless traffic (in the Azure 2019 sample the top 1%
-/// of functions take 46% of invocations) and with the article's "96% of
-/// requests target Workers loaded enough to need several instances".
+/// 1.2: a generic Internet power law, a little steeper than the s ≈ 1 of
+/// real serverless popularity (the Azure 2019 sample, whose top 1% of
+/// functions take 46% of invocations, is close to s = 1). At this exponent
+/// 100,000 Workers cannot be kept warm per server with any realistic
+/// budget, so both modes are far below the article's nines; the article's
+/// 99.9% baseline implies enterprise traffic concentrated like s ≈ 2 (see
+/// `docs/simulate-results.md`).
 pub const DEFAULT_EXPONENT: f64 = 1.2;
 /// Default number of requests simulated (including the warm-up) when no
-/// trace is given: 10^7, which takes about a minute per mode.
+/// trace is given: 10^7, a few seconds per mode (about 0.3–1.2 µs per
+/// request, depending on how often caches churn).
 pub const DEFAULT_REQUESTS: u64 = 10_000_000;
 /// Default memory budget per server for warm Workers, MiB.
 pub const DEFAULT_MEMORY_MB: u64 = 2048;
-/// Default arrival rate for the whole data center, requests per second.
+/// Default arrival rate for the whole data center, requests per second:
+/// with [`DEFAULT_REQUESTS`] and [`DEFAULT_WARMUP`] the default run spans
+/// 1,000 s of virtual time, of which the first 300 s (one idle timeout)
+/// warm up.
 pub const DEFAULT_RATE: f64 = 10_000.0;
 /// Default idle timeout, seconds (the runtime's default).
 pub const DEFAULT_IDLE_TIMEOUT_S: u64 = 300;
@@ -117,7 +141,10 @@ pub const DEFAULT_DURATION_MS: f64 = 50.0;
 pub const DEFAULT_DURATION_SIGMA: f64 = 1.0;
 /// Default cold-start time (fetch, compile, instantiate), ms.
 pub const DEFAULT_COLD_START_MS: u64 = 100;
-/// Default fraction of requests used to warm up and not counted.
+/// Default fraction of requests used to warm up and not counted. A warm-up
+/// at least as long as the idle timeout makes the counted part steady
+/// state: a Worker first seen after it has had no request for a whole idle
+/// timeout, so it would be cold in a data center that had run forever too.
 pub const DEFAULT_WARMUP: f64 = 0.3;
 /// Default seed.
 pub const DEFAULT_SEED: u64 = 1;
@@ -571,8 +598,10 @@ impl SimReport {
         let ratio = |x: f64, y: f64| {
             if x == 0.0 {
                 "–".to_string()
+            } else if y == 0.0 {
+                "0".to_string()
             } else {
-                format!("{:.3}", y / x)
+                format!("{:.3} (÷{:.1})", y / x, x / y)
             }
         };
         let int = |x: u64| x.to_string();

@@ -183,7 +183,6 @@ pub struct Request {
 /// Where arrivals come from.
 enum Source<'a> {
     Poisson {
-        rng: StdRng,
         zipf: &'a Zipf,
         /// Current time, ms (kept as a float so gaps below 1 ms add up).
         t: f64,
@@ -197,6 +196,9 @@ enum Source<'a> {
 /// [`Source`], receiving server and duration from a second generator.
 pub(crate) struct Arrivals<'a> {
     source: Source<'a>,
+    /// Arrival gaps and popularity draws (unused for a trace).
+    arrival_rng: StdRng,
+    /// Receiving server and duration.
     rng: StdRng,
     balancer: Balancer,
     servers: u32,
@@ -217,12 +219,12 @@ impl<'a> Arrivals<'a> {
     ) -> Self {
         Arrivals {
             source: Source::Poisson {
-                rng: rng_for(seed, stream::ARRIVALS),
                 zipf,
                 t: 0.0,
                 mean_gap_ms: 1000.0 / rate,
                 left: count,
             },
+            arrival_rng: rng_for(seed, stream::ARRIVALS),
             rng: rng_for(seed, stream::REQUESTS),
             balancer,
             servers,
@@ -241,6 +243,7 @@ impl<'a> Arrivals<'a> {
     ) -> Self {
         Arrivals {
             source: Source::Trace(events.iter()),
+            arrival_rng: rng_for(seed, stream::ARRIVALS),
             rng: rng_for(seed, stream::REQUESTS),
             balancer,
             servers,
@@ -256,12 +259,12 @@ impl Iterator for Arrivals<'_> {
     fn next(&mut self) -> Option<Request> {
         let (t_ms, worker) = match &mut self.source {
             Source::Poisson {
-                rng,
                 zipf,
                 t,
                 mean_gap_ms,
                 left,
             } => {
+                let rng = &mut self.arrival_rng;
                 if *left == 0 {
                     return None;
                 }
