@@ -27,6 +27,8 @@ const WORKERS: &[&str] = &[
     "hello",
     "echo",
     "big",
+    "size-1m",
+    "size-10m",
     "slow-start",
     "cpu-hog",
     "mem-hog",

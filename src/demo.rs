@@ -13,6 +13,8 @@ use serde::Serialize;
 use hearth_runtime::Plan;
 
 use crate::cluster::ClusterConfig;
+use crate::plot::{Panel, Series};
+use crate::simulate::Zipf;
 use crate::testing::TestCluster;
 
 /// Flags of `hearth demo`.
@@ -43,6 +45,20 @@ pub struct DemoArgs {
     /// Also write the table as JSON here.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+    /// Where to write the PNG plot of warm rate and evictions over time.
+    #[arg(long, default_value = "hearth-demo.png")]
+    pub plot: std::path::PathBuf,
+}
+
+/// The state of one mode after a slice of its requests.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TimePoint {
+    /// Requests sent so far.
+    pub requests: u64,
+    /// Warm rate over the last slice.
+    pub warm_rate: f64,
+    /// Evictions so far, over all nodes.
+    pub evictions: u64,
 }
 
 /// One mode's results.
@@ -76,6 +92,8 @@ pub struct ModeReport {
     pub cold_p99_ms: f64,
     /// Wall time of the mode, s.
     pub seconds: f64,
+    /// Warm rate and evictions over time (40 slices).
+    pub timeline: Vec<TimePoint>,
 }
 
 /// Both modes.
@@ -85,34 +103,6 @@ pub struct DemoReport {
     pub unsharded: ModeReport,
     /// Sharding on.
     pub sharded: ModeReport,
-}
-
-/// Samples Worker indices with P(k) ∝ 1/(k+1)^s (exact, by CDF search).
-pub struct Zipf {
-    cdf: Vec<f64>,
-}
-
-impl Zipf {
-    /// A Zipf distribution over `n` items with exponent `s`.
-    pub fn new(n: usize, s: f64) -> Self {
-        let mut acc = 0.0;
-        let mut cdf: Vec<f64> = (0..n.max(1))
-            .map(|k| {
-                acc += 1.0 / ((k + 1) as f64).powf(s);
-                acc
-            })
-            .collect();
-        for c in &mut cdf {
-            *c /= acc;
-        }
-        Zipf { cdf }
-    }
-
-    /// One sample.
-    pub fn sample(&self, rng: &mut impl Rng) -> usize {
-        let u: f64 = rng.random();
-        self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1)
-    }
 }
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
@@ -141,12 +131,22 @@ async fn run_mode(
     let zipf = Zipf::new(args.workers, args.exponent);
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let plan: Vec<(usize, usize)> = (0..args.requests)
-        .map(|_| (zipf.sample(&mut rng), rng.random_range(0..args.nodes)))
+        .map(|_| (zipf.sample(&mut rng) as usize, rng.random_range(0..args.nodes)))
         .collect();
     let t0 = Instant::now();
     let c = std::sync::Arc::new(c);
     let mut report = ModeReport::default();
     let (mut warm_ms, mut cold_ms) = (Vec::new(), Vec::new());
+    let slice = (args.requests / 40).max(1) as u64;
+    let mut slice_warm = 0u64;
+    let evictions = |c: &TestCluster| -> u64 {
+        (0..args.nodes)
+            .map(|i| {
+                let s = c.stats(i).runtime;
+                s.evicted_pressure + s.evicted_idle
+            })
+            .sum()
+    };
     for chunk in plan.chunks(args.concurrency.max(1)) {
         let tasks: Vec<_> = chunk
             .iter()
@@ -182,10 +182,19 @@ async fn run_mode(
                         cold_ms.push(d.as_secs_f64() * 1e3);
                     } else {
                         report.warm += 1;
+                        slice_warm += 1;
                         warm_ms.push(d.as_secs_f64() * 1e3);
                     }
                 }
                 _ => report.failed += 1,
+            }
+            if report.requests % slice == 0 {
+                report.timeline.push(TimePoint {
+                    requests: report.requests,
+                    warm_rate: 100.0 * slice_warm as f64 / slice as f64,
+                    evictions: evictions(&c),
+                });
+                slice_warm = 0;
             }
         }
     }
@@ -252,7 +261,38 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<DemoReport> {
         std::fs::write(p, serde_json::to_vec_pretty(&report)?)?;
         println!("wrote {}", p.display());
     }
+    plot(&report, &args.plot)?;
+    println!("wrote plot {}", args.plot.display());
     Ok(report)
+}
+
+/// Warm rate and evictions over time, both modes, as a PNG.
+pub fn plot(r: &DemoReport, path: &std::path::Path) -> std::io::Result<()> {
+    let modes = [("sharding off", [200, 60, 40], &r.unsharded), ("sharding on", [30, 110, 200], &r.sharded)];
+    let series = |f: &dyn Fn(&TimePoint) -> f64| -> Vec<Series> {
+        modes
+            .iter()
+            .map(|(name, color, m)| Series {
+                name: name.to_string(),
+                color: *color,
+                points: m.timeline.iter().map(|p| (p.requests as f64, f(p))).collect(),
+            })
+            .collect()
+    };
+    crate::plot::write_png(
+        path,
+        &[
+            Panel {
+                title: "warm rate (%) per slice".into(),
+                series: series(&|p| p.warm_rate),
+            },
+            Panel {
+                title: "evictions so far (all nodes)".into(),
+                series: series(&|p| p.evictions as f64),
+            },
+        ],
+        "requests",
+    )
 }
 
 /// The side-by-side table.

@@ -13,12 +13,14 @@
 //! [`sharding`].
 
 pub mod admin;
+pub mod bench;
 pub mod cluster;
 pub mod config;
 pub mod demo;
 pub mod http_util;
 pub mod metrics;
 pub mod node;
+pub mod plot;
 pub mod simulate;
 pub mod testing;
 pub mod trace;

@@ -79,6 +79,9 @@ enum Command {
     Demo(hearth::demo::DemoArgs),
     /// Simulate one data center, sharded vs unsharded.
     Simulate(hearth::simulate::SimulateArgs),
+    /// Load generator against a running cluster: Zipf or trace traffic,
+    /// open loop, or cold vs warm latency of one Worker.
+    Bench(hearth::bench::BenchArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -156,6 +159,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Demo(args) => hearth::demo::run(args).await.map(|_| ()),
+        Command::Bench(args) => {
+            let r = hearth::bench::run(args).await?;
+            println!("{}", r.table());
+            Ok(())
+        }
         Command::Simulate(args) => {
             let report =
                 tokio::task::spawn_blocking(move || hearth::simulate::run(&args)).await??;

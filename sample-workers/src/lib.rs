@@ -35,7 +35,9 @@
 //! | --- | --- |
 //! | `hello` | 200 `hello from <script-id>` (env `HEARTH_SCRIPT_ID`, else `unknown`) |
 //! | `echo` | streams the request body back (4 KiB chunks, constant memory); every request header `h` comes back as `x-echo-h` |
-//! | `big` | 5.5 MiB of incompressible data + 4096 generated functions (~1 MB of code); gzip size ~5.9 MiB; 200 with a checksum of a path-selected slice |
+//! | `big` | 5.5 MiB of incompressible data + 4096 generated functions (~1 MB of code); 6.9 MB raw, gzip size ~5.9 MiB; 200 with a checksum of a path-selected slice |
+//! | `size-1m` | like `big`, smaller: 512 KiB of data + 1536 generated functions; ~0.99 MB raw, gzip ~0.7 MB (the ~1 MB point of the cold-start benchmark) |
+//! | `size-10m` | like `big`, larger: 5.5 MiB of data + 16384 generated functions (~4 MB of code); ~9.9 MB raw, gzip ~7.5 MB (7.2 MiB) (under the paid plan's 10 MiB) |
 //! | `slow-start` | burns ~1 s of CPU at instantiation (`_initialize`, see below), then 200 `ready` (with header `x-init-hash`) |
 //! | `cpu-hog` | loops forever on the CPU |
 //! | `mem-hog` | allocates and touches 1 MiB blocks without bound |

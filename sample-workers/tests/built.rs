@@ -7,6 +7,13 @@ const COMPONENT_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x0
 
 const MIB: usize = 1024 * 1024;
 
+/// The gzip size at level 6 (the measure the runtime's size limit uses).
+fn gzip6_len(bytes: &[u8]) -> usize {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
+    gz.write_all(bytes).expect("gzip in memory");
+    gz.finish().expect("gzip in memory").len()
+}
+
 #[test]
 fn every_sample_is_a_component() {
     assert!(!hearth_sample_workers::NAMES.is_empty());
@@ -40,6 +47,8 @@ fn expected_samples_are_listed() {
         "hello",
         "echo",
         "big",
+        "size-1m",
+        "size-10m",
         "slow-start",
         "cpu-hog",
         "mem-hog",
@@ -67,9 +76,7 @@ fn unknown_sample_is_not_found() {
 #[test]
 fn big_gzips_to_between_3_and_10_mib() {
     let bytes = hearth_sample_workers::bytes("big").expect("big is built");
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(&bytes).expect("gzip in memory");
-    let compressed = gz.finish().expect("gzip in memory").len();
+    let compressed = gzip6_len(&bytes);
     assert!(
         compressed > 3 * MIB && compressed < 10 * MIB,
         "big: gzip size {compressed} bytes ({:.2} MiB) not strictly between 3 and 10 MiB (raw {})",
@@ -79,9 +86,42 @@ fn big_gzips_to_between_3_and_10_mib() {
 }
 
 #[test]
+fn size_1m_is_about_1_mb() {
+    let len = hearth_sample_workers::bytes("size-1m")
+        .expect("size-1m is built")
+        .len();
+    assert!(
+        (800_000..=1_500_000).contains(&len),
+        "size-1m: raw size {len} bytes not between 0.8 and 1.5 MB"
+    );
+}
+
+#[test]
+fn size_10m_is_about_10_mb_and_deploys_on_paid() {
+    let bytes = hearth_sample_workers::bytes("size-10m").expect("size-10m is built");
+    assert!(
+        bytes.len() >= 8_000_000,
+        "size-10m: raw size {} bytes under 8 MB",
+        bytes.len()
+    );
+    let compressed = gzip6_len(&bytes);
+    assert!(
+        compressed < 10 * MIB,
+        "size-10m: gzip size {compressed} bytes ({:.2} MiB) not under 10 MiB (raw {})",
+        compressed as f64 / MIB as f64,
+        bytes.len()
+    );
+}
+
+#[test]
 fn small_samples_stay_small() {
-    // Everything but `big` should be well under the free plan's 3 MB limit.
-    for name in hearth_sample_workers::NAMES.iter().filter(|n| **n != "big") {
+    // Everything but the sized samples should be well under the free plan's
+    // 3 MB limit.
+    let sized = ["big", "size-1m", "size-10m"];
+    for name in hearth_sample_workers::NAMES
+        .iter()
+        .filter(|n| !sized.contains(n))
+    {
         let len = hearth_sample_workers::bytes(name).expect("built").len();
         assert!(len < MIB, "{name} is {len} bytes");
     }

@@ -1,0 +1,1211 @@
+//! `hearth bench`: a load generator against a running cluster — one started
+//! with `hearth cluster`, or real nodes — that reports the same measures as
+//! `hearth demo` plus the cold and warm latency distributions.
+//!
+//! # Model
+//!
+//! The bench talks to nodes only over HTTP, as any client would:
+//!
+//! * **Front doors** (`--target`, one or more): every request goes to one of
+//!   them, round-robin or at random (`--spread`), addressed to its Worker by
+//!   `Host: <script-id>.<host-suffix>`. The response headers say how it was
+//!   served: `x-hearth-start: cold|warm`, `x-hearth-route:
+//!   local|home|sharded|fallback` and `x-hearth-node`. A request's latency
+//!   is measured at the client, from sending it to receiving the last byte
+//!   of the body.
+//! * **Admin APIs** (`--admin`, optional, one per node you want counted):
+//!   the Workers to drive are discovered from the first one (`GET
+//!   /v1/scripts`) unless `--workers` names them; the node counters are read
+//!   before and after the run (`GET /v1/stats` with the token, or the
+//!   Prometheus `/metrics` without one) and the report shows the
+//!   differences summed over the nodes. *Evictions* are those under memory
+//!   pressure plus idle ones (the manual evictions `--cold` makes are
+//!   counted apart); *resident memory* is the sum at the end of the run;
+//!   *refusals* is the change of `hearth_refusals_received_total`. Without
+//!   `--admin` these are reported as unknown.
+//!
+//! Three kinds of run:
+//!
+//! * **Zipf** (default): `--requests N` (or `--rate × --duration-s`)
+//!   requests, the Worker of each drawn from
+//!   [`Zipf`](crate::simulate::Zipf) with `--exponent` over the Workers in
+//!   the order listed (discovered ones sorted by ID: the first is the most
+//!   popular).
+//! * **Trace replay** (`--trace FILE`, read by [`crate::trace::load`] in the
+//!   formats of `hearth simulate`): each invocation is sent at its trace
+//!   time (from the first invocation) divided by `--speedup`. If every
+//!   Worker the trace names is among the Workers driven, they are used by
+//!   name; otherwise trace Worker `i` is mapped to driven Worker `i mod n`.
+//! * **Cold vs warm** (`--worker ID --cold`): `--repeat N` times, evict the
+//!   Worker on every `--admin` node and send it one request (a cold start);
+//!   then send it `N` requests back to back (warm). Every sample is kept in
+//!   the report ([`BenchReport::samples`]) with the start it was reported
+//!   with.
+//!
+//! The Zipf and trace runs are **open loop**: each request is sent at its
+//! scheduled time whatever the earlier ones are doing (constant gaps of
+//! `1/rate`, or exponential ones with `--arrivals poisson`), so a slow
+//! server does not slow the offered load down. At most `--max-outstanding`
+//! requests are in flight; a request whose time comes while that many are
+//! outstanding is not sent and is counted as *not sent*, and one sent more
+//! than [`LATE_MS`] after its time (the client could not keep up) as
+//! *late*.
+//!
+//! Latency percentiles are nearest-rank over the requests' latencies, per
+//! start (cold or warm); the histogram has logarithmic buckets
+//! ([`BUCKETS_MS`]).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail, ensure};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::simulate::Zipf;
+use crate::trace::TraceFormat;
+
+/// A request sent more than this many milliseconds after its scheduled time
+/// is counted as late.
+pub const LATE_MS: f64 = 5.0;
+
+/// Upper bounds (ms) of the latency histogram's buckets; one more bucket
+/// holds everything above the last.
+pub const BUCKETS_MS: [f64; 16] = [
+    0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0,
+    10000.0,
+];
+
+/// How requests are spread over the `--target` front doors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Spread {
+    /// Request `i` goes to target `i mod n`.
+    #[default]
+    RoundRobin,
+    /// Each request goes to a target drawn uniformly at random.
+    Random,
+}
+
+/// How the send times of a `--rate` run are spaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Arrivals {
+    /// Exactly `1/rate` apart.
+    #[default]
+    Constant,
+    /// Exponential gaps with mean `1/rate` (a Poisson process).
+    Poisson,
+}
+
+/// Flags of `hearth bench`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Front door URL(s) to send Worker requests to, e.g.
+    /// http://127.0.0.1:8080 (repeat the flag or separate with commas).
+    #[arg(long = "target", value_delimiter = ',', value_name = "URL")]
+    pub targets: Vec<String>,
+    /// Admin API URL(s) of the nodes to count (discovery, evictions for
+    /// --cold, stats before and after); repeat or separate with commas.
+    #[arg(long = "admin", value_delimiter = ',', value_name = "URL")]
+    pub admins: Vec<String>,
+    /// Admin token (default: $HEARTH_ADMIN_TOKEN).
+    #[arg(long, env = "HEARTH_ADMIN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Workers to drive, most popular first (default: every Worker deployed,
+    /// listed by the first --admin).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "ID",
+        conflicts_with = "worker"
+    )]
+    pub workers: Vec<String>,
+    /// Drive only this Worker; with --cold, measure its cold and warm
+    /// latency.
+    #[arg(long, value_name = "ID")]
+    pub worker: Option<String>,
+    /// With --worker: evict it on every --admin node before each of
+    /// --repeat requests (cold), then send --repeat more (warm).
+    #[arg(long, requires = "worker", conflicts_with = "trace")]
+    pub cold: bool,
+    /// Cold (and warm) requests of a --cold run.
+    #[arg(long, default_value_t = 10)]
+    pub repeat: usize,
+    /// Zipf exponent of Worker popularity.
+    #[arg(long, default_value_t = 1.1)]
+    pub exponent: f64,
+    /// Offered load in requests per second (open loop).
+    #[arg(long, default_value_t = 100.0)]
+    pub rate: f64,
+    /// Spacing of send times at --rate.
+    #[arg(long, value_enum, default_value_t)]
+    pub arrivals: Arrivals,
+    /// Requests to send (default 1000 without --duration-s; a trace: its
+    /// first N invocations).
+    #[arg(long, conflicts_with = "duration_s")]
+    pub requests: Option<u64>,
+    /// Send for this many seconds (at --rate, or of replayed trace time).
+    #[arg(long)]
+    pub duration_s: Option<f64>,
+    /// Replay this trace file instead of Zipf traffic.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Format of --trace.
+    #[arg(long, value_enum, default_value_t)]
+    pub trace_format: TraceFormat,
+    /// Replay the trace this many times faster than recorded.
+    #[arg(long, default_value_t = 1.0)]
+    pub speedup: f64,
+    /// How requests are spread over the targets.
+    #[arg(long, value_enum, default_value_t)]
+    pub spread: Spread,
+    /// Most requests in flight at once; a request due while this many are
+    /// outstanding is not sent (and counted).
+    #[arg(long, default_value_t = 256)]
+    pub max_outstanding: usize,
+    /// Give up on a request (counted as failed) after this many seconds.
+    #[arg(long, default_value_t = 30.0)]
+    pub timeout_s: f64,
+    /// Path (and query) of every Worker request.
+    #[arg(long, default_value = "/")]
+    pub path: String,
+    /// Host suffix: requests carry `Host: <script-id>.<suffix>`.
+    #[arg(long, default_value = "localhost")]
+    pub host_suffix: String,
+    /// Random seed (Zipf draws, random spread, Azure trace placement).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Also write the report as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+impl BenchArgs {
+    /// Parses `hearth bench` flags (the first item is the program name), as
+    /// the command line would, defaults included.
+    pub fn try_parse_from<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let cmd = <Self as clap::Args>::augment_args(clap::Command::new("bench"));
+        let matches = cmd.try_get_matches_from(args)?;
+        <Self as clap::FromArgMatches>::from_arg_matches(&matches)
+    }
+}
+
+/// A latency distribution, in milliseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Distribution {
+    /// Number of samples.
+    pub count: u64,
+    /// Mean.
+    pub mean_ms: f64,
+    /// Smallest.
+    pub min_ms: f64,
+    /// Median (nearest rank).
+    pub p50_ms: f64,
+    /// 90th percentile.
+    pub p90_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// Largest.
+    pub max_ms: f64,
+    /// Samples per bucket of [`BUCKETS_MS`] (upper bound inclusive), the
+    /// last bucket (`le_ms: None`) above the largest bound.
+    pub histogram: Vec<Bucket>,
+}
+
+/// One histogram bucket.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Bucket {
+    /// Upper bound in ms (inclusive); `None` for the overflow bucket.
+    pub le_ms: Option<f64>,
+    /// Samples in the bucket.
+    pub count: u64,
+}
+
+impl Distribution {
+    /// The distribution of `samples` (ms; order does not matter).
+    pub fn of(samples: &[f64]) -> Self {
+        let mut v: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
+        v.sort_by(f64::total_cmp);
+        let mut histogram: Vec<Bucket> = BUCKETS_MS
+            .iter()
+            .map(|&b| Bucket {
+                le_ms: Some(b),
+                count: 0,
+            })
+            .chain(std::iter::once(Bucket {
+                le_ms: None,
+                count: 0,
+            }))
+            .collect();
+        for &x in &v {
+            let i = BUCKETS_MS.partition_point(|&b| b < x);
+            if let Some(b) = histogram.get_mut(i) {
+                b.count += 1;
+            }
+        }
+        let (Some(&min), Some(&max)) = (v.first(), v.last()) else {
+            return Distribution {
+                histogram,
+                ..Distribution::default()
+            };
+        };
+        let rank = |p: f64| {
+            let r = (p * v.len() as f64).ceil() as usize;
+            v[r.clamp(1, v.len()) - 1]
+        };
+        Distribution {
+            count: v.len() as u64,
+            mean_ms: v.iter().sum::<f64>() / v.len() as f64,
+            min_ms: min,
+            p50_ms: rank(0.50),
+            p90_ms: rank(0.90),
+            p99_ms: rank(0.99),
+            max_ms: max,
+            histogram,
+        }
+    }
+
+    /// A text histogram, one line per bucket from the first non-empty one
+    /// to the last, bars scaled to the fullest bucket.
+    pub fn text_histogram(&self) -> String {
+        const WIDTH: u64 = 40;
+        let first = self.histogram.iter().position(|b| b.count > 0);
+        let last = self.histogram.iter().rposition(|b| b.count > 0);
+        let (Some(first), Some(last)) = (first, last) else {
+            return "  (no samples)\n".to_string();
+        };
+        let top = self.histogram.iter().map(|b| b.count).max().unwrap_or(1);
+        let mut out = String::new();
+        for b in &self.histogram[first..=last] {
+            let label = match b.le_ms {
+                Some(le) => format!("<= {le:>7} ms"),
+                None => format!(" > {:>7} ms", BUCKETS_MS[BUCKETS_MS.len() - 1]),
+            };
+            let len = (b.count * WIDTH).div_ceil(top.max(1)) as usize;
+            out.push_str(&format!(
+                "  {label} |{:<w$}| {}\n",
+                "#".repeat(len),
+                b.count,
+                w = WIDTH as usize
+            ));
+        }
+        out
+    }
+}
+
+/// One request of a `--cold` run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sample {
+    /// `cold` (sent right after evicting the Worker) or `warm`.
+    pub phase: &'static str,
+    /// HTTP status (0 if no response arrived).
+    pub status: u16,
+    /// The response's `x-hearth-start` ("" if absent).
+    pub start: String,
+    /// The response's `x-hearth-route`.
+    pub route: String,
+    /// The response's `x-hearth-node`.
+    pub node: String,
+    /// The response's `server-timing` (the node's phases).
+    pub server_timing: String,
+    /// Latency at the client, ms.
+    pub latency_ms: f64,
+    /// The transport error, if the request failed without a response.
+    pub error: Option<String>,
+}
+
+/// What a bench run measured.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BenchReport {
+    /// `zipf`, `trace` or `cold`.
+    pub mode: String,
+    /// One line saying what was run.
+    pub description: String,
+    /// The Workers driven.
+    pub workers: Vec<String>,
+    /// Requests scheduled.
+    pub planned: u64,
+    /// Requests sent (responses plus failures).
+    pub requests: u64,
+    /// Requests not sent: due while `--max-outstanding` were in flight.
+    pub not_sent: u64,
+    /// Requests sent more than [`LATE_MS`] after their scheduled time.
+    pub late: u64,
+    /// Successful (2xx) responses marked `x-hearth-start: warm`.
+    pub warm: u64,
+    /// Successful responses marked `x-hearth-start: cold`.
+    pub cold: u64,
+    /// Successful responses without an `x-hearth-start` header.
+    pub unmarked: u64,
+    /// Requests that failed: a non-2xx status, a transport error or a
+    /// timeout.
+    pub failed: u64,
+    /// Failures by status code (0: no response).
+    pub failures_by_status: BTreeMap<u16, u64>,
+    /// The first transport error seen, if any.
+    pub first_error: Option<String>,
+    /// Responses by `x-hearth-route`.
+    pub routes: BTreeMap<String, u64>,
+    /// Responses by `x-hearth-node`.
+    pub served_by: BTreeMap<String, u64>,
+    /// Evictions (pressure + idle) during the run, summed over `--admin`
+    /// nodes; `None` without `--admin`.
+    pub evictions: Option<u64>,
+    /// Evictions per 1000 requests.
+    pub evictions_per_1k: Option<f64>,
+    /// Manual evictions during the run (those `--cold` asks for).
+    pub manual_evictions: Option<u64>,
+    /// Refusals received from overloaded homes during the run.
+    pub refusals: Option<u64>,
+    /// Bytes resident over the `--admin` nodes at the end.
+    pub resident_bytes: Option<u64>,
+    /// Latency of warm responses.
+    pub warm_latency: Distribution,
+    /// Latency of cold responses.
+    pub cold_latency: Distribution,
+    /// Every request of a `--cold` run (empty otherwise).
+    pub samples: Vec<Sample>,
+    /// Wall time of the traffic, s.
+    pub seconds: f64,
+    /// Requests sent per second of wall time.
+    pub achieved_rate: f64,
+}
+
+impl BenchReport {
+    /// Share of sent requests that found their Worker warm.
+    pub fn warm_rate(&self) -> f64 {
+        self.warm as f64 / self.requests.max(1) as f64
+    }
+
+    /// Share of sent requests served by their home for another node.
+    pub fn fraction_sharded(&self) -> f64 {
+        self.routes.get("sharded").copied().unwrap_or(0) as f64 / self.requests.max(1) as f64
+    }
+
+    /// The report as text: the `hearth demo` measures as a table, then the
+    /// cold and warm latency distributions with histograms.
+    pub fn table(&self) -> String {
+        let unknown = || "unknown".to_string();
+        let opt = |v: Option<u64>| v.map_or_else(unknown, |v| v.to_string());
+        let mut rows: Vec<(&str, String)> = vec![
+            ("requests", self.requests.to_string()),
+            ("warm rate", format!("{:.2}%", 100.0 * self.warm_rate())),
+            ("cold starts", self.cold.to_string()),
+            ("failed", self.failed.to_string()),
+            ("evictions", opt(self.evictions)),
+            (
+                "evictions / 1k requests",
+                self.evictions_per_1k
+                    .map_or_else(unknown, |v| format!("{v:.1}")),
+            ),
+            (
+                "fraction sharded",
+                format!("{:.1}%", 100.0 * self.fraction_sharded()),
+            ),
+            ("refusals", opt(self.refusals)),
+            (
+                "resident memory (KiB)",
+                opt(self.resident_bytes.map(|b| b / 1024)),
+            ),
+            (
+                "warm p50 / p99 (ms)",
+                format!(
+                    "{:.2} / {:.2}",
+                    self.warm_latency.p50_ms, self.warm_latency.p99_ms
+                ),
+            ),
+            (
+                "cold p50 / p99 (ms)",
+                format!(
+                    "{:.2} / {:.2}",
+                    self.cold_latency.p50_ms, self.cold_latency.p99_ms
+                ),
+            ),
+        ];
+        if self.mode != "cold" {
+            rows.push(("not sent (outstanding cap)", self.not_sent.to_string()));
+            rows.push(("sent late (> 5 ms)", self.late.to_string()));
+        }
+        if self.unmarked > 0 {
+            rows.push(("2xx without x-hearth-start", self.unmarked.to_string()));
+        }
+        if let Some(m) = self.manual_evictions.filter(|&m| m > 0) {
+            rows.push(("manual evictions", m.to_string()));
+        }
+        let join = |m: &BTreeMap<String, u64>| {
+            m.iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if !self.routes.is_empty() {
+            rows.push(("routes", join(&self.routes)));
+        }
+        if !self.served_by.is_empty() {
+            rows.push(("served by", join(&self.served_by)));
+        }
+        if !self.failures_by_status.is_empty() {
+            rows.push((
+                "failures by status",
+                self.failures_by_status
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ));
+        }
+        rows.push((
+            "achieved rate (req/s)",
+            format!("{:.1}", self.achieved_rate),
+        ));
+        rows.push(("wall time (s)", format!("{:.1}", self.seconds)));
+
+        let mut out = format!("{}\n\n| measure | value |\n|---|---|\n", self.description);
+        for (k, v) in rows {
+            out.push_str(&format!("| {k} | {v} |\n"));
+        }
+        if let Some(e) = &self.first_error {
+            out.push_str(&format!("\nfirst error: {e}\n"));
+        }
+        for (name, d) in [("cold", &self.cold_latency), ("warm", &self.warm_latency)] {
+            out.push_str(&format!(
+                "\n{name} latency (ms), {} samples: p50 {:.3}  p90 {:.3}  p99 {:.3}  max {:.3}  (mean {:.3}, min {:.3})\n",
+                d.count, d.p50_ms, d.p90_ms, d.p99_ms, d.max_ms, d.mean_ms, d.min_ms
+            ));
+            out.push_str(&d.text_histogram());
+        }
+        if !self.samples.is_empty() {
+            out.push_str("\nsamples:\n");
+            for s in &self.samples {
+                out.push_str(&format!(
+                    "  {:<4} {:>9.3} ms  {} start={} route={} node={}  {}\n",
+                    s.phase,
+                    s.latency_ms,
+                    s.status,
+                    s.start,
+                    s.route,
+                    s.node,
+                    s.error.as_deref().unwrap_or(&s.server_timing)
+                ));
+            }
+        }
+        out
+    }
+}
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// Everything a request task needs, shared.
+struct Ctx {
+    client: HttpClient,
+    targets: Vec<String>,
+    workers: Vec<String>,
+    path: String,
+    host_suffix: String,
+    timeout: Duration,
+}
+
+/// The outcome of one Worker request.
+#[derive(Debug)]
+struct Outcome {
+    status: u16,
+    start: String,
+    route: String,
+    node: String,
+    server_timing: String,
+    latency_ms: f64,
+    error: Option<String>,
+}
+
+impl Ctx {
+    async fn send(&self, worker: usize, target: usize) -> Outcome {
+        let t0 = Instant::now();
+        let r = tokio::time::timeout(self.timeout, self.exchange(worker, target)).await;
+        let latency_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let failed = |error: String| Outcome {
+            status: 0,
+            start: String::new(),
+            route: String::new(),
+            node: String::new(),
+            server_timing: String::new(),
+            latency_ms,
+            error: Some(error),
+        };
+        match r {
+            Err(_) => failed(format!("no response within {:?}", self.timeout)),
+            Ok(Err(e)) => failed(format!("{e:#}")),
+            Ok(Ok((status, headers))) => {
+                let h = |name: &str| {
+                    headers
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_string()
+                };
+                Outcome {
+                    status,
+                    start: h("x-hearth-start"),
+                    route: h("x-hearth-route"),
+                    node: h("x-hearth-node"),
+                    server_timing: h("server-timing"),
+                    latency_ms,
+                    error: None,
+                }
+            }
+        }
+    }
+
+    async fn exchange(
+        &self,
+        worker: usize,
+        target: usize,
+    ) -> anyhow::Result<(u16, http::HeaderMap)> {
+        let (Some(base), Some(id)) = (self.targets.get(target), self.workers.get(worker)) else {
+            bail!("no target {target} or Worker {worker}");
+        };
+        let req = http::Request::get(format!("{base}{}", self.path))
+            .header(http::header::HOST, format!("{id}.{}", self.host_suffix))
+            .body(Full::new(Bytes::new()))?;
+        let resp = self.client.request(req).await?;
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        resp.into_body().collect().await?;
+        Ok((status, headers))
+    }
+}
+
+/// A request of the schedule: when (ms from the start), which Worker, which
+/// target.
+#[derive(Debug, Clone, Copy)]
+struct Planned {
+    at_ms: f64,
+    worker: usize,
+    target: usize,
+}
+
+/// Node counters summed over the `--admin` nodes.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counters {
+    evictions: u64,
+    manual: u64,
+    resident_bytes: u64,
+    refusals: Option<u64>,
+}
+
+/// The fields of a node's `GET /v1/stats` the bench uses.
+#[derive(Debug, Default, Deserialize)]
+struct StatsFields {
+    #[serde(default)]
+    evicted_pressure: u64,
+    #[serde(default)]
+    evicted_idle: u64,
+    #[serde(default)]
+    evicted_manual: u64,
+    #[serde(default)]
+    resident_bytes: u64,
+}
+
+/// An admin client over the `--admin` URLs.
+struct Admin {
+    client: HttpClient,
+    urls: Vec<String>,
+    token: Option<String>,
+    timeout: Duration,
+}
+
+impl Admin {
+    async fn call(
+        &self,
+        method: http::Method,
+        url: &str,
+        path: &str,
+        auth: bool,
+    ) -> anyhow::Result<Bytes> {
+        let mut req = http::Request::builder()
+            .method(method.clone())
+            .uri(format!("{url}{path}"));
+        if auth {
+            let token = self
+                .token
+                .as_deref()
+                .context("the admin API needs the admin token: --token or HEARTH_ADMIN_TOKEN")?;
+            req = req.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let req = req.body(Full::new(Bytes::new()))?;
+        let fut = async {
+            let resp = self.client.request(req).await?;
+            let status = resp.status();
+            let body = resp.into_body().collect().await?.to_bytes();
+            anyhow::Ok((status, body))
+        };
+        let (status, body) = tokio::time::timeout(self.timeout, fut)
+            .await
+            .map_err(|_| anyhow::anyhow!("no answer within {:?}", self.timeout))?
+            .with_context(|| format!("cannot reach the admin API at {url}"))?;
+        if !status.is_success() {
+            bail!(
+                "{method} {url}{path}: {status}: {}",
+                String::from_utf8_lossy(&body).trim()
+            );
+        }
+        Ok(body)
+    }
+
+    /// The script IDs deployed, as listed by the first admin URL, sorted.
+    async fn discover(&self) -> anyhow::Result<Vec<String>> {
+        let url = self.urls.first().context(
+            "no Workers to drive: name them with --workers, or give --admin to discover them",
+        )?;
+        let body = self
+            .call(http::Method::GET, url, "/v1/scripts", true)
+            .await?;
+        let list: Vec<serde_json::Value> = serde_json::from_slice(&body)
+            .with_context(|| format!("{url}/v1/scripts did not return a JSON array"))?;
+        let mut ids: Vec<String> = list
+            .iter()
+            .filter_map(|m| m.get("script_id")?.as_str().map(str::to_owned))
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ensure!(!ids.is_empty(), "no Workers are deployed (listed by {url})");
+        Ok(ids)
+    }
+
+    /// Evicts `id` on every admin node.
+    async fn evict_everywhere(&self, id: &str) -> anyhow::Result<()> {
+        for url in &self.urls {
+            self.call(
+                http::Method::POST,
+                url,
+                &format!("/v1/scripts/{id}/evict"),
+                true,
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The counters summed over the admin nodes; `None` without any.
+    async fn counters(&self) -> anyhow::Result<Option<Counters>> {
+        if self.urls.is_empty() {
+            return Ok(None);
+        }
+        let mut sum = Counters {
+            refusals: Some(0),
+            ..Counters::default()
+        };
+        for url in &self.urls {
+            let metrics = self.call(http::Method::GET, url, "/metrics", false).await?;
+            let metrics = String::from_utf8_lossy(&metrics);
+            let stats = if self.token.is_some() {
+                let body = self.call(http::Method::GET, url, "/v1/stats", true).await?;
+                serde_json::from_slice::<StatsFields>(&body)
+                    .with_context(|| format!("{url}/v1/stats: not a stats object"))?
+            } else {
+                // No token: the same counters from the Prometheus page.
+                let m = |name: &str, labels: &str| metric(&metrics, name, labels).unwrap_or(0.0);
+                StatsFields {
+                    evicted_pressure: m("hearth_evictions_total", "cause=\"pressure\"") as u64,
+                    evicted_idle: m("hearth_evictions_total", "cause=\"idle\"") as u64,
+                    evicted_manual: m("hearth_evictions_total", "cause=\"manual\"") as u64,
+                    resident_bytes: m("hearth_resident_bytes", "") as u64,
+                }
+            };
+            sum.evictions += stats.evicted_pressure + stats.evicted_idle;
+            sum.manual += stats.evicted_manual;
+            sum.resident_bytes += stats.resident_bytes;
+            let refusals = metric(&metrics, "hearth_refusals_received_total", "");
+            sum.refusals = sum.refusals.zip(refusals).map(|(a, b)| a + b as u64);
+        }
+        Ok(Some(sum))
+    }
+}
+
+/// The value of sample `name` whose label set contains `labels` (e.g.
+/// `cause="idle"`; "" for a sample without labels) in a Prometheus text page.
+pub fn metric(page: &str, name: &str, labels: &str) -> Option<f64> {
+    page.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            let (set, value) = match rest.strip_prefix('{') {
+                Some(r) => {
+                    let (set, value) = r.split_once('}')?;
+                    (set, value)
+                }
+                None if rest.starts_with(' ') => ("", rest),
+                None => return None,
+            };
+            if !labels.is_empty() && !set.split(',').any(|l| l.trim() == labels) {
+                return None;
+            }
+            value.split_whitespace().next()?.parse().ok()
+        })
+}
+
+/// A front door or admin URL without its trailing `/`; `host:port` gets
+/// `http://`.
+fn normalize_url(raw: &str, flag: &str) -> anyhow::Result<String> {
+    let raw = raw.trim().trim_end_matches('/');
+    let url = if raw.contains("://") {
+        raw.to_string()
+    } else {
+        format!("http://{raw}")
+    };
+    let uri: http::Uri = url
+        .parse()
+        .with_context(|| format!("{flag} {raw:?} is not a URL"))?;
+    ensure!(
+        uri.scheme_str() == Some("http"),
+        "{flag} {raw:?}: only http:// is supported"
+    );
+    ensure!(
+        uri.authority().is_some(),
+        "{flag} {raw:?}: no host in the URL"
+    );
+    Ok(url)
+}
+
+/// Runs the bench described by `args` and returns what it measured; with
+/// `--json`, also writes the report there.
+pub async fn run(args: BenchArgs) -> anyhow::Result<BenchReport> {
+    // Check the flags and read the trace before touching the network.
+    ensure!(
+        args.rate.is_finite() && args.rate > 0.0,
+        "--rate must be a positive number of requests per second"
+    );
+    ensure!(
+        args.speedup.is_finite() && args.speedup > 0.0,
+        "--speedup must be a positive number"
+    );
+    ensure!(
+        args.exponent.is_finite() && args.exponent >= 0.0,
+        "--exponent must be a number >= 0"
+    );
+    ensure!(
+        args.timeout_s.is_finite() && args.timeout_s > 0.0,
+        "--timeout-s must be a positive number of seconds"
+    );
+    if let Some(d) = args.duration_s {
+        ensure!(
+            d.is_finite() && d > 0.0,
+            "--duration-s must be a positive number of seconds"
+        );
+    }
+    ensure!(args.max_outstanding >= 1, "--max-outstanding must be >= 1");
+    ensure!(args.repeat >= 1, "--repeat must be >= 1");
+    ensure!(
+        args.path.starts_with('/'),
+        "--path must start with / (got {:?})",
+        args.path
+    );
+    ensure!(
+        !args.targets.is_empty(),
+        "say where to send requests: --target URL (a node's front door)"
+    );
+    let targets = args
+        .targets
+        .iter()
+        .map(|t| normalize_url(t, "--target"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let admins = args
+        .admins
+        .iter()
+        .map(|t| normalize_url(t, "--admin"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if args.cold {
+        ensure!(
+            !admins.is_empty(),
+            "--cold evicts the Worker through the admin API: give --admin URL (every node)"
+        );
+    }
+    let trace = match &args.trace {
+        Some(p) => Some(
+            crate::trace::load(p, args.trace_format, args.seed)
+                .with_context(|| format!("cannot use trace {}", p.display()))?,
+        ),
+        None => None,
+    };
+
+    let timeout = Duration::from_secs_f64(args.timeout_s);
+    let client: HttpClient = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(args.max_outstanding)
+        .build_http();
+    let admin = Admin {
+        client: client.clone(),
+        urls: admins,
+        token: args.token.clone().filter(|t| !t.is_empty()),
+        timeout,
+    };
+    let workers = match (&args.worker, args.workers.is_empty()) {
+        (Some(w), _) => vec![w.clone()],
+        (None, false) => args.workers.clone(),
+        (None, true) => admin.discover().await?,
+    };
+    let ctx = Arc::new(Ctx {
+        client,
+        targets,
+        workers,
+        path: args.path.clone(),
+        host_suffix: args.host_suffix.trim_start_matches('.').to_string(),
+        timeout,
+    });
+
+    let before = admin.counters().await?;
+    let mut report = if args.cold {
+        cold_run(&args, &ctx, &admin).await?
+    } else {
+        let (plan, mode, description) = schedule(&args, &ctx, trace.as_ref())?;
+        let mut r = open_loop(&args, &ctx, plan).await?;
+        r.mode = mode;
+        r.description = description;
+        r
+    };
+    let after = match admin.counters().await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "cannot read the node counters after the run");
+            None
+        }
+    };
+    if let (Some(b), Some(a)) = (before, after) {
+        let evictions = a.evictions.saturating_sub(b.evictions);
+        report.evictions = Some(evictions);
+        report.evictions_per_1k = Some(evictions as f64 * 1000.0 / report.requests.max(1) as f64);
+        report.manual_evictions = Some(a.manual.saturating_sub(b.manual));
+        report.resident_bytes = Some(a.resident_bytes);
+        report.refusals = a.refusals.zip(b.refusals).map(|(a, b)| a.saturating_sub(b));
+    }
+    report.workers = ctx.workers.clone();
+    if let Some(p) = &args.json {
+        let bytes = serde_json::to_vec_pretty(&report)?;
+        std::fs::write(p, bytes).with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    Ok(report)
+}
+
+/// The schedule of a Zipf or trace run, its mode and a description.
+fn schedule(
+    args: &BenchArgs,
+    ctx: &Ctx,
+    trace: Option<&crate::trace::Trace>,
+) -> anyhow::Result<(Vec<Planned>, String, String)> {
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let n_targets = ctx.targets.len();
+    let target = |i: usize, rng: &mut StdRng| match args.spread {
+        Spread::RoundRobin => i % n_targets,
+        Spread::Random => rng.random_range(0..n_targets),
+    };
+    let n_workers = ctx.workers.len();
+    let mut plan = Vec::new();
+    match trace {
+        Some(trace) => {
+            ensure!(!trace.is_empty(), "the trace has no invocations");
+            let by_name = trace.workers.iter().all(|w| ctx.workers.contains(w));
+            let map: Vec<usize> = trace
+                .workers
+                .iter()
+                .enumerate()
+                .map(|(i, w)| {
+                    if by_name {
+                        ctx.workers.iter().position(|d| d == w).unwrap_or(0)
+                    } else {
+                        i % n_workers
+                    }
+                })
+                .collect();
+            let t0 = trace.events.first().map_or(0, |e| e.t_ms);
+            let limit = args.requests.map_or(usize::MAX, |n| n as usize);
+            for e in trace.events.iter().take(limit) {
+                let at_ms = (e.t_ms - t0) as f64 / args.speedup;
+                if args.duration_s.is_some_and(|d| at_ms > d * 1e3) {
+                    break;
+                }
+                let worker = map.get(e.worker as usize).copied().unwrap_or(0);
+                let i = plan.len();
+                plan.push(Planned {
+                    at_ms,
+                    worker,
+                    target: target(i, &mut rng),
+                });
+            }
+            let description = format!(
+                "hearth bench: trace replay, {} of {} invocations over {} trace Workers onto {} Workers ({}), {}x speed, {} targets",
+                plan.len(),
+                trace.len(),
+                trace.workers.len(),
+                n_workers,
+                if by_name { "by name" } else { "by index mod n" },
+                args.speedup,
+                n_targets
+            );
+            Ok((plan, "trace".into(), description))
+        }
+        None => {
+            let count = match (args.requests, args.duration_s) {
+                (Some(n), _) => n,
+                (None, Some(d)) => (d * args.rate).ceil() as u64,
+                (None, None) => 1000,
+            };
+            let zipf = Zipf::new(n_workers, args.exponent);
+            let gap_ms = 1e3 / args.rate;
+            let mut at_ms = 0.0;
+            for i in 0..count as usize {
+                plan.push(Planned {
+                    at_ms,
+                    worker: zipf.sample(&mut rng) as usize,
+                    target: target(i, &mut rng),
+                });
+                at_ms += match args.arrivals {
+                    Arrivals::Constant => gap_ms,
+                    Arrivals::Poisson => -gap_ms * (1.0 - rng.random::<f64>()).ln(),
+                };
+            }
+            let description = format!(
+                "hearth bench: {count} requests, Zipf s={} over {n_workers} Workers, {} req/s ({:?} arrivals, open loop), {n_targets} targets",
+                args.exponent, args.rate, args.arrivals
+            );
+            Ok((plan, "zipf".into(), description))
+        }
+    }
+}
+
+/// Adds one outcome to the report's counts; returns its latency if the
+/// response was 2xx, with whether it was cold.
+fn tally(r: &mut BenchReport, o: &Outcome) -> Option<(bool, f64)> {
+    r.requests += 1;
+    if let (Some(e), None) = (&o.error, &r.first_error) {
+        r.first_error = Some(e.clone());
+    }
+    if !(200..300).contains(&o.status) {
+        r.failed += 1;
+        *r.failures_by_status.entry(o.status).or_default() += 1;
+        return None;
+    }
+    if !o.route.is_empty() {
+        *r.routes.entry(o.route.clone()).or_default() += 1;
+    }
+    if !o.node.is_empty() {
+        *r.served_by.entry(o.node.clone()).or_default() += 1;
+    }
+    match o.start.as_str() {
+        "cold" => {
+            r.cold += 1;
+            Some((true, o.latency_ms))
+        }
+        "warm" => {
+            r.warm += 1;
+            Some((false, o.latency_ms))
+        }
+        _ => {
+            r.unmarked += 1;
+            None
+        }
+    }
+}
+
+/// Sends `plan` open loop and tallies the outcomes.
+async fn open_loop(
+    args: &BenchArgs,
+    ctx: &Arc<Ctx>,
+    plan: Vec<Planned>,
+) -> anyhow::Result<BenchReport> {
+    let mut report = BenchReport {
+        planned: plan.len() as u64,
+        ..BenchReport::default()
+    };
+    let bar = indicatif::ProgressBar::new(plan.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} requests {elapsed}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let permits = Arc::new(tokio::sync::Semaphore::new(args.max_outstanding));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Outcome>();
+    let start = Instant::now();
+    for p in &plan {
+        let due = start + Duration::from_secs_f64(p.at_ms / 1e3);
+        tokio::time::sleep_until(due).await;
+        bar.inc(1);
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            report.not_sent += 1;
+            continue;
+        };
+        if Instant::now().duration_since(due).as_secs_f64() * 1e3 > LATE_MS {
+            report.late += 1;
+        }
+        let (ctx, tx, p) = (ctx.clone(), tx.clone(), *p);
+        tokio::spawn(async move {
+            let o = ctx.send(p.worker, p.target).await;
+            drop(permit);
+            let _ = tx.send(o);
+        });
+    }
+    drop(tx);
+    let (mut warm, mut cold) = (Vec::new(), Vec::new());
+    while let Some(o) = rx.recv().await {
+        match tally(&mut report, &o) {
+            Some((true, ms)) => cold.push(ms),
+            Some((false, ms)) => warm.push(ms),
+            None => {}
+        }
+    }
+    bar.finish_and_clear();
+    report.seconds = start.elapsed().as_secs_f64();
+    report.achieved_rate = report.requests as f64 / report.seconds.max(1e-9);
+    report.warm_latency = Distribution::of(&warm);
+    report.cold_latency = Distribution::of(&cold);
+    Ok(report)
+}
+
+/// The `--cold` run: `repeat` × (evict everywhere, one request), then
+/// `repeat` warm requests.
+async fn cold_run(args: &BenchArgs, ctx: &Ctx, admin: &Admin) -> anyhow::Result<BenchReport> {
+    let id = ctx.workers.first().context("--cold needs --worker ID")?;
+    let mut report = BenchReport {
+        mode: "cold".into(),
+        description: format!(
+            "hearth bench: cold vs warm latency of {id}: {} cold requests (evicted on {} nodes before each), then {} warm, {} targets",
+            args.repeat,
+            admin.urls.len(),
+            args.repeat,
+            ctx.targets.len()
+        ),
+        planned: 2 * args.repeat as u64,
+        ..BenchReport::default()
+    };
+    let (mut warm, mut cold) = (Vec::new(), Vec::new());
+    let start = Instant::now();
+    for i in 0..2 * args.repeat {
+        let phase = if i < args.repeat { "cold" } else { "warm" };
+        if phase == "cold" {
+            admin
+                .evict_everywhere(id)
+                .await
+                .with_context(|| format!("cannot evict {id}"))?;
+        }
+        let o = ctx.send(0, i % ctx.targets.len()).await;
+        match tally(&mut report, &o) {
+            Some((true, ms)) => cold.push(ms),
+            Some((false, ms)) => warm.push(ms),
+            None => {}
+        }
+        report.samples.push(Sample {
+            phase,
+            status: o.status,
+            start: o.start,
+            route: o.route,
+            node: o.node,
+            server_timing: o.server_timing,
+            latency_ms: o.latency_ms,
+            error: o.error,
+        });
+    }
+    report.seconds = start.elapsed().as_secs_f64();
+    report.achieved_rate = report.requests as f64 / report.seconds.max(1e-9);
+    report.warm_latency = Distribution::of(&warm);
+    report.cold_latency = Distribution::of(&cold);
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        let d = Distribution::of(&v);
+        assert_eq!(d.count, 100);
+        assert_eq!(
+            (d.p50_ms, d.p90_ms, d.p99_ms, d.max_ms),
+            (50.0, 90.0, 99.0, 100.0)
+        );
+        assert_eq!(d.min_ms, 1.0);
+        assert_eq!(d.histogram.iter().map(|b| b.count).sum::<u64>(), 100);
+        let empty = Distribution::of(&[]);
+        assert_eq!(empty.count, 0);
+        assert!(empty.text_histogram().contains("no samples"));
+    }
+
+    #[test]
+    fn histogram_buckets_are_inclusive_upper_bounds() {
+        let d = Distribution::of(&[0.1, 0.15, 1.0, 20000.0]);
+        let count = |le: Option<f64>| {
+            d.histogram
+                .iter()
+                .find(|b| b.le_ms == le)
+                .map(|b| b.count)
+                .unwrap_or(0)
+        };
+        assert_eq!(count(Some(0.1)), 1);
+        assert_eq!(count(Some(0.2)), 1);
+        assert_eq!(count(Some(1.0)), 1);
+        assert_eq!(count(None), 1);
+        let text = d.text_histogram();
+        assert_eq!(text.lines().count(), BUCKETS_MS.len() + 1);
+    }
+
+    #[test]
+    fn reads_prometheus_samples() {
+        let page = "# TYPE hearth_refusals_received counter\n\
+                    hearth_refusals_received_total 7\n\
+                    hearth_evictions_total{cause=\"pressure\"} 3\n\
+                    hearth_evictions_total{cause=\"idle\"} 2\n\
+                    hearth_resident_bytes 4096\n";
+        assert_eq!(
+            metric(page, "hearth_refusals_received_total", ""),
+            Some(7.0)
+        );
+        assert_eq!(
+            metric(page, "hearth_evictions_total", "cause=\"idle\""),
+            Some(2.0)
+        );
+        assert_eq!(metric(page, "hearth_resident_bytes", ""), Some(4096.0));
+        assert_eq!(metric(page, "hearth_resident", ""), None);
+        assert_eq!(metric(page, "hearth_missing_total", ""), None);
+    }
+
+    #[test]
+    fn urls_are_checked() {
+        assert_eq!(
+            normalize_url("127.0.0.1:8080/", "--target").ok().as_deref(),
+            Some("http://127.0.0.1:8080")
+        );
+        assert!(normalize_url("https://x:1", "--target").is_err());
+        assert!(normalize_url("http://", "--target").is_err());
+        assert!(normalize_url("not a url", "--target").is_err());
+    }
+
+    #[test]
+    fn flags_parse_with_defaults() {
+        let a = BenchArgs::try_parse_from([
+            "bench",
+            "--target",
+            "http://a:1,http://b:2",
+            "--target",
+            "http://c:3",
+            "--workers",
+            "x,y",
+        ])
+        .expect("flags");
+        assert_eq!(a.targets.len(), 3);
+        assert_eq!(a.workers, ["x", "y"]);
+        assert_eq!(a.rate, 100.0);
+        assert!(!a.cold);
+        assert!(BenchArgs::try_parse_from(["bench", "--cold"]).is_err());
+    }
+}
