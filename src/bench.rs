@@ -421,20 +421,8 @@ impl BenchReport {
                 "resident memory (KiB)",
                 opt(self.resident_bytes.map(|b| b / 1024)),
             ),
-            (
-                "warm p50 / p99 (ms)",
-                format!(
-                    "{:.2} / {:.2}",
-                    self.warm_latency.p50_ms, self.warm_latency.p99_ms
-                ),
-            ),
-            (
-                "cold p50 / p99 (ms)",
-                format!(
-                    "{:.2} / {:.2}",
-                    self.cold_latency.p50_ms, self.cold_latency.p99_ms
-                ),
-            ),
+            ("warm p50 / p99 (ms)", p50_p99(&self.warm_latency)),
+            ("cold p50 / p99 (ms)", p50_p99(&self.cold_latency)),
         ];
         if self.mode != "cold" {
             rows.push(("not sent (outstanding cap)", self.not_sent.to_string()));
@@ -482,6 +470,10 @@ impl BenchReport {
             out.push_str(&format!("\nfirst error: {e}\n"));
         }
         for (name, d) in [("cold", &self.cold_latency), ("warm", &self.warm_latency)] {
+            if d.count == 0 {
+                out.push_str(&format!("\n{name} latency (ms): no samples\n"));
+                continue;
+            }
             out.push_str(&format!(
                 "\n{name} latency (ms), {} samples: p50 {:.3}  p90 {:.3}  p99 {:.3}  max {:.3}  (mean {:.3}, min {:.3})\n",
                 d.count, d.p50_ms, d.p90_ms, d.p99_ms, d.max_ms, d.mean_ms, d.min_ms
@@ -504,6 +496,15 @@ impl BenchReport {
             }
         }
         out
+    }
+}
+
+/// `p50 / p99` of `d` in ms, or `-` without samples.
+fn p50_p99(d: &Distribution) -> String {
+    if d.count == 0 {
+        "-".to_string()
+    } else {
+        format!("{:.2} / {:.2}", d.p50_ms, d.p99_ms)
     }
 }
 
@@ -760,7 +761,7 @@ pub fn metric(page: &str, name: &str, labels: &str) -> Option<f64> {
 /// A front door or admin URL without its trailing `/`; `host:port` gets
 /// `http://`.
 fn normalize_url(raw: &str, flag: &str) -> anyhow::Result<String> {
-    let raw = raw.trim().trim_end_matches('/');
+    let raw = raw.trim();
     let url = if raw.contains("://") {
         raw.to_string()
     } else {
@@ -774,10 +775,10 @@ fn normalize_url(raw: &str, flag: &str) -> anyhow::Result<String> {
         "{flag} {raw:?}: only http:// is supported"
     );
     ensure!(
-        uri.authority().is_some(),
+        uri.host().is_some_and(|h| !h.is_empty()),
         "{flag} {raw:?}: no host in the URL"
     );
-    Ok(url)
+    Ok(url.trim_end_matches('/').to_string())
 }
 
 /// Runs the bench described by `args` and returns what it measured; with
@@ -976,8 +977,13 @@ fn schedule(
                 };
             }
             let description = format!(
-                "hearth bench: {count} requests, Zipf s={} over {n_workers} Workers, {} req/s ({:?} arrivals, open loop), {n_targets} targets",
-                args.exponent, args.rate, args.arrivals
+                "hearth bench: {count} requests, Zipf s={} over {n_workers} Workers, {} req/s ({} arrivals, open loop), {n_targets} targets",
+                args.exponent,
+                args.rate,
+                match args.arrivals {
+                    Arrivals::Constant => "constant",
+                    Arrivals::Poisson => "Poisson",
+                }
             );
             Ok((plan, "zipf".into(), description))
         }

@@ -9,6 +9,7 @@
 //! admin_token = "…"          # generated and saved in the store if absent
 //! memory_budget_mb = 1024
 //! idle_timeout_s = 300
+//! idle_sweep_above = 0.9    # sweep idle Workers only above 90% of the budget
 //!
 //! [plans.free]               # any field of a plan may be given
 //! max_script_size = 3145728  # bytes, gzip-compressed
@@ -68,6 +69,8 @@ pub struct NodeConfig {
     pub memory_budget_mb: Option<u64>,
     /// Idle timeout, seconds.
     pub idle_timeout_s: Option<u64>,
+    /// Sweep idle Workers only above this fraction of the memory budget.
+    pub idle_sweep_above: Option<f64>,
     /// Plan limits.
     #[serde(default)]
     pub plans: Plans,
@@ -85,6 +88,9 @@ impl NodeConfig {
     pub fn apply(&self, mut cfg: RuntimeConfig) -> RuntimeConfig {
         if let Some(mb) = self.memory_budget_mb {
             cfg = cfg.memory_budget(mb << 20);
+        }
+        if let Some(f) = self.idle_sweep_above {
+            cfg = cfg.idle_sweep_above(f);
         }
         if let Some(s) = self.idle_timeout_s {
             cfg = cfg.idle_timeout(std::time::Duration::from_secs(s));

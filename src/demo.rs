@@ -131,7 +131,12 @@ async fn run_mode(
     let zipf = Zipf::new(args.workers, args.exponent);
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let plan: Vec<(usize, usize)> = (0..args.requests)
-        .map(|_| (zipf.sample(&mut rng) as usize, rng.random_range(0..args.nodes)))
+        .map(|_| {
+            (
+                zipf.sample(&mut rng) as usize,
+                rng.random_range(0..args.nodes),
+            )
+        })
         .collect();
     let t0 = Instant::now();
     let c = std::sync::Arc::new(c);
@@ -268,14 +273,21 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<DemoReport> {
 
 /// Warm rate and evictions over time, both modes, as a PNG.
 pub fn plot(r: &DemoReport, path: &std::path::Path) -> std::io::Result<()> {
-    let modes = [("sharding off", [200, 60, 40], &r.unsharded), ("sharding on", [30, 110, 200], &r.sharded)];
+    let modes = [
+        ("sharding off", [200, 60, 40], &r.unsharded),
+        ("sharding on", [30, 110, 200], &r.sharded),
+    ];
     let series = |f: &dyn Fn(&TimePoint) -> f64| -> Vec<Series> {
         modes
             .iter()
             .map(|(name, color, m)| Series {
                 name: name.to_string(),
                 color: *color,
-                points: m.timeline.iter().map(|p| (p.requests as f64, f(p))).collect(),
+                points: m
+                    .timeline
+                    .iter()
+                    .map(|p| (p.requests as f64, f(p)))
+                    .collect(),
             })
             .collect()
     };

@@ -36,7 +36,11 @@ struct Canvas {
 
 impl Canvas {
     fn new(w: usize, h: usize) -> Self {
-        Canvas { w, h, px: vec![255; w * h * 3] }
+        Canvas {
+            w,
+            h,
+            px: vec![255; w * h * 3],
+        }
     }
 
     fn set(&mut self, x: i64, y: i64, c: Rgb) {
@@ -91,7 +95,11 @@ impl Canvas {
                     if bits & (1 << col) != 0 {
                         for dy in 0..scale {
                             for dx in 0..scale {
-                                self.set(x + (i as i64 * 8 + col) * scale + dx, y + row as i64 * scale + dy, c);
+                                self.set(
+                                    x + (i as i64 * 8 + col) * scale + dx,
+                                    y + row as i64 * scale + dy,
+                                    c,
+                                );
                             }
                         }
                     }
@@ -126,7 +134,10 @@ pub fn write_png(path: &Path, panels: &[Panel], x_label: &str) -> std::io::Resul
         let top = (pi * panel_h) as i64 + 40;
         let bottom = top + panel_h as i64 - 70;
         cv.text(left, top - 30, &panel.title, 2, ink);
-        let ys = panel.series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+        let ys = panel
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1));
         let (mut lo, mut hi) = ys.fold((f64::MAX, f64::MIN), |(a, b), y| (a.min(y), b.max(y)));
         if lo > hi {
             (lo, hi) = (0.0, 1.0);
@@ -154,13 +165,27 @@ pub fn write_png(path: &Path, panels: &[Panel], x_label: &str) -> std::io::Resul
             cv.text(left + 28, ly, &s.name, 1, ink);
         }
     }
-    cv.text(right - 8 * x_label.len() as i64, h as i64 - 14, x_label, 1, ink);
-    cv.text(left, h as i64 - 14, &format!("0 .. {}", fmt_num(x_max)), 1, ink);
+    cv.text(
+        right - 8 * x_label.len() as i64,
+        h as i64 - 14,
+        x_label,
+        1,
+        ink,
+    );
+    cv.text(
+        left,
+        h as i64 - 14,
+        &format!("0 .. {}", fmt_num(x_max)),
+        1,
+        ink,
+    );
     let file = std::io::BufWriter::new(std::fs::File::create(path)?);
     let mut enc = png::Encoder::new(file, w as u32, h as u32);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);
     let mut writer = enc.write_header().map_err(std::io::Error::other)?;
-    writer.write_image_data(&cv.px).map_err(std::io::Error::other)?;
+    writer
+        .write_image_data(&cv.px)
+        .map_err(std::io::Error::other)?;
     writer.finish().map_err(std::io::Error::other)
 }

@@ -140,12 +140,13 @@ impl Trace {
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     /// The file could not be opened or read.
-    #[error("reading trace {}: {source}", path.display())]
+    #[error("reading trace {}: {error}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
-        /// What went wrong.
-        source: io::Error,
+        /// What went wrong (in the message, so not also a `source`, which
+        /// would print it twice in an error chain).
+        error: io::Error,
     },
     /// Reading from a stream failed (for [`parse`] on a reader).
     #[error("reading trace: {0}")]
@@ -181,9 +182,9 @@ fn malformed(line: usize, message: impl Into<String>) -> TraceError {
 /// Reads the trace in `path`. `seed` places Azure invocations within their
 /// minute (ignored for CSV).
 pub fn load(path: &Path, format: TraceFormat, seed: u64) -> Result<Trace, TraceError> {
-    let io_err = |source| TraceError::Io {
+    let io_err = |error| TraceError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     let file = File::open(path).map_err(io_err)?;
     parse(BufReader::new(file), format, seed).map_err(|e| match e {

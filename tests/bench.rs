@@ -124,7 +124,6 @@ async fn bench_drives_a_cluster_and_measures_cold_and_warm() {
         r.manual_evictions
     );
     assert!(r.table().contains("samples:"));
-    c.shutdown().await;
 }
 
 #[tokio::test]

@@ -27,11 +27,23 @@ async fn demo_compares_both_modes_and_writes_json_and_plot() {
     assert_eq!(report.unsharded.sharded, 0, "no sharding when it is off");
     assert!(report.sharded.sharded > 0);
     // Each Worker lives on one node when sharded: 30 Workers fit in 3 × 12.
-    assert!(report.sharded.evictions < report.unsharded.evictions, "{report:?}");
+    assert!(
+        report.sharded.evictions < report.unsharded.evictions,
+        "{report:?}"
+    );
     let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("demo.json")).expect("json")).expect("parse");
+        serde_json::from_slice(&std::fs::read(dir.path().join("demo.json")).expect("json"))
+            .expect("parse");
     for mode in ["unsharded", "sharded"] {
-        for key in ["requests", "warm", "cold", "evictions", "sharded", "refusals", "resident_bytes"] {
+        for key in [
+            "requests",
+            "warm",
+            "cold",
+            "evictions",
+            "sharded",
+            "refusals",
+            "resident_bytes",
+        ] {
             assert!(json[mode][key].is_u64(), "{mode}.{key} missing");
         }
     }

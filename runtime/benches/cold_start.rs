@@ -50,6 +50,7 @@ async fn drain(resp: http::Response<hearth_runtime::Body>) {
 async fn cold_phases(rt: &Runtime, id: &str) -> Timing {
     rt.evict(id);
     let served = rt.handle(id, req(id)).await.expect("served");
+    assert_eq!(served.response.status(), 200, "{id} did not respond 200");
     drain(served.response).await;
     served.timing
 }

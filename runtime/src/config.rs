@@ -80,6 +80,7 @@ pub struct RuntimeConfig {
     pub(crate) pooling: bool,
     pub(crate) instance_pool_size: u32,
     pub(crate) busy_window: Duration,
+    pub(crate) idle_sweep_above: f64,
 }
 
 impl RuntimeConfig {
@@ -102,6 +103,7 @@ impl RuntimeConfig {
             pooling: true,
             instance_pool_size: 256,
             busy_window: Duration::from_secs(1),
+            idle_sweep_above: 0.0,
         }
     }
 
@@ -176,6 +178,20 @@ impl RuntimeConfig {
     /// evict it to make room for a sharded newcomer (default 1 s).
     pub fn busy_window(mut self, d: Duration) -> Self {
         self.busy_window = d;
+        self
+    }
+
+    /// Memory-aware idle eviction: idle Workers are swept only once this
+    /// fraction (0.0–1.0) of the memory budget is in use (default 0: always).
+    /// The data-center simulator found this the cheapest way past 99.999%
+    /// warm when one copy of every Worker fits in the cluster
+    /// (`docs/simulate-results.md`). Values outside 0–1 are clamped.
+    pub fn idle_sweep_above(mut self, fraction: f64) -> Self {
+        self.idle_sweep_above = if fraction.is_nan() {
+            0.0
+        } else {
+            fraction.clamp(0.0, 1.0)
+        };
         self
     }
 

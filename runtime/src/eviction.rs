@@ -107,6 +107,13 @@ impl<K: Hash + Eq + Clone, V> Residency<K, V> {
         self.lru.contains(key)
     }
 
+    /// How long `key` has been unused as of `now_ms`, if resident.
+    pub fn idle_ms(&self, key: &K, now_ms: u64) -> Option<u64> {
+        self.lru
+            .peek(key)
+            .map(|s| now_ms.saturating_sub(s.last_used_ms))
+    }
+
     /// The entry for `key`, without counting a use.
     pub fn peek(&self, key: &K) -> Option<&V> {
         self.lru.peek(key).map(|s| &s.value)
@@ -193,6 +200,22 @@ impl<K: Hash + Eq + Clone, V> Residency<K, V> {
         out
     }
 
+    /// The memory-aware idle sweep: like [`Residency::evict_idle`], but only
+    /// once `min_used` bytes are in use. With plenty of memory an idle Worker
+    /// costs nothing, so keeping it saves a cold start later; under pressure
+    /// it goes. `min_used = 0` is the plain idle sweep.
+    pub fn evict_idle_above(
+        &mut self,
+        now_ms: u64,
+        idle_ms: u64,
+        min_used: u64,
+    ) -> Vec<Evicted<K, V>> {
+        if self.used < min_used {
+            return Vec::new();
+        }
+        self.evict_idle(now_ms, idle_ms)
+    }
+
     /// Whether `bytes` more fit without evicting any entry used within the
     /// last `busy_ms` (a shard server refuses rather than evict Workers
     /// busier than the newcomer).
@@ -270,6 +293,19 @@ mod tests {
         assert_eq!(ev.iter().map(|e| e.key).collect::<Vec<_>>(), vec!["b"]);
         assert_eq!(ev[0].cause, EvictionCause::Idle);
         assert!(r.contains(&"c"));
+    }
+
+    #[test]
+    fn memory_aware_idle_sweep_waits_for_pressure() {
+        let mut r = Residency::new(100);
+        r.insert("a", (), 30, 0);
+        assert!(
+            r.evict_idle_above(10_000, 1000, 50).is_empty(),
+            "30 of 100 used: keep it"
+        );
+        r.insert("b", (), 30, 9_999);
+        let ev = r.evict_idle_above(10_000, 1000, 50);
+        assert_eq!(ev.iter().map(|e| e.key).collect::<Vec<_>>(), vec!["a"]);
     }
 
     #[test]

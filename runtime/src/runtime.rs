@@ -263,7 +263,9 @@ impl Runtime {
             .last_sweep_ms
             .store(now, std::sync::atomic::Ordering::Relaxed);
         let idle = self.inner.config.idle_timeout.as_millis() as u64;
-        let ev = lock(&self.inner.resident).evict_idle(now, idle);
+        let min_used =
+            (self.inner.config.idle_sweep_above * self.inner.config.memory_budget as f64) as u64;
+        let ev = lock(&self.inner.resident).evict_idle_above(now, idle, min_used);
         let n = ev.len();
         self.count(ev);
         n
@@ -277,8 +279,17 @@ impl Runtime {
     }
 
     /// Whether `script_id` is warm (resident) here.
+    /// A Worker idle past the timeout counts as gone even before the next
+    /// sweep removes it, so the router sends it to its home instead of
+    /// cold-starting a stale copy here.
     pub fn is_warm(&self, script_id: &str) -> bool {
-        lock(&self.inner.resident).contains(&script_id.to_string())
+        let cfg = &self.inner.config;
+        let r = lock(&self.inner.resident);
+        let Some(idle) = r.idle_ms(&script_id.to_string(), self.now_ms()) else {
+            return false;
+        };
+        let min_used = (cfg.idle_sweep_above * cfg.memory_budget as f64) as u64;
+        idle < cfg.idle_timeout.as_millis() as u64 || r.used() < min_used
     }
 
     /// Whether this node can host `script_id` without evicting a Worker used

@@ -320,6 +320,27 @@ async fn idle_workers_are_evicted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_aware_idle_sweep_keeps_idle_workers_while_memory_is_plentiful() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = Runtime::new(
+        config(&dir)
+            .idle_timeout(Duration::ZERO)
+            .idle_sweep_above(0.9),
+    )
+    .expect("runtime");
+    rt.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
+    call(&rt, "hello").await;
+    assert_eq!(
+        rt.sweep_idle(),
+        0,
+        "1 GiB budget, one small Worker: keep it warm"
+    );
+    assert!(rt.is_warm("hello"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redeploy_replaces_and_failed_redeploy_keeps_old_version() {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = Runtime::new(config(&dir)).expect("runtime");

@@ -483,10 +483,8 @@ impl<'w> Sim<'w> {
         let s = server as usize;
         self.last_sweep_ms[s] = now;
         let (used, len) = (self.resident[s].used(), self.resident[s].len());
-        if used < self.w.idle_sweep_above {
-            return;
-        }
-        let evicted = self.resident[s].evict_idle(now, self.w.idle_ms);
+        let evicted =
+            self.resident[s].evict_idle_above(now, self.w.idle_ms, self.w.idle_sweep_above);
         self.account(server, used, len, evicted);
     }
 
