@@ -59,6 +59,74 @@ impl ClusterConfig {
     }
 }
 
+/// How a node joins a cluster: its RPC listener and certificate, and who
+/// its peers are (a static list, gossip seeds, or both).
+pub struct JoinConfig {
+    /// The node's ID on the ring (and the name of its certificate).
+    pub node_id: String,
+    /// Where peers reach this node's shard server.
+    pub rpc_listener: TcpListener,
+    /// Directory with `ca.pem`, `<node_id>.pem` and `<node_id>-key.pem`.
+    pub pki_dir: PathBuf,
+    /// UDP address for gossip (port 0 picks one); `None` for static only.
+    pub gossip: Option<SocketAddr>,
+    /// Gossip addresses of nodes to join through.
+    pub seeds: Vec<SocketAddr>,
+    /// Members that are always on the ring.
+    pub static_nodes: Vec<RingNode>,
+    /// This node's weight on the ring.
+    pub weight: u32,
+    /// The cluster's gossip key (datagrams without a valid MAC are dropped).
+    pub gossip_key: Option<[u8; 32]>,
+    /// Admission thresholds when this node is a home.
+    pub overload: OverloadConfig,
+}
+
+/// A node that has joined: its membership and RPC server.
+pub struct Joined {
+    /// The node, now routing through the ring.
+    pub node: Node,
+    /// Its view of the cluster (drain and shut down through it).
+    pub membership: Membership,
+    /// Its shard server.
+    pub rpc_server: ServerHandle,
+}
+
+/// Starts `node`'s shard server and membership and joins it to the ring.
+pub async fn join(node: Node, cfg: JoinConfig) -> anyhow::Result<Joined> {
+    let tls = NodeTls::load(&cfg.pki_dir, &cfg.node_id).with_context(|| {
+        format!(
+            "loading the cluster certificate of {} from {}",
+            cfg.node_id,
+            cfg.pki_dir.display()
+        )
+    })?;
+    let rpc_addr = cfg.rpc_listener.local_addr()?;
+    let mut rc = RpcConfig::new(tls);
+    rc.overload = cfg.overload;
+    let rpc = RpcNode::start(rc, node.local_workers())?;
+    let rpc_server = rpc.serve(cfg.rpc_listener)?;
+    let me = RingNode::new(NodeId::new(cfg.node_id.clone()), rpc_addr).with_weight(cfg.weight);
+    let mut mc = match cfg.gossip {
+        Some(listen) => MembershipConfig::gossip(me, listen, cfg.seeds),
+        None => MembershipConfig::fixed(me, Vec::new()),
+    };
+    mc.static_nodes = cfg.static_nodes;
+    if let Some(g) = mc.gossip.as_mut() {
+        g.key = cfg.gossip_key;
+    }
+    let membership = Membership::start(mc).await?;
+    let link = ClusterLink {
+        self_id: NodeId::new(cfg.node_id),
+        ring: membership.ring().clone(),
+    };
+    Ok(Joined {
+        node: node.join(link, rpc),
+        membership,
+        rpc_server,
+    })
+}
+
 /// One node of a [`LocalCluster`].
 pub struct ClusterNode {
     /// The node.
@@ -135,26 +203,27 @@ impl LocalCluster {
                 if !pki.join(format!("{}.pem", names[i])).exists() {
                     hearth_sharding::tls::issue_node_cert(&pki, &names[i])?;
                 }
-                let tls = NodeTls::load(&pki, &names[i])?;
-                let mut rc = RpcConfig::new(tls);
-                rc.overload = cfg.overload;
-                let rpc = RpcNode::start(rc, node.local_workers())?;
-                rpc_server = Some(rpc.serve(rpc_l)?);
-                let me = RingNode::new(NodeId::new(names[i].clone()), rpc_addrs[i]);
-                let mut mc = MembershipConfig::gossip(me, "127.0.0.1:0".parse()?, seeds.clone());
-                if let Some(g) = mc.gossip.as_mut() {
-                    g.key = Some(gossip_key);
-                }
-                let m = Membership::start(mc).await?;
-                if let Some(a) = m.gossip_addr() {
+                let joined = join(
+                    node,
+                    JoinConfig {
+                        node_id: names[i].clone(),
+                        rpc_listener: rpc_l,
+                        pki_dir: pki.clone(),
+                        gossip: Some("127.0.0.1:0".parse()?),
+                        seeds: seeds.clone(),
+                        static_nodes: Vec::new(),
+                        weight: 1,
+                        gossip_key: Some(gossip_key),
+                        overload: cfg.overload,
+                    },
+                )
+                .await?;
+                if let Some(a) = joined.membership.gossip_addr() {
                     seeds.push(a);
                 }
-                let link = ClusterLink {
-                    self_id: NodeId::new(names[i].clone()),
-                    ring: m.ring().clone(),
-                };
-                node = node.join(link, rpc);
-                membership = Some(m);
+                node = joined.node;
+                membership = Some(joined.membership);
+                rpc_server = Some(joined.rpc_server);
             } else {
                 drop(rpc_l);
             }

@@ -11,6 +11,17 @@
 //! idle_timeout_s = 300
 //! idle_sweep_above = 0.9    # sweep idle Workers only above 90% of the budget
 //!
+//! [cluster]                  # optional: join a cluster
+//! rpc = "127.0.0.1:7000"     # shard server; the address peers dial
+//! pki = "./pki"              # ca.pem, <node_id>.pem, <node_id>-key.pem (`hearth pki`)
+//! gossip = "127.0.0.1:7001"  # SWIM failure detection (optional)
+//! seeds = ["127.0.0.1:7101"] # gossip addresses to join through
+//! weight = 1
+//! gossip_key = "…64 hex…"    # default: the store's gossip.key (shared store)
+//! nodes = [{ id = "node-2", rpc = "127.0.0.1:7100" }]   # static members
+//! max_in_flight_per_worker = 64
+//! max_in_flight_node = 1024
+//!
 //! [plans.free]               # any field of a plan may be given
 //! max_script_size = 3145728  # bytes, gzip-compressed
 //! startup_cpu = 400          # ms
@@ -51,6 +62,50 @@ pub struct Plans {
     pub paid: PlanOverrides,
 }
 
+/// A static member of the cluster.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaticNode {
+    /// Its node ID.
+    pub id: String,
+    /// Its RPC address.
+    pub rpc: SocketAddr,
+    /// Its weight (default 1).
+    #[serde(default = "one")]
+    pub weight: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The `[cluster]` section: how this node joins a cluster.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    /// RPC listener, also the address peers dial.
+    pub rpc: SocketAddr,
+    /// Directory holding the cluster CA and this node's certificate.
+    pub pki: PathBuf,
+    /// Gossip (UDP) address, if failure detection is wanted.
+    pub gossip: Option<SocketAddr>,
+    /// Gossip seeds.
+    #[serde(default)]
+    pub seeds: Vec<SocketAddr>,
+    /// This node's weight on the ring.
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// The gossip key, 64 hex digits.
+    pub gossip_key: Option<String>,
+    /// Static members.
+    #[serde(default)]
+    pub nodes: Vec<StaticNode>,
+    /// Refuse sharded requests for a Worker above this many in flight.
+    pub max_in_flight_per_worker: Option<usize>,
+    /// Refuse sharded requests above this many in flight on the node.
+    pub max_in_flight_node: Option<usize>,
+}
+
 /// A node's configuration file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -74,6 +129,8 @@ pub struct NodeConfig {
     /// Plan limits.
     #[serde(default)]
     pub plans: Plans,
+    /// Cluster membership; absent for a standalone node.
+    pub cluster: Option<ClusterSection>,
 }
 
 impl NodeConfig {

@@ -238,6 +238,18 @@ async fn one_worker_bytes() -> anyhow::Result<u64> {
 
 /// Runs the demo and prints the table.
 pub async fn run(args: DemoArgs) -> anyhow::Result<DemoReport> {
+    anyhow::ensure!(args.nodes >= 1, "--nodes must be at least 1");
+    anyhow::ensure!(args.workers >= 1, "--workers must be at least 1");
+    anyhow::ensure!(args.requests >= 1, "--requests must be at least 1");
+    anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
+    anyhow::ensure!(
+        args.budget_workers >= 1,
+        "--budget-workers must be at least 1"
+    );
+    anyhow::ensure!(
+        args.exponent.is_finite() && args.exponent >= 0.0,
+        "--exponent must be a number >= 0"
+    );
     let one = one_worker_bytes().await?;
     let budget = one * args.budget_workers;
     println!(

@@ -62,6 +62,16 @@ enum Command {
     },
     /// List the sample Workers built with hearth, with their paths.
     Samples,
+    /// Create a development cluster CA (if DIR has none) and certificates
+    /// for the named nodes, for `[cluster] pki` in `hearth serve` configs.
+    Pki {
+        /// Directory for ca.pem and the node certificates.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Node IDs to issue certificates for.
+        #[arg(required = true)]
+        nodes: Vec<String>,
+    },
     /// Start a local cluster of N nodes on loopback (one shared store) and
     /// serve until interrupted.
     Cluster {
@@ -158,6 +168,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             cluster.shutdown().await;
             Ok(())
         }
+        Command::Pki { dir, nodes } => {
+            if !dir.join("ca.pem").exists() {
+                hearth::sharding::tls::generate_dev_ca(&dir)?;
+                println!("created cluster CA {}", dir.join("ca.pem").display());
+            }
+            for n in &nodes {
+                let p = hearth::sharding::tls::issue_node_cert(&dir, n)?;
+                println!("issued {n}: {} {}", p.cert.display(), p.key.display());
+            }
+            Ok(())
+        }
         Command::Demo(args) => hearth::demo::run(args).await.map(|_| ()),
         Command::Bench(args) => {
             let r = hearth::bench::run(args).await?;
@@ -205,10 +226,56 @@ async fn serve(
         Some(t) => t.as_str().into(),
         None => admin_token(&store)?.into(),
     };
-    let node = Node::new(
-        file.node_id.clone().unwrap_or_else(|| "node-1".into()),
-        runtime,
-    );
+    let node_id = file.node_id.clone().unwrap_or_else(|| "node-1".into());
+    let mut node = Node::new(node_id.clone(), runtime);
+    let mut membership = None;
+    if let Some(c) = &file.cluster {
+        let rpc_listener = tokio::net::TcpListener::bind(c.rpc)
+            .await
+            .with_context(|| format!("cannot listen for RPC on {}", c.rpc))?;
+        let gossip_key = match &c.gossip_key {
+            Some(hex) => *blake3::Hash::from_hex(hex.trim())
+                .context("cluster.gossip_key must be 64 hex digits")?
+                .as_bytes(),
+            None => store_secret(&store, "gossip.key")?,
+        };
+        let mut overload = hearth::sharding::overload::OverloadConfig::default();
+        if let Some(n) = c.max_in_flight_per_worker {
+            overload.max_in_flight_per_worker = n;
+        }
+        if let Some(n) = c.max_in_flight_node {
+            overload.max_in_flight_node = n;
+        }
+        let joined = hearth::cluster::join(
+            node,
+            hearth::cluster::JoinConfig {
+                node_id: node_id.clone(),
+                rpc_listener,
+                pki_dir: c.pki.clone(),
+                gossip: c.gossip,
+                seeds: c.seeds.clone(),
+                static_nodes: c
+                    .nodes
+                    .iter()
+                    .map(|n| {
+                        hearth::sharding::ring::Node::new(n.id.as_str(), n.rpc)
+                            .with_weight(n.weight)
+                    })
+                    .collect(),
+                weight: c.weight,
+                gossip_key: Some(gossip_key),
+                overload,
+            },
+        )
+        .await?;
+        println!(
+            "joined the cluster: rpc {} (pki {})",
+            c.rpc,
+            c.pki.display()
+        );
+        node = joined.node;
+        membership = Some((joined.membership, joined.rpc_server));
+    }
     let http = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
@@ -244,10 +311,25 @@ async fn serve(
         stopped(stop_rx),
     ));
     tokio::signal::ctrl_c().await?;
+    // Drain: leave everyone's ring first, so no new sharded requests come
+    // here, then finish what is in flight, then say goodbye.
+    if let Some((m, _)) = &membership {
+        eprintln!("draining: leaving the ring");
+        if let Err(e) = m.drain().await {
+            eprintln!("drain announcement failed: {e}");
+        }
+    }
     eprintln!("shutting down: finishing in-flight requests");
     let _ = stop_tx.send(true);
     let _ = front.await;
     let _ = admin_srv.await;
+    if let Some((m, rpc_server)) = membership {
+        rpc_server.stop();
+        let _ = m.shutdown().await;
+        if let Some(r) = node.rpc() {
+            r.shutdown();
+        }
+    }
     Ok(())
 }
 

@@ -1,0 +1,135 @@
+//! Real `hearth serve` processes forming a cluster from their config files
+//! (static members, mTLS certificates from `hearth pki`), sharding a Worker
+//! to its home, and draining cleanly on Ctrl-C.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hearth::sharding::ring::{Node, Ring, RingConfig};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hearth");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn run_ok(args: &[&str]) {
+    let out = Command::new(BIN).args(args).output().expect("run hearth");
+    assert!(out.status.success(), "hearth {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn get(addr: SocketAddr, host: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, buf))
+}
+
+fn header<'a>(resp: &'a str, name: &str) -> &'a str {
+    resp.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+        .unwrap_or("")
+}
+
+fn config(dir: &Path, me: usize, ports: &[(u16, u16, u16)]) -> std::path::PathBuf {
+    let (http, admin, rpc) = ports[me];
+    let other = 1 - me;
+    let text = format!(
+        "node_id = \"node-{}\"\nlisten = \"127.0.0.1:{http}\"\nadmin = \"127.0.0.1:{admin}\"\nstore = \"{}\"\n\n[cluster]\nrpc = \"127.0.0.1:{rpc}\"\npki = \"{}\"\nnodes = [{{ id = \"node-{}\", rpc = \"127.0.0.1:{}\" }}]\n",
+        me + 1,
+        dir.join("store").display(),
+        dir.join("pki").display(),
+        other + 1,
+        ports[other].2,
+    );
+    let path = dir.join(format!("node-{}.toml", me + 1));
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+#[test]
+fn two_serve_processes_shard_and_drain() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let pki = d.join("pki");
+    let store = d.join("store");
+    run_ok(&["pki", "--dir", pki.to_str().expect("utf8"), "node-1", "node-2"]);
+    let hello = hearth_sample_workers::path("hello").expect("hello built");
+    let ports: Vec<(u16, u16, u16)> = (0..2).map(|_| (free_port(), free_port(), free_port())).collect();
+    // Pick a script ID homed at node-2, so a request to node-1 is sharded.
+    let ring = Ring::new(
+        (0..2).map(|i| Node::new(format!("node-{}", i + 1), SocketAddr::from(([127, 0, 0, 1], ports[i].2)))),
+        RingConfig::default(),
+    )
+    .expect("ring");
+    let id = (0..100)
+        .map(|i| format!("app{i}"))
+        .find(|id| ring.home(id).is_some_and(|n| n.id.as_str() == "node-2"))
+        .expect("some ID homed at node-2");
+    run_ok(&["deploy", "--store", store.to_str().expect("utf8"), "--name", &id, hello.to_str().expect("utf8")]);
+
+    let mut procs: Vec<Proc> = (0..2)
+        .map(|i| {
+            let cfg = config(d, i, &ports);
+            Proc(
+                Command::new(BIN)
+                    .args(["serve", "--config", cfg.to_str().expect("utf8")])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("spawn hearth serve"),
+            )
+        })
+        .collect();
+    let node1: SocketAddr = ([127, 0, 0, 1], ports[0].0).into();
+    let host = format!("{id}.localhost");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let resp = loop {
+        if let Some((200, r)) = get(node1, &host) {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "node-1 never served {id}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(header(&resp, "x-hearth-route"), "sharded", "{resp}");
+    assert_eq!(header(&resp, "x-hearth-node"), "node-2");
+    assert!(resp.contains(&format!("hello from {id}")));
+
+    // Ctrl-C on node-2: it drains and exits cleanly; node-1 keeps serving.
+    let pid = procs[1].0.id().to_string();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().expect("kill").success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = procs[1].0.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "node-2 did not exit after Ctrl-C");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "node-2 exited with {status}");
+    let (code, resp) = get(node1, &host).expect("node-1 still answers");
+    assert_eq!(code, 200, "{resp}");
+    assert_eq!(header(&resp, "x-hearth-node"), "node-1");
+    procs.clear();
+}
