@@ -29,14 +29,22 @@ impl Drop for Proc {
 
 fn run_ok(args: &[&str]) {
     let out = Command::new(BIN).args(args).output().expect("run hearth");
-    assert!(out.status.success(), "hearth {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "hearth {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn get(addr: SocketAddr, host: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(s, "GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut buf = String::new();
     s.read_to_string(&mut buf).ok()?;
     let status = buf.split_whitespace().nth(1)?.parse().ok()?;
@@ -74,12 +82,25 @@ fn two_serve_processes_shard_and_drain() {
     let d = dir.path();
     let pki = d.join("pki");
     let store = d.join("store");
-    run_ok(&["pki", "--dir", pki.to_str().expect("utf8"), "node-1", "node-2"]);
+    run_ok(&[
+        "pki",
+        "--dir",
+        pki.to_str().expect("utf8"),
+        "node-1",
+        "node-2",
+    ]);
     let hello = hearth_sample_workers::path("hello").expect("hello built");
-    let ports: Vec<(u16, u16, u16)> = (0..2).map(|_| (free_port(), free_port(), free_port())).collect();
+    let ports: Vec<(u16, u16, u16)> = (0..2)
+        .map(|_| (free_port(), free_port(), free_port()))
+        .collect();
     // Pick a script ID homed at node-2, so a request to node-1 is sharded.
     let ring = Ring::new(
-        (0..2).map(|i| Node::new(format!("node-{}", i + 1), SocketAddr::from(([127, 0, 0, 1], ports[i].2)))),
+        (0..2).map(|i| {
+            Node::new(
+                format!("node-{}", i + 1),
+                SocketAddr::from(([127, 0, 0, 1], ports[i].2)),
+            )
+        }),
         RingConfig::default(),
     )
     .expect("ring");
@@ -87,7 +108,14 @@ fn two_serve_processes_shard_and_drain() {
         .map(|i| format!("app{i}"))
         .find(|id| ring.home(id).is_some_and(|n| n.id.as_str() == "node-2"))
         .expect("some ID homed at node-2");
-    run_ok(&["deploy", "--store", store.to_str().expect("utf8"), "--name", &id, hello.to_str().expect("utf8")]);
+    run_ok(&[
+        "deploy",
+        "--store",
+        store.to_str().expect("utf8"),
+        "--name",
+        &id,
+        hello.to_str().expect("utf8"),
+    ]);
 
     let mut procs: Vec<Proc> = (0..2)
         .map(|i| {
@@ -118,13 +146,22 @@ fn two_serve_processes_shard_and_drain() {
 
     // Ctrl-C on node-2: it drains and exits cleanly; node-1 keeps serving.
     let pid = procs[1].0.id().to_string();
-    assert!(Command::new("kill").args(["-INT", &pid]).status().expect("kill").success());
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
         if let Some(s) = procs[1].0.try_wait().expect("wait") {
             break s;
         }
-        assert!(Instant::now() < deadline, "node-2 did not exit after Ctrl-C");
+        assert!(
+            Instant::now() < deadline,
+            "node-2 did not exit after Ctrl-C"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "node-2 exited with {status}");
