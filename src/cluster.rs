@@ -20,8 +20,8 @@ use hearth_sharding::ring::{Node as RingNode, NodeId};
 use hearth_sharding::rpc::{RpcConfig, RpcNode, ServerHandle};
 use hearth_sharding::tls::{NodeTls, generate_dev_pki};
 
-use crate::config::store_secret;
-use crate::node::{ClusterLink, Node, front_door};
+use crate::config::{admin_token, runtime_config, store_secret};
+use crate::node::{ClusterLink, Node, spawn_listeners};
 
 /// How to start a [`LocalCluster`].
 #[derive(Clone)]
@@ -172,13 +172,9 @@ impl LocalCluster {
         if !pki.join("ca.pem").exists() {
             generate_dev_pki(&pki, &refs)?;
         }
-        let key = store_secret(&cfg.store, "artifact.key")?;
+        let base = runtime_config(&cfg.store)?;
         let gossip_key = store_secret(&cfg.store, "gossip.key")?;
-        let token: Arc<str> =
-            blake3::Hash::from_bytes(store_secret(&cfg.store, "admin.token.key")?)
-                .to_hex()
-                .to_string()
-                .into();
+        let token: Arc<str> = admin_token(&cfg.store)?.0.into();
         let mut listeners = Vec::new();
         for i in 0..cfg.nodes {
             let off = (3 * i) as u16;
@@ -195,7 +191,7 @@ impl LocalCluster {
         let mut nodes = Vec::new();
         let mut seeds: Vec<SocketAddr> = Vec::new();
         for (i, (http, admin, rpc_l)) in listeners.into_iter().enumerate() {
-            let rcfg = (cfg.runtime)(RuntimeConfig::new(&cfg.store).artifact_key(key));
+            let rcfg = (cfg.runtime)(base.clone());
             let runtime = Runtime::new(rcfg)?;
             let mut node = Node::new(names[i].clone(), runtime);
             let (mut membership, mut rpc_server) = (None, None);
@@ -228,29 +224,9 @@ impl LocalCluster {
                 drop(rpc_l);
             }
             let (stop, stop_rx) = watch::channel(false);
-            let stopped = |mut rx: watch::Receiver<bool>| async move {
-                let _ = rx.wait_for(|s| *s).await;
-            };
             let http_addr = http.local_addr()?;
             let admin_addr = admin.local_addr()?;
-            let n = node.clone();
-            let t1 = tokio::spawn(crate::http_util::serve(
-                http,
-                move |req, _| {
-                    let n = n.clone();
-                    async move { front_door(n, req).await }
-                },
-                stopped(stop_rx.clone()),
-            ));
-            let (n, t) = (node.clone(), token.clone());
-            let t2 = tokio::spawn(crate::http_util::serve(
-                admin,
-                move |req, _| {
-                    let (n, t) = (n.clone(), t.clone());
-                    async move { crate::admin::handle(n, t, req).await }
-                },
-                stopped(stop_rx),
-            ));
+            let [t1, t2] = spawn_listeners(&node, http, admin, token.clone(), stop_rx);
             nodes.push(ClusterNode {
                 node,
                 http_addr,

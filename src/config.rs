@@ -187,17 +187,34 @@ pub fn store_secret(store: &Path, name: &str) -> anyhow::Result<[u8; 32]> {
     }
     std::fs::create_dir_all(store)?;
     let key: [u8; 32] = rand::random();
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-    match opts.open(&path) {
-        Ok(mut f) => {
-            f.write_all(blake3::Hash::from_bytes(key).to_hex().as_bytes())?;
-            Ok(key)
-        }
+    // Written whole to a temporary file (0600 by default), then linked into
+    // place only if no other node got there first: a concurrent reader sees
+    // no file or a complete one, never an empty one.
+    let mut tmp = tempfile::NamedTempFile::new_in(store)?;
+    tmp.write_all(blake3::Hash::from_bytes(key).to_hex().as_bytes())?;
+    tmp.as_file().sync_all()?;
+    match tmp.persist_noclobber(&path) {
+        Ok(_) => Ok(key),
         // Another node created it first: use theirs.
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => store_secret(store, name),
-        Err(e) => Err(anyhow::anyhow!("cannot create {}: {e}", path.display())),
+        Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => store_secret(store, name),
+        Err(e) => Err(anyhow::anyhow!(
+            "cannot create {}: {}",
+            path.display(),
+            e.error
+        )),
     }
+}
+
+/// The runtime configuration every node over `store` starts from: sources
+/// and artifacts in the store, authenticated with the store's artifact key.
+pub fn runtime_config(store: &Path) -> anyhow::Result<RuntimeConfig> {
+    Ok(RuntimeConfig::new(store).artifact_key(store_secret(store, "artifact.key")?))
+}
+
+/// The admin token of the nodes over `store` (`store/admin.token`), and
+/// whether it was just generated (callers print a new one).
+pub fn admin_token(store: &Path) -> anyhow::Result<(String, bool)> {
+    let existed = store.join("admin.token").exists();
+    let key = store_secret(store, "admin.token")?;
+    Ok((blake3::Hash::from_bytes(key).to_hex().to_string(), !existed))
 }

@@ -12,16 +12,8 @@ use tokio::net::TcpListener;
 /// How long a client may take to send its request head.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A plain-text response with `status`.
-pub fn text(status: http::StatusCode, msg: impl Into<String>) -> http::Response<Body> {
-    let mut r = http::Response::new(body::full(msg.into()));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    r
-}
+/// A plain-text response with `status` (the runtime's, so there is one).
+pub use hearth_runtime::body::text_response as text;
 
 /// A JSON response.
 pub fn json(status: http::StatusCode, value: &impl serde::Serialize) -> http::Response<Body> {

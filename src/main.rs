@@ -8,9 +8,9 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use http_body_util::BodyExt;
 
-use hearth::config::{NodeConfig, store_secret};
-use hearth::node::{Node, front_door};
-use hearth::runtime::{Plan, Runtime, RuntimeConfig};
+use hearth::config::{NodeConfig, admin_token, runtime_config, store_secret};
+use hearth::node::{Node, spawn_listeners};
+use hearth::runtime::{Plan, Runtime};
 
 #[derive(Parser)]
 #[command(
@@ -219,12 +219,19 @@ async fn serve(
     let store = store
         .or(file.store.clone())
         .unwrap_or_else(|| PathBuf::from("hearth-store"));
-    let key = store_secret(&store, "artifact.key")?;
-    let cfg = file.apply(RuntimeConfig::new(&store).artifact_key(key));
-    let runtime = Runtime::new(cfg)?;
+    let runtime = Runtime::new(file.apply(runtime_config(&store)?))?;
     let token: Arc<str> = match &file.admin_token {
         Some(t) => t.as_str().into(),
-        None => admin_token(&store)?.into(),
+        None => {
+            let (token, new) = admin_token(&store)?;
+            if new {
+                println!(
+                    "generated admin token (saved in {}): {token}",
+                    store.join("admin.token").display()
+                );
+            }
+            token.into()
+        }
     };
     let node_id = file.node_id.clone().unwrap_or_else(|| "node-1".into());
     let mut node = Node::new(node_id.clone(), runtime);
@@ -289,27 +296,7 @@ async fn serve(
     );
     println!("admin API on http://{admin} (store {})", store.display());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    let n = node.clone();
-    let front = tokio::spawn(hearth::http_util::serve(
-        http,
-        move |req, _peer| {
-            let n = n.clone();
-            async move { front_door(n, req).await }
-        },
-        stopped(stop_rx.clone()),
-    ));
-    let n = node.clone();
-    let admin_srv = tokio::spawn(hearth::http_util::serve(
-        adm,
-        move |req, _peer| {
-            let (n, t) = (n.clone(), token.clone());
-            async move { hearth::admin::handle(n, t, req).await }
-        },
-        stopped(stop_rx),
-    ));
+    let [front, admin_srv] = spawn_listeners(&node, http, adm, token, stop_rx);
     tokio::signal::ctrl_c().await?;
     // Drain: leave everyone's ring first, so no new sharded requests come
     // here, then finish what is in flight, then say goodbye.
@@ -331,22 +318,6 @@ async fn serve(
         }
     }
     Ok(())
-}
-
-/// The admin token in `store/admin.token`, generated and printed on first
-/// start.
-fn admin_token(store: &std::path::Path) -> anyhow::Result<String> {
-    let path = store.join("admin.token");
-    if let Ok(t) = std::fs::read_to_string(&path) {
-        return Ok(t.trim().to_string());
-    }
-    let key = store_secret(store, "admin.token")?;
-    let token = blake3::Hash::from_bytes(key).to_hex().to_string();
-    println!(
-        "generated admin token (saved in {}): {token}",
-        path.display()
-    );
-    Ok(token)
 }
 
 async fn deploy(
@@ -390,8 +361,7 @@ async fn deploy(
             serde_json::from_slice(&body)?
         }
         (None, Some(store)) => {
-            let key = store_secret(&store, "artifact.key")?;
-            let rt = Runtime::new(RuntimeConfig::new(&store).artifact_key(key))?;
+            let rt = Runtime::new(runtime_config(&store)?)?;
             serde_json::to_value(rt.deploy(&name, plan, bytes).await?)?
         }
         (None, None) => bail!("say where to deploy: --admin URL (a running node) or --store DIR"),

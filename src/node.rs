@@ -208,6 +208,40 @@ pub fn script_id_from_host(host: &str) -> Option<&str> {
     (!label.is_empty() && !rest.is_empty()).then_some(label)
 }
 
+/// Serves `node`'s front door on `http` and its admin API (accepting
+/// `token`) on `admin`, until `stop` turns true; each task then finishes
+/// its in-flight requests.
+pub fn spawn_listeners(
+    node: &Node,
+    http: tokio::net::TcpListener,
+    admin: tokio::net::TcpListener,
+    token: Arc<str>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> [tokio::task::JoinHandle<()>; 2] {
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let n = node.clone();
+    let front = tokio::spawn(crate::http_util::serve(
+        http,
+        move |req, _| {
+            let n = n.clone();
+            async move { front_door(n, req).await }
+        },
+        stopped(stop.clone()),
+    ));
+    let n = node.clone();
+    let adm = tokio::spawn(crate::http_util::serve(
+        admin,
+        move |req, _| {
+            let (n, t) = (n.clone(), token.clone());
+            async move { crate::admin::handle(n, t, req).await }
+        },
+        stopped(stop),
+    ));
+    [front, adm]
+}
+
 /// Routes a front-door request to its Worker by the first label of Host.
 pub async fn front_door(node: Node, req: http::Request<Body>) -> http::Response<Body> {
     let host = req

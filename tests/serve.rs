@@ -124,7 +124,10 @@ fn two_serve_processes_shard_and_drain() {
                 Command::new(BIN)
                     .args(["serve", "--config", cfg.to_str().expect("utf8")])
                     .stdout(Stdio::null())
-                    .stderr(Stdio::null())
+                    .stderr(
+                        std::fs::File::create(d.join(format!("node-{}.log", i + 1)))
+                            .expect("log file"),
+                    )
                     .spawn()
                     .expect("spawn hearth serve"),
             )
@@ -137,7 +140,12 @@ fn two_serve_processes_shard_and_drain() {
         if let Some((200, r)) = get(node1, &host) {
             break r;
         }
-        assert!(Instant::now() < deadline, "node-1 never served {id}");
+        assert!(
+            Instant::now() < deadline,
+            "node-1 never served {id}; node logs:\n{}\n{}",
+            std::fs::read_to_string(d.join("node-1.log")).unwrap_or_default(),
+            std::fs::read_to_string(d.join("node-2.log")).unwrap_or_default()
+        );
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(header(&resp, "x-hearth-route"), "sharded", "{resp}");

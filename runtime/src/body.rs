@@ -26,3 +26,15 @@ where
 {
     body.map_err(Into::into).boxed_unsync()
 }
+
+/// A plain-text response with `status`, for replies the host makes itself
+/// (errors, admin answers).
+pub fn text_response(status: http::StatusCode, msg: impl Into<String>) -> http::Response<Body> {
+    let mut r = http::Response::new(full(msg.into()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}

@@ -497,11 +497,5 @@ pub fn decorate(headers: &mut http::HeaderMap, start: Start, timing: &Timing) {
 
 /// The response a client sees for `err`: its status and message.
 pub fn error_response(err: &RuntimeError) -> http::Response<Body> {
-    let mut resp = http::Response::new(body::full(format!("{err}\n")));
-    *resp.status_mut() = err.status();
-    resp.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    resp
+    body::text_response(err.status(), format!("{err}\n"))
 }

@@ -95,24 +95,6 @@ async fn got_capability(node: &Node, config: Arc<rustls::ClientConfig>) -> bool 
     guard("dispatch attempt", try_dispatch(tls)).await.is_ok()
 }
 
-async fn still_serves(a: &Node, b: &Node) {
-    let ok = guard(
-        "a legitimate forward",
-        a.rpc.forward(
-            b.addr,
-            "echo",
-            ContextStack::new(),
-            request("/echo", streaming_body(b"members welcome".to_vec(), 5)),
-        ),
-    )
-    .await;
-    assert_eq!(ok.outcome, ForwardOutcome::Sharded);
-    assert_eq!(
-        &collect(ok.response.into_body()).await.unwrap()[..],
-        b"members welcome"
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_peers_with_a_cluster_certificate_get_a_capability() {
     let pki = Pki::new(&["a", "b", "c"]);
@@ -146,7 +128,7 @@ async fn only_peers_with_a_cluster_certificate_get_a_capability() {
         b.rpc.stats().handshakes_rejected >= 4
     })
     .await;
-    still_serves(&a, &b).await;
+    assert_echo_sharded(&a, &b, "a legitimate forward", b"members welcome", 5).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,7 +186,7 @@ async fn malformed_and_oversized_messages_close_that_connection_only() {
     let pki = Pki::new(&["a", "b", "c"]);
     let a = start_node(&pki, "a", |_| {}).await;
     let b = start_node(&pki, "b", |_| {}).await;
-    still_serves(&a, &b).await;
+    assert_echo_sharded(&a, &b, "a legitimate forward", b"members welcome", 5).await;
 
     // A segment table announcing a 1 GiB message: refused by the size limit
     // before anything is buffered.
@@ -224,7 +206,7 @@ async fn malformed_and_oversized_messages_close_that_connection_only() {
     closed_after(&b, &pki, &[0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0]).await;
 
     // The node, and its connection with `a`, are unharmed.
-    still_serves(&a, &b).await;
+    assert_echo_sharded(&a, &b, "a legitimate forward", b"members welcome", 5).await;
     eventually("no request is left in flight on the home", || {
         b.rpc.stats().home.in_flight == 0
     })

@@ -358,21 +358,7 @@ async fn a_caller_that_disconnects_mid_request_frees_the_homes_slot() {
     // The home keeps serving others.
     let c = start_node(&pki, "a", |_| {}).await;
     b.workers.hangs.store(false, Ordering::SeqCst);
-    let ok = guard(
-        "forward from another node",
-        c.rpc.forward(
-            b.addr,
-            "echo",
-            ContextStack::new(),
-            request("/echo", streaming_body(b"still here".to_vec(), 4)),
-        ),
-    )
-    .await;
-    assert_eq!(ok.outcome, ForwardOutcome::Sharded);
-    assert_eq!(
-        &collect(ok.response.into_body()).await.unwrap()[..],
-        b"still here"
-    );
+    assert_echo_sharded(&c, &b, "forward from another node", b"still here", 4).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -297,3 +297,23 @@ pub async fn settled<T: PartialEq + Copy>(mut read: impl FnMut() -> T) -> T {
     })
     .await
 }
+
+/// Forwards `payload` from `from` to the echo Worker on `to` and asserts the
+/// home served it and echoed it back intact.
+pub async fn assert_echo_sharded(from: &Node, to: &Node, what: &str, payload: &[u8], chunk: usize) {
+    let ok = guard(
+        what,
+        from.rpc.forward(
+            to.addr,
+            "echo",
+            ContextStack::new(),
+            request("/echo", streaming_body(payload.to_vec(), chunk)),
+        ),
+    )
+    .await;
+    assert_eq!(ok.outcome, hearth_sharding::rpc::ForwardOutcome::Sharded);
+    assert_eq!(
+        &collect(ok.response.into_body()).await.unwrap()[..],
+        payload
+    );
+}
