@@ -1,7 +1,7 @@
 //! Precompiled artifacts: compiled Workers cached on disk, authenticated.
 //!
 //! Compiling a large component takes seconds; loading its compiled artifact
-//! takes about a millisecond. So every compile is serialized to
+//! takes milliseconds. So every compile is serialized to
 //! `DIR/<source-hash>-<engine>.cwasm`, and a restarted node (or another node
 //! sharing the directory) loads it instead of compiling.
 //!
@@ -9,12 +9,37 @@
 //! trusted only if it carries a valid keyed blake3 MAC under the node's (or
 //! cluster's) secret, computed over the engine fingerprint, the source hash
 //! and the artifact bytes. A tampered or foreign artifact fails the check, is
-//! deleted and counted, and the source is compiled again. The MAC is
-//! verified on the same bytes that are then deserialized, so a file swapped
-//! between the check and the load cannot slip through.
+//! deleted and counted, and the source is compiled again.
+//!
+//! ## File format and the cost of a load
+//!
+//! A file is wasmtime's serialized ELF image followed by a 40-byte trailer,
+//! the 32-byte MAC and the magic `HEARTHM1`. ELF readers ignore bytes past
+//! the section headers, so wasmtime maps the file itself
+//! ([`Component::deserialize_file`]): code and copy-on-write memory images
+//! come straight from the page cache, nothing is copied.
+//!
+//! The MAC is checked once per *file*, not once per load: the file is
+//! mapped (not read) and hashed on every core, and its identity (device,
+//! inode, size, modification and change times, which user space cannot set
+//! back) is remembered. A later load whose file has the same identity skips
+//! the hash; any write or replacement changes the identity and the file is
+//! verified again. The identity is taken again after wasmtime has mapped
+//! the file, so a file swapped in between is never used. An artifact this
+//! node wrote itself is remembered as verified when it is written.
+//!
+//! Because a loaded Worker's code *is* the mapped file, artifacts are only
+//! ever replaced by writing a new file and renaming it over the old one
+//! (what [`ArtifactCache::store`] does). Truncating or rewriting a mapped
+//! artifact in place (`cp` over it, say) would fault the node (SIGBUS) the
+//! next time that code runs; operators must not do it.
 
+use std::collections::HashMap;
+use std::fs::File;
 use std::hash::Hasher;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use wasmtime::Engine;
 use wasmtime::component::Component;
@@ -22,6 +47,8 @@ use wasmtime::component::Component;
 use crate::script_store::write_atomic;
 
 const MAC_LEN: usize = 32;
+const MAGIC: &[u8; 8] = b"HEARTHM1";
+const TRAILER_LEN: usize = MAC_LEN + MAGIC.len();
 
 /// A file-backed cache of compiled components, keyed by source hash.
 #[derive(Clone)]
@@ -29,6 +56,7 @@ pub struct ArtifactCache {
     dir: PathBuf,
     key: [u8; 32],
     engine_id: String,
+    verified: Arc<Mutex<HashMap<PathBuf, Stamp>>>,
 }
 
 /// What happened when an artifact was looked up.
@@ -37,8 +65,32 @@ pub enum Lookup {
     Loaded(Component),
     /// There is none for this source and engine.
     Missing,
-    /// One was there but failed authentication or loading; it was deleted.
+    /// One was there but failed authentication or loading (it was
+    /// deleted), or it changed while loading (left alone).
     Rejected(String),
+}
+
+/// The identity of one version of a file: any write or replacement changes
+/// it (the change time cannot be set from user space).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(m: &std::fs::Metadata) -> Stamp {
+        Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
 }
 
 /// Feeds `Hash` output into blake3, giving a fingerprint stable across runs.
@@ -68,6 +120,7 @@ impl ArtifactCache {
             dir,
             key,
             engine_id: format!("{:016x}", h.finish()),
+            verified: Arc::default(),
         })
     }
 
@@ -82,52 +135,101 @@ impl ArtifactCache {
         h.update(b"\0");
         h.update(hash.as_bytes());
         h.update(b"\0");
-        h.update(bytes);
+        // Large artifacts (tens of MB for a JS Worker) hash on every core.
+        if bytes.len() > 1 << 20 {
+            h.update_rayon(bytes);
+        } else {
+            h.update(bytes);
+        }
         h.finalize()
+    }
+
+    fn verified(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Stamp>> {
+        self.verified.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Checks the MAC of the open artifact `file` of source `hash`.
+    fn authenticate(&self, hash: &str, file: &File) -> Result<(), String> {
+        // SAFETY: the map is read-only and private, and only read here;
+        // a concurrent writer could change what we read, which at worst
+        // fails the check (the identity check after loading catches the
+        // rest).
+        let map =
+            unsafe { memmap2::Mmap::map(file) }.map_err(|e| format!("cannot map artifact: {e}"))?;
+        let Some(body_len) = map.len().checked_sub(TRAILER_LEN) else {
+            return Err("artifact is truncated".into());
+        };
+        let (body, trailer) = map.split_at(body_len);
+        let (tag, magic) = trailer.split_at(MAC_LEN);
+        if magic != MAGIC {
+            return Err("artifact has no hearth trailer (an older format?)".into());
+        }
+        let tag = <[u8; MAC_LEN]>::try_from(tag).map_err(|_| "artifact is truncated")?;
+        // `blake3::Hash` equality is constant-time.
+        if self.mac(hash, body) != blake3::Hash::from_bytes(tag) {
+            return Err(
+                "artifact failed authentication (tampered, or made by another cluster)".into(),
+            );
+        }
+        Ok(())
     }
 
     /// Loads the artifact for source `hash` if one exists and authenticates.
     pub fn load(&self, engine: &Engine, hash: &str) -> Lookup {
         let path = self.path(hash);
-        let file = match std::fs::read(&path) {
+        let file = match File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Lookup::Missing,
-            Err(e) => return Lookup::Rejected(format!("cannot read {}: {e}", path.display())),
+            Err(e) => return Lookup::Rejected(format!("cannot open {}: {e}", path.display())),
+        };
+        let stamp = match file.metadata() {
+            Ok(m) => Stamp::of(&m),
+            Err(e) => return Lookup::Rejected(format!("cannot stat {}: {e}", path.display())),
         };
         let reject = |why: String| {
+            self.verified().remove(&path);
             let _ = std::fs::remove_file(&path);
-            Lookup::Rejected(why)
+            Lookup::Rejected(format!("{}: {why}", path.display()))
         };
-        if file.len() < MAC_LEN {
-            return reject("artifact is truncated".into());
+        let known = self.verified().get(&path) == Some(&stamp);
+        if !known {
+            if let Err(why) = self.authenticate(hash, &file) {
+                return reject(why);
+            }
+            self.verified().insert(path.clone(), stamp);
         }
-        let (tag, bytes) = file.split_at(MAC_LEN);
-        let Ok(tag) = <[u8; MAC_LEN]>::try_from(tag) else {
-            return reject("artifact is truncated".into());
-        };
-        // `blake3::Hash` equality is constant-time.
-        if self.mac(hash, bytes) != blake3::Hash::from_bytes(tag) {
-            return reject(format!(
-                "artifact {} failed authentication (tampered, or made by another cluster)",
-                path.display()
-            ));
-        }
-        // SAFETY: the bytes were produced by `Component::serialize` on an
+        // SAFETY: the file was produced by `Component::serialize` on an
         // engine with the same compatibility hash, under our secret key (the
-        // MAC above proves both), and are the very bytes we verified.
-        match unsafe { Component::deserialize(engine, bytes) } {
-            Ok(c) => Lookup::Loaded(c),
-            Err(e) => reject(format!("artifact does not load: {e}")),
+        // MAC proves both), and it is still that very file: its identity is
+        // checked below, after wasmtime has mapped it.
+        let component = match unsafe { Component::deserialize_file(engine, &path) } {
+            Ok(c) => c,
+            Err(e) => return reject(format!("artifact does not load: {e}")),
+        };
+        match std::fs::metadata(&path) {
+            Ok(m) if Stamp::of(&m) == stamp => Lookup::Loaded(component),
+            // Replaced while loading (another node writing the same
+            // artifact, or worse): do not use what was mapped, and do not
+            // delete a file we did not check.
+            _ => {
+                self.verified().remove(&path);
+                Lookup::Rejected(format!("{} changed while loading", path.display()))
+            }
         }
     }
 
     /// Serializes `component` (compiled from source `hash`) into the cache.
     pub fn store(&self, hash: &str, component: &Component) -> Result<(), String> {
-        let bytes = component.serialize().map_err(|e| e.to_string())?;
-        let mut file = Vec::with_capacity(MAC_LEN + bytes.len());
-        file.extend_from_slice(self.mac(hash, &bytes).as_bytes());
-        file.extend_from_slice(&bytes);
-        write_atomic(&self.path(hash), &file).map_err(|e| e.to_string())
+        let mut bytes = component.serialize().map_err(|e| e.to_string())?;
+        let tag = self.mac(hash, &bytes);
+        bytes.extend_from_slice(tag.as_bytes());
+        bytes.extend_from_slice(MAGIC);
+        let path = self.path(hash);
+        let file = write_atomic(&path, &bytes).map_err(|e| e.to_string())?;
+        if let Ok(m) = file.metadata() {
+            self.verified().insert(path, Stamp::of(&m));
+        }
+        Ok(())
     }
 
     /// The directory artifacts are kept in.

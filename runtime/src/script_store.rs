@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
+use crate::lifecycle::LifecycleChoice;
 use crate::limits::Plan;
 
 /// What is recorded about a deployed script.
@@ -37,6 +38,10 @@ pub struct ScriptMeta {
     pub hash: String,
     /// Unix time of the deploy, in milliseconds.
     pub deployed_at_ms: u64,
+    /// Whether instances are reused, as decided at deploy
+    /// ([`crate::lifecycle`]).
+    #[serde(default)]
+    pub lifecycle: LifecycleChoice,
 }
 
 /// A place to keep Worker sources. Implementations must make [`put`]
@@ -70,8 +75,8 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
 }
 
 /// Writes `bytes` to `path` via a temporary file and a rename, so readers
-/// never see a partial file.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+/// never see a partial file; returns the file written (for its identity).
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<fs::File, StoreError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io(dir))?;
     tmp.write_all(bytes).map_err(io(path))?;
@@ -79,8 +84,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> 
     tmp.persist(path).map_err(|e| StoreError::Io {
         path: path.to_path_buf(),
         source: e.error,
-    })?;
-    Ok(())
+    })
 }
 
 impl DirStore {
@@ -133,7 +137,8 @@ impl ScriptStore for DirStore {
             path: self.meta_path(&meta.script_id),
             message: e.to_string(),
         })?;
-        write_atomic(&self.meta_path(&meta.script_id), &json)
+        write_atomic(&self.meta_path(&meta.script_id), &json)?;
+        Ok(())
     }
 
     fn meta(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError> {
@@ -186,6 +191,7 @@ mod tests {
             compressed_size: 0,
             hash: blake3::hash(src).to_hex().to_string(),
             deployed_at_ms: 1,
+            lifecycle: LifecycleChoice::default(),
         }
     }
 
