@@ -149,6 +149,27 @@ pub enum RuntimeError {
         /// What failed.
         message: String,
     },
+    /// No instance slot came free in time (the Worker's own, or the node's).
+    #[error(
+        "Worker {script_id} is busy: no instance slot came free within {waited:?}; retry shortly"
+    )]
+    Busy {
+        /// The Worker.
+        script_id: String,
+        /// How long the request waited.
+        waited: Duration,
+    },
+    /// The request ran past its wall-clock deadline (the client was too
+    /// slow, or the Worker waited too long on something).
+    #[error(
+        "Worker {script_id} exceeded its wall-clock limit of {limit:?} on this request; the instance was discarded"
+    )]
+    WallTimeExceeded {
+        /// The Worker.
+        script_id: String,
+        /// The plan's per-request wall-clock limit.
+        limit: Duration,
+    },
     /// The request could not be handed to the Worker (e.g. a bad header).
     #[error("bad request for Worker {script_id}: {message}")]
     BadRequest {
@@ -167,11 +188,31 @@ impl RuntimeError {
             RuntimeError::UnknownScript(_) => S::NOT_FOUND,
             RuntimeError::BadRequest { .. } => S::BAD_REQUEST,
             RuntimeError::StartupCpuExceeded { .. }
+            | RuntimeError::Busy { .. }
             | RuntimeError::CpuExceeded { .. }
             | RuntimeError::MemoryExceeded { .. } => S::SERVICE_UNAVAILABLE,
+            RuntimeError::WallTimeExceeded { .. } => S::GATEWAY_TIMEOUT,
             RuntimeError::Trap { .. } | RuntimeError::NoResponse(_) | RuntimeError::Load { .. } => {
                 S::INTERNAL_SERVER_ERROR
             }
+        }
+    }
+
+    /// What an end user may see: the kind of failure and the limit involved,
+    /// never a backtrace, an error chain or a path on the node (those go to
+    /// the log, see [`crate::error_response`]).
+    pub fn public_message(&self) -> String {
+        match self {
+            RuntimeError::Trap { script_id, .. } => {
+                format!("Worker {script_id} failed (it trapped)")
+            }
+            RuntimeError::Load { script_id, .. } => {
+                format!("Worker {script_id} could not be loaded")
+            }
+            RuntimeError::BadRequest { script_id, .. } => {
+                format!("bad request for Worker {script_id}")
+            }
+            other => other.to_string(),
         }
     }
 }

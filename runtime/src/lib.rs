@@ -40,7 +40,9 @@ pub mod error;
 pub mod eviction;
 mod host;
 mod instance;
+pub mod lifecycle;
 pub mod limits;
+pub mod manifest;
 mod runtime;
 pub mod script_store;
 pub mod stats;
@@ -52,8 +54,13 @@ pub use body::{Body, BoxError};
 pub use config::{ReusePolicy, RuntimeConfig};
 pub use engine::EPOCH_TICK;
 pub use error::{ConfigError, DeployError, RuntimeError, StoreError, ValidationError};
+pub use lifecycle::{Lifecycle, LifecycleChoice};
 pub use limits::{Plan, PlanLimits};
-pub use runtime::{DeployReport, REVALIDATE_MS, Runtime, Served, decorate, error_response};
+pub use manifest::{Manifest, ManifestError};
+pub use runtime::{
+    BUSY_RETRY_AFTER_SECS, DeployReport, REQUEST_ID_HEADER, REVALIDATE_MS, Runtime, Served,
+    decorate, error_response,
+};
 pub use script_store::{DirStore, ScriptMeta, ScriptStore};
 pub use stats::StatsSnapshot;
 pub use timing::{Start, Timing};

@@ -2,6 +2,7 @@
 //! residency, counters.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -17,7 +18,8 @@ use crate::engine::{EpochTicker, build_engine, build_linker};
 use crate::error::{ConfigError, DeployError, RuntimeError};
 use crate::eviction::{Evicted, EvictionCause, Residency};
 use crate::host::Host;
-use crate::limits::Plan;
+use crate::lifecycle::{self, Lifecycle};
+use crate::manifest::Manifest;
 use crate::script_store::{DirStore, ScriptMeta, ScriptStore};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::timing::{CodeSource, SERVER_TIMING_HEADER, START_HEADER, Start, Timing};
@@ -43,6 +45,15 @@ pub struct DeployReport {
 
 fn ser_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64() * 1000.0)
+}
+
+/// A Worker's code as [`Runtime::load_code`] found it.
+struct LoadedCode {
+    meta: ScriptMeta,
+    component: Component,
+    code_source: CodeSource,
+    fetch: Duration,
+    compile: Duration,
 }
 
 /// A served request: the response and how it was produced.
@@ -153,18 +164,20 @@ impl Runtime {
         self.inner.epoch.elapsed().as_millis() as u64
     }
 
-    /// Validates, compiles and stores `source` as `script_id` on `plan`,
+    /// Validates, compiles and stores `source` as `script_id` with the
+    /// settings of `manifest` (a [`Manifest`], or just a [`crate::Plan`]),
     /// replacing any earlier version atomically. Runs the CPU-heavy parts on
     /// the blocking pool.
     pub async fn deploy(
         &self,
         script_id: &str,
-        plan: Plan,
+        manifest: impl Into<Manifest>,
         source: Vec<u8>,
     ) -> Result<DeployReport, DeployError> {
         let rt = self.clone();
         let id = script_id.to_string();
-        tokio::task::spawn_blocking(move || rt.deploy_blocking(&id, plan, &source))
+        let manifest = manifest.into();
+        tokio::task::spawn_blocking(move || rt.deploy_blocking(&id, &manifest, &source))
             .await
             .map_err(|e| DeployError::Compile(format!("deploy task failed: {e}")))?
     }
@@ -173,12 +186,13 @@ impl Runtime {
     pub fn deploy_blocking(
         &self,
         script_id: &str,
-        plan: Plan,
+        manifest: &Manifest,
         source: &[u8],
     ) -> Result<DeployReport, DeployError> {
         if !valid_script_id(script_id) {
             return Err(DeployError::InvalidScriptId(script_id.into()));
         }
+        let plan = manifest.plan;
         let limit = self.inner.config.limits(plan).max_script_size;
         let compressed = compressed_size(source);
         if compressed > limit {
@@ -205,10 +219,12 @@ impl Runtime {
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
+            lifecycle: lifecycle::decide(manifest.lifecycle, source),
         };
         self.inner.store.put(&meta, source)?;
         self.invalidate(script_id);
-        tracing::info!(script = script_id, %plan, size = meta.size, compressed, hash = %meta.hash, ?compile_time, "deployed");
+        tracing::info!(script = script_id, %plan, size = meta.size, compressed, hash = %meta.hash,
+            lifecycle = %meta.lifecycle.chosen, ?compile_time, "deployed");
         Ok(DeployReport {
             meta,
             limit,
@@ -217,20 +233,30 @@ impl Runtime {
         })
     }
 
-    /// Compiles `source`, or loads its authenticated artifact; a new
-    /// compile is written to the artifact cache.
-    fn compile(&self, hash: &str, source: &[u8]) -> Result<(Component, CodeSource), String> {
+    /// The authenticated artifact of source `hash`, if there is one (a
+    /// rejected one is counted and logged).
+    fn load_artifact(&self, hash: &str) -> Option<Component> {
         let inner = &self.inner;
         match inner.artifacts.load(&inner.engine, hash) {
             Lookup::Loaded(c) => {
                 Stats::bump(&inner.stats.artifact_loads);
-                return Ok((c, CodeSource::Artifact));
+                Some(c)
             }
             Lookup::Rejected(why) => {
                 Stats::bump(&inner.stats.artifacts_rejected);
                 tracing::warn!(hash, reason = %why, "precompiled artifact refused; recompiling");
+                None
             }
-            Lookup::Missing => {}
+            Lookup::Missing => None,
+        }
+    }
+
+    /// Compiles `source`, or loads its authenticated artifact; a new
+    /// compile is written to the artifact cache.
+    fn compile(&self, hash: &str, source: &[u8]) -> Result<(Component, CodeSource), String> {
+        let inner = &self.inner;
+        if let Some(c) = self.load_artifact(hash) {
+            return Ok((c, CodeSource::Artifact));
         }
         let component = Component::new(&inner.engine, source).map_err(|e| format!("{e:#}"))?;
         Stats::bump(&inner.stats.compiles);
@@ -324,6 +350,9 @@ impl Runtime {
             .collect()
     }
 
+    /// Loads `script_id` from the store: its metadata, then its code from
+    /// the authenticated artifact, reading the source only when there is no
+    /// valid artifact (or the lifecycle still has to be decided from it).
     async fn load(
         &self,
         script_id: &str,
@@ -333,39 +362,85 @@ impl Runtime {
             script_id: script_id.into(),
             message,
         };
-        let t = Instant::now();
-        let store = self.inner.store.clone();
-        let id = script_id.to_string();
-        let fetched = tokio::task::spawn_blocking(move || store.get(&id))
-            .await
-            .map_err(|e| load_err(e.to_string()))?
-            .map_err(|e| load_err(e.to_string()))?;
-        let Some((meta, source)) = fetched else {
-            return Err(RuntimeError::UnknownScript(script_id.into()));
-        };
-        timing.fetch = Some(t.elapsed());
-        let t = Instant::now();
         let rt = self.clone();
-        let hash = meta.hash.clone();
-        let (component, code_source) =
-            tokio::task::spawn_blocking(move || rt.compile(&hash, &source))
-                .await
-                .map_err(|e| load_err(e.to_string()))?
-                .map_err(load_err)?;
-        timing.compile = Some(t.elapsed());
-        timing.code_source = Some(code_source);
+        let id = script_id.to_string();
+        let loaded = tokio::task::spawn_blocking(move || rt.load_code(&id))
+            .await
+            .map_err(|e| load_err(e.to_string()))??;
+        timing.fetch = Some(loaded.fetch);
+        timing.compile = Some(loaded.compile);
+        timing.code_source = Some(loaded.code_source);
+        let meta = loaded.meta;
         let limits = *self.inner.config.limits(meta.plan);
+        let mut reuse = self.inner.config.reuse;
+        if !meta.lifecycle.reuses() {
+            reuse.max_requests_per_instance = 1;
+        }
         let worker = Worker::new(
             &self.inner.engine,
             &self.inner.linker,
-            &component,
+            &loaded.component,
             meta,
             limits,
-            self.inner.config.reuse,
+            reuse,
             self.inner.stats.clone(),
         )
         .map_err(load_err)?;
         Ok(Arc::new(worker))
+    }
+
+    /// The blocking part of [`Runtime::load`], timed by phase: reading from
+    /// the store is *fetch*, loading the artifact or compiling is *compile*.
+    fn load_code(&self, script_id: &str) -> Result<LoadedCode, RuntimeError> {
+        let inner = &self.inner;
+        let load_err = |message: String| RuntimeError::Load {
+            script_id: script_id.into(),
+            message,
+        };
+        let t = Instant::now();
+        let meta = inner
+            .store
+            .meta(script_id)
+            .map_err(|e| load_err(e.to_string()))?
+            .ok_or_else(|| RuntimeError::UnknownScript(script_id.into()))?;
+        let mut fetch = t.elapsed();
+        let mut compile = Duration::ZERO;
+        if meta.lifecycle.chosen != Lifecycle::Auto {
+            let t = Instant::now();
+            let found = self.load_artifact(&meta.hash);
+            compile += t.elapsed();
+            if let Some(component) = found {
+                return Ok(LoadedCode {
+                    meta,
+                    component,
+                    code_source: CodeSource::Artifact,
+                    fetch,
+                    compile,
+                });
+            }
+        }
+        // No valid artifact (or metadata from before lifecycles were
+        // recorded): the source is needed after all.
+        let t = Instant::now();
+        let (mut meta, source) = inner
+            .store
+            .get(script_id)
+            .map_err(|e| load_err(e.to_string()))?
+            .ok_or_else(|| RuntimeError::UnknownScript(script_id.into()))?;
+        if meta.lifecycle.chosen == Lifecycle::Auto {
+            meta.lifecycle = lifecycle::decide(meta.lifecycle.requested, &source);
+        }
+        fetch += t.elapsed();
+        let t = Instant::now();
+        let (component, code_source) = self.compile(&meta.hash, &source).map_err(load_err)?;
+        compile += t.elapsed();
+        Ok(LoadedCode {
+            meta,
+            component,
+            code_source,
+            fetch,
+            compile,
+        })
     }
 
     /// Whether `w` is still the deployed version. The store is consulted at
@@ -495,7 +570,50 @@ pub fn decorate(headers: &mut http::HeaderMap, start: Start, timing: &Timing) {
     }
 }
 
-/// The response a client sees for `err`: its status and message.
+/// The header that carries the ID of a failed request, as in the log.
+pub const REQUEST_ID_HEADER: &str = "x-hearth-request-id";
+
+/// The response a client sees for `err`: its status, the short
+/// [`RuntimeError::public_message`] and a request ID (also in the
+/// `x-hearth-request-id` header). The full error, with any backtrace or
+/// path, is logged under the same ID.
 pub fn error_response(err: &RuntimeError) -> http::Response<Body> {
-    body::text_response(err.status(), format!("{err}\n"))
+    let id = request_id();
+    tracing::warn!(request_id = %id, error = %err, "request failed");
+    let mut resp = body::text_response(
+        err.status(),
+        format!("{} (request id {id})\n", err.public_message()),
+    );
+    if let Ok(v) = http::HeaderValue::from_str(&id) {
+        resp.headers_mut().insert(REQUEST_ID_HEADER, v);
+    }
+    if matches!(err, RuntimeError::Busy { .. })
+        && let Ok(v) = http::HeaderValue::from_str(&BUSY_RETRY_AFTER_SECS.to_string())
+    {
+        resp.headers_mut().insert(http::header::RETRY_AFTER, v);
+    }
+    resp
+}
+
+/// The `retry-after` (seconds) of a 503 for a busy Worker.
+pub const BUSY_RETRY_AFTER_SECS: u64 = 1;
+
+/// A node-unique, hard-to-guess ID for a failed request: 64 bits of
+/// (time, counter) mixed through blake3, as 16 hex digits.
+fn request_id() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let mut h = blake3::Hasher::new();
+    h.update(&n.to_le_bytes());
+    h.update(&t.to_le_bytes());
+    h.update(&std::process::id().to_le_bytes());
+    let bytes = h.finalize();
+    bytes.as_bytes()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

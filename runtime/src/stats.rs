@@ -24,6 +24,7 @@ pub struct Stats {
     pub(crate) evicted_idle: AtomicU64,
     pub(crate) evicted_replaced: AtomicU64,
     pub(crate) evicted_manual: AtomicU64,
+    pub(crate) reuse_demotions: AtomicU64,
 }
 
 impl Stats {
@@ -74,6 +75,9 @@ pub struct StatsSnapshot {
     pub evicted_replaced: u64,
     /// Evictions asked for explicitly.
     pub evicted_manual: u64,
+    /// Workers switched to fresh instances because a reused instance
+    /// returned without a response ([`crate::lifecycle`]).
+    pub reuse_demotions: u64,
     /// Workers resident now.
     pub resident_workers: u64,
     /// Bytes accounted to resident Workers now.
@@ -104,6 +108,7 @@ impl StatsSnapshot {
             evicted_idle: g(&s.evicted_idle),
             evicted_replaced: g(&s.evicted_replaced),
             evicted_manual: g(&s.evicted_manual),
+            reuse_demotions: g(&s.reuse_demotions),
             resident_workers,
             resident_bytes,
         }

@@ -1,8 +1,10 @@
 //! A loaded Worker: the one-time work (compiled component, linked
 //! [`ProxyPre`], init export lookup) separated from the per-request work,
-//! plus its pool of idle instances and the [`ReusePolicy`] that governs it.
+//! plus its pool of idle instances and the [`ReusePolicy`] that governs it
+//! (one request per instance when its [lifecycle](crate::lifecycle) is
+//! fresh).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,6 +39,9 @@ pub(crate) struct Worker {
     init: Option<ComponentExportIndex>,
     code_bytes: u64,
     reuse: ReusePolicy,
+    /// Set once a reused instance failed to answer: fresh instances only
+    /// from then on (see [`crate::lifecycle`]).
+    demoted: AtomicBool,
     idle: Mutex<Vec<Instance>>,
     permits: Arc<Semaphore>,
     instance_bytes: Arc<AtomicU64>,
@@ -80,6 +85,7 @@ impl Worker {
             init,
             code_bytes,
             reuse,
+            demoted: AtomicBool::new(false),
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(reuse.max_concurrency.max(1))),
             instance_bytes: Arc::new(AtomicU64::new(0)),
@@ -116,7 +122,9 @@ impl Worker {
     }
 
     fn put_idle(&self, inst: Instance) {
-        if inst.served < self.reuse.max_requests_per_instance {
+        if inst.served < self.reuse.max_requests_per_instance
+            && !self.demoted.load(Ordering::Relaxed)
+        {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
             idle.retain(|i| i.idle_since.elapsed() <= self.reuse.idle_ttl);
             idle.push(inst);
@@ -193,16 +201,17 @@ impl Worker {
             }
             drop(permit);
         });
+        let reused = started.is_none();
         let (mut task, mut rx) = inst.invoke(self.script_id.clone(), req, self.limits, on_done)?;
         let resp = tokio::select! {
             biased;
             r = &mut rx => match r {
                 Ok(r) => r,
-                Err(_) => return Err(self.finished_without_response(task.await)),
+                Err(_) => return Err(self.finished_without_response(task.await, reused)),
             },
             j = &mut task => match rx.try_recv() {
                 Ok(r) => r,
-                Err(_) => return Err(self.finished_without_response(j)),
+                Err(_) => return Err(self.finished_without_response(j, reused)),
             },
         };
         let resp = resp.map_err(|code| RuntimeError::Trap {
@@ -215,14 +224,29 @@ impl Worker {
         ))
     }
 
+    /// The error for an invocation that ended without a response. A reused
+    /// instance that returned normally without answering is the signature
+    /// of a guest that cannot survive reuse: the Worker gets fresh
+    /// instances from now on.
     fn finished_without_response(
         &self,
         j: Result<crate::instance::InvokeOutcome, tokio::task::JoinError>,
+        reused: bool,
     ) -> RuntimeError {
         match j {
             Ok(out) => match out.result {
                 Err(e) => e,
-                Ok(()) => RuntimeError::NoResponse(self.script_id.to_string()),
+                Ok(()) => {
+                    if reused && !self.demoted.swap(true, Ordering::Relaxed) {
+                        Stats::bump(&self.stats.reuse_demotions);
+                        self.idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
+                        tracing::warn!(script = %self.script_id,
+                            "a reused instance returned without a response; \
+                             this Worker gets a fresh instance per request from now on \
+                             (deploy it with lifecycle = \"fresh\")");
+                    }
+                    RuntimeError::NoResponse(self.script_id.to_string())
+                }
             },
             Err(e) => RuntimeError::Trap {
                 script_id: self.script_id.to_string(),
