@@ -36,6 +36,53 @@ const WORKERS: &[&str] = &[
     "wstd-hello",
 ];
 
+/// A sample Worker in another language, built by its own toolchain.
+struct Foreign {
+    /// The sample's name (`<name>.wasm`).
+    name: &'static str,
+    /// Its directory under `sample-workers/`.
+    dir: &'static str,
+    /// The files and directories (relative to `dir`) that decide the output.
+    inputs: &'static [&'static str],
+    /// The build command: program and arguments; the output path is
+    /// appended.
+    command: &'static [&'static str],
+    /// The tool that must be on PATH, and what to install if it is not.
+    needs: (&'static str, &'static str),
+}
+
+/// The JavaScript (componentize-js) and Python (componentize-py) samples.
+/// Each build script installs its pinned toolchain itself (`npm ci`, a pip
+/// venv in the user's cache); only Node.js or Python must be present.
+const FOREIGN: &[Foreign] = &[
+    Foreign {
+        name: "js",
+        dir: "js",
+        inputs: &[
+            "worker.js",
+            "build.mjs",
+            "package.json",
+            "package-lock.json",
+            "wit",
+        ],
+        command: &["node", "build.mjs"],
+        needs: (
+            "node",
+            "Node.js 18 or newer with npm (e.g. apt-get install -y nodejs npm)",
+        ),
+    },
+    Foreign {
+        name: "python",
+        dir: "python",
+        inputs: &["app.py", "build.sh", "wit"],
+        command: &["bash", "build.sh"],
+        needs: (
+            "python3",
+            "Python 3.9 or newer with venv and pip (e.g. apt-get install -y python3-venv python3-pip)",
+        ),
+    },
+];
+
 fn main() {
     if let Err(e) = run() {
         panic!("hearth-sample-workers build script failed: {e}");
@@ -93,6 +140,13 @@ fn run() -> Result<(), String> {
         // Rebuild if a copied component is deleted or replaced.
         println!("cargo:rerun-if-changed={}", dest.display());
         entries.push((*name, dest));
+    }
+
+    for guest in FOREIGN {
+        let dest = samples_dir.join(format!("{}.wasm", guest.name));
+        build_foreign(guest, &manifest_dir.join(guest.dir), &dest)?;
+        println!("cargo:rerun-if-changed={}", dest.display());
+        entries.push((guest.name, dest));
     }
 
     let mut code = String::new();
@@ -285,4 +339,71 @@ fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     fs::write(&tmp, bytes).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
     fs::rename(&tmp, path).map_err(|e| format!("renaming into {}: {e}", path.display()))
+}
+
+/// Builds the foreign sample `guest` (sources in `dir`) into `dest`, unless
+/// `dest` was built from the same inputs (a blake3 of them is kept beside
+/// it: these builds take tens of seconds and run only when an input
+/// changes).
+fn build_foreign(guest: &Foreign, dir: &Path, dest: &Path) -> Result<(), String> {
+    let mut hasher = blake3::Hasher::new();
+    for input in guest.inputs {
+        let path = dir.join(input);
+        println!("cargo:rerun-if-changed={}", path.display());
+        hash_tree(&mut hasher, &path)?;
+    }
+    let digest = hasher.finalize().to_hex().to_string();
+    let stamp = dest.with_extension("inputs");
+    if dest.is_file() && fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == digest) {
+        return Ok(());
+    }
+    let (tool, install) = guest.needs;
+    if Command::new(tool).arg("--version").output().is_err() {
+        return Err(format!(
+            "building the {} sample Worker needs `{tool}`, which is not on PATH: install {install}",
+            guest.name
+        ));
+    }
+    let tmp = dest.with_extension(format!("tmp{}.wasm", std::process::id()));
+    let mut cmd = Command::new(guest.command[0]);
+    cmd.args(&guest.command[1..]).arg(&tmp).current_dir(dir);
+    cmd.stdout(Stdio::from(io::stderr()));
+    eprintln!("running: {cmd:?}");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("could not run {}: {e}", guest.command[0]))?;
+    if !status.success() {
+        let _ = fs::remove_file(&tmp);
+        return Err(format!(
+            "building the {} sample Worker failed ({status}); run it by hand to see why:\n  \
+             cd {} && {} OUT.wasm",
+            guest.name,
+            dir.display(),
+            guest.command.join(" ")
+        ));
+    }
+    fs::rename(&tmp, dest).map_err(|e| format!("renaming into {}: {e}", dest.display()))?;
+    fs::write(&stamp, &digest).map_err(|e| format!("writing {}: {e}", stamp.display()))
+}
+
+/// Feeds the relative names and contents of every file under `path` (a file
+/// or a directory), in sorted order, into `hasher`.
+fn hash_tree(hasher: &mut blake3::Hasher, path: &Path) -> Result<(), String> {
+    let meta = fs::metadata(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    if meta.is_dir() {
+        let mut children: Vec<PathBuf> = fs::read_dir(path)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        children.sort();
+        for child in children {
+            hash_tree(hasher, &child)?;
+        }
+    } else {
+        let bytes = fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        hasher.update(path.to_string_lossy().as_bytes());
+        hasher.update(&(bytes.len() as u64).to_le_bytes());
+        hasher.update(&bytes);
+    }
+    Ok(())
 }

@@ -34,7 +34,7 @@
 //! | name | behaviour |
 //! | --- | --- |
 //! | `hello` | 200 `hello from <script-id>` (env `HEARTH_SCRIPT_ID`, else `unknown`) |
-//! | `echo` | streams the request body back (4 KiB chunks, constant memory); every request header `h` comes back as `x-echo-h` |
+//! | `echo` | streams the request body back (4 KiB chunks, constant memory); every request header `h` comes back as `x-echo-h`; `x-echo-served` counts the requests this instance served (a global: shows reuse) |
 //! | `big` | 5.5 MiB of incompressible data + 4096 generated functions (~1 MB of code); 6.9 MB raw, gzip size ~5.9 MiB; 200 with a checksum of a path-selected slice |
 //! | `size-1m` | like `big`, smaller: 512 KiB of data + 1536 generated functions; ~0.99 MB raw, gzip ~0.7 MB (the ~1 MB point of the cold-start benchmark) |
 //! | `size-10m` | like `big`, larger: 5.5 MiB of data + 16384 generated functions (~4 MB of code); ~9.9 MB raw, gzip ~7.5 MB (7.2 MiB) (under the paid plan's 10 MiB) |
@@ -43,6 +43,15 @@
 //! | `mem-hog` | allocates and touches 1 MiB blocks without bound |
 //! | `trap` | panics (traps) before setting a response |
 //! | `wstd-hello` | a plain `wstd` component (no hearth-sdk): 200 `hello from wstd` |
+//! | `js` | JavaScript (`sample-workers/js/worker.js`, componentize-js 0.23 / StarlingMonkey): JSON of the request's method, path, headers and body; ~12.8 MB raw, paid plan; gets fresh instances |
+//! | `python` | Python (`sample-workers/python/app.py`, componentize-py 0.25): the same JSON; ~18.5 MB raw (6.3 MB gzip), paid plan; reuses its instance |
+//!
+//! `js` and `python` are built by Node (`node build.mjs`, pinned
+//! `package-lock.json`, `npm ci` on first build) and Python (`build.sh`,
+//! which installs componentize-py into a venv under `~/.cache/hearth`); the
+//! build stops with a message naming what to install if `node`/`npm` or
+//! `python3` is missing, and skips the rebuild while a blake3 stamp of
+//! their inputs (`<name>.inputs`) matches.
 //!
 //! ## Startup work (`slow-start`)
 //!

@@ -1,14 +1,23 @@
 //! `echo`: streams the request body back as the response body, 4 KiB at a
 //! time (constant memory, whatever the body size), and echoes every request
-//! header `name: value` as response header `x-echo-<name>: value`.
+//! header `name: value` as response header `x-echo-<name>: value`. Header
+//! `x-echo-served` counts the requests this instance has served (a global),
+//! so a host's instance reuse is visible.
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use hearth_sdk::{Fields, Guest, IncomingBody, IncomingRequest, Response, ResponseOutparam};
 
 struct Echo;
 
+/// Requests served by this instance, this one included.
+static SERVED: AtomicU64 = AtomicU64::new(0);
+
 impl Guest for Echo {
     fn handle(request: IncomingRequest, out: ResponseOutparam) {
         let headers = Fields::new();
+        let served = SERVED.fetch_add(1, Ordering::Relaxed) + 1;
+        let _ = headers.append(&"x-echo-served".to_string(), &served.to_string().into_bytes());
         for (name, value) in hearth_sdk::headers(&request) {
             // A header the host refuses to set is skipped, not fatal.
             let _ = headers.append(&format!("x-echo-{name}"), &value);
