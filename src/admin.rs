@@ -3,7 +3,7 @@
 //!
 //! | method | path                          | what                          |
 //! |--------|-------------------------------|-------------------------------|
-//! | PUT    | `/v1/scripts/{id}?plan=free`  | deploy the body as Worker `id` |
+//! | PUT    | `/v1/scripts/{id}?plan=free&lifecycle=auto` | deploy the body as Worker `id` |
 //! | GET    | `/v1/scripts`                 | list deployed scripts          |
 //! | POST   | `/v1/scripts/{id}/evict`      | evict `id` from this node      |
 //! | GET    | `/v1/stats`                   | runtime counters (JSON)        |
@@ -13,7 +13,7 @@
 use http::{Method, StatusCode};
 
 use hearth_runtime::body::Body;
-use hearth_runtime::{DeployError, Plan};
+use hearth_runtime::{DeployError, Lifecycle, Manifest, Plan};
 
 use crate::http_util::{json, text};
 use crate::node::Node;
@@ -87,16 +87,15 @@ pub async fn handle(
             )
         }
         Route::Deploy(id) => {
-            let plan = match query_param(req.uri(), "plan").map(|p| p.parse::<Plan>()) {
-                None => Plan::Free,
-                Some(Ok(p)) => p,
-                Some(Err(e)) => return text(StatusCode::BAD_REQUEST, format!("{e}\n")),
+            let manifest = match manifest_from_query(req.uri()) {
+                Ok(m) => m,
+                Err(e) => return text(StatusCode::BAD_REQUEST, format!("{e}\n")),
             };
             let bytes = match crate::http_util::read_limited(req.into_body(), MAX_UPLOAD).await {
                 Ok(b) => b,
                 Err(e) => return text(StatusCode::PAYLOAD_TOO_LARGE, format!("{e}\n")),
             };
-            match node.runtime().deploy(&id, plan, bytes).await {
+            match node.runtime().deploy(&id, manifest, bytes).await {
                 Ok(report) => json(StatusCode::OK, &report),
                 Err(e) => {
                     let status = match e {
@@ -116,6 +115,18 @@ enum Route {
     List,
     Evict(String),
     Deploy(String),
+}
+
+/// The deploy settings given as query parameters (`plan`, `lifecycle`).
+fn manifest_from_query(uri: &http::Uri) -> Result<Manifest, String> {
+    let mut m = Manifest::default();
+    if let Some(p) = query_param(uri, "plan") {
+        m.plan = p.parse::<Plan>()?;
+    }
+    if let Some(l) = query_param(uri, "lifecycle") {
+        m.lifecycle = l.parse::<Lifecycle>()?;
+    }
+    Ok(m)
 }
 
 fn query_param<'a>(uri: &'a http::Uri, name: &str) -> Option<&'a str> {

@@ -10,7 +10,7 @@ use http_body_util::BodyExt;
 
 use hearth::config::{NodeConfig, admin_token, runtime_config, store_secret};
 use hearth::node::{Node, spawn_listeners};
-use hearth::runtime::{Plan, Runtime};
+use hearth::runtime::{Lifecycle, Manifest, Plan, Runtime};
 
 #[derive(Parser)]
 #[command(
@@ -45,9 +45,17 @@ enum Command {
         /// Script ID (a DNS label: the first label of the Host it serves).
         #[arg(long)]
         name: String,
-        /// Plan whose limits apply.
-        #[arg(long, default_value = "free")]
-        plan: Plan,
+        /// Plan whose limits apply (default: the manifest's, else free).
+        #[arg(long)]
+        plan: Option<Plan>,
+        /// Instance lifecycle: auto (hearth decides from the component),
+        /// reuse, or fresh (default: the manifest's, else auto).
+        #[arg(long)]
+        lifecycle: Option<Lifecycle>,
+        /// Manifest (TOML) with the Worker's settings; default: FILE with
+        /// a .toml extension, if it exists.
+        #[arg(long)]
+        manifest: Option<PathBuf>,
         /// Admin URL of a running node, e.g. http://127.0.0.1:8081.
         #[arg(long, conflicts_with = "store")]
         admin: Option<String>,
@@ -135,11 +143,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Deploy {
             name,
             plan,
+            lifecycle,
+            manifest,
             admin,
             token,
             store,
             file,
-        } => deploy(name, plan, admin, token, store, file).await,
+        } => {
+            let mut m = read_manifest(manifest.as_deref(), &file)?;
+            m.plan = plan.unwrap_or(m.plan);
+            m.lifecycle = lifecycle.unwrap_or(m.lifecycle);
+            deploy(name, m, admin, token, store, file).await
+        }
         Command::Cluster {
             nodes,
             store,
@@ -320,9 +335,26 @@ async fn serve(
     Ok(())
 }
 
+/// The manifest at `explicit`, else the one beside `wasm` (same name,
+/// `.toml`) if there is one, else the defaults.
+fn read_manifest(
+    explicit: Option<&std::path::Path>,
+    wasm: &std::path::Path,
+) -> anyhow::Result<Manifest> {
+    let beside = wasm.with_extension("toml");
+    let path = match explicit {
+        Some(p) => p.to_path_buf(),
+        None if beside.is_file() => beside,
+        None => return Ok(Manifest::default()),
+    };
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read manifest {}", path.display()))?;
+    Manifest::from_toml(&text).with_context(|| format!("in {}", path.display()))
+}
+
 async fn deploy(
     name: String,
-    plan: Plan,
+    manifest: Manifest,
     admin: Option<String>,
     token: Option<String>,
     store: Option<PathBuf>,
@@ -335,8 +367,10 @@ async fn deploy(
                 "deploying to a node needs its admin token: --token or HEARTH_ADMIN_TOKEN",
             )?;
             let uri: http::Uri = format!(
-                "{}/v1/scripts/{name}?plan={plan}",
-                url.trim_end_matches('/')
+                "{}/v1/scripts/{name}?plan={}&lifecycle={}",
+                url.trim_end_matches('/'),
+                manifest.plan,
+                manifest.lifecycle
             )
             .parse()
             .context("invalid --admin URL")?;
@@ -362,7 +396,7 @@ async fn deploy(
         }
         (None, Some(store)) => {
             let rt = Runtime::new(runtime_config(&store)?)?;
-            serde_json::to_value(rt.deploy(&name, plan, bytes).await?)?
+            serde_json::to_value(rt.deploy(&name, manifest, bytes).await?)?
         }
         (None, None) => bail!("say where to deploy: --admin URL (a running node) or --store DIR"),
     };
@@ -376,6 +410,11 @@ async fn deploy(
         meta["hash"].as_str().unwrap_or("?"),
         report["compile_time"].as_f64().unwrap_or(0.0),
         report["code_source"].as_str().unwrap_or("?"),
+    );
+    println!(
+        "lifecycle: {} ({})",
+        meta["lifecycle"]["chosen"].as_str().unwrap_or("?"),
+        meta["lifecycle"]["reason"].as_str().unwrap_or("?"),
     );
     Ok(())
 }
