@@ -93,3 +93,52 @@ async fn deploy_through_the_admin_api_reaches_the_whole_cluster() {
     assert_eq!(status, 200);
     assert!(body.contains("\"requests\""), "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_sets_and_reports_the_lifecycle() {
+    let c = TestCluster::start(1).await.expect("cluster");
+    let admin = c.node(0).admin_addr;
+    let echo = hearth_sample_workers::bytes("echo").expect("echo");
+    let deploy = |query: &str| format!("http://{admin}/v1/scripts/echo?{query}");
+
+    // Nothing set: hearth reads the component (Rust) and reuses.
+    let (status, body) = call(
+        http::Method::PUT,
+        deploy("plan=free"),
+        Some(c.token()),
+        echo.clone(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let report: serde_json::Value = serde_json::from_str(&body).expect("json report");
+    assert_eq!(report["meta"]["lifecycle"]["chosen"], "reuse", "{body}");
+    assert_eq!(report["meta"]["lifecycle"]["requested"], "auto");
+
+    // Set at deploy: final, and in force (a fresh instance per request).
+    let (status, body) = call(
+        http::Method::PUT,
+        deploy("plan=free&lifecycle=Fresh"),
+        Some(c.token()),
+        echo.clone(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let report: serde_json::Value = serde_json::from_str(&body).expect("json report");
+    assert_eq!(report["meta"]["lifecycle"]["chosen"], "fresh", "{body}");
+    for _ in 0..2 {
+        let r = c.get(0, "echo", "/").await.expect("request");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.headers["x-echo-served"], "1");
+    }
+
+    // A bad value is refused with the reason, and changes nothing.
+    let (status, body) = call(
+        http::Method::PUT,
+        deploy("lifecycle=sometimes"),
+        Some(c.token()),
+        echo,
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("expected auto, reuse or fresh"), "{body}");
+}
