@@ -200,12 +200,20 @@ impl Node {
     }
 }
 
-/// The script ID a request is for: the first label of its Host
-/// (`hello.localhost:8080` -> `hello`).
-pub fn script_id_from_host(host: &str) -> Option<&str> {
+/// The script ID a request is for: the first label of its Host, lowercased
+/// (DNS names are case-insensitive: `HELLO.localhost:8080` -> `hello`). An
+/// IP literal (`127.0.0.1`, `[::1]:8080`) names no Worker, so deploying a
+/// Worker called `127` cannot capture traffic addressed by IP.
+pub fn script_id_from_host(host: &str) -> Option<String> {
+    if host.starts_with('[') {
+        return None; // an IPv6 literal
+    }
     let host = host.split(':').next()?;
+    if host.parse::<std::net::Ipv4Addr>().is_ok() {
+        return None;
+    }
     let (label, rest) = host.split_once('.')?;
-    (!label.is_empty() && !rest.is_empty()).then_some(label)
+    (!label.is_empty() && !rest.is_empty()).then(|| label.to_ascii_lowercase())
 }
 
 /// Serves `node`'s front door on `http` and its admin API (accepting
@@ -250,10 +258,7 @@ pub async fn front_door(node: Node, req: http::Request<Body>) -> http::Response<
         .and_then(|h| h.to_str().ok())
         .map(str::to_owned);
     match host.as_deref().and_then(script_id_from_host) {
-        Some(id) => {
-            let id = id.to_string();
-            node.handle(&id, req).await
-        }
+        Some(id) => node.handle(&id, req).await,
         None => crate::http_util::text(
             http::StatusCode::NOT_FOUND,
             "no Worker named: address a Worker as http://<script-id>.<domain>/ (e.g. hello.localhost)\n",
@@ -267,9 +272,21 @@ mod tests {
 
     #[test]
     fn script_id_is_first_host_label() {
-        assert_eq!(script_id_from_host("hello.localhost:8080"), Some("hello"));
-        assert_eq!(script_id_from_host("a.b.example.com"), Some("a"));
-        assert_eq!(script_id_from_host("localhost:8080"), None);
-        assert_eq!(script_id_from_host(".x"), None);
+        let id = |h: &str| script_id_from_host(h);
+        assert_eq!(id("hello.localhost:8080").as_deref(), Some("hello"));
+        assert_eq!(id("a.b.example.com").as_deref(), Some("a"));
+        assert_eq!(id("localhost:8080"), None);
+        assert_eq!(id(".x"), None);
+    }
+
+    #[test]
+    fn host_is_case_insensitive_and_an_ip_literal_names_no_worker() {
+        let id = |h: &str| script_id_from_host(h);
+        assert_eq!(id("HELLO.localhost").as_deref(), Some("hello"));
+        assert_eq!(id("Hello.Example.COM:8080").as_deref(), Some("hello"));
+        assert_eq!(id("127.0.0.1"), None);
+        assert_eq!(id("127.0.0.1:8080"), None);
+        assert_eq!(id("[::1]:8080"), None);
+        assert_eq!(id("10.1.2.3"), None);
     }
 }
