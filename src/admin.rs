@@ -47,7 +47,7 @@ pub async fn handle(
         .headers()
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(bearer_token)
         .is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()));
     if !authorized {
         return text(
@@ -117,6 +117,15 @@ enum Route {
     Deploy(String),
 }
 
+/// The token of an `Authorization: Bearer <token>` value; the scheme name
+/// is case-insensitive (RFC 9110 §11.1).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start_matches(' '))
+}
+
 /// The deploy settings given as query parameters (`plan`, `lifecycle`).
 fn manifest_from_query(uri: &http::Uri) -> Result<Manifest, String> {
     let mut m = Manifest::default();
@@ -139,4 +148,18 @@ fn query_param<'a>(uri: &'a http::Uri, name: &str) -> Option<&'a str> {
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_token;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for v in ["Bearer abc", "bearer abc", "BEARER abc", "Bearer  abc"] {
+            assert_eq!(bearer_token(v), Some("abc"), "{v}");
+        }
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearerabc"), None);
+    }
 }
