@@ -99,7 +99,9 @@ pub async fn handle(
                 Ok(report) => json(StatusCode::OK, &report),
                 Err(e) => {
                     let status = match e {
-                        DeployError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                        DeployError::TooLarge { .. } | DeployError::TooLargeUncompressed { .. } => {
+                            StatusCode::PAYLOAD_TOO_LARGE
+                        }
                         DeployError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
                         _ => StatusCode::UNPROCESSABLE_ENTITY,
                     };

@@ -226,7 +226,14 @@ impl LocalCluster {
             let (stop, stop_rx) = watch::channel(false);
             let http_addr = http.local_addr()?;
             let admin_addr = admin.local_addr()?;
-            let [t1, t2] = spawn_listeners(&node, http, admin, token.clone(), stop_rx);
+            let [t1, t2] = spawn_listeners(
+                &node,
+                http,
+                admin,
+                token.clone(),
+                crate::http_util::ServeLimits::default(),
+                stop_rx,
+            );
             nodes.push(ClusterNode {
                 node,
                 http_addr,

@@ -11,6 +11,16 @@
 //! idle_timeout_s = 300
 //! idle_sweep_above = 0.9    # sweep idle Workers only above 90% of the budget
 //!
+//! [limits]                   # what clients may hold (defaults shown)
+//! max_connections = 4096     # open at once on each listener
+//! max_connections_per_peer = 256
+//! write_timeout_s = 30       # a client that stops reading is closed
+//! drain_timeout_s = 30       # Ctrl-C: in-flight requests get this long
+//! body_idle_timeout_s = 10   # a request body that stalls this long fails
+//! slot_wait_ms = 2000        # then 503 + retry-after
+//! max_in_flight = 256        # instances serving at once on the node
+//! instance_memory_mb = 8192  # memory all live instances may hold together
+//!
 //! [cluster]                  # optional: join a cluster
 //! rpc = "127.0.0.1:7000"     # shard server; the address peers dial
 //! pki = "./pki"              # ca.pem, <node_id>.pem, <node_id>-key.pem (`hearth pki`)
@@ -26,15 +36,20 @@
 //! max_script_size = 3145728  # bytes, gzip-compressed
 //! startup_cpu = 400          # ms
 //! request_cpu = 30000        # ms
+//! request_wall = 60000       # ms, wall clock per request
 //! memory = 134217728         # bytes
+//! max_uncompressed_size = 33554432  # bytes, as uploaded
 //! ```
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 
 use hearth_runtime::{Plan, PlanLimits, RuntimeConfig};
+
+use crate::http_util::ServeLimits;
 
 /// Partial plan limits from a config file.
 #[derive(Debug, Default, Deserialize)]
@@ -46,8 +61,34 @@ pub struct PlanOverrides {
     pub startup_cpu: Option<u64>,
     /// Milliseconds of CPU.
     pub request_cpu: Option<u64>,
+    /// Milliseconds of wall-clock time per request.
+    pub request_wall: Option<u64>,
     /// Bytes.
     pub memory: Option<u64>,
+    /// Bytes, as uploaded.
+    pub max_uncompressed_size: Option<u64>,
+}
+
+/// The `[limits]` section: what clients may hold on this node.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientLimits {
+    /// Connections open at once on each listener.
+    pub max_connections: Option<usize>,
+    /// Connections open at once from one IP address.
+    pub max_connections_per_peer: Option<usize>,
+    /// Seconds a response write may make no progress.
+    pub write_timeout_s: Option<u64>,
+    /// Seconds in-flight requests get after Ctrl-C.
+    pub drain_timeout_s: Option<u64>,
+    /// Seconds a request body may deliver nothing.
+    pub body_idle_timeout_s: Option<u64>,
+    /// Milliseconds a request may wait for an instance slot.
+    pub slot_wait_ms: Option<u64>,
+    /// Instances serving at once on the node.
+    pub max_in_flight: Option<usize>,
+    /// MiB all live instances may hold together.
+    pub instance_memory_mb: Option<u64>,
 }
 
 /// Per-plan overrides.
@@ -129,6 +170,9 @@ pub struct NodeConfig {
     /// Plan limits.
     #[serde(default)]
     pub plans: Plans,
+    /// What clients may hold.
+    #[serde(default)]
+    pub limits: ClientLimits,
     /// Cluster membership; absent for a standalone node.
     pub cluster: Option<ClusterSection>,
 }
@@ -150,7 +194,20 @@ impl NodeConfig {
             cfg = cfg.idle_sweep_above(f);
         }
         if let Some(s) = self.idle_timeout_s {
-            cfg = cfg.idle_timeout(std::time::Duration::from_secs(s));
+            cfg = cfg.idle_timeout(Duration::from_secs(s));
+        }
+        let c = &self.limits;
+        if let Some(s) = c.body_idle_timeout_s {
+            cfg = cfg.body_idle_timeout(Duration::from_secs(s));
+        }
+        if let Some(ms) = c.slot_wait_ms {
+            cfg = cfg.slot_wait(Duration::from_millis(ms));
+        }
+        if let Some(n) = c.max_in_flight {
+            cfg = cfg.max_in_flight(n);
+        }
+        if let Some(mb) = c.instance_memory_mb {
+            cfg = cfg.instance_memory_cap(mb << 20);
         }
         for (plan, o) in [
             (Plan::Free, &self.plans.free),
@@ -161,10 +218,16 @@ impl NodeConfig {
                 l.max_script_size = v;
             }
             if let Some(v) = o.startup_cpu {
-                l.startup_cpu = std::time::Duration::from_millis(v);
+                l.startup_cpu = Duration::from_millis(v);
             }
             if let Some(v) = o.request_cpu {
-                l.request_cpu = std::time::Duration::from_millis(v);
+                l.request_cpu = Duration::from_millis(v);
+            }
+            if let Some(v) = o.request_wall {
+                l.request_wall = Duration::from_millis(v);
+            }
+            if let Some(v) = o.max_uncompressed_size {
+                l.max_uncompressed_size = v;
             }
             if let Some(v) = o.memory {
                 l.memory = v;
@@ -173,34 +236,77 @@ impl NodeConfig {
         }
         cfg
     }
+
+    /// The listeners' limits: the defaults with the file's `[limits]`.
+    pub fn serve_limits(&self) -> ServeLimits {
+        let d = ServeLimits::default();
+        let c = &self.limits;
+        ServeLimits {
+            max_connections: c.max_connections.unwrap_or(d.max_connections),
+            max_per_peer: c.max_connections_per_peer.unwrap_or(d.max_per_peer),
+            write_timeout: c
+                .write_timeout_s
+                .map(Duration::from_secs)
+                .unwrap_or(d.write_timeout),
+            drain_timeout: c
+                .drain_timeout_s
+                .map(Duration::from_secs)
+                .unwrap_or(d.drain_timeout),
+        }
+    }
 }
 
 /// Reads the secret in `store/name`, creating a random one (mode 0600) on
-/// first use. Nodes sharing a store share it.
+/// first use. Nodes sharing a store share it. Only a missing file is
+/// created; any other read error (not UTF-8, a directory, no permission)
+/// is an error naming the file, so a node never starts with a secret other
+/// than the one on disk.
 pub fn store_secret(store: &Path, name: &str) -> anyhow::Result<[u8; 32]> {
     use std::io::Write;
     let path = store.join(name);
-    if let Ok(hex) = std::fs::read_to_string(&path) {
-        let bytes = blake3::Hash::from_hex(hex.trim())
-            .map_err(|e| anyhow::anyhow!("corrupt secret in {}: {e}", path.display()))?;
-        return Ok(*bytes.as_bytes());
+    if let Some(key) = read_secret(&path)? {
+        return Ok(key);
     }
-    std::fs::create_dir_all(store)?;
+    std::fs::create_dir_all(store)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", store.display()))?;
     let key: [u8; 32] = rand::random();
     // Written whole to a temporary file (0600 by default), then linked into
     // place only if no other node got there first: a concurrent reader sees
     // no file or a complete one, never an empty one.
-    let mut tmp = tempfile::NamedTempFile::new_in(store)?;
-    tmp.write_all(blake3::Hash::from_bytes(key).to_hex().as_bytes())?;
-    tmp.as_file().sync_all()?;
+    let create = |e: std::io::Error| anyhow::anyhow!("cannot create {}: {e}", path.display());
+    let mut tmp = tempfile::NamedTempFile::new_in(store).map_err(create)?;
+    tmp.write_all(blake3::Hash::from_bytes(key).to_hex().as_bytes())
+        .map_err(create)?;
+    tmp.as_file().sync_all().map_err(create)?;
     match tmp.persist_noclobber(&path) {
-        Ok(_) => Ok(key),
-        // Another node created it first: use theirs.
-        Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => store_secret(store, name),
+        Ok(_) => {
+            hearth_runtime::script_store::sync_dir(store).map_err(create)?;
+            Ok(key)
+        }
+        // Another node created it first: use theirs (read once, no retry).
+        Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => read_secret(&path)?
+            .ok_or_else(|| anyhow::anyhow!("{} vanished while it was created", path.display())),
+        Err(e) => Err(create(e.error)),
+    }
+}
+
+/// The secret in `path`: `None` if there is no such file, an error naming
+/// the file for anything else that stops it being read or parsed.
+fn read_secret(path: &Path) -> anyhow::Result<Option<[u8; 32]>> {
+    match std::fs::read_to_string(path) {
+        Ok(hex) => {
+            let bytes = blake3::Hash::from_hex(hex.trim()).map_err(|e| {
+                anyhow::anyhow!(
+                    "corrupt secret in {}: {e} (expected 64 hex digits)",
+                    path.display()
+                )
+            })?;
+            Ok(Some(*bytes.as_bytes()))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(anyhow::anyhow!(
-            "cannot create {}: {}",
-            path.display(),
-            e.error
+            "cannot read secret {}: {e}",
+            path.display()
         )),
     }
 }

@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hearth_runtime::body::{self, Body};
@@ -44,16 +45,117 @@ pub async fn read_limited(mut body: Body, max: usize) -> Result<Vec<u8>, String>
     Ok(out)
 }
 
+/// What one listener lets clients hold, and how long it drains. A client
+/// over a cap gets a short 503 with `retry-after` and is closed; nobody
+/// else is affected.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeLimits {
+    /// Connections open at once on the listener (default 4096).
+    pub max_connections: usize,
+    /// Connections open at once from one IP address (default 256).
+    pub max_per_peer: usize,
+    /// A response write that makes no progress for this long closes the
+    /// connection (default 30 s): a client that stops reading holds
+    /// nothing.
+    pub write_timeout: Duration,
+    /// After shutdown, in-flight requests get this long to finish before
+    /// their connections are closed (default 30 s).
+    pub drain_timeout: Duration,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        ServeLimits {
+            max_connections: 4096,
+            max_per_peer: 256,
+            write_timeout: Duration::from_secs(30),
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Open connections, in all and per peer address.
+#[derive(Default)]
+struct Open {
+    total: usize,
+    per_peer: std::collections::HashMap<std::net::IpAddr, usize>,
+}
+
+/// A connection's place in [`Open`], given back when it closes.
+struct OpenSlot {
+    open: Arc<Mutex<Open>>,
+    peer: std::net::IpAddr,
+}
+
+impl OpenSlot {
+    /// Takes a place for `peer` if both caps allow it.
+    fn take(open: &Arc<Mutex<Open>>, peer: std::net::IpAddr, limits: &ServeLimits) -> Option<Self> {
+        let mut o = open.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = o.per_peer.get(&peer).copied().unwrap_or(0);
+        if o.total >= limits.max_connections || mine >= limits.max_per_peer {
+            return None;
+        }
+        o.total += 1;
+        o.per_peer.insert(peer, mine + 1);
+        Some(OpenSlot {
+            open: open.clone(),
+            peer,
+        })
+    }
+}
+
+impl Drop for OpenSlot {
+    fn drop(&mut self) {
+        let mut o = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        o.total = o.total.saturating_sub(1);
+        if let Some(n) = o.per_peer.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                o.per_peer.remove(&self.peer);
+            }
+        }
+    }
+}
+
+/// The whole answer to a connection over a cap.
+const OVER_CAP: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\n\
+content-type: text/plain; charset=utf-8\r\ncontent-length: 41\r\nconnection: close\r\n\r\n\
+too many connections; retry in a second\r\n";
+
+/// Answers a connection over the caps with [`OVER_CAP`] and closes it,
+/// reading what the client sent first (for at most a second), so the close
+/// does not reset the connection before the client has read the answer.
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        stream.write_all(OVER_CAP).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        while stream.read(&mut sink).await? > 0 {}
+        Ok::<_, std::io::Error>(())
+    })
+    .await;
+}
+
 /// Serves HTTP/1.1 on `listener` with `handler` until `shutdown` resolves,
-/// then waits for in-flight connections to finish. A client that is slow to
-/// send its head is cut off after [`HEADER_READ_TIMEOUT`]; a client error
-/// affects only its own connection.
-pub async fn serve<H, F>(listener: TcpListener, handler: H, shutdown: impl Future<Output = ()>)
-where
+/// then drains: in-flight requests get [`ServeLimits::drain_timeout`] to
+/// finish, and connections still open after it are closed. A client that
+/// is slow to send its head is cut off after [`HEADER_READ_TIMEOUT`] (also
+/// the keep-alive idle timeout), one that stops reading after
+/// [`ServeLimits::write_timeout`]; connections over the caps are refused
+/// with a 503. A client error affects only its own connection.
+pub async fn serve<H, F>(
+    listener: TcpListener,
+    limits: ServeLimits,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+) where
     H: Fn(http::Request<Body>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = http::Response<Body>> + Send + 'static,
 {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let open = Arc::new(Mutex::new(Open::default()));
+    let mut conns = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -67,7 +169,15 @@ where
             },
             _ = &mut shutdown => break,
         };
+        while conns.try_join_next().is_some() {}
+        let Some(slot) = OpenSlot::take(&open, peer.ip(), &limits) else {
+            tracing::debug!(%peer, "connection refused: over the connection caps");
+            conns.spawn(refuse(stream));
+            continue;
+        };
         let _ = stream.set_nodelay(true);
+        let mut io = tokio_io_timeout::TimeoutStream::new(stream);
+        io.set_write_timeout(Some(limits.write_timeout));
         let h = handler.clone();
         let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
             let h = h.clone();
@@ -76,13 +186,24 @@ where
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(HEADER_READ_TIMEOUT)
-            .serve_connection(TokioIo::new(stream), svc);
+            .serve_connection(TokioIo::new(Box::pin(io)), svc);
         let conn = graceful.watch(conn);
-        tokio::spawn(async move {
+        conns.spawn(async move {
+            let _slot = slot;
             if let Err(e) = conn.await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         });
     }
-    graceful.shutdown().await;
+    drop(listener);
+    if tokio::time::timeout(limits.drain_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            open = conns.len(),
+            "drain deadline passed; closing the connections still open"
+        );
+    }
+    conns.shutdown().await;
 }

@@ -311,7 +311,7 @@ async fn serve(
     );
     println!("admin API on http://{admin} (store {})", store.display());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let [front, admin_srv] = spawn_listeners(&node, http, adm, token, stop_rx);
+    let [front, admin_srv] = spawn_listeners(&node, http, adm, token, file.serve_limits(), stop_rx);
     tokio::signal::ctrl_c().await?;
     // Drain: leave everyone's ring first, so no new sharded requests come
     // here, then finish what is in flight, then say goodbye.

@@ -94,6 +94,26 @@ impl Collector for RuntimeCollector {
                 "Artifacts refused and recompiled",
                 s.artifacts_rejected,
             ),
+            (
+                "hearth_busy_rejections",
+                "Requests answered 503: no instance slot came free in time",
+                s.busy,
+            ),
+            (
+                "hearth_wall_limit_kills",
+                "Requests stopped at the wall-clock limit",
+                s.wall_kills,
+            ),
+            (
+                "hearth_client_timeouts",
+                "Requests refused: the client stalled sending its body",
+                s.client_timeouts,
+            ),
+            (
+                "hearth_cancelled",
+                "Invocations cancelled because the client went away",
+                s.cancelled,
+            ),
         ];
         for (name, help, v) in counters {
             let c = ConstCounter::new(v);
@@ -126,6 +146,16 @@ impl Collector for RuntimeCollector {
                 "hearth_resident_bytes",
                 "Bytes accounted to resident Workers",
                 s.resident_bytes as i64,
+            ),
+            (
+                "hearth_in_flight",
+                "Instances serving a request now",
+                s.in_flight as i64,
+            ),
+            (
+                "hearth_instance_bytes",
+                "Bytes live instances hold (linear memory and tables)",
+                s.instance_bytes as i64,
             ),
         ] {
             let g = ConstGauge::new(v);

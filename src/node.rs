@@ -217,13 +217,14 @@ pub fn script_id_from_host(host: &str) -> Option<String> {
 }
 
 /// Serves `node`'s front door on `http` and its admin API (accepting
-/// `token`) on `admin`, until `stop` turns true; each task then finishes
-/// its in-flight requests.
+/// `token`) on `admin`, both under `limits`, until `stop` turns true; each
+/// task then drains its in-flight requests (within the drain timeout).
 pub fn spawn_listeners(
     node: &Node,
     http: tokio::net::TcpListener,
     admin: tokio::net::TcpListener,
     token: Arc<str>,
+    limits: crate::http_util::ServeLimits,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> [tokio::task::JoinHandle<()>; 2] {
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -232,6 +233,7 @@ pub fn spawn_listeners(
     let n = node.clone();
     let front = tokio::spawn(crate::http_util::serve(
         http,
+        limits,
         move |req, _| {
             let n = n.clone();
             async move { front_door(n, req).await }
@@ -241,6 +243,7 @@ pub fn spawn_listeners(
     let n = node.clone();
     let adm = tokio::spawn(crate::http_util::serve(
         admin,
+        limits,
         move |req, _| {
             let (n, t) = (n.clone(), token.clone());
             async move { crate::admin::handle(n, t, req).await }
@@ -250,14 +253,24 @@ pub fn spawn_listeners(
     [front, adm]
 }
 
-/// Routes a front-door request to its Worker by the first label of Host.
-pub async fn front_door(node: Node, req: http::Request<Body>) -> http::Response<Body> {
-    let host = req
-        .headers()
+/// The host a request is addressed to: the authority of an absolute-form
+/// target (RFC 9112 §3.2.2: it overrides `Host`; HTTP/2's `:authority`
+/// arrives the same way), else the `Host` header. The guest sees the same
+/// authority, so routing and the Worker agree.
+pub fn request_host<B>(req: &http::Request<B>) -> Option<String> {
+    if let Some(a) = req.uri().authority() {
+        return Some(a.host().to_owned());
+    }
+    req.headers()
         .get(http::header::HOST)
         .and_then(|h| h.to_str().ok())
-        .map(str::to_owned);
-    match host.as_deref().and_then(script_id_from_host) {
+        .map(str::to_owned)
+}
+
+/// Routes a front-door request to its Worker by the first label of its
+/// host ([`request_host`]).
+pub async fn front_door(node: Node, req: http::Request<Body>) -> http::Response<Body> {
+    match request_host(&req).as_deref().and_then(script_id_from_host) {
         Some(id) => node.handle(&id, req).await,
         None => crate::http_util::text(
             http::StatusCode::NOT_FOUND,
@@ -277,6 +290,30 @@ mod tests {
         assert_eq!(id("a.b.example.com").as_deref(), Some("a"));
         assert_eq!(id("localhost:8080"), None);
         assert_eq!(id(".x"), None);
+    }
+
+    #[test]
+    fn an_absolute_form_target_overrides_host() {
+        let req = http::Request::get("http://Echo.localhost:8080/x")
+            .header(http::header::HOST, "hello.localhost")
+            .body(())
+            .expect("request");
+        let host = request_host(&req).expect("host");
+        assert_eq!(script_id_from_host(&host).as_deref(), Some("echo"));
+        let req = http::Request::get("/x")
+            .header(http::header::HOST, "hello.localhost:8080")
+            .body(())
+            .expect("request");
+        let host = request_host(&req).expect("host");
+        assert_eq!(script_id_from_host(&host).as_deref(), Some("hello"));
+        let req = http::Request::get("http://127.0.0.1/")
+            .header(http::header::HOST, "hello.localhost")
+            .body(())
+            .expect("request");
+        assert_eq!(
+            request_host(&req).as_deref().and_then(script_id_from_host),
+            None
+        );
     }
 
     #[test]

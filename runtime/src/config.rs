@@ -81,6 +81,11 @@ pub struct RuntimeConfig {
     pub(crate) instance_pool_size: u32,
     pub(crate) busy_window: Duration,
     pub(crate) idle_sweep_above: f64,
+    pub(crate) slot_wait: Duration,
+    pub(crate) max_in_flight: usize,
+    pub(crate) instance_memory_cap: u64,
+    pub(crate) body_idle_timeout: Duration,
+    pub(crate) buffer_before_slot: usize,
 }
 
 impl RuntimeConfig {
@@ -88,13 +93,15 @@ impl RuntimeConfig {
     /// and artifacts in `store_dir/artifacts`: free/paid plan limits as in
     /// [`PlanLimits::default_for`], a 1 GiB memory budget, 5 min idle
     /// timeout, the default [`ReusePolicy`], the pooling allocator with 256
-    /// slots (each reserves address space, not memory), and an all-zero artifact key (set a real one with
-    /// [`RuntimeConfig::artifact_key`]).
+    /// slots (each reserves address space, not memory), the slow-client
+    /// defaults of [`crate::slow_client`], and a random artifact key, so
+    /// artifacts are trusted only by the process that wrote them until a
+    /// shared one is set with [`RuntimeConfig::artifact_key`].
     pub fn new(store_dir: impl Into<PathBuf>) -> Self {
         RuntimeConfig {
             store_dir: store_dir.into(),
             artifact_dir: None,
-            artifact_key: [0; 32],
+            artifact_key: random_key(),
             free: PlanLimits::default_for(Plan::Free),
             paid: PlanLimits::default_for(Plan::Paid),
             memory_budget: 1 << 30,
@@ -104,7 +111,51 @@ impl RuntimeConfig {
             instance_pool_size: 256,
             busy_window: Duration::from_secs(1),
             idle_sweep_above: 0.0,
+            slot_wait: Duration::from_secs(2),
+            max_in_flight: 256,
+            instance_memory_cap: 8 << 30,
+            body_idle_timeout: Duration::from_secs(10),
+            buffer_before_slot: 64 * 1024,
         }
+    }
+
+    /// How long a request may wait for an instance slot (its Worker's or
+    /// the node's) before it is answered 503 with `retry-after` (default
+    /// 2 s).
+    pub fn slot_wait(mut self, d: Duration) -> Self {
+        self.slot_wait = d;
+        self
+    }
+
+    /// Instances that may serve at once on the node, across all Workers
+    /// (default 256, the pooling allocator's slots); each Worker is also
+    /// held to [`ReusePolicy::max_concurrency`].
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        self.max_in_flight = n.max(1);
+        self
+    }
+
+    /// Bytes that live instances of all Workers together may hold (linear
+    /// memory and tables; default 8 GiB); a growth past it fails like a
+    /// per-instance memory limit.
+    pub fn instance_memory_cap(mut self, bytes: u64) -> Self {
+        self.instance_memory_cap = bytes;
+        self
+    }
+
+    /// A request body that delivers nothing for this long fails (default
+    /// 10 s).
+    pub fn body_idle_timeout(mut self, d: Duration) -> Self {
+        self.body_idle_timeout = d;
+        self
+    }
+
+    /// Bytes of a request body that must have arrived (or the whole body)
+    /// before the request takes an instance slot (default 64 KiB), so a
+    /// client that trickles its body holds a connection, not an instance.
+    pub fn buffer_before_slot(mut self, bytes: usize) -> Self {
+        self.buffer_before_slot = bytes;
+        self
     }
 
     /// Where precompiled artifacts are kept (default `store_dir/artifacts`).
@@ -214,4 +265,31 @@ impl RuntimeConfig {
     pub fn store_dir(&self) -> &std::path::Path {
         &self.store_dir
     }
+}
+
+/// 32 random bytes from the OS (or, failing that, from the std hasher's
+/// random seeds, the time and the process ID).
+fn random_key() -> [u8; 32] {
+    use std::hash::{BuildHasher, Hasher};
+    use std::io::Read;
+    let mut key = [0u8; 32];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut key))
+        .is_ok()
+    {
+        return key;
+    }
+    let mut h = blake3::Hasher::new();
+    for i in 0..4u64 {
+        let mut s = std::collections::hash_map::RandomState::new().build_hasher();
+        s.write_u64(i);
+        h.update(&s.finish().to_le_bytes());
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    h.update(&t.to_le_bytes());
+    h.update(&std::process::id().to_le_bytes());
+    *h.finalize().as_bytes()
 }

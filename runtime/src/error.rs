@@ -27,6 +27,18 @@ pub enum DeployError {
         /// The plan's limit on the compressed size.
         limit: u64,
     },
+    /// The script is over its plan's limit on the uncompressed size.
+    #[error(
+        "script too large for the {plan} plan: {raw} bytes uncompressed, limit is {limit} bytes uncompressed"
+    )]
+    TooLargeUncompressed {
+        /// The plan whose limit applies.
+        plan: Plan,
+        /// Size as uploaded.
+        raw: u64,
+        /// The plan's limit on the uncompressed size.
+        limit: u64,
+    },
     /// The bytes are not a valid Worker component.
     #[error(transparent)]
     Invalid(#[from] ValidationError),
@@ -159,8 +171,9 @@ pub enum RuntimeError {
         /// How long the request waited.
         waited: Duration,
     },
-    /// The request ran past its wall-clock deadline (the client was too
-    /// slow, or the Worker waited too long on something).
+    /// The request ran past its wall-clock deadline (a client too slow to
+    /// send or read, or a Worker that waited too long); the instance was
+    /// discarded.
     #[error(
         "Worker {script_id} exceeded its wall-clock limit of {limit:?} on this request; the instance was discarded"
     )]
@@ -169,6 +182,15 @@ pub enum RuntimeError {
         script_id: String,
         /// The plan's per-request wall-clock limit.
         limit: Duration,
+    },
+    /// The client sent nothing of its request body for too long before the
+    /// Worker was given the request.
+    #[error("the request body for Worker {script_id} stalled: nothing arrived for {idle:?}")]
+    ClientTimeout {
+        /// The Worker.
+        script_id: String,
+        /// The idle timeout that expired.
+        idle: Duration,
     },
     /// The request could not be handed to the Worker (e.g. a bad header).
     #[error("bad request for Worker {script_id}: {message}")]
@@ -187,15 +209,22 @@ impl RuntimeError {
         match self {
             RuntimeError::UnknownScript(_) => S::NOT_FOUND,
             RuntimeError::BadRequest { .. } => S::BAD_REQUEST,
+            RuntimeError::ClientTimeout { .. } => S::REQUEST_TIMEOUT,
+            RuntimeError::WallTimeExceeded { .. } => S::GATEWAY_TIMEOUT,
             RuntimeError::StartupCpuExceeded { .. }
             | RuntimeError::Busy { .. }
             | RuntimeError::CpuExceeded { .. }
             | RuntimeError::MemoryExceeded { .. } => S::SERVICE_UNAVAILABLE,
-            RuntimeError::WallTimeExceeded { .. } => S::GATEWAY_TIMEOUT,
             RuntimeError::Trap { .. } | RuntimeError::NoResponse(_) | RuntimeError::Load { .. } => {
                 S::INTERNAL_SERVER_ERROR
             }
         }
+    }
+
+    /// Seconds a client should wait before retrying (`retry-after`), for
+    /// the errors that are about load rather than the request.
+    pub fn retry_after(&self) -> Option<u64> {
+        matches!(self, RuntimeError::Busy { .. }).then_some(1)
     }
 
     /// What an end user may see: the kind of failure and the limit involved,

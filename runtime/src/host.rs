@@ -5,8 +5,20 @@
 //! sockets denied) and a wasi:http context whose outbound requests are
 //! denied, plus the two meters that enforce its limits: a [`MemoryLimiter`]
 //! and a [`CpuMeter`].
+//!
+//! Host memory a Worker can make the node allocate is held to its limit:
+//!
+//! * linear memories and tables are counted against the instance's memory
+//!   limit (a table element as [`TABLE_ELEMENT_BYTES`]), and against the
+//!   node-wide cap on live instance memory ([`NodeMemory`]), so the
+//!   in-flight instances together cannot exceed it either;
+//! * the resources an instance holds (streams, pollables, header maps, ...)
+//!   are capped at [`MAX_RESOURCES`], and a header map it builds at
+//!   [`FIELD_SIZE_LIMIT`] bytes, so the rest is bounded to
+//!   `MAX_RESOURCES × FIELD_SIZE_LIMIT` per instance at worst.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -26,24 +38,76 @@ pub(crate) struct Host {
     pub(crate) meter: Arc<CpuMeter>,
 }
 
+/// Resources (WASI and wasi:http handles) one instance may hold at once.
+pub const MAX_RESOURCES: usize = 4096;
+
+/// Bytes a header map a Worker builds may hold (in memory, which is about
+/// twice its wire size).
+pub const FIELD_SIZE_LIMIT: usize = 32 * 1024;
+
+/// What one table element is counted as against the memory limit.
+pub const TABLE_ELEMENT_BYTES: usize = 16;
+
+/// The node-wide cap on memory held by live instances (linear memories and
+/// tables of every instance of every Worker), shared by all their limiters.
+#[derive(Debug)]
+pub(crate) struct NodeMemory {
+    used: AtomicU64,
+    limit: u64,
+}
+
+impl NodeMemory {
+    /// A cap of `limit` bytes.
+    pub(crate) fn new(limit: u64) -> Arc<Self> {
+        Arc::new(NodeMemory {
+            used: AtomicU64::new(0),
+            limit,
+        })
+    }
+
+    /// Takes `bytes` if they fit under the cap.
+    fn try_take(&self, bytes: u64) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                u.checked_add(bytes).filter(|n| *n <= self.limit)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, bytes: u64) {
+        self.used.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    /// Bytes live instances hold now.
+    pub(crate) fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+}
+
 impl Host {
-    /// Host state for an instance of `script_id` limited to `memory` bytes.
-    pub(crate) fn new(script_id: &str, memory: u64) -> Self {
+    /// Host state for an instance of `script_id` limited to `memory` bytes
+    /// of its own and to what is left of `node`.
+    pub(crate) fn new(script_id: &str, memory: u64, node: Arc<NodeMemory>) -> Self {
         let wasi = WasiCtxBuilder::new()
             .env("HEARTH_SCRIPT_ID", script_id)
             .allow_ip_name_lookup(false)
             .allow_tcp(false)
             .allow_udp(false)
             .build();
+        let mut http = WasiHttpCtx::new();
+        http.set_field_size_limit(FIELD_SIZE_LIMIT);
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_RESOURCES);
         Host {
             wasi,
-            http: WasiHttpCtx::new(),
-            table: ResourceTable::new(),
+            http,
+            table,
             hooks: DenyOutbound,
             memory: MemoryLimiter {
                 limit: usize::try_from(memory).unwrap_or(usize::MAX),
                 total: 0,
                 hit: false,
+                node,
             },
             meter: Arc::new(CpuMeter::default()),
         }
@@ -89,18 +153,37 @@ impl WasiHttpHooks for DenyOutbound {
     }
 }
 
-/// Caps the total linear memory of one instance and remembers whether a
-/// growth was refused, so a trap that follows is reported as a memory limit.
+/// Caps the linear memory and tables of one instance (and their share of
+/// the node's cap) and remembers whether a growth was refused, so a trap
+/// that follows is reported as a memory limit.
 pub(crate) struct MemoryLimiter {
     limit: usize,
     total: usize,
     pub(crate) hit: bool,
+    node: Arc<NodeMemory>,
 }
 
 impl MemoryLimiter {
-    /// Bytes of linear memory the instance holds.
+    /// Bytes of linear memory and tables the instance holds.
     pub(crate) fn bytes(&self) -> u64 {
         self.total as u64
+    }
+
+    /// Grows the count by `grow` bytes if the instance's limit and the
+    /// node's cap allow it.
+    fn grow(&mut self, grow: usize) -> bool {
+        if self.total.saturating_add(grow) > self.limit || !self.node.try_take(grow as u64) {
+            self.hit = true;
+            return false;
+        }
+        self.total += grow;
+        true
+    }
+}
+
+impl Drop for MemoryLimiter {
+    fn drop(&mut self) {
+        self.node.give_back(self.total as u64);
     }
 }
 
@@ -111,21 +194,16 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        let grow = desired.saturating_sub(current);
-        if self.total.saturating_add(grow) > self.limit {
-            self.hit = true;
-            return Ok(false);
-        }
-        self.total += grow;
-        Ok(true)
+        Ok(self.grow(desired.saturating_sub(current)))
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= 1_000_000)
+        let elements = desired.saturating_sub(current);
+        Ok(self.grow(elements.saturating_mul(TABLE_ELEMENT_BYTES)))
     }
 }

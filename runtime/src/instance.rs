@@ -90,8 +90,9 @@ impl Instance {
         script_id: &str,
         limits: &PlanLimits,
         counter: Arc<AtomicU64>,
+        node_memory: Arc<crate::host::NodeMemory>,
     ) -> Result<(Instance, std::time::Duration), RuntimeError> {
-        let mut store = Store::new(engine, Host::new(script_id, limits.memory));
+        let mut store = Store::new(engine, Host::new(script_id, limits.memory, node_memory));
         store.limiter(|h| &mut h.memory);
         store.epoch_deadline_callback(|ctx| {
             ctx.data().meter.check().map_err(wasmtime::Error::new)?;
@@ -167,11 +168,20 @@ impl Instance {
         self.store.set_epoch_deadline(1);
         let task = tokio::spawn(async move {
             let handler = self.proxy.wasi_http_incoming_handler();
-            let result = Metered::new(
+            let run = Metered::new(
                 handler.call_handle(&mut self.store, req, out),
                 meter.clone(),
-            )
-            .await;
+            );
+            let result = match tokio::time::timeout(limits.request_wall, run).await {
+                Ok(r) => r.map_err(|e| {
+                    let hit = self.store.data().memory.hit;
+                    classify(&script_id, Phase::Request, e, hit, limits.memory)
+                }),
+                Err(_) => Err(RuntimeError::WallTimeExceeded {
+                    script_id: script_id.to_string(),
+                    limit: limits.request_wall,
+                }),
+            };
             let cpu = meter.used();
             match result {
                 Ok(()) => {
@@ -184,9 +194,7 @@ impl Instance {
                         cpu,
                     }
                 }
-                Err(e) => {
-                    let hit = self.store.data().memory.hit;
-                    let err = classify(&script_id, Phase::Request, e, hit, limits.memory);
+                Err(err) => {
                     // Dropping the store also drops the response sender if
                     // the guest never used it, which wakes the waiter.
                     drop(self);

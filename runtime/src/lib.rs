@@ -18,6 +18,9 @@
 //! * Warm Workers stay in memory under a byte budget ([`eviction`]) and are
 //!   evicted under pressure (LRU) or when idle; their instances are reused
 //!   per a [`ReusePolicy`]. A trap or limit hit discards the instance.
+//! * A slow, stalled or vanished client costs a connection and a bounded
+//!   wait, never a Worker ([`slow_client`]); each request also has a
+//!   wall-clock deadline ([`PlanLimits::request_wall`]).
 //! * Every outcome is counted ([`stats`]).
 //!
 //! ```no_run
@@ -45,6 +48,7 @@ pub mod limits;
 pub mod manifest;
 mod runtime;
 pub mod script_store;
+pub mod slow_client;
 pub mod stats;
 pub mod timing;
 pub mod validate;
@@ -58,8 +62,7 @@ pub use lifecycle::{Lifecycle, LifecycleChoice};
 pub use limits::{Plan, PlanLimits};
 pub use manifest::{Manifest, ManifestError};
 pub use runtime::{
-    BUSY_RETRY_AFTER_SECS, DeployReport, REQUEST_ID_HEADER, REVALIDATE_MS, Runtime, Served,
-    decorate, error_response,
+    DeployReport, REQUEST_ID_HEADER, REVALIDATE_MS, Runtime, Served, decorate, error_response,
 };
 pub use script_store::{DirStore, ScriptMeta, ScriptStore};
 pub use stats::StatsSnapshot;

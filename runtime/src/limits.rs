@@ -51,30 +51,55 @@ pub struct PlanLimits {
     /// Largest script accepted, measured gzip-compressed (level 6), like the
     /// hosted platforms measure it.
     pub max_script_size: u64,
+    /// Largest script accepted as uploaded, so a highly compressible script
+    /// cannot slip a huge module past the compressed limit.
+    #[serde(default = "default_uncompressed")]
+    pub max_uncompressed_size: u64,
     /// CPU time the top level (instantiation, start functions, init) may use.
     #[serde(with = "millis")]
     pub startup_cpu: Duration,
     /// CPU time one request may use (at most [`MAX_REQUEST_CPU`]).
     #[serde(with = "millis")]
     pub request_cpu: Duration,
-    /// Linear memory one instance may hold, in bytes.
+    /// Linear memory one instance may hold, in bytes (tables and the host
+    /// resources it creates are counted too, see `crate::host`).
     pub memory: u64,
+    /// Wall-clock time one request may take from the moment it is handed to
+    /// an instance until the Worker returns: it bounds a client that is too
+    /// slow to send its body or read the response, and a Worker that
+    /// waits. CPU is limited separately, by `request_cpu`.
+    #[serde(default = "default_request_wall", with = "millis")]
+    pub request_wall: Duration,
+}
+
+fn default_uncompressed() -> u64 {
+    64 * MIB
+}
+
+fn default_request_wall() -> Duration {
+    Duration::from_secs(60)
 }
 
 const MIB: u64 = 1024 * 1024;
 
 impl PlanLimits {
-    /// The defaults of `plan`: 3 MiB (free) or 10 MiB (paid) compressed,
-    /// 400 ms startup CPU, 30 s request CPU, 128 MiB memory.
+    /// The defaults of `plan`: 3 MiB (free) or 10 MiB (paid) compressed and
+    /// 32 MiB (free) or 64 MiB (paid) uncompressed, 400 ms startup CPU,
+    /// 30 s request CPU, 60 s request wall time, 128 MiB memory.
     pub fn default_for(plan: Plan) -> Self {
         PlanLimits {
             max_script_size: match plan {
                 Plan::Free => 3 * MIB,
                 Plan::Paid => 10 * MIB,
             },
+            max_uncompressed_size: match plan {
+                Plan::Free => 32 * MIB,
+                Plan::Paid => 64 * MIB,
+            },
             startup_cpu: Duration::from_millis(400),
             request_cpu: Duration::from_secs(30),
             memory: 128 * MIB,
+            request_wall: default_request_wall(),
         }
     }
 
@@ -86,9 +111,13 @@ impl PlanLimits {
                 self.request_cpu
             )));
         }
-        if self.request_cpu.is_zero() || self.startup_cpu.is_zero() || self.memory == 0 {
+        if self.request_cpu.is_zero()
+            || self.startup_cpu.is_zero()
+            || self.request_wall.is_zero()
+            || self.memory == 0
+        {
             return Err(crate::ConfigError::Limit(
-                "CPU and memory limits must be non-zero".into(),
+                "CPU, wall-time and memory limits must be non-zero".into(),
             ));
         }
         Ok(())

@@ -24,7 +24,10 @@ use crate::script_store::{DirStore, ScriptMeta, ScriptStore};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::timing::{CodeSource, SERVER_TIMING_HEADER, START_HEADER, Start, Timing};
 use crate::validate::{compressed_size, valid_script_id, validate_component};
-use crate::worker::{Worker, link};
+use crate::worker::{NodeShared, Worker, link};
+
+/// Source sizes [`Runtime::can_host`] remembers before it starts over.
+const MAX_CACHED_SIZES: usize = 100_000;
 
 /// How often a warm Worker is checked against the store for a redeploy.
 pub const REVALIDATE_MS: u64 = 1000;
@@ -93,7 +96,11 @@ struct Inner {
     config: RuntimeConfig,
     resident: Mutex<Residency<String, Arc<Worker>>>,
     loading: Mutex<HashMap<String, Arc<OnceCell<Arc<Worker>>>>>,
+    deploying: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// Source sizes of scripts, for [`Runtime::can_host`].
+    sizes: Mutex<HashMap<String, u64>>,
     stats: Arc<Stats>,
+    node: Arc<NodeShared>,
     epoch: Instant,
     last_sweep_ms: std::sync::atomic::AtomicU64,
 }
@@ -128,6 +135,8 @@ impl Runtime {
             .unwrap_or_else(|| config.store_dir.join("artifacts"));
         let artifacts = ArtifactCache::new(dir, config.artifact_key, &engine)
             .map_err(|e| ConfigError::Engine(format!("cannot open artifact cache: {e}")))?;
+        let stats = Arc::new(Stats::default());
+        let node = NodeShared::new(&config, stats.clone());
         Ok(Runtime {
             inner: Arc::new(Inner {
                 resident: Mutex::new(Residency::new(config.memory_budget)),
@@ -138,7 +147,10 @@ impl Runtime {
                 artifacts,
                 config,
                 loading: Mutex::new(HashMap::new()),
-                stats: Arc::new(Stats::default()),
+                deploying: Mutex::new(HashMap::new()),
+                sizes: Mutex::new(HashMap::new()),
+                stats,
+                node,
                 epoch: Instant::now(),
                 last_sweep_ms: Default::default(),
             }),
@@ -193,7 +205,15 @@ impl Runtime {
             return Err(DeployError::InvalidScriptId(script_id.into()));
         }
         let plan = manifest.plan;
-        let limit = self.inner.config.limits(plan).max_script_size;
+        let limits = self.inner.config.limits(plan);
+        let limit = limits.max_script_size;
+        if source.len() as u64 > limits.max_uncompressed_size {
+            return Err(DeployError::TooLargeUncompressed {
+                plan,
+                raw: source.len() as u64,
+                limit: limits.max_uncompressed_size,
+            });
+        }
         let compressed = compressed_size(source);
         if compressed > limit {
             return Err(DeployError::TooLarge {
@@ -209,6 +229,12 @@ impl Runtime {
         let (component, code_source) = self.compile(&hash, source).map_err(DeployError::Compile)?;
         link(&self.inner.linker, &component).map_err(DeployError::Compile)?;
         let compile_time = t.elapsed();
+        // Concurrent deploys of one name are serialised from here: the
+        // deploy time is taken under the lock, so the version stored last
+        // is the one with the latest time, and each caller is told what it
+        // wrote.
+        let name_lock = self.deploy_lock(script_id);
+        let _serial = lock(&name_lock);
         let meta = ScriptMeta {
             script_id: script_id.into(),
             plan,
@@ -233,6 +259,14 @@ impl Runtime {
         })
     }
 
+    /// The lock that serialises deploys of `script_id` on this node (the
+    /// store serialises across nodes).
+    fn deploy_lock(&self, script_id: &str) -> Arc<Mutex<()>> {
+        let mut locks = lock(&self.inner.deploying);
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
+        locks.entry(script_id.to_string()).or_default().clone()
+    }
+
     /// The authenticated artifact of source `hash`, if there is one (a
     /// rejected one is counted and logged).
     fn load_artifact(&self, hash: &str) -> Option<Component> {
@@ -254,21 +288,27 @@ impl Runtime {
     /// Compiles `source`, or loads its authenticated artifact; a new
     /// compile is written to the artifact cache.
     fn compile(&self, hash: &str, source: &[u8]) -> Result<(Component, CodeSource), String> {
-        let inner = &self.inner;
         if let Some(c) = self.load_artifact(hash) {
             return Ok((c, CodeSource::Artifact));
         }
+        Ok((self.compile_source(hash, source)?, CodeSource::Compiled))
+    }
+
+    /// Compiles `source` and writes its artifact to the cache.
+    fn compile_source(&self, hash: &str, source: &[u8]) -> Result<Component, String> {
+        let inner = &self.inner;
         let component = Component::new(&inner.engine, source).map_err(|e| format!("{e:#}"))?;
         Stats::bump(&inner.stats.compiles);
         if let Err(e) = inner.artifacts.store(hash, &component) {
             tracing::warn!(hash, error = %e, "could not write precompiled artifact");
         }
-        Ok((component, CodeSource::Compiled))
+        Ok(component)
     }
 
     /// Drops the resident copy of `script_id` (after a redeploy elsewhere),
     /// so the next request loads the current version.
     pub fn invalidate(&self, script_id: &str) {
+        lock(&self.inner.sizes).remove(script_id);
         let ev = lock(&self.inner.resident).remove(&script_id.to_string(), EvictionCause::Replaced);
         self.count(ev);
     }
@@ -320,17 +360,41 @@ impl Runtime {
 
     /// Whether this node can host `script_id` without evicting a Worker used
     /// within the busy window (always true if it is already warm). The size
-    /// of a Worker not yet loaded is estimated from its source size.
+    /// of a Worker not yet loaded is estimated from its source size, which
+    /// is cached: this is asked under the shard server's admission lock, so
+    /// it never reads the store itself. On a miss it answers yes and looks
+    /// the size up on the blocking pool for next time.
     pub fn can_host(&self, script_id: &str) -> bool {
         if self.is_warm(script_id) {
             return true;
         }
-        let estimate = match self.inner.store.meta(script_id) {
-            Ok(Some(m)) => m.size.saturating_mul(2),
-            _ => return true,
+        let cached = lock(&self.inner.sizes).get(script_id).copied();
+        let Some(size) = cached else {
+            self.learn_size(script_id);
+            return true;
         };
+        let estimate = size.saturating_mul(2);
         let busy = self.inner.config.busy_window.as_millis() as u64;
         lock(&self.inner.resident).fits_without_evicting_busy(estimate, self.now_ms(), busy)
+    }
+
+    /// Reads the source size of `script_id` off the async path into the
+    /// cache [`Runtime::can_host`] uses.
+    fn learn_size(&self, script_id: &str) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let rt = self.clone();
+        let id = script_id.to_string();
+        handle.spawn_blocking(move || {
+            if let Ok(Some(m)) = rt.inner.store.meta(&id) {
+                let mut sizes = lock(&rt.inner.sizes);
+                if sizes.len() >= MAX_CACHED_SIZES {
+                    sizes.clear();
+                }
+                sizes.insert(id, m.size);
+            }
+        });
     }
 
     /// A snapshot of the counters and residency gauges.
@@ -339,7 +403,7 @@ impl Runtime {
             let r = lock(&self.inner.resident);
             (r.len() as u64, r.used())
         };
-        StatsSnapshot::from(&self.inner.stats, n, bytes)
+        StatsSnapshot::from(&self.inner.stats, n, bytes, self.inner.node.memory.used())
     }
 
     /// Script IDs resident now, least recently used first.
@@ -383,7 +447,7 @@ impl Runtime {
             meta,
             limits,
             reuse,
-            self.inner.stats.clone(),
+            self.inner.node.clone(),
         )
         .map_err(load_err)?;
         Ok(Arc::new(worker))
@@ -404,23 +468,23 @@ impl Runtime {
             .map_err(|e| load_err(e.to_string()))?
             .ok_or_else(|| RuntimeError::UnknownScript(script_id.into()))?;
         let mut fetch = t.elapsed();
-        let mut compile = Duration::ZERO;
-        if meta.lifecycle.chosen != Lifecycle::Auto {
-            let t = Instant::now();
-            let found = self.load_artifact(&meta.hash);
-            compile += t.elapsed();
-            if let Some(component) = found {
-                return Ok(LoadedCode {
-                    meta,
-                    component,
-                    code_source: CodeSource::Artifact,
-                    fetch,
-                    compile,
-                });
-            }
+        let t = Instant::now();
+        let found = self.load_artifact(&meta.hash);
+        let mut compile = t.elapsed();
+        if let Some(component) = &found
+            && meta.lifecycle.chosen != Lifecycle::Auto
+        {
+            return Ok(LoadedCode {
+                meta,
+                component: component.clone(),
+                code_source: CodeSource::Artifact,
+                fetch,
+                compile,
+            });
         }
         // No valid artifact (or metadata from before lifecycles were
-        // recorded): the source is needed after all.
+        // recorded, whose lifecycle is decided from the source): the source
+        // is needed after all.
         let t = Instant::now();
         let (mut meta, source) = inner
             .store
@@ -431,9 +495,15 @@ impl Runtime {
             meta.lifecycle = lifecycle::decide(meta.lifecycle.requested, &source);
         }
         fetch += t.elapsed();
-        let t = Instant::now();
-        let (component, code_source) = self.compile(&meta.hash, &source).map_err(load_err)?;
-        compile += t.elapsed();
+        let (component, code_source) = match found {
+            Some(c) => (c, CodeSource::Artifact),
+            None => {
+                let t = Instant::now();
+                let c = self.compile_source(&meta.hash, &source).map_err(load_err)?;
+                compile += t.elapsed();
+                (c, CodeSource::Compiled)
+            }
+        };
         Ok(LoadedCode {
             meta,
             component,
@@ -587,16 +657,12 @@ pub fn error_response(err: &RuntimeError) -> http::Response<Body> {
     if let Ok(v) = http::HeaderValue::from_str(&id) {
         resp.headers_mut().insert(REQUEST_ID_HEADER, v);
     }
-    if matches!(err, RuntimeError::Busy { .. })
-        && let Ok(v) = http::HeaderValue::from_str(&BUSY_RETRY_AFTER_SECS.to_string())
-    {
-        resp.headers_mut().insert(http::header::RETRY_AFTER, v);
+    if let Some(secs) = err.retry_after() {
+        resp.headers_mut()
+            .insert(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
     }
     resp
 }
-
-/// The `retry-after` (seconds) of a 503 for a busy Worker.
-pub const BUSY_RETRY_AFTER_SECS: u64 = 1;
 
 /// A node-unique, hard-to-guess ID for a failed request: 64 bits of
 /// (time, counter) mixed through blake3, as 16 hex digits.

@@ -12,6 +12,13 @@
 //! atomic rename, so a reader sees either the old version or the new one,
 //! never a mix; a deploy that fails before the rename leaves the old version
 //! serving. Several nodes may share one directory.
+//!
+//! Durability: every file is written to a temporary name, fsynced, renamed
+//! into place, and then its directory is fsynced, blob before metadata. So
+//! once `put` returns, a crash or power loss at any later point leaves the
+//! new version, and a crash at any earlier point leaves the old one: the
+//! metadata never survives without its blob. `tests/crash.rs` stops a
+//! deploy at each step (a [`FaultHook`]) and checks exactly that.
 
 use std::fs;
 use std::io::Write;
@@ -62,9 +69,30 @@ pub trait ScriptStore: Send + Sync + 'static {
 }
 
 /// A [`ScriptStore`] in a local directory.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct DirStore {
     root: PathBuf,
+    fault: Option<FaultHook>,
+}
+
+impl std::fmt::Debug for DirStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirStore")
+            .field("root", &self.root)
+            .finish()
+    }
+}
+
+/// Called with the name of each durable step of a [`DirStore::put`] before
+/// it is taken (`blob.write`, `blob.rename`, `blob.sync-dir`, `meta.write`,
+/// `meta.rename`, `meta.sync-dir`); an error stops the deploy there, as a
+/// crash would. For crash-injection tests.
+pub type FaultHook = std::sync::Arc<dyn Fn(&str) -> std::io::Result<()> + Send + Sync>;
+
+/// Fsyncs directory `dir`, so a rename or create inside it survives a
+/// power loss.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    fs::File::open(dir)?.sync_all()
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
@@ -75,16 +103,37 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
 }
 
 /// Writes `bytes` to `path` via a temporary file and a rename, so readers
-/// never see a partial file; returns the file written (for its identity).
+/// never see a partial file, then fsyncs the directory so the rename is
+/// durable; returns the file written (for its identity).
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<fs::File, StoreError> {
+    write_durable(path, bytes, "file", None)
+}
+
+/// [`write_atomic`], asking `fault` before each step (`{what}.write`,
+/// `{what}.rename`, `{what}.sync-dir`).
+fn write_durable(
+    path: &Path,
+    bytes: &[u8],
+    what: &str,
+    fault: Option<&FaultHook>,
+) -> Result<fs::File, StoreError> {
+    let step = |name: &str| match fault {
+        Some(f) => f(&format!("{what}.{name}")).map_err(io(path)),
+        None => Ok(()),
+    };
     let dir = path.parent().unwrap_or(Path::new("."));
+    step("write")?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io(dir))?;
     tmp.write_all(bytes).map_err(io(path))?;
     tmp.as_file().sync_all().map_err(io(path))?;
-    tmp.persist(path).map_err(|e| StoreError::Io {
+    step("rename")?;
+    let file = tmp.persist(path).map_err(|e| StoreError::Io {
         path: path.to_path_buf(),
         source: e.error,
-    })
+    })?;
+    step("sync-dir")?;
+    sync_dir(dir).map_err(io(dir))?;
+    Ok(file)
 }
 
 impl DirStore {
@@ -93,9 +142,19 @@ impl DirStore {
         let root = root.into();
         for sub in ["blobs", "scripts"] {
             let p = root.join(sub);
-            fs::create_dir_all(&p).map_err(io(&p))?;
+            if !p.is_dir() {
+                fs::create_dir_all(&p).map_err(io(&p))?;
+                sync_dir(&root).map_err(io(&root))?;
+            }
         }
-        Ok(DirStore { root })
+        Ok(DirStore { root, fault: None })
+    }
+
+    /// The same store, with `hook` asked before each durable step of a
+    /// deploy (see [`FaultHook`]).
+    pub fn with_fault_hook(mut self, hook: FaultHook) -> Self {
+        self.fault = Some(hook);
+        self
     }
 
     /// The directory this store lives in.
@@ -130,14 +189,22 @@ impl DirStore {
 impl ScriptStore for DirStore {
     fn put(&self, meta: &ScriptMeta, source: &[u8]) -> Result<(), StoreError> {
         let blob = self.blob_path(&meta.hash);
-        if !blob.exists() {
-            write_atomic(&blob, source)?;
+        // A blob already in place is reused only if it is intact (it was
+        // written the same durable way, but disks do fail).
+        let intact = fs::read(&blob).is_ok_and(|b| blake3::hash(&b).to_hex().as_str() == meta.hash);
+        if !intact {
+            write_durable(&blob, source, "blob", self.fault.as_ref())?;
         }
         let json = serde_json::to_vec_pretty(meta).map_err(|e| StoreError::Corrupt {
             path: self.meta_path(&meta.script_id),
             message: e.to_string(),
         })?;
-        write_atomic(&self.meta_path(&meta.script_id), &json)?;
+        write_durable(
+            &self.meta_path(&meta.script_id),
+            &json,
+            "meta",
+            self.fault.as_ref(),
+        )?;
         Ok(())
     }
 

@@ -25,6 +25,11 @@ pub struct Stats {
     pub(crate) evicted_replaced: AtomicU64,
     pub(crate) evicted_manual: AtomicU64,
     pub(crate) reuse_demotions: AtomicU64,
+    pub(crate) busy: AtomicU64,
+    pub(crate) wall_kills: AtomicU64,
+    pub(crate) client_timeouts: AtomicU64,
+    pub(crate) cancelled: AtomicU64,
+    pub(crate) in_flight: AtomicU64,
 }
 
 impl Stats {
@@ -78,6 +83,19 @@ pub struct StatsSnapshot {
     /// Workers switched to fresh instances because a reused instance
     /// returned without a response ([`crate::lifecycle`]).
     pub reuse_demotions: u64,
+    /// Requests answered 503 because no instance slot came free in time.
+    pub busy: u64,
+    /// Requests stopped at their wall-clock limit.
+    pub wall_kills: u64,
+    /// Requests refused because the client stalled sending its body.
+    pub client_timeouts: u64,
+    /// Invocations cancelled because their client went away.
+    pub cancelled: u64,
+    /// Instances serving a request now.
+    pub in_flight: u64,
+    /// Bytes live instances hold now (linear memories and tables), held to
+    /// the node's instance memory cap.
+    pub instance_bytes: u64,
     /// Workers resident now.
     pub resident_workers: u64,
     /// Bytes accounted to resident Workers now.
@@ -90,7 +108,12 @@ impl StatsSnapshot {
         self.evicted_pressure + self.evicted_idle + self.evicted_manual
     }
 
-    pub(crate) fn from(s: &Stats, resident_workers: u64, resident_bytes: u64) -> Self {
+    pub(crate) fn from(
+        s: &Stats,
+        resident_workers: u64,
+        resident_bytes: u64,
+        instance_bytes: u64,
+    ) -> Self {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         StatsSnapshot {
             requests: g(&s.requests),
@@ -109,6 +132,12 @@ impl StatsSnapshot {
             evicted_replaced: g(&s.evicted_replaced),
             evicted_manual: g(&s.evicted_manual),
             reuse_demotions: g(&s.reuse_demotions),
+            busy: g(&s.busy),
+            wall_kills: g(&s.wall_kills),
+            client_timeouts: g(&s.client_timeouts),
+            cancelled: g(&s.cancelled),
+            in_flight: g(&s.in_flight),
+            instance_bytes,
             resident_workers,
             resident_bytes,
         }

@@ -15,13 +15,57 @@ use wasmtime::component::{Component, ComponentExportIndex, Linker};
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
 
 use crate::body::{Body, BoxError};
-use crate::config::ReusePolicy;
+use crate::config::{ReusePolicy, RuntimeConfig};
 use crate::error::RuntimeError;
-use crate::host::Host;
+use crate::host::{Host, NodeMemory};
 use crate::instance::{Instance, OnDone};
 use crate::limits::PlanLimits;
 use crate::script_store::ScriptMeta;
+use crate::slow_client::{self, Cancel, CancelOnDrop};
 use crate::stats::Stats;
+
+/// What every Worker on a node shares: the node-wide instance slots and
+/// memory cap, and the slow-client settings ([`crate::slow_client`]).
+pub(crate) struct NodeShared {
+    /// One permit per instance that may serve at once on the node.
+    pub(crate) slots: Arc<Semaphore>,
+    /// The cap on memory held by live instances.
+    pub(crate) memory: Arc<NodeMemory>,
+    pub(crate) slot_wait: Duration,
+    pub(crate) body_idle: Duration,
+    pub(crate) buffer_before_slot: usize,
+    pub(crate) stats: Arc<Stats>,
+}
+
+impl NodeShared {
+    /// The shared state of a node configured by `cfg`.
+    pub(crate) fn new(cfg: &RuntimeConfig, stats: Arc<Stats>) -> Arc<Self> {
+        Arc::new(NodeShared {
+            slots: Arc::new(Semaphore::new(cfg.max_in_flight)),
+            memory: NodeMemory::new(cfg.instance_memory_cap),
+            slot_wait: cfg.slot_wait,
+            body_idle: cfg.body_idle_timeout,
+            buffer_before_slot: cfg.buffer_before_slot,
+            stats,
+        })
+    }
+}
+
+/// The two slots a serving instance holds (its Worker's and the node's),
+/// counted in the `in_flight` gauge while held.
+struct Slots {
+    _worker: tokio::sync::OwnedSemaphorePermit,
+    _node: tokio::sync::OwnedSemaphorePermit,
+    stats: Arc<Stats>,
+}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        self.stats
+            .in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
 
 /// The optional export a Worker may provide for top-level init that the
 /// runtime runs (and charges to the startup budget) right after
@@ -46,6 +90,7 @@ pub(crate) struct Worker {
     permits: Arc<Semaphore>,
     instance_bytes: Arc<AtomicU64>,
     stats: Arc<Stats>,
+    node: Arc<NodeShared>,
 }
 
 /// A new instance's startup figures.
@@ -63,7 +108,7 @@ impl Worker {
         meta: ScriptMeta,
         limits: PlanLimits,
         reuse: ReusePolicy,
-        stats: Arc<Stats>,
+        node: Arc<NodeShared>,
     ) -> Result<Self, String> {
         let pre = link(linker, component)?;
         let init = component
@@ -89,7 +134,8 @@ impl Worker {
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(reuse.max_concurrency.max(1))),
             instance_bytes: Arc::new(AtomicU64::new(0)),
-            stats,
+            stats: node.stats.clone(),
+            node,
             checked_ms: AtomicU64::new(0),
         })
     }
@@ -141,6 +187,7 @@ impl Worker {
             &self.script_id,
             &self.limits,
             self.instance_bytes.clone(),
+            self.node.memory.clone(),
         )
         .await;
         match res {
@@ -162,22 +209,71 @@ impl Worker {
         }
     }
 
+    /// Takes this Worker's slot and then one of the node's, each waited for
+    /// at most the slot wait in all; `Busy` if none came free.
+    async fn take_slots(&self) -> Result<Slots, RuntimeError> {
+        let wait = self.node.slot_wait;
+        let busy = || {
+            Stats::bump(&self.stats.busy);
+            RuntimeError::Busy {
+                script_id: self.script_id.to_string(),
+                waited: wait,
+            }
+        };
+        let deadline = tokio::time::Instant::now() + wait;
+        let closed = |_| RuntimeError::Load {
+            script_id: self.script_id.to_string(),
+            message: "Worker is shutting down".into(),
+        };
+        let worker = tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned())
+            .await
+            .map_err(|_| busy())?
+            .map_err(closed)?;
+        let node = tokio::time::timeout_at(deadline, self.node.slots.clone().acquire_owned())
+            .await
+            .map_err(|_| busy())?
+            .map_err(closed)?;
+        self.stats.in_flight.fetch_add(1, Ordering::Relaxed);
+        Ok(Slots {
+            _worker: worker,
+            _node: node,
+            stats: self.stats.clone(),
+        })
+    }
+
     /// Serves `req` on an idle instance or a new one, returning the response
     /// once its head is ready (the body keeps streaming from the instance)
-    /// and the startup figures if a new instance was started.
+    /// and the startup figures if a new instance was started. The request
+    /// takes a slot only once its body has arrived or its first bytes have
+    /// (see [`crate::slow_client`]); dropping the future, or the response
+    /// body before its end, cancels the invocation.
     pub(crate) async fn serve(
         self: &Arc<Self>,
         req: http::Request<Body>,
     ) -> Result<(http::Response<Body>, Option<Started>), RuntimeError> {
-        let permit =
-            self.permits
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|_| RuntimeError::Load {
-                    script_id: self.script_id.to_string(),
-                    message: "Worker is shutting down".into(),
-                })?;
+        let (parts, body) = req.into_parts();
+        let idle = self.node.body_idle;
+        let body = slow_client::buffer_prefix(body, self.node.buffer_before_slot, idle)
+            .await
+            .map_err(|e| {
+                if e.downcast_ref::<slow_client::Stalled>().is_some() {
+                    Stats::bump(&self.stats.client_timeouts);
+                    RuntimeError::ClientTimeout {
+                        script_id: self.script_id.to_string(),
+                        idle,
+                    }
+                } else {
+                    RuntimeError::BadRequest {
+                        script_id: self.script_id.to_string(),
+                        message: format!("reading the request body failed: {e}"),
+                    }
+                }
+            })?;
+        let req = http::Request::from_parts(
+            parts,
+            slow_client::IdleTimeout::new(body, idle).boxed_unsync(),
+        );
+        let slots = self.take_slots().await?;
         let (inst, started) = match self.take_idle() {
             Some(i) => (i, None),
             None => {
@@ -193,16 +289,18 @@ impl Worker {
                     let c = match e {
                         RuntimeError::CpuExceeded { .. } => &me.stats.cpu_kills,
                         RuntimeError::MemoryExceeded { .. } => &me.stats.memory_kills,
+                        RuntimeError::WallTimeExceeded { .. } => &me.stats.wall_kills,
                         _ => &me.stats.traps,
                     };
                     Stats::bump(c);
                     tracing::warn!(script = %me.script_id, error = %e, "request failed; instance discarded");
                 }
             }
-            drop(permit);
+            drop(slots);
         });
         let reused = started.is_none();
         let (mut task, mut rx) = inst.invoke(self.script_id.clone(), req, self.limits, on_done)?;
+        let guard = Cancel::new(task.abort_handle(), self.stats.clone());
         let resp = tokio::select! {
             biased;
             r = &mut rx => match r {
@@ -219,7 +317,10 @@ impl Worker {
             message: format!("Worker answered with error code {code:?}"),
         })?;
         Ok((
-            resp.map(|b| b.map_err(|e| Box::new(e) as BoxError).boxed_unsync()),
+            resp.map(|b| {
+                let b = b.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
+                CancelOnDrop::new(b, guard).boxed_unsync()
+            }),
             started,
         ))
     }

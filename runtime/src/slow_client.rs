@@ -1,0 +1,286 @@
+//! What a slow, stalled or vanished client may cost a node: a connection
+//! and a bounded wait, never a Worker.
+//!
+//! The model, in the order a request meets it:
+//!
+//! 1. **Buffer before a slot.** A request takes an instance slot only once
+//!    its body has ended or its first
+//!    [`buffer_before_slot`](crate::RuntimeConfig::buffer_before_slot)
+//!    bytes have arrived ([`buffer_prefix`]). A client that trickles a body
+//!    holds its own connection, not one of the Worker's instances.
+//! 2. **Idle body.** Each wait for the next piece of a request body is
+//!    bounded by [`body_idle_timeout`](crate::RuntimeConfig::body_idle_timeout)
+//!    ([`IdleTimeout`]): before the slot this is a 408, after it the guest
+//!    sees a body error.
+//! 3. **Bounded slot wait** and the **wall-clock deadline** per request live
+//!    in `worker` and `instance` (503 with `retry-after`, 504).
+//! 4. **Cancel on disconnect.** The task running an invocation is aborted
+//!    when the request's future or its response body is dropped before the
+//!    body ended ([`Cancel`], [`CancelOnDrop`]): a client that goes away
+//!    stops its Worker at the next epoch tick, and the instance is
+//!    discarded. A response streamed to its end disarms the guard, so a
+//!    Worker that finishes normally is never cut short.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body_util::BodyExt;
+
+use crate::body::{Body, BoxError};
+use crate::stats::Stats;
+
+/// The body of a request stalled: nothing arrived for the idle timeout.
+#[derive(Debug, thiserror::Error)]
+#[error("request body stalled: nothing arrived for {0:?}")]
+pub struct Stalled(pub Duration);
+
+/// A body whose every wait for the next frame is bounded by `idle`; when it
+/// expires the body yields [`Stalled`] and ends.
+pub struct IdleTimeout {
+    inner: Body,
+    idle: Duration,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    failed: bool,
+}
+
+impl IdleTimeout {
+    /// Wraps `inner`.
+    pub fn new(inner: Body, idle: Duration) -> Self {
+        IdleTimeout {
+            inner,
+            idle,
+            timer: None,
+            failed: false,
+        }
+    }
+}
+
+impl HttpBody for IdleTimeout {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        if this.failed {
+            return Poll::Ready(None);
+        }
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            this.timer = None;
+            return Poll::Ready(frame);
+        }
+        let idle = this.idle;
+        let timer = this
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+        ready!(timer.as_mut().poll(cx));
+        this.failed = true;
+        Poll::Ready(Some(Err(Box::new(Stalled(idle)))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.failed || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Waits until `body` has ended or at least `max` bytes of it have arrived,
+/// each frame within `idle`, and returns a body that replays what was read
+/// and then streams the rest. An empty body returns at once.
+pub async fn buffer_prefix(mut body: Body, max: usize, idle: Duration) -> Result<Body, BoxError> {
+    if body.is_end_stream() || max == 0 {
+        return Ok(body);
+    }
+    let mut frames = VecDeque::new();
+    let mut bytes = 0usize;
+    loop {
+        match tokio::time::timeout(idle, body.frame()).await {
+            Err(_) => return Err(Box::new(Stalled(idle))),
+            Ok(None) => {
+                return Ok(Prefixed { frames, rest: None }.boxed_unsync());
+            }
+            Ok(Some(frame)) => {
+                let frame = frame?;
+                if let Some(d) = frame.data_ref() {
+                    bytes += d.len();
+                }
+                frames.push_back(frame);
+                if body.is_end_stream() {
+                    return Ok(Prefixed { frames, rest: None }.boxed_unsync());
+                }
+                if bytes >= max {
+                    return Ok(Prefixed {
+                        frames,
+                        rest: Some(body),
+                    }
+                    .boxed_unsync());
+                }
+            }
+        }
+    }
+}
+
+/// Frames already read, then the rest of the body.
+struct Prefixed {
+    frames: VecDeque<Frame<Bytes>>,
+    rest: Option<Body>,
+}
+
+impl HttpBody for Prefixed {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(f) = self.frames.pop_front() {
+            return Poll::Ready(Some(Ok(f)));
+        }
+        match &mut self.rest {
+            Some(rest) => Pin::new(rest).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.frames.is_empty() && self.rest.as_ref().is_none_or(|r| r.is_end_stream())
+    }
+}
+
+/// Aborts an invocation's task when dropped, unless [disarmed](Cancel::disarm)
+/// or the task already finished (then it is a no-op).
+pub(crate) struct Cancel {
+    task: Option<tokio::task::AbortHandle>,
+    stats: Arc<Stats>,
+}
+
+impl Cancel {
+    /// A guard over `task`.
+    pub(crate) fn new(task: tokio::task::AbortHandle, stats: Arc<Stats>) -> Self {
+        Cancel {
+            task: Some(task),
+            stats,
+        }
+    }
+
+    /// Lets the task run to its end whatever happens to the guard.
+    pub(crate) fn disarm(&mut self) {
+        self.task = None;
+    }
+}
+
+impl Drop for Cancel {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.take()
+            && !t.is_finished()
+        {
+            Stats::bump(&self.stats.cancelled);
+            tracing::debug!("client went away; invocation cancelled");
+            t.abort();
+        }
+    }
+}
+
+/// A response body that carries its invocation's [`Cancel`] guard: dropped
+/// before its end (the client went away), it cancels the invocation; read
+/// to its end, it lets the Worker finish.
+pub(crate) struct CancelOnDrop {
+    inner: Body,
+    guard: Cancel,
+}
+
+impl CancelOnDrop {
+    /// Wraps `inner`.
+    pub(crate) fn new(inner: Body, guard: Cancel) -> Self {
+        CancelOnDrop { inner, guard }
+    }
+}
+
+impl HttpBody for CancelOnDrop {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let frame = ready!(Pin::new(&mut self.inner).poll_frame(cx));
+        if frame.is_none() || self.inner.is_end_stream() {
+            self.guard.disarm();
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body;
+
+    /// A body that sends `first` and then nothing, ever.
+    fn stalls_after(first: &'static [u8]) -> Body {
+        let s = futures::stream::once(async move {
+            Ok::<_, BoxError>(Frame::data(Bytes::from_static(first)))
+        })
+        .chain(futures::stream::pending());
+        http_body_util::StreamBody::new(s).boxed_unsync()
+    }
+
+    use futures::StreamExt;
+
+    #[tokio::test]
+    async fn a_stalled_body_fails_after_the_idle_timeout() {
+        let idle = Duration::from_millis(50);
+        let err = buffer_prefix(stalls_after(b"x"), 1024, idle)
+            .await
+            .expect_err("stalled");
+        assert!(err.downcast_ref::<Stalled>().is_some(), "{err}");
+        // Once past the prefix, the guest's reads are bounded the same way.
+        let mut b = IdleTimeout::new(stalls_after(b"x"), idle);
+        let first = b.frame().await.expect("frame").expect("data");
+        assert_eq!(first.into_data().ok(), Some(Bytes::from_static(b"x")));
+        let err = b.frame().await.expect("frame").expect_err("stalled");
+        assert!(err.downcast_ref::<Stalled>().is_some(), "{err}");
+        assert!(b.frame().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn the_prefix_is_replayed_before_the_rest() {
+        let whole = buffer_prefix(body::full("hello"), 1024, Duration::from_secs(1))
+            .await
+            .expect("buffered");
+        let got = whole.collect().await.expect("collect").to_bytes();
+        assert_eq!(&got[..], b"hello");
+        // Over the threshold: the rest still streams after the prefix.
+        let s = futures::stream::iter([
+            Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"ab"))),
+            Ok(Frame::data(Bytes::from_static(b"cd"))),
+            Ok(Frame::data(Bytes::from_static(b"ef"))),
+        ]);
+        let b = http_body_util::StreamBody::new(s).boxed_unsync();
+        let b = buffer_prefix(b, 2, Duration::from_secs(1))
+            .await
+            .expect("buffered");
+        let got = b.collect().await.expect("collect").to_bytes();
+        assert_eq!(&got[..], b"abcdef");
+    }
+}

@@ -1,0 +1,259 @@
+//! What a deploy promises and what a node holds to: a deploy stopped at any
+//! step leaves the old or the new version servable, concurrent deploys of
+//! one name are serialised, the free plan bounds the uncompressed size,
+//! and live instances are held to the node's memory cap.
+
+use std::sync::Arc;
+
+use http_body_util::BodyExt;
+
+use hearth_runtime::body::{self, Body};
+use hearth_runtime::{DeployError, DirStore, Plan, Runtime, RuntimeConfig};
+
+fn sample(name: &str) -> Vec<u8> {
+    hearth_sample_workers::bytes(name).expect("sample Worker built")
+}
+
+fn config(dir: &std::path::Path) -> RuntimeConfig {
+    RuntimeConfig::new(dir)
+        .artifact_key([3; 32])
+        .instance_pool_size(20)
+}
+
+fn get(id: &str) -> http::Request<Body> {
+    http::Request::get(format!("http://{id}.localhost/"))
+        .body(body::full(""))
+        .expect("request")
+}
+
+/// Which sample answers for `app` on a fresh runtime over `dir`: `hello`,
+/// `echo`, or a failure.
+async fn who_serves(dir: &std::path::Path) -> String {
+    let rt = Runtime::new(config(dir)).expect("runtime");
+    let resp = rt.serve("app", get("app")).await;
+    let status = resp.status();
+    let echo = resp.headers().contains_key("x-echo-served");
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&bytes);
+    match (status.as_u16(), echo) {
+        (200, true) => "echo".into(),
+        (200, false) if text.contains("hello from app") => "hello".into(),
+        _ => format!("failure {status}: {text}"),
+    }
+}
+
+const STEPS: [&str; 6] = [
+    "blob.write",
+    "blob.rename",
+    "blob.sync-dir",
+    "meta.write",
+    "meta.rename",
+    "meta.sync-dir",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deploy_stopped_at_any_step_leaves_a_servable_version() {
+    for (i, step) in STEPS.iter().enumerate() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rt = Runtime::new(config(dir.path())).expect("runtime");
+        rt.deploy("app", Plan::Free, sample("hello"))
+            .await
+            .expect("first deploy");
+        drop(rt);
+        // The second deploy "crashes" at `step`.
+        let failing = step.to_string();
+        let store = DirStore::open(dir.path())
+            .expect("store")
+            .with_fault_hook(Arc::new(move |s: &str| {
+                if s == failing {
+                    Err(std::io::Error::other(format!("injected crash at {s}")))
+                } else {
+                    Ok(())
+                }
+            }));
+        let rt = Runtime::with_store(config(dir.path()), Arc::new(store)).expect("runtime");
+        let err = rt
+            .deploy("app", Plan::Free, sample("echo"))
+            .await
+            .expect_err("the injected fault stops the deploy");
+        assert!(matches!(err, DeployError::Store(_)), "{step}: {err}");
+        drop(rt);
+        let serving = who_serves(dir.path()).await;
+        // Before the metadata is renamed into place the old version stands;
+        // from then on the new one does. Never neither.
+        let expected = if i < 5 { "hello" } else { "echo" };
+        assert_eq!(serving, expected, "crash at {step}");
+    }
+    // And with no fault, the new version.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = Runtime::new(config(dir.path())).expect("runtime");
+    rt.deploy("app", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
+    rt.deploy("app", Plan::Free, sample("echo"))
+        .await
+        .expect("deploy");
+    drop(rt);
+    assert_eq!(who_serves(dir.path()).await, "echo");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_blob_is_rewritten_by_the_next_deploy() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = Runtime::new(config(dir.path())).expect("runtime");
+    let report = rt
+        .deploy("app", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
+    let blob = dir
+        .path()
+        .join("blobs")
+        .join(format!("{}.wasm", report.meta.hash));
+    std::fs::write(&blob, b"damaged").expect("damage");
+    rt.deploy("app", Plan::Free, sample("hello"))
+        .await
+        .expect("redeploy");
+    drop(rt);
+    std::fs::remove_dir_all(dir.path().join("artifacts")).expect("drop artifacts");
+    assert_eq!(who_serves(dir.path()).await, "hello");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_deploys_of_one_name_are_serialised() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = Runtime::new(config(dir.path())).expect("runtime");
+    let (hello, echo) = (sample("hello"), sample("echo"));
+    let deploys: Vec<_> = (0..8)
+        .map(|i| {
+            let rt = rt.clone();
+            let src = if i % 2 == 0 {
+                hello.clone()
+            } else {
+                echo.clone()
+            };
+            tokio::spawn(async move { rt.deploy("app", Plan::Free, src).await })
+        })
+        .collect();
+    let mut reports = Vec::new();
+    for d in deploys {
+        reports.push(d.await.expect("task").expect("deploy"));
+    }
+    // The stored version is the one deployed last, and no two deploys
+    // overlapped: their deploy times are all distinct or ordered.
+    let stored = rt
+        .script_store()
+        .meta("app")
+        .expect("meta")
+        .expect("stored");
+    let last = reports
+        .iter()
+        .max_by_key(|r| r.meta.deployed_at_ms)
+        .expect("reports");
+    assert_eq!(stored.deployed_at_ms, last.meta.deployed_at_ms);
+    assert!(
+        reports
+            .iter()
+            .filter(|r| r.meta.deployed_at_ms == stored.deployed_at_ms)
+            .any(|r| r.meta.hash == stored.hash)
+    );
+    let resp = rt.serve("app", get("app")).await;
+    assert_eq!(resp.status(), 200);
+}
+
+/// `source` with a custom section of `n` zero bytes appended: still a
+/// valid component, tiny compressed, huge uncompressed.
+fn with_padding(mut source: Vec<u8>, n: usize) -> Vec<u8> {
+    fn leb(mut v: usize, out: &mut Vec<u8>) {
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(b);
+                return;
+            }
+            out.push(b | 0x80);
+        }
+    }
+    let name = b"padding";
+    let mut payload = Vec::new();
+    leb(name.len(), &mut payload);
+    payload.extend_from_slice(name);
+    payload.resize(payload.len() + n, 0);
+    source.push(0);
+    leb(payload.len(), &mut source);
+    source.extend_from_slice(&payload);
+    source
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_uncompressed_size_is_bounded_too() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = Runtime::new(config(dir.path())).expect("runtime");
+    let padded = with_padding(sample("hello"), 60 << 20);
+    match rt.deploy("pad", Plan::Free, padded.clone()).await {
+        Err(e @ DeployError::TooLargeUncompressed { .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains("33554432"), "{msg}");
+        }
+        other => panic!("a 60 MiB script must be refused on free: {other:?}"),
+    }
+    assert!(rt.script_store().meta("pad").expect("meta").is_none());
+    // Under the limit, the same padding is accepted: it is the size, not
+    // the section, that was refused.
+    let small = with_padding(sample("hello"), 1 << 20);
+    rt.deploy("pad", Plan::Free, small).await.expect("deploy");
+    assert_eq!(rt.serve("pad", get("pad")).await.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_instances_are_held_to_the_node_memory_cap() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Each instance may hold 128 MiB, but all of them together only 48.
+    let rt = Runtime::new(config(dir.path()).instance_memory_cap(48 << 20)).expect("runtime");
+    rt.deploy("mem", Plan::Free, sample("mem-hog"))
+        .await
+        .expect("deploy");
+    rt.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
+    let resp = rt.serve("mem", get("mem")).await;
+    assert_eq!(resp.status(), 503);
+    let s = rt.stats();
+    assert_eq!(s.memory_kills, 1);
+    // The hog's memory came back; another Worker still runs.
+    assert!(s.instance_bytes < 8 << 20, "{}", s.instance_bytes);
+    assert_eq!(rt.serve("hello", get("hello")).await.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn can_host_never_reads_the_store_on_the_caller() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = Runtime::new(
+        config(dir.path())
+            .memory_budget(2 << 20)
+            .busy_window(std::time::Duration::from_secs(60)),
+    )
+    .expect("runtime");
+    rt.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
+    rt.deploy("big", Plan::Paid, sample("big"))
+        .await
+        .expect("deploy");
+    assert_eq!(rt.serve("hello", get("hello")).await.status(), 200);
+    // The first answer for a Worker of unknown size is optimistic (the
+    // store is read on the blocking pool, not under the caller's lock) ...
+    assert!(rt.can_host("big"));
+    // ... and once its size is known, a node too small to hold it beside a
+    // busy Worker says no.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while rt.can_host("big") {
+        assert!(std::time::Instant::now() < deadline, "size never learned");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

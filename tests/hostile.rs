@@ -1,0 +1,435 @@
+//! Slow, stalled, vanishing and greedy clients against a real `hearth
+//! serve` process, as a user would try them with a few sockets: none of
+//! them may freeze a Worker, starve another Worker, keep a Worker burning
+//! CPU after they left, or stop a drain.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hearth");
+const TOKEN: &str = "hostile-test-token";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A running `hearth serve`; killed when dropped.
+struct Serve {
+    child: Child,
+    http: SocketAddr,
+    admin: SocketAddr,
+    log: std::path::PathBuf,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Serve {
+    /// Deploys `workers` into a fresh store and starts a node whose config
+    /// has `extra` appended.
+    fn start(dir: &Path, workers: &[&str], extra: &str) -> Serve {
+        let store = dir.join("store");
+        for w in workers {
+            let path = hearth_sample_workers::path(w).expect("sample built");
+            let out = Command::new(BIN)
+                .args(["deploy", "--store"])
+                .arg(&store)
+                .args(["--name", w])
+                .arg(path)
+                .output()
+                .expect("run hearth deploy");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let (http, admin) = (free_port(), free_port());
+        let cfg = dir.join("node.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "listen = \"127.0.0.1:{http}\"\nadmin = \"127.0.0.1:{admin}\"\nstore = \"{}\"\nadmin_token = \"{TOKEN}\"\n{extra}",
+                store.display()
+            ),
+        )
+        .expect("write config");
+        let log = dir.join("node.log");
+        let child = Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(&cfg)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("spawn hearth serve");
+        let s = Serve {
+            child,
+            http: ([127, 0, 0, 1], http).into(),
+            admin: ([127, 0, 0, 1], admin).into(),
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(s.http).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "node never listened: {}",
+                s.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        s
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// One counter of the admin API's `/v1/stats`.
+    async fn stat(&self, name: &str) -> u64 {
+        let head = format!(
+            "GET /v1/stats HTTP/1.1\r\nHost: admin\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
+        );
+        let (status, body) = exchange(self.admin, None, head.as_bytes())
+            .await
+            .expect("admin answers");
+        assert_eq!(status, 200, "{body}");
+        let json = body.split("\r\n\r\n").nth(1).unwrap_or("");
+        let v: serde_json::Value = serde_json::from_str(json).expect("stats JSON");
+        v[name]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {name} in {json}"))
+    }
+}
+
+/// Sends `bytes` from `from` (an address on the loopback, or any) and reads
+/// the whole answer: (status, text). `None` if the connection failed.
+async fn exchange(to: SocketAddr, from: Option<[u8; 4]>, bytes: &[u8]) -> Option<(u16, String)> {
+    let mut s = connect(to, from).await?;
+    s.write_all(bytes).await.ok()?;
+    // Everything up to the close (or a reset after the answer).
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf)).await;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, text))
+}
+
+async fn connect(to: SocketAddr, from: Option<[u8; 4]>) -> Option<TcpStream> {
+    let sock = TcpSocket::new_v4().ok()?;
+    if let Some(ip) = from {
+        sock.bind((ip, 0).into()).ok()?;
+    }
+    sock.connect(to).await.ok()
+}
+
+fn get(host: &str) -> Vec<u8> {
+    format!("GET / HTTP/1.1\r\nHost: {host}.localhost\r\nConnection: close\r\n\r\n").into_bytes()
+}
+
+/// A POST to `host` announcing 100 MB that sends `sent` bytes of it and
+/// then nothing: the socket, still open.
+async fn stalled_post(to: SocketAddr, host: &str, sent: usize) -> Option<TcpStream> {
+    let mut s = connect(to, None).await?;
+    let head =
+        format!("POST / HTTP/1.1\r\nHost: {host}.localhost\r\nContent-Length: 100000000\r\n\r\n");
+    s.write_all(head.as_bytes()).await.ok()?;
+    s.write_all(&vec![b'x'; sent]).await.ok()?;
+    Some(s)
+}
+
+/// Reads what `s` gets until it closes (at most `within`): the status of
+/// the answer, if any, and whether it closed.
+async fn outcome(mut s: TcpStream, within: Duration) -> (Option<u16>, bool) {
+    let mut buf = Vec::new();
+    let closed = matches!(
+        tokio::time::timeout(within, s.read_to_end(&mut buf)).await,
+        Ok(Ok(_)) | Ok(Err(_))
+    );
+    let text = String::from_utf8_lossy(&buf);
+    (
+        text.split_whitespace().nth(1).and_then(|c| c.parse().ok()),
+        closed,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_idle_posts_do_not_freeze_a_worker() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Serve::start(
+        dir.path(),
+        &["echo"],
+        "[limits]\nbody_idle_timeout_s = 2\nslot_wait_ms = 500\n",
+    );
+    // The reported attack: a head and one byte, then nothing, 16 times.
+    let mut idle = Vec::new();
+    for _ in 0..16 {
+        idle.push(stalled_post(node.http, "echo", 1).await.expect("connect"));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Those hold connections, not instances: the 17th is served at once.
+    let t = Instant::now();
+    let (status, resp) = exchange(node.http, None, &get("echo"))
+        .await
+        .expect("answer");
+    assert_eq!(status, 200, "{resp}");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    // And each stalled client is answered 408 and closed after the idle
+    // timeout, not kept open.
+    for s in idle {
+        let (status, closed) = outcome(s, Duration::from_secs(8)).await;
+        assert_eq!(status, Some(408), "{}", node.log());
+        assert!(closed);
+    }
+    assert_eq!(node.stat("client_timeouts").await, 16);
+
+    // Clients that send enough to be handed to the Worker and then stall
+    // do hold its 16 slots; a 17th waits at most the slot wait and gets
+    // 503 with retry-after, and the slots come back after the idle timeout.
+    let mut held = Vec::new();
+    for _ in 0..16 {
+        held.push(
+            stalled_post(node.http, "echo", 80 * 1024)
+                .await
+                .expect("connect"),
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(node.stat("in_flight").await, 16);
+    let t = Instant::now();
+    let (status, resp) = exchange(node.http, None, &get("echo"))
+        .await
+        .expect("answer");
+    assert_eq!(status, 503, "{resp}");
+    assert!(
+        resp.to_ascii_lowercase().contains("retry-after: 1"),
+        "{resp}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    for s in held {
+        let (_, closed) = outcome(s, Duration::from_secs(8)).await;
+        assert!(closed, "a stalled body kept its connection");
+    }
+    assert_eq!(node.stat("in_flight").await, 0);
+    let (status, resp) = exchange(node.http, None, &get("echo"))
+        .await
+        .expect("answer");
+    assert_eq!(status, 200, "{resp}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_fifty_six_stalled_sockets_do_not_starve_other_workers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Serve::start(
+        dir.path(),
+        &["echo", "hello"],
+        "[limits]\nbody_idle_timeout_s = 30\nslot_wait_ms = 300\nmax_in_flight = 24\nmax_connections_per_peer = 1024\n",
+    );
+    // Half trickle, half hand their request over and then stall: echo's
+    // slots are all held, and the rest wait for them.
+    let mut sockets = Vec::new();
+    for i in 0..256 {
+        let sent = if i % 2 == 0 { 1 } else { 80 * 1024 };
+        sockets.push(
+            stalled_post(node.http, "echo", sent)
+                .await
+                .expect("connect"),
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    // A Worker holds at most its own 16 of the node's 24 slots, so another
+    // Worker is still served, promptly.
+    for _ in 0..5 {
+        let t = Instant::now();
+        let (status, resp) = exchange(node.http, None, &get("hello"))
+            .await
+            .expect("answer");
+        assert_eq!(status, 200, "{resp}");
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    }
+    assert!(node.stat("in_flight").await <= 16);
+    assert!(
+        node.stat("busy").await > 0,
+        "excess requests for echo get 503"
+    );
+    drop(sockets);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_cannot_take_every_connection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Serve::start(
+        dir.path(),
+        &["echo", "hello"],
+        "[limits]\nmax_connections_per_peer = 32\n",
+    );
+    let mut sockets = Vec::new();
+    for _ in 0..32 {
+        sockets.push(stalled_post(node.http, "echo", 1).await.expect("connect"));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The 33rd from the same address is refused with a 503 at once ...
+    let (status, resp) = exchange(node.http, Some([127, 0, 0, 1]), &get("hello"))
+        .await
+        .expect("answer");
+    assert_eq!(status, 503, "{resp}");
+    assert!(resp.to_ascii_lowercase().contains("retry-after"), "{resp}");
+    // ... while another client is served.
+    let (status, resp) = exchange(node.http, Some([127, 0, 0, 2]), &get("hello"))
+        .await
+        .expect("answer");
+    assert_eq!(status, 200, "{resp}");
+    drop(sockets);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_cancels_its_worker() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Serve::start(dir.path(), &["cpu-hog"], "");
+    // The reported case: 8 requests to a Worker that loops, each client
+    // giving up after 0.3 s. Each would burn 30 s of CPU.
+    for _ in 0..8 {
+        let mut s = connect(node.http, None).await.expect("connect");
+        s.write_all(&get("cpu-hog")).await.expect("write");
+        let mut buf = [0u8; 64];
+        let r = tokio::time::timeout(Duration::from_millis(300), s.read(&mut buf)).await;
+        assert!(r.is_err(), "cpu-hog answered");
+        drop(s);
+    }
+    // Each invocation is cancelled within an epoch tick or so of its client
+    // leaving, and nothing keeps running.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while node.stat("in_flight").await > 0 {
+        assert!(Instant::now() < deadline, "invocations kept running");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(node.stat("cancelled").await, 8, "{}", node.log());
+    assert_eq!(node.stat("cpu_kills").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_has_a_wall_clock_deadline() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Serve::start(
+        dir.path(),
+        &["echo"],
+        "[limits]\nbody_idle_timeout_s = 60\n\n[plans.free]\nrequest_wall = 1000\n",
+    );
+    // A body that stops after being handed over: the idle timeout is long,
+    // so it is the 1 s wall-clock deadline that frees the instance.
+    let s = stalled_post(node.http, "echo", 80 * 1024)
+        .await
+        .expect("connect");
+    let t = Instant::now();
+    let (_, closed) = outcome(s, Duration::from_secs(10)).await;
+    assert!(closed);
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert_eq!(node.stat("wall_kills").await, 1, "{}", node.log());
+    assert_eq!(node.stat("in_flight").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_drains_even_with_stalled_clients_connected() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut node = Serve::start(
+        dir.path(),
+        &["echo"],
+        "[limits]\nbody_idle_timeout_s = 600\ndrain_timeout_s = 1\n",
+    );
+    let mut sockets = Vec::new();
+    for i in 0..16 {
+        let sent = if i % 2 == 0 { 1 } else { 80 * 1024 };
+        sockets.push(
+            stalled_post(node.http, "echo", sent)
+                .await
+                .expect("connect"),
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pid = node.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = node.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the node did not exit: {}",
+            node.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "exit {status}: {}", node.log());
+    drop(sockets);
+}
+
+#[test]
+fn an_unreadable_secret_file_stops_the_node_with_its_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    // A directory where the artifact key should be: not "missing".
+    std::fs::create_dir_all(store.join("artifact.key")).expect("mkdir");
+    let out = Command::new(BIN)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--store",
+        ])
+        .arg(&store)
+        .output()
+        .expect("run hearth serve");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("artifact.key"), "{err}");
+    // Nothing was left behind by retries.
+    let tmp = std::fs::read_dir(&store)
+        .expect("store")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().starts_with(".tmp"))
+        })
+        .count();
+    assert_eq!(tmp, 0);
+    // A secret that is not UTF-8 is an error naming it, too.
+    std::fs::remove_dir(store.join("artifact.key")).expect("rmdir");
+    std::fs::write(store.join("artifact.key"), [0xff, 0xfe, 0x00]).expect("write");
+    let out = Command::new(BIN)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--store",
+        ])
+        .arg(&store)
+        .output()
+        .expect("run hearth serve");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("artifact.key"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
