@@ -149,6 +149,17 @@ async fn stalled_post(to: SocketAddr, host: &str, sent: usize) -> Option<TcpStre
     Some(s)
 }
 
+/// `n` stalled POSTs to echo: half send 1 byte (they never reach the
+/// Worker), half 80 KiB (they are handed over and hold a slot).
+async fn stalled_mix(to: SocketAddr, n: usize) -> Vec<TcpStream> {
+    let mut sockets = Vec::new();
+    for i in 0..n {
+        let sent = if i % 2 == 0 { 1 } else { 80 * 1024 };
+        sockets.push(stalled_post(to, "echo", sent).await.expect("connect"));
+    }
+    sockets
+}
+
 /// Reads what `s` gets until it closes (at most `within`): the status of
 /// the answer, if any, and whether it closed.
 async fn outcome(mut s: TcpStream, within: Duration) -> (Option<u16>, bool) {
@@ -238,15 +249,7 @@ async fn two_hundred_fifty_six_stalled_sockets_do_not_starve_other_workers() {
     );
     // Half trickle, half hand their request over and then stall: echo's
     // slots are all held, and the rest wait for them.
-    let mut sockets = Vec::new();
-    for i in 0..256 {
-        let sent = if i % 2 == 0 { 1 } else { 80 * 1024 };
-        sockets.push(
-            stalled_post(node.http, "echo", sent)
-                .await
-                .expect("connect"),
-        );
-    }
+    let sockets = stalled_mix(node.http, 256).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     // A Worker holds at most its own 16 of the node's 24 slots, so another
     // Worker is still served, promptly.
@@ -347,15 +350,7 @@ async fn ctrl_c_drains_even_with_stalled_clients_connected() {
         &["echo"],
         "[limits]\nbody_idle_timeout_s = 600\ndrain_timeout_s = 1\n",
     );
-    let mut sockets = Vec::new();
-    for i in 0..16 {
-        let sent = if i % 2 == 0 { 1 } else { 80 * 1024 };
-        sockets.push(
-            stalled_post(node.http, "echo", sent)
-                .await
-                .expect("connect"),
-        );
-    }
+    let sockets = stalled_mix(node.http, 16).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let pid = node.child.id().to_string();
     assert!(

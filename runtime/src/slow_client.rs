@@ -44,7 +44,9 @@ pub struct Stalled(pub Duration);
 pub struct IdleTimeout {
     inner: Body,
     idle: Duration,
+    /// One timer per body, re-armed (not reallocated) for each wait.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    armed: bool,
     failed: bool,
 }
 
@@ -55,6 +57,7 @@ impl IdleTimeout {
             inner,
             idle,
             timer: None,
+            armed: false,
             failed: false,
         }
     }
@@ -73,13 +76,17 @@ impl HttpBody for IdleTimeout {
             return Poll::Ready(None);
         }
         if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
-            this.timer = None;
+            this.armed = false;
             return Poll::Ready(frame);
         }
         let idle = this.idle;
         let timer = this
             .timer
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+        if !this.armed {
+            timer.as_mut().reset(tokio::time::Instant::now() + idle);
+            this.armed = true;
+        }
         ready!(timer.as_mut().poll(cx));
         this.failed = true;
         Poll::Ready(Some(Err(Box::new(Stalled(idle)))))
