@@ -261,3 +261,44 @@ async fn a_redeploy_through_one_node_reaches_every_node() {
         assert_eq!(r.text(), "hello from wstd", "node {i}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_a_sharded_request_cancels_it_on_the_home() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let c = TestCluster::start(2).await.expect("cluster");
+    c.deploy("hog", Plan::Free, sample("cpu-hog"))
+        .await
+        .expect("deploy");
+    let home = c.home_of("hog").expect("home");
+    let other = 1 - home;
+    // Clients of the other node give up after 0.3 s on a Worker that loops
+    // until its 30 s CPU limit; the request was forwarded to the home.
+    for _ in 0..4 {
+        let mut s = tokio::net::TcpStream::connect(c.node(other).http_addr)
+            .await
+            .expect("connect");
+        s.write_all(b"GET / HTTP/1.1\r\nHost: hog.localhost\r\n\r\n")
+            .await
+            .expect("write");
+        let mut buf = [0u8; 64];
+        let r = tokio::time::timeout(Duration::from_millis(300), s.read(&mut buf)).await;
+        assert!(r.is_err(), "the hog answered");
+    }
+    // The home stops each invocation soon after; nothing keeps running.
+    let rt = c.node(home).node.runtime();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while rt.stats().in_flight > 0 || rt.stats().cancelled < 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the home kept running them: {:?}",
+            rt.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(rt.stats().cpu_kills, 0);
+    assert_eq!(
+        c.node(other).node.runtime().stats().requests,
+        0,
+        "forwarded, not served locally"
+    );
+}

@@ -139,5 +139,6 @@ impl worker::Server for LazyInstance {
             None,
             None,
         )
+        .await
     }
 }

@@ -8,9 +8,11 @@
 //! runtime (never on the RPC thread, which must stay responsive), and its
 //! response streams back into the caller's `ResponseSink`.
 //!
-//! If the calling connection closes before the response is complete, the
-//! Worker's invocation is cancelled, so a vanished peer cannot pin an
-//! in-flight slot (see [`crate::overload::Permit`]).
+//! The `fetch` call stays open until the response has been sent. If the
+//! caller gives up on it (its client went away: the question is finished)
+//! or the calling connection closes before the response is complete, the
+//! Worker's invocation is cancelled, so a vanished client or peer cannot
+//! pin an in-flight slot or burn CPU (see [`crate::overload::Permit`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -94,9 +96,12 @@ pub(crate) fn error_response(status: http::StatusCode, message: &str) -> http::R
 }
 
 /// Answers a `Worker.fetch` call for `script_id`: sets the request-body
-/// stream in `results` and starts the invocation, which holds `permit`
-/// until its response has been sent. Must run on an RPC thread.
-pub(crate) fn serve_fetch(
+/// stream in `results` and releases it to pipelined calls at once
+/// (`set_pipeline`), then runs the invocation, which holds `permit` until
+/// its response has been sent. The call returns only then, so a caller
+/// that gives up (dropping its question sends `Finish`) cancels the
+/// invocation, as does a closed connection. Must run on an RPC thread.
+pub(crate) async fn serve_fetch(
     host: &WorkerHost,
     script_id: &str,
     context: ContextStack,
@@ -111,36 +116,35 @@ pub(crate) fn serve_fetch(
     let sink = p.get_response()?;
     let (stream, body) = ByteStreamServer::new_pair();
     results.get().set_request_body(stream);
+    results.set_pipeline()?;
+    drop(params);
 
     let mut request = http::Request::from_parts(parts, body.boxed());
     request.extensions_mut().insert(context);
     let invocation = host.serve(script_id, request);
     let rt = host.rt.clone();
-    let script = script_id.to_string();
-    tokio::task::spawn_local(async move {
-        let work = async move {
-            let response = invocation.await;
-            send_response(&rt, response, sink).await
-        };
-        let outcome = match closed {
-            Some(closed) => {
-                tokio::select! {
-                    result = work => Some(result),
-                    () = closed => None,
-                }
-            }
-            None => Some(work.await),
-        };
-        match outcome {
-            Some(Ok(_)) => {}
-            Some(Err(e)) => {
-                tracing::debug!(script_id = %script, error = %e, "sending a response to a peer failed")
-            }
-            None => {
-                tracing::debug!(script_id = %script, "peer disconnected; invocation cancelled")
+    let work = async move {
+        let response = invocation.await;
+        send_response(&rt, response, sink).await
+    };
+    let outcome = match closed {
+        Some(closed) => {
+            tokio::select! {
+                result = work => Some(result),
+                () = closed => None,
             }
         }
-        drop(permit);
-    });
+        None => Some(work.await),
+    };
+    match outcome {
+        Some(Ok(_)) => {}
+        Some(Err(e)) => {
+            tracing::debug!(script_id = %script_id, error = %e, "sending a response to a peer failed")
+        }
+        None => {
+            tracing::debug!(script_id = %script_id, "peer disconnected; invocation cancelled")
+        }
+    }
+    drop(permit);
     Ok(())
 }

@@ -545,10 +545,20 @@ fn rpc_thread(
                 Some(Command::Forward(job, reply)) => {
                     let state = state.clone();
                     tokio::task::spawn_local(async move {
-                        let peer = state.peer(job.home).await;
-                        let forwarded =
-                            shard_client::forward(state.client.clone(), peer, *job).await;
-                        let _ = reply.send(Ok(forwarded));
+                        let mut reply = reply;
+                        let forward = async {
+                            let peer = state.peer(job.home).await;
+                            shard_client::forward(state.client.clone(), peer, *job).await
+                        };
+                        // A requester that went away (its client left) drops
+                        // the forward, which cancels the invocation on the
+                        // home.
+                        tokio::select! {
+                            forwarded = forward => {
+                                let _ = reply.send(Ok(forwarded));
+                            }
+                            () = reply.closed() => {}
+                        }
                     });
                 }
             }

@@ -61,6 +61,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use capnp_rpc::CapabilityServerSet;
+use http_body_util::BodyExt as _;
 use tokio::sync::mpsc;
 
 use crate::byte_stream::{
@@ -439,16 +440,27 @@ pub(crate) async fn forward(
     lazy.release();
     drop(spec.kept);
     let finish_call = spec.finish_call.take();
+    // The fetch question stays open while this request is wanted: until
+    // the response body has been read to its end or dropped, or, if no head
+    // ever comes, until this future is dropped (its client went away).
+    // Dropping `wanted` finishes the question, which cancels the
+    // invocation on the home.
+    let (wanted, gone) = tokio::sync::oneshot::channel::<()>();
     let rest_of_body = async move {
-        let result = match (spec.terminal_sent, finish_call) {
-            (Some(_), Some(call)) => call.await,
-            _ => send_rest(&mut source, &stream).await,
+        let talk = async move {
+            let result = match (spec.terminal_sent, finish_call) {
+                (Some(_), Some(call)) => call.await,
+                _ => send_rest(&mut source, &stream).await,
+            };
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "streaming the request body to the home failed");
+            }
+            let _ = fetch.promise.await;
         };
-        if let Err(e) = result {
-            tracing::debug!(error = %e, "streaming the request body to the home failed");
+        tokio::select! {
+            () = talk => {}
+            _ = gone => {}
         }
-        // Keeps the fetch question open until the body is through.
-        let _ = fetch.promise.await;
     };
     tokio::task::spawn_local(rest_of_body);
 
@@ -465,7 +477,13 @@ pub(crate) async fn forward(
         Some(Ok(response)) => {
             env.counters.sharded.fetch_add(1, Ordering::Relaxed);
             Forwarded {
-                response,
+                response: response.map(|body| {
+                    Wanted {
+                        body,
+                        _wanted: wanted,
+                    }
+                    .boxed_unsync()
+                }),
                 outcome: ForwardOutcome::Sharded,
                 hop,
             }
@@ -478,6 +496,33 @@ pub(crate) async fn forward(
             hop,
             "the connection to the home closed before its response".into(),
         ),
+    }
+}
+
+/// A response body that keeps its request's `fetch` question open until
+/// it is read to its end or dropped.
+struct Wanted {
+    body: Body,
+    _wanted: tokio::sync::oneshot::Sender<()>,
+}
+
+impl http_body::Body for Wanted {
+    type Data = bytes::Bytes;
+    type Error = crate::local::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 

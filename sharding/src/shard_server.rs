@@ -121,20 +121,25 @@ impl worker::Server for HomeWorker {
         params: worker::FetchParams,
         results: worker::FetchResults,
     ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
-        let result = match self.admitted.borrow_mut().take() {
-            Some((permit, context)) => serve_fetch(
-                &self.host,
-                &self.script_id,
-                context,
-                params,
-                results,
-                Some(permit),
-                Some(self.closed.clone()),
-            ),
-            None => Err(capnp::Error::failed(
-                "a dispatched Worker serves exactly one request".into(),
-            )),
-        };
-        std::future::ready(result)
+        let admitted = self.admitted.borrow_mut().take();
+        async move {
+            match admitted {
+                Some((permit, context)) => {
+                    serve_fetch(
+                        &self.host,
+                        &self.script_id,
+                        context,
+                        params,
+                        results,
+                        Some(permit),
+                        Some(self.closed.clone()),
+                    )
+                    .await
+                }
+                None => Err(capnp::Error::failed(
+                    "a dispatched Worker serves exactly one request".into(),
+                )),
+            }
+        }
     }
 }
