@@ -14,8 +14,11 @@
 //!   in-flight instances together cannot exceed it either;
 //! * the resources an instance holds (streams, pollables, header maps, ...)
 //!   are capped at [`MAX_RESOURCES`], and a header map it builds at
-//!   [`FIELD_SIZE_LIMIT`] bytes, so the rest is bounded to
-//!   `MAX_RESOURCES × FIELD_SIZE_LIMIT` per instance at worst.
+//!   [`FIELD_SIZE_LIMIT`] bytes. wasmtime offers no hook to count those
+//!   allocations one by one, so their worst case, [`HOST_RESERVE`], is
+//!   reserved against the node-wide cap for as long as the instance lives:
+//!   however the in-flight instances use the host, together they stay
+//!   within the cap.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,11 +42,15 @@ pub(crate) struct Host {
 }
 
 /// Resources (WASI and wasi:http handles) one instance may hold at once.
-pub const MAX_RESOURCES: usize = 4096;
+pub const MAX_RESOURCES: usize = 1024;
 
 /// Bytes a header map a Worker builds may hold (in memory, which is about
 /// twice its wire size).
-pub const FIELD_SIZE_LIMIT: usize = 32 * 1024;
+pub const FIELD_SIZE_LIMIT: usize = 16 * 1024;
+
+/// The most host memory an instance's resources can take (every resource a
+/// full header map), reserved against the node-wide cap per live instance.
+pub const HOST_RESERVE: u64 = (MAX_RESOURCES * FIELD_SIZE_LIMIT) as u64;
 
 /// What one table element is counted as against the memory limit.
 pub const TABLE_ELEMENT_BYTES: usize = 16;
@@ -66,7 +73,7 @@ impl NodeMemory {
     }
 
     /// Takes `bytes` if they fit under the cap.
-    fn try_take(&self, bytes: u64) -> bool {
+    pub(crate) fn try_take(&self, bytes: u64) -> bool {
         self.used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
                 u.checked_add(bytes).filter(|n| *n <= self.limit)
@@ -86,7 +93,8 @@ impl NodeMemory {
 
 impl Host {
     /// Host state for an instance of `script_id` limited to `memory` bytes
-    /// of its own and to what is left of `node`.
+    /// of its own and to what is left of `node`, which must already hold
+    /// this instance's [`HOST_RESERVE`] (given back when the host drops).
     pub(crate) fn new(script_id: &str, memory: u64, node: Arc<NodeMemory>) -> Self {
         let wasi = WasiCtxBuilder::new()
             .env("HEARTH_SCRIPT_ID", script_id)
@@ -183,7 +191,7 @@ impl MemoryLimiter {
 
 impl Drop for MemoryLimiter {
     fn drop(&mut self) {
-        self.node.give_back(self.total as u64);
+        self.node.give_back(self.total as u64 + HOST_RESERVE);
     }
 }
 

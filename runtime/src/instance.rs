@@ -92,6 +92,12 @@ impl Instance {
         counter: Arc<AtomicU64>,
         node_memory: Arc<crate::host::NodeMemory>,
     ) -> Result<(Instance, std::time::Duration), RuntimeError> {
+        if !node_memory.try_take(crate::host::HOST_RESERVE) {
+            return Err(RuntimeError::MemoryExceeded {
+                script_id: script_id.into(),
+                limit: limits.memory,
+            });
+        }
         let mut store = Store::new(engine, Host::new(script_id, limits.memory, node_memory));
         store.limiter(|h| &mut h.memory);
         store.epoch_deadline_callback(|ctx| {

@@ -93,8 +93,8 @@ pub struct StatsSnapshot {
     pub cancelled: u64,
     /// Instances serving a request now.
     pub in_flight: u64,
-    /// Bytes live instances hold now (linear memories and tables), held to
-    /// the node's instance memory cap.
+    /// Bytes live instances hold now against the node's instance memory
+    /// cap: linear memories, tables and each one's host reserve.
     pub instance_bytes: u64,
     /// Workers resident now.
     pub resident_workers: u64,
