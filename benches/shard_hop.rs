@@ -1,69 +1,287 @@
-//! Latency the shard hop adds, and throughput, for `hello` on a 3-node
-//! loopback cluster: the same Worker served by the node that received the
-//! request (it is the home) vs forwarded to the home, in one run.
+//! What the shard hop costs: `hello` on a 3-node `hearth cluster` (its own
+//! process, loopback, mTLS Cap'n Proto between nodes), requests sent to the
+//! Worker's home ("local") vs to another node, which forwards them to the
+//! home ("sharded"), side by side in one run:
 //!
-//! `cargo bench -p hearth --bench shard_hop`
+//! * **1 connection**: a local and a sharded request alternate, each on its
+//!   own keep-alive connection, so both rows see the same machine;
+//! * **32 connections**: phases of local and sharded load alternate
+//!   (`HEARTH_BENCH_ROUNDS` rounds of `HEARTH_BENCH_SECONDS` each).
+//!
+//! ```sh
+//! cargo bench -p hearth --bench shard_hop
+//! ```
+//!
+//! The load client is this process (hyper, one thread), not the cluster's.
+//! Settings: `HEARTH_BENCH_REQUESTS` (1-connection pairs, 3000),
+//! `HEARTH_BENCH_SECONDS` (per phase, 3), `HEARTH_BENCH_ROUNDS` (2).
 
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hearth::runtime::Plan;
-use hearth::testing::TestCluster;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
 
-fn pct(v: &mut [Duration], p: f64) -> Duration {
-    v.sort();
-    v[((v.len() - 1) as f64 * p).round() as usize]
+mod support;
+use support::*;
+
+const HOST: &str = "hello.localhost";
+
+/// One keep-alive HTTP/1.1 connection to a node's front door.
+struct Conn {
+    send: hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> anyhow::Result<()> {
-    let c = TestCluster::start(3).await?;
-    c.deploy("hello", Plan::Free, hearth_sample_workers::bytes("hello")?)
-        .await?;
-    let home = c
-        .home_of("hello")
-        .ok_or_else(|| anyhow::anyhow!("no home"))?;
-    let other = (home + 1) % 3;
-    // Warm it at the home.
-    c.get(home, "hello", "/").await?;
-    let n = 2000;
-    let mut rows = Vec::new();
-    for (name, node) in [
-        ("local (request lands on the home)", home),
-        ("sharded (forwarded to the home)", other),
-    ] {
-        for _ in 0..200 {
-            c.get(node, "hello", "/").await?;
-        }
-        let mut lat = Vec::with_capacity(n);
-        let t0 = Instant::now();
-        for _ in 0..n {
-            let t = Instant::now();
-            let r = c.get(node, "hello", "/").await?;
-            anyhow::ensure!(r.status == 200, "request failed: {}", r.text());
-            lat.push(t.elapsed());
-        }
-        let total = t0.elapsed();
-        rows.push((
-            name,
-            pct(&mut lat, 0.5),
-            pct(&mut lat, 0.99),
-            n as f64 / total.as_secs_f64(),
-        ));
+impl Conn {
+    async fn open(addr: SocketAddr) -> anyhow::Result<Conn> {
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
+        tokio::spawn(conn);
+        Ok(Conn { send })
     }
-    println!("| route | p50 (µs) | p99 (µs) | requests/s (1 client) |");
-    println!("|---|---|---|---|");
-    for (name, p50, p99, rps) in &rows {
-        println!(
-            "| {name} | {:.0} | {:.0} | {:.0} |",
-            p50.as_secs_f64() * 1e6,
-            p99.as_secs_f64() * 1e6,
-            rps
+
+    /// GET / for `hello`; returns its `x-hearth-route`.
+    async fn get(&mut self) -> anyhow::Result<String> {
+        let req = http::Request::get("/")
+            .header(http::header::HOST, HOST)
+            .body(Empty::new())?;
+        let resp = self.send.send_request(req).await?;
+        let status = resp.status();
+        let route = resp
+            .headers()
+            .get("x-hearth-route")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let body = resp.into_body().collect().await?.to_bytes();
+        anyhow::ensure!(
+            status == 200,
+            "{status}: {}",
+            String::from_utf8_lossy(&body)
         );
+        Ok(route)
     }
-    println!(
-        "\nadded by the hop: p50 {:.0} µs, p99 {:.0} µs",
-        (rows[1].1.as_secs_f64() - rows[0].1.as_secs_f64()) * 1e6,
-        (rows[1].2.as_secs_f64() - rows[0].2.as_secs_f64()) * 1e6
-    );
+}
+
+/// Latencies of one row.
+#[derive(Default)]
+struct Row {
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+    /// CPU time the cluster process spent serving them, if measured.
+    cpu: Option<Duration>,
+}
+
+impl Row {
+    /// Cluster CPU per request: far less noisy than latency on a shared
+    /// machine, since time stolen by other tenants is not counted.
+    fn cpu_us(&self) -> f64 {
+        self.cpu.map_or(f64::NAN, |c| {
+            c.as_secs_f64() * 1e6 / self.latencies.len().max(1) as f64
+        })
+    }
+
+    fn rps(&self) -> f64 {
+        self.latencies.len() as f64 / self.elapsed.as_secs_f64()
+    }
+
+    fn mean_us(&self) -> f64 {
+        let total: Duration = self.latencies.iter().sum();
+        total.as_secs_f64() * 1e6 / self.latencies.len().max(1) as f64
+    }
+
+    fn pct_us(&mut self, p: f64) -> f64 {
+        self.latencies.sort();
+        let i = ((self.latencies.len().saturating_sub(1)) as f64 * p).round() as usize;
+        self.latencies
+            .get(i)
+            .map_or(f64::NAN, |d| d.as_secs_f64() * 1e6)
+    }
+}
+
+/// User plus system CPU time of process `pid` so far (Linux `/proc`).
+fn cpu_of(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // Clock ticks of USER_HZ, which Linux fixes at 100 for user space.
+    Some(Duration::from_millis(ticks * 10))
+}
+
+/// `connections` clients sending back to back to `addr` for `secs`; the
+/// CPU time of process `pid` meanwhile is added to the row.
+async fn phase(
+    addr: SocketAddr,
+    connections: usize,
+    secs: f64,
+    pid: u32,
+    row: &mut Row,
+) -> anyhow::Result<()> {
+    let mut conns = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        let mut c = Conn::open(addr).await?;
+        c.get().await?;
+        conns.push(c);
+    }
+    let cpu_before = cpu_of(pid);
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(secs);
+    let mut tasks = tokio::task::JoinSet::new();
+    for mut c in conns {
+        tasks.spawn(async move {
+            let mut lat = Vec::new();
+            while Instant::now() < end {
+                let t = Instant::now();
+                c.get().await?;
+                lat.push(t.elapsed());
+            }
+            anyhow::Ok(lat)
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        row.latencies.extend(done??);
+    }
+    row.elapsed += start.elapsed();
+    if let (Some(before), Some(after)) = (cpu_before, cpu_of(pid)) {
+        row.cpu = Some(row.cpu.unwrap_or_default() + (after - before));
+    }
     Ok(())
+}
+
+/// Starts `hearth cluster --nodes 3` over `store`; returns it and the
+/// nodes' front-door addresses.
+fn start_cluster(store: &std::path::Path) -> anyhow::Result<(Proc, Vec<SocketAddr>)> {
+    let mut child = Command::new(bin())
+        .args(["cluster", "--nodes", "3", "--store"])
+        .arg(store)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let proc = Proc(child);
+    let mut addrs = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        // "node-1  http://127.0.0.1:…  admin http://…  rpc …"
+        if line.starts_with("node-")
+            && let Some(addr) = line.split_whitespace().nth(1)
+        {
+            addrs.push(addr.trim_start_matches("http://").parse()?);
+            if addrs.len() == 3 {
+                return Ok((proc, addrs));
+            }
+        }
+    }
+    anyhow::bail!("hearth cluster exited before listing its nodes")
+}
+
+fn main() -> anyhow::Result<()> {
+    let pairs = env_or("HEARTH_BENCH_REQUESTS", 3000) as usize;
+    let secs = env_or("HEARTH_BENCH_SECONDS", 3) as f64;
+    let rounds = env_or("HEARTH_BENCH_ROUNDS", 2);
+
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("store");
+    let hello = hearth_sample_workers::path("hello")
+        .ok_or_else(|| anyhow::anyhow!("the hello sample is not built"))?;
+    let out = Command::new(bin())
+        .args(["deploy", "--store"])
+        .arg(&store)
+        .args(["--name", "hello"])
+        .arg(hello)
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "deploy: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (cluster, nodes) = start_cluster(&store)?;
+    let pid = cluster.0.id();
+    for addr in &nodes {
+        wait_ready(*addr, HOST, Duration::from_secs(120));
+    }
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        // The home serves it as `home` or `local`; the others forward it.
+        let mut home = None;
+        for (i, addr) in nodes.iter().enumerate() {
+            let route = Conn::open(*addr).await?.get().await?;
+            if route != "sharded" {
+                home = Some(i);
+            }
+        }
+        let home = home.ok_or_else(|| anyhow::anyhow!("no node serves hello itself"))?;
+        let other = (home + 1) % nodes.len();
+        let (local_addr, sharded_addr) = (nodes[home], nodes[other]);
+
+        let mut one = [Row::default(), Row::default()];
+        let mut local = Conn::open(local_addr).await?;
+        let mut sharded = Conn::open(sharded_addr).await?;
+        for _ in 0..300 {
+            local.get().await?;
+            anyhow::ensure!(sharded.get().await? == "sharded", "not sharded");
+        }
+        for _ in 0..pairs {
+            for (row, conn) in one.iter_mut().zip([&mut local, &mut sharded]) {
+                let t = Instant::now();
+                conn.get().await?;
+                let d = t.elapsed();
+                row.latencies.push(d);
+                row.elapsed += d;
+            }
+        }
+
+        let mut many = [Row::default(), Row::default()];
+        for _ in 0..rounds {
+            phase(local_addr, 32, secs, pid, &mut many[0]).await?;
+            phase(sharded_addr, 32, secs, pid, &mut many[1]).await?;
+        }
+
+        println!(
+            "| connections | route | requests/s | mean (µs) | p50 (µs) | p99 (µs) | cluster CPU per request (µs) |"
+        );
+        println!("|---:|---|---:|---:|---:|---:|---:|");
+        let mut figures = Vec::new();
+        for (connections, rows) in [(1, &mut one), (32, &mut many)] {
+            for (name, row) in ["local", "sharded"].into_iter().zip(rows.iter_mut()) {
+                let f = (row.rps(), row.mean_us(), row.pct_us(0.5), row.pct_us(0.99));
+                let cpu = if row.cpu.is_some() {
+                    format!("{:.0}", row.cpu_us())
+                } else {
+                    "–".into()
+                };
+                println!(
+                    "| {connections} | {name} | {:.0} | {:.0} | {:.0} | {:.0} | {cpu} |",
+                    f.0, f.1, f.2, f.3
+                );
+                figures.push(f);
+            }
+        }
+        let (l1, s1, l32, s32) = (figures[0], figures[1], figures[2], figures[3]);
+        println!(
+            "\n1 connection: the hop adds {:.0} µs mean, {:.0} µs p50, {:.0} µs p99",
+            s1.1 - l1.1,
+            s1.2 - l1.2,
+            s1.3 - l1.3
+        );
+        println!(
+            "32 connections: sharded throughput is {:.2}× local; sharded p99 {:.2} ms",
+            s32.0 / l32.0,
+            s32.3 / 1000.0
+        );
+        anyhow::Ok(())
+    })
 }

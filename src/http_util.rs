@@ -10,6 +10,19 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
+/// Runs a connection's setup on another thread's runtime (see [`serve`]);
+/// `false` if that is no longer possible.
+pub type Runner = Arc<dyn Fn(Box<dyn FnOnce() + Send>) -> bool + Send + Sync>;
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// How long a client may take to send its request head.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -144,11 +157,18 @@ async fn refuse(mut stream: tokio::net::TcpStream) {
 /// the keep-alive idle timeout), one that stops reading after
 /// [`ServeLimits::write_timeout`]; connections over the caps are refused
 /// with a 503. A client error affects only its own connection.
+///
+/// With a `runner` (the node's RPC threads, see
+/// [`hearth_sharding::rpc::RpcNode::run_on_thread`]), each connection is
+/// served on the thread the runner picks instead of this runtime, so the
+/// requests it carries are forwarded, and Workers run, without a hand-off
+/// between threads.
 pub async fn serve<H, F>(
     listener: TcpListener,
     limits: ServeLimits,
     handler: H,
     shutdown: impl Future<Output = ()>,
+    runner: Option<Runner>,
 ) where
     H: Fn(http::Request<Body>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = http::Response<Body>> + Send + 'static,
@@ -176,24 +196,62 @@ pub async fn serve<H, F>(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let mut io = tokio_io_timeout::TimeoutStream::new(stream);
-        io.set_write_timeout(Some(limits.write_timeout));
+        let watcher = graceful.watcher();
         let h = handler.clone();
-        let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-            let h = h.clone();
-            async move { Ok::<_, std::convert::Infallible>(h(req.map(body::boxed), peer).await) }
-        });
-        let conn = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(HEADER_READ_TIMEOUT)
-            .serve_connection(TokioIo::new(Box::pin(io)), svc);
-        let conn = graceful.watch(conn);
-        conns.spawn(async move {
-            let _slot = slot;
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+        let connection = move |stream: tokio::net::TcpStream| {
+            let mut io = tokio_io_timeout::TimeoutStream::new(stream);
+            io.set_write_timeout(Some(limits.write_timeout));
+            let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                let h = h.clone();
+                async move { Ok::<_, std::convert::Infallible>(h(req.map(body::boxed), peer).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(Box::pin(io)), svc);
+            let conn = watcher.watch(conn);
+            async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
             }
-        });
+        };
+        match (&runner, stream.into_std()) {
+            (Some(runner), Ok(std_stream)) => {
+                // The connection task lives on the runner's thread; this
+                // task holds the slot and aborts it at the drain deadline.
+                let (started, task) = tokio::sync::oneshot::channel();
+                let work = Box::new(move || match tokio::net::TcpStream::from_std(std_stream) {
+                    Ok(stream) => {
+                        let _ = started.send(tokio::spawn(connection(stream)));
+                    }
+                    Err(e) => tracing::warn!(%peer, error = %e, "cannot serve a connection"),
+                });
+                if !runner(work) {
+                    tracing::debug!(%peer, "connection dropped: the node is shutting down");
+                    continue;
+                }
+                conns.spawn(async move {
+                    let _slot = slot;
+                    if let Ok(task) = task.await {
+                        let abort = task.abort_handle();
+                        let _abort_on_drop = AbortOnDrop(abort);
+                        let _ = task.await;
+                    }
+                });
+            }
+            (None, Ok(std_stream)) => match tokio::net::TcpStream::from_std(std_stream) {
+                Ok(stream) => {
+                    let conn = connection(stream);
+                    conns.spawn(async move {
+                        let _slot = slot;
+                        conn.await;
+                    });
+                }
+                Err(e) => tracing::warn!(%peer, error = %e, "cannot serve a connection"),
+            },
+            (_, Err(e)) => tracing::warn!(%peer, error = %e, "cannot serve a connection"),
+        }
     }
     drop(listener);
     if tokio::time::timeout(limits.drain_timeout, graceful.shutdown())

@@ -231,6 +231,12 @@ pub fn spawn_listeners(
         let _ = rx.wait_for(|s| *s).await;
     };
     let n = node.clone();
+    // A clustered node serves its front door on its RPC threads, where
+    // forwards and Workers run too (see `RpcNode::run_on_thread`).
+    let runner = node.rpc().map(|rpc| {
+        let rpc = rpc.clone();
+        Arc::new(move |work| rpc.run_on_thread(work)) as crate::http_util::Runner
+    });
     let front = tokio::spawn(crate::http_util::serve(
         http,
         limits,
@@ -239,6 +245,7 @@ pub fn spawn_listeners(
             async move { front_door(n, req).await }
         },
         stopped(stop.clone()),
+        runner,
     ));
     let n = node.clone();
     let adm = tokio::spawn(crate::http_util::serve(
@@ -249,6 +256,7 @@ pub fn spawn_listeners(
             async move { crate::admin::handle(n, t, req).await }
         },
         stopped(stop),
+        None,
     ));
     [front, adm]
 }

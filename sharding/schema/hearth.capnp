@@ -1,7 +1,10 @@
 # hearth's inter-node protocol.
 #
 # One node (the *shard client*) receives a request for a Worker whose *home*
-# is another node on the hash ring. It calls `ShardServer.dispatch` on the home
+# is another node on the hash ring. If the request's body is small and
+# complete, it sends it whole with `ShardServer.call` and gets the answer in
+# the return (see `call` below): one round trip. Otherwise it calls
+# `ShardServer.dispatch` on the home
 # *and, without waiting for the answer*, pipelines `fetch` on the returned
 # `worker` and streams the request body into the pipelined `requestBody`.
 # Along with the request it passes `lazy`: a capability to an instance of the
@@ -138,4 +141,36 @@ interface ShardServer {
   # the request to: one hosted by the home (accepted), or `lazy` itself
   # (refused; never an error to the end user).
   dispatch @0 (scriptId :Text, context :ContextStack, lazy :Worker) -> (worker :Worker);
+
+  # The one-round-trip form of `dispatch` + `fetch`, for the common request
+  # whose body is complete and small (at most 64 KiB): the body travels
+  # inline, and a small complete response comes back inline in the return.
+  # A response that is large or still streaming goes through `response`
+  # instead (as for `fetch`), and the call returns `streamed` once it has
+  # been sent. The call stays open while the request runs: finishing it
+  # early cancels the invocation.
+  #
+  # Once sent, the home may have started the request, so the caller never
+  # replays it, except after `refused` (the caller's `lazy`, handed back:
+  # nothing ran) or `unimplemented` (a home that predates this method).
+  call @1 (scriptId :Text, context :ContextStack, lazy :Worker,
+           head :RequestHead, body :Data, response :ResponseSink) -> CallAnswer;
+}
+
+# A small complete response, carried whole.
+struct InlineResponse {
+  head @0 :ResponseHead;
+  body @1 :Data;
+}
+
+# What `ShardServer.call` returns.
+struct CallAnswer {
+  union {
+    refused @0 :Worker;            # `lazy` itself: serve the request yourself
+    response @1 :InlineResponse;   # served at the home, response inline
+    streamed @2 :Void;             # served at the home, response sent to `response`
+  }
+  # Microseconds the home spent between receiving the call and answering
+  # (admission plus the Worker), so the caller can tell the hop's own cost.
+  homeMicros @3 :UInt64;
 }

@@ -9,10 +9,10 @@
 //! channel has room, so a slow reader slows the writer down end to end
 //! instead of buffering the body in memory.
 //!
-//! Bodies produced and consumed by Workers live on the node's main runtime;
-//! capabilities live on an RPC thread. The two meet through tokio channels
-//! of [`StreamItem`]s: [`spawn_reader`] drains a [`Body`] on the main runtime
-//! into a channel that an RPC thread pumps into a capability, and
+//! Capabilities live on an RPC thread; bodies may come from anywhere (a
+//! Worker, the front door, a test). They meet through tokio channels of
+//! [`StreamItem`]s: [`spawn_reader`] drains a [`Body`] on a task of its own
+//! into a channel that the RPC thread pumps into a capability, and
 //! [`ChannelBody`] is the `Send` body the receiving side hands to a Worker.
 //!
 //! A stream ends with `end` (complete) or `abort` (failed). A stream whose
@@ -28,7 +28,6 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::Frame;
 use http_body_util::BodyExt;
-use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::http_wire::{self, HeadError};
@@ -195,11 +194,12 @@ impl byte_stream::Server for ByteStreamServer {
     }
 }
 
-/// Drains `body` on the node's runtime into a channel, so an RPC thread can
-/// pump it without polling Worker code. Stops when the receiver is dropped.
-pub(crate) fn spawn_reader(rt: &Handle, mut body: Body) -> mpsc::Receiver<StreamItem> {
+/// Drains `body` on a task of its own into a channel, so the pump that
+/// writes it into a capability never polls Worker code itself. Stops when
+/// the receiver is dropped.
+pub(crate) fn spawn_reader(mut body: Body) -> mpsc::Receiver<StreamItem> {
     let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
-    rt.spawn(async move {
+    tokio::spawn(async move {
         loop {
             let item = match body.frame().await {
                 None => StreamItem::End,
@@ -336,29 +336,40 @@ impl response_sink::Server for ResponseSinkServer {
     }
 }
 
-/// Sends `response` into `sink` (on an RPC thread): the head with `start`,
-/// then the body, drained on `rt`, with pipelined `write`s.
-pub(crate) async fn send_response(
-    rt: &Handle,
-    response: http::Response<Body>,
-    sink: response_sink::Client,
-) -> Result<u64, capnp::Error> {
-    let (mut parts, mut body) = response.into_parts();
+/// `response`, or a 502 in its place if its head is too large to relay
+/// (the peer would refuse the message, and it would cost the connection).
+pub(crate) fn relayable<B>(
+    parts: http::response::Parts,
+    body: B,
+) -> (http::response::Parts, Result<B, Body>) {
     if http_wire::response_head_size(&parts) > http_wire::MAX_HEAD_BYTES
         || parts.headers.len() > http_wire::MAX_HEADERS
     {
-        let replacement = crate::local_fetch::error_response(
+        let (parts, body) = crate::local_fetch::error_response(
             http::StatusCode::BAD_GATEWAY,
             "502 Bad Gateway: the Worker's response head is too large to relay",
-        );
-        (parts, body) = replacement.into_parts();
+        )
+        .into_parts();
+        return (parts, Err(body));
     }
+    (parts, Ok(body))
+}
+
+/// Sends `response` into `sink` (on an RPC thread): the head with `start`,
+/// then the body, drained by [`spawn_reader`], with pipelined `write`s.
+pub(crate) async fn send_response(
+    response: http::Response<Body>,
+    sink: response_sink::Client,
+) -> Result<u64, capnp::Error> {
+    let (parts, body) = response.into_parts();
+    let (parts, body) = relayable(parts, body);
+    let body = body.unwrap_or_else(|replacement| replacement);
     let mut start = sink.start_request();
     http_wire::write_response_head(&parts, start.get().init_head());
     let started = start.send();
     // Pipelined: the body flows without waiting for `start` to return.
     let stream = started.pipeline.get_body();
-    let rx = spawn_reader(rt, body);
+    let rx = spawn_reader(body);
     let pumped = pump(rx, &stream).await;
     started.promise.await?;
     pumped

@@ -15,6 +15,7 @@
 mod byte_stream;
 pub mod context_stack;
 mod http_wire;
+pub mod inline;
 pub mod lazy_instance;
 pub mod local;
 mod local_fetch;

@@ -20,46 +20,81 @@ use std::sync::Arc;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use http_body_util::BodyExt as _;
-use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
 use crate::byte_stream::{ByteStreamServer, send_response};
 use crate::context_stack::ContextStack;
 use crate::http_wire;
+use crate::inline::{Gathered, gather};
 use crate::local::{Body, LocalWorkers};
 use crate::overload::Permit;
 use crate::schema::hearth_capnp::worker;
 
-/// This node's Workers plus the runtime their invocations run on.
+/// This node's Workers, as the RPC layer runs them: on the runtime of the
+/// thread that asks (see [`crate::rpc`]'s threads).
 #[derive(Clone)]
 pub(crate) struct WorkerHost {
     pub(crate) local: Arc<dyn LocalWorkers>,
-    pub(crate) rt: Handle,
 }
 
 impl WorkerHost {
-    /// Runs `req` on Worker `script_id` on the main runtime. The invocation
-    /// is cancelled if the returned future is dropped.
+    /// Runs `req` on Worker `script_id` on this thread's runtime. The
+    /// invocation is cancelled if the returned future is dropped.
     pub(crate) fn serve(
         &self,
         script_id: &str,
         req: http::Request<Body>,
     ) -> impl Future<Output = http::Response<Body>> + Send + 'static {
-        let task = self.rt.spawn(self.local.serve(script_id, req));
-        let abort = task.abort_handle();
-        let guard = AbortOnDrop(Some(abort));
+        let task = self.spawn_guarded(self.local.serve(script_id, req));
+        async move { task.await.unwrap_or_else(invocation_failed) }
+    }
+
+    /// [`WorkerHost::serve`], then [`gather`]s the response body on the
+    /// same task (one hand-off back, whether the body comes whole or not).
+    pub(crate) fn serve_gathered(
+        &self,
+        script_id: &str,
+        req: http::Request<Body>,
+        limit: usize,
+    ) -> impl Future<Output = (http::response::Parts, Gathered)> + Send + 'static {
+        let serving = self.local.serve(script_id, req);
+        let task = self.spawn_guarded(async move {
+            let (parts, body) = serving.await.into_parts();
+            (parts, gather(body, limit).await)
+        });
         async move {
-            let result = task.await;
-            drop(guard);
-            match result {
-                Ok(response) => response,
-                Err(e) => error_response(
-                    http::StatusCode::INTERNAL_SERVER_ERROR,
-                    &format!("the Worker's invocation failed: {e}"),
-                ),
+            match task.await {
+                Ok(answer) => answer,
+                Err(e) => {
+                    let (parts, body) = invocation_failed(e).into_parts();
+                    (parts, Gathered::Streaming(body))
+                }
             }
         }
     }
+
+    /// Runs `work` on the calling thread's runtime (an RPC thread's, for
+    /// anything that arrived over RPC); dropping the returned future aborts
+    /// it.
+    fn spawn_guarded<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = T> + Send + 'static,
+    ) -> impl Future<Output = Result<T, tokio::task::JoinError>> + Send + 'static {
+        let task = tokio::spawn(work);
+        let guard = AbortOnDrop(Some(task.abort_handle()));
+        async move {
+            let result = task.await;
+            drop(guard);
+            result
+        }
+    }
+}
+
+fn invocation_failed(e: tokio::task::JoinError) -> http::Response<Body> {
+    error_response(
+        http::StatusCode::INTERNAL_SERVER_ERROR,
+        &format!("the Worker's invocation failed: {e}"),
+    )
 }
 
 struct AbortOnDrop(Option<tokio::task::AbortHandle>);
@@ -81,12 +116,16 @@ pub(crate) fn closed_signal() -> (oneshot::Sender<()>, Closed) {
     (tx, rx.map(|_| ()).boxed().shared())
 }
 
+/// A body of exactly `bytes`, complete.
+pub(crate) fn full_body(bytes: bytes::Bytes) -> Body {
+    http_body_util::Full::new(bytes)
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
 /// A short plain-text response the node produces itself.
 pub(crate) fn error_response(status: http::StatusCode, message: &str) -> http::Response<Body> {
-    let body = http_body_util::Full::new(bytes::Bytes::from(format!("{message}\n")))
-        .map_err(|never| match never {})
-        .boxed_unsync();
-    let mut response = http::Response::new(body);
+    let mut response = http::Response::new(full_body(bytes::Bytes::from(format!("{message}\n"))));
     *response.status_mut() = status;
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
@@ -122,10 +161,10 @@ pub(crate) async fn serve_fetch(
     let mut request = http::Request::from_parts(parts, body.boxed());
     request.extensions_mut().insert(context);
     let invocation = host.serve(script_id, request);
-    let rt = host.rt.clone();
+
     let work = async move {
         let response = invocation.await;
-        send_response(&rt, response, sink).await
+        send_response(response, sink).await
     };
     let outcome = match closed {
         Some(closed) => {

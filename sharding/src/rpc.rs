@@ -6,20 +6,33 @@
 //! capnp-rpc's objects are `!Send` (`Rc` inside), so every connection, its
 //! capabilities and the forwards using it live on one *RPC thread*: an OS
 //! thread running a current-thread tokio runtime and a
-//! [`tokio::task::LocalSet`]. A node runs [`RpcConfig::threads`] of them.
-//! Everything else talks to them through channels:
+//! [`tokio::task::LocalSet`]. A node runs [`RpcConfig::threads`] of them,
+//! one per core by default, and a request stays on one thread from the
+//! front door to the Worker, because every hand-off between threads costs
+//! a wake-up and the shard hop is mostly wake-ups:
 //!
+//! * The front door of a clustered node serves its connections on the RPC
+//!   threads ([`RpcNode::run_on_thread`], round-robin). A request that
+//!   must go to its home is forwarded by the same thread, over that
+//!   thread's own connection to the home (each thread opens its own).
+//! * [`RpcNode::serve`] accepts peer connections on the calling runtime and
+//!   hands each raw socket to an RPC thread, round-robin, which completes
+//!   the TLS handshake (a peer without a cluster certificate is dropped
+//!   there and never reaches Cap'n Proto) and owns the connection, so its
+//!   readiness wakes that thread directly.
+//! * Workers run on the thread that asks for them: a sharded request on the
+//!   home's RPC thread that received it, a request the front door serves
+//!   itself on the front door's thread. Guest code yields at every epoch
+//!   tick (1 ms), so a busy Worker shares its thread instead of holding it.
 //! * [`RpcNode`] is the handle the rest of the node uses: `Clone + Send +
-//!   Sync`, usable from any tokio task. [`RpcNode::forward`] sends a request
-//!   to the RPC thread that owns connections to that home (one thread per
-//!   home address, so one connection per home) and awaits the result.
-//! * [`RpcNode::serve`] accepts connections on the node's main runtime,
-//!   completes the TLS handshake there (a peer without a cluster certificate
-//!   is dropped at this point and never reaches Cap'n Proto), and hands each
-//!   connection to an RPC thread, round-robin.
-//! * Workers never run on an RPC thread: [`crate::local::LocalWorkers::serve`]
-//!   futures are spawned on the main runtime that called [`RpcNode::start`],
-//!   and bodies cross between the two through bounded channels.
+//!   Sync`, usable from any tokio task. Called off the RPC threads (tests,
+//!   tools), [`RpcNode::forward`] sends the request to the RPC thread that
+//!   owns the connection to that home and awaits the result.
+//!
+//! Per forward, the common case is one Cap'n Proto call and its return
+//! ([`crate::inline`]), and an RPC connection's writes are batched: one
+//! flush per turn of the event loop, with bookkeeping messages (`Finish`,
+//! `Release`) waiting briefly for company (see [`crate::transport`]).
 //!
 //! # Robustness
 //!
@@ -49,13 +62,14 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_rustls::TlsAcceptor;
 
 use crate::context_stack::ContextStack;
+use crate::inline::{Gathered, MAX_INLINE_BODY_BYTES, gather};
 use crate::local::{Body, LocalWorkers};
-use crate::local_fetch::{WorkerHost, closed_signal};
+use crate::local_fetch::{WorkerHost, closed_signal, full_body};
 use crate::overload::{OverloadConfig, OverloadGate, OverloadStats};
 use crate::shard_client::{self, ClientCounters, ClientEnv, ForwardJob, PeerConn};
 use crate::shard_server::{ServerShared, ShardServerImpl};
 use crate::tls::NodeTls;
-use crate::transport::{self, CountingStream, PeerTls, WireCounters};
+use crate::transport::{self, CountingStream, MessageCounts, PeerTls, WireCounters};
 
 pub use crate::byte_stream::BodyStreamError;
 pub use crate::shard_client::{ForwardOutcome, Forwarded, MAX_SPECULATIVE_BODY_BYTES};
@@ -65,7 +79,9 @@ pub use crate::shard_client::{ForwardOutcome, Forwarded, MAX_SPECULATIVE_BODY_BY
 pub struct RpcConfig {
     /// This node's cluster certificate and the cluster CA.
     pub tls: NodeTls,
-    /// RPC threads (default 1; each is an OS thread with its own event loop).
+    /// RPC threads (default: one per core; each is an OS thread with its
+    /// own event loop, its own connection to every home it forwards to, and
+    /// a share of the front door's connections and of the Workers).
     pub threads: usize,
     /// Limit for TCP connect plus TLS handshake to a home (default 1 s).
     pub connect_timeout: Duration,
@@ -95,7 +111,7 @@ impl RpcConfig {
     pub fn new(tls: NodeTls) -> Self {
         RpcConfig {
             tls,
-            threads: 1,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             connect_timeout: Duration::from_secs(1),
             handshake_timeout: Duration::from_secs(5),
             dispatch_timeout: Duration::from_secs(1),
@@ -153,6 +169,14 @@ pub struct RpcStats {
     pub server_bytes_sent: u64,
     /// RPC bytes received on connections peers opened.
     pub server_bytes_received: u64,
+    /// RPC messages sent on connections this node opened, by kind.
+    pub client_messages_sent: MessageCounts,
+    /// RPC messages received on connections this node opened, by kind.
+    pub client_messages_received: MessageCounts,
+    /// RPC messages sent on connections peers opened, by kind.
+    pub server_messages_sent: MessageCounts,
+    /// RPC messages received on connections peers opened, by kind.
+    pub server_messages_received: MessageCounts,
 }
 
 impl RpcStats {
@@ -173,8 +197,18 @@ struct NodeCounters {
 }
 
 enum Command {
-    Inbound(Box<PeerTls>),
+    Inbound(Box<Inbound>),
+    Run(Box<dyn FnOnce() + Send>),
     Forward(Box<ForwardJob>, Reply),
+}
+
+/// A TCP connection from a peer, before its TLS handshake.
+struct Inbound {
+    tcp: std::net::TcpStream,
+    peer: SocketAddr,
+    acceptor: TlsAcceptor,
+    /// Held until the handshake is over (see [`MAX_PENDING_HANDSHAKES`]).
+    permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// How an RPC thread answers a forward: the result, or the job back if the
@@ -197,6 +231,7 @@ struct NodeInner {
     shared: Arc<NodeShared>,
     threads: Vec<mpsc::UnboundedSender<Command>>,
     next_inbound: AtomicUsize,
+    next_run: AtomicUsize,
     shutdown: watch::Sender<bool>,
     joins: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
@@ -243,10 +278,11 @@ impl ServerHandle {
 
 impl RpcNode {
     /// Starts the RPC threads. Workers are served through `local`, on the
-    /// tokio runtime this is called from.
+    /// RPC thread that asks for them. Must be called within a tokio runtime
+    /// (the accept loop of [`RpcNode::serve`] runs on it).
     pub fn start(config: RpcConfig, local: Arc<dyn LocalWorkers>) -> Result<RpcNode, RpcError> {
-        let rt = tokio::runtime::Handle::try_current().map_err(|_| RpcError::NoRuntime)?;
-        let host = WorkerHost { local, rt };
+        tokio::runtime::Handle::try_current().map_err(|_| RpcError::NoRuntime)?;
+        let host = WorkerHost { local };
         let server = Arc::new(ServerShared {
             host: host.clone(),
             gate: OverloadGate::new(config.overload),
@@ -267,7 +303,7 @@ impl RpcNode {
             let stop = shutdown.subscribe();
             let join = std::thread::Builder::new()
                 .name(format!("hearth-rpc-{index}"))
-                .spawn(move || rpc_thread(thread_shared, rx, stop))
+                .spawn(move || rpc_thread(thread_shared, index, rx, stop))
                 .map_err(RpcError::Thread)?;
             senders.push(tx);
             joins.push(join);
@@ -277,6 +313,7 @@ impl RpcNode {
                 shared,
                 threads: senders,
                 next_inbound: AtomicUsize::new(0),
+                next_run: AtomicUsize::new(0),
                 shutdown,
                 joins: Mutex::new(joins),
             }),
@@ -305,11 +342,27 @@ impl RpcNode {
                             tracing::warn!(%peer, "too many TLS handshakes in progress; dropping a connection");
                             continue;
                         };
-                        let acceptor = acceptor.clone();
-                        tokio::spawn(async move {
-                            handshake(&node, tcp, peer, &acceptor).await;
-                            drop(permit);
-                        });
+                        // The RPC thread that will own the connection does
+                        // the handshake, so the socket is registered with
+                        // its event loop: readiness then wakes that thread
+                        // directly, with no hop through this runtime.
+                        let tcp = match tcp.into_std() {
+                            Ok(tcp) => tcp,
+                            Err(e) => {
+                                tracing::warn!(%peer, error = %e, "cannot hand an RPC connection over");
+                                continue;
+                            }
+                        };
+                        let n = node.threads.len().max(1);
+                        let index = node.next_inbound.fetch_add(1, Ordering::Relaxed) % n;
+                        if let Some(thread) = node.threads.get(index) {
+                            let _ = thread.send(Command::Inbound(Box::new(Inbound {
+                                tcp,
+                                peer,
+                                acceptor: acceptor.clone(),
+                                permit,
+                            })));
+                        }
                     }
                     Err(e) => {
                         // Out of file descriptors and the like: back off a
@@ -335,19 +388,32 @@ impl RpcNode {
         request: http::Request<Body>,
     ) -> Forwarded {
         let started = Instant::now();
-        let (reply, result) = oneshot::channel();
+        // A small complete body is read here, on the caller's task, so the
+        // request can travel whole in one call (see `crate::inline`).
+        let limit = MAX_INLINE_BODY_BYTES.min(self.inner.shared.config.speculative_body_bytes);
+        let (parts, body) = request.into_parts();
+        let (request, inline) = match gather(body, limit).await {
+            Gathered::Whole(bytes) => (
+                http::Request::from_parts(parts, full_body(bytes.clone())),
+                Some(bytes),
+            ),
+            Gathered::Streaming(body) => (http::Request::from_parts(parts, body), None),
+        };
         let job = Box::new(ForwardJob {
             home,
             script_id: script_id.to_string(),
             context,
             request,
+            inline,
             started,
         });
-        let Some(thread) = self
-            .inner
-            .threads
-            .get(thread_for(home, self.inner.threads.len()))
-        else {
+        let (reply, result) = oneshot::channel();
+        // On one of this node's RPC threads (the front door runs there, see
+        // `RpcNode::run_on_thread`), the forward stays on that thread and
+        // uses its own connection to the home: no hand-off between threads.
+        let index = current_thread_of(&self.inner.shared)
+            .unwrap_or_else(|| thread_for(home, self.inner.threads.len()));
+        let Some(thread) = self.inner.threads.get(index) else {
             return self.serve_here(*job, "no RPC thread".into()).await;
         };
         match thread.send(Command::Forward(job, reply)) {
@@ -370,7 +436,7 @@ impl RpcNode {
                 self.serve_here(*job, "the RPC layer is shut down".into())
                     .await
             }
-            Err(mpsc::error::SendError(Command::Inbound(_))) => Forwarded {
+            Err(mpsc::error::SendError(_)) => Forwarded {
                 response: crate::local_fetch::error_response(
                     http::StatusCode::INTERNAL_SERVER_ERROR,
                     "internal error: forward lost",
@@ -393,6 +459,20 @@ impl RpcNode {
         }
     }
 
+    /// Runs `work` on one of the node's RPC threads (round-robin), inside
+    /// its event loop: what it registers or spawns there (`TcpStream::from_std`,
+    /// `tokio::spawn`) belongs to that thread. The front door runs its
+    /// connections this way, so a request, its forward and the Workers it
+    /// reaches share one thread and no hand-offs. Returns `false` (and
+    /// drops `work`) if the RPC threads have stopped.
+    pub fn run_on_thread(&self, work: Box<dyn FnOnce() + Send>) -> bool {
+        let threads = &self.inner.threads;
+        let index = self.inner.next_run.fetch_add(1, Ordering::Relaxed) % threads.len().max(1);
+        threads
+            .get(index)
+            .is_some_and(|thread| thread.send(Command::Run(work)).is_ok())
+    }
+
     /// The node's RPC counters.
     pub fn stats(&self) -> RpcStats {
         let shared = &self.inner.shared;
@@ -413,6 +493,10 @@ impl RpcNode {
             client_bytes_received: c.client_wire.received(),
             server_bytes_sent: c.server_wire.sent(),
             server_bytes_received: c.server_wire.received(),
+            client_messages_sent: c.client_wire.messages_sent(),
+            client_messages_received: c.client_wire.messages_received(),
+            server_messages_sent: c.server_wire.messages_sent(),
+            server_messages_received: c.server_wire.messages_received(),
         }
     }
 
@@ -444,35 +528,6 @@ impl RpcNode {
     }
 }
 
-async fn handshake(
-    node: &NodeInner,
-    tcp: tokio::net::TcpStream,
-    peer: SocketAddr,
-    acceptor: &TlsAcceptor,
-) {
-    let shared = &node.shared;
-    match transport::accept(tcp, acceptor, shared.config.handshake_timeout).await {
-        Ok(tls) => {
-            shared
-                .counters
-                .connections_accepted
-                .fetch_add(1, Ordering::Relaxed);
-            let n = node.threads.len().max(1);
-            let index = node.next_inbound.fetch_add(1, Ordering::Relaxed) % n;
-            if let Some(thread) = node.threads.get(index) {
-                let _ = thread.send(Command::Inbound(Box::new(tls)));
-            }
-        }
-        Err(e) => {
-            shared
-                .counters
-                .handshakes_rejected
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::info!(%peer, error = %e, "rejected an RPC peer at the TLS handshake");
-        }
-    }
-}
-
 fn thread_for(home: SocketAddr, threads: usize) -> usize {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     home.hash(&mut hasher);
@@ -490,6 +545,8 @@ enum PeerSlot {
 /// One RPC thread's state. Lives in its `LocalSet`.
 struct ThreadState {
     shared: Arc<NodeShared>,
+    /// Which of the node's RPC threads this is.
+    index: usize,
     client: Rc<ClientEnv>,
     peers: RefCell<HashMap<SocketAddr, PeerSlot>>,
     /// A second handle on every connection's socket, to close it at once on
@@ -500,6 +557,7 @@ struct ThreadState {
 
 fn rpc_thread(
     shared: Arc<NodeShared>,
+    index: usize,
     mut commands: mpsc::UnboundedReceiver<Command>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -526,10 +584,12 @@ fn rpc_thread(
                 .min(MAX_SPECULATIVE_BODY_BYTES),
         }),
         shared,
+        index,
         peers: RefCell::new(HashMap::new()),
         sockets: RefCell::new(HashMap::new()),
         next_id: Cell::new(0),
     });
+    CURRENT.with(|c| *c.borrow_mut() = Some(state.clone()));
     let run_state = state.clone();
     let queue = &mut commands;
     local.block_on(&rt, async move {
@@ -541,7 +601,8 @@ fn rpc_thread(
             };
             match command {
                 None => break,
-                Some(Command::Inbound(tls)) => state.serve_inbound(*tls),
+                Some(Command::Inbound(inbound)) => state.handshake(*inbound),
+                Some(Command::Run(work)) => work(),
                 Some(Command::Forward(job, reply)) => {
                     let state = state.clone();
                     tokio::task::spawn_local(async move {
@@ -573,9 +634,26 @@ fn rpc_thread(
         }
     }
     state.close_all_sockets();
+    CURRENT.with(|c| c.borrow_mut().take());
     // Dropping the LocalSet drops every connection and capability.
     drop(local);
     state.close_all_sockets();
+}
+
+thread_local! {
+    /// The state of the RPC thread this is, if it is one.
+    static CURRENT: RefCell<Option<Rc<ThreadState>>> = const { RefCell::new(None) };
+}
+
+/// The index of this thread among the node's RPC threads, when called on
+/// one of them.
+fn current_thread_of(shared: &Arc<NodeShared>) -> Option<usize> {
+    CURRENT.with(|c| {
+        c.borrow()
+            .as_ref()
+            .filter(|state| Arc::ptr_eq(&state.shared, shared))
+            .map(|state| state.index)
+    })
 }
 
 impl ThreadState {
@@ -610,15 +688,53 @@ impl ThreadState {
         }
     }
 
+    /// Completes an inbound connection's TLS handshake on this thread, then
+    /// serves it; a peer without a cluster certificate is dropped here.
+    fn handshake(self: &Rc<Self>, inbound: Inbound) {
+        let state = self.clone();
+        tokio::task::spawn_local(async move {
+            let Inbound {
+                tcp,
+                peer,
+                acceptor,
+                permit,
+            } = inbound;
+            let counters = &state.shared.counters;
+            let accepted = match tokio::net::TcpStream::from_std(tcp) {
+                Ok(tcp) => {
+                    transport::accept(tcp, &acceptor, state.shared.config.handshake_timeout).await
+                }
+                Err(e) => Err(e),
+            };
+            drop(permit);
+            match accepted {
+                Ok(tls) => {
+                    counters
+                        .connections_accepted
+                        .fetch_add(1, Ordering::Relaxed);
+                    state.serve_inbound(tls);
+                }
+                Err(e) => {
+                    counters.handshakes_rejected.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(%peer, error = %e, "rejected an RPC peer at the TLS handshake");
+                }
+            }
+        });
+    }
+
     fn serve_inbound(self: &Rc<Self>, tls: PeerTls) {
         let id = self.new_id();
         self.remember_socket(id, &tls);
         let stream = CountingStream::new(tls, self.shared.counters.server_wire.clone());
-        let network =
-            transport::two_party(stream, Side::Server, self.shared.config.max_message_bytes);
+        let network = transport::two_party(
+            stream,
+            Side::Server,
+            self.shared.config.max_message_bytes,
+            self.shared.counters.server_wire.clone(),
+        );
         let (closed_tx, closed) = closed_signal();
         let bootstrap = ShardServerImpl::new_client(self.shared.server.clone(), closed);
-        let rpc = RpcSystem::new(Box::new(network), Some(bootstrap.client));
+        let rpc = RpcSystem::new(network, Some(bootstrap.client));
         let state = self.clone();
         tokio::task::spawn_local(async move {
             if let Err(e) = rpc.await {
@@ -684,8 +800,13 @@ impl ThreadState {
         let id = self.new_id();
         self.remember_socket(id, &tls);
         let stream = CountingStream::new(tls, self.shared.counters.client_wire.clone());
-        let network = transport::two_party(stream, Side::Client, config.max_message_bytes);
-        let mut rpc = RpcSystem::new(Box::new(network), None);
+        let network = transport::two_party(
+            stream,
+            Side::Client,
+            config.max_message_bytes,
+            self.shared.counters.client_wire.clone(),
+        );
+        let mut rpc = RpcSystem::new(network, None);
         let shard: crate::schema::hearth_capnp::shard_server::Client = rpc.bootstrap(Side::Server);
         let (closed_tx, closed) = closed_signal();
         let alive = Rc::new(Cell::new(true));
@@ -709,6 +830,7 @@ impl ThreadState {
             shard,
             closed,
             alive,
+            inline_calls: Rc::new(Cell::new(true)),
         })
     }
 }

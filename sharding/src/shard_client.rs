@@ -2,8 +2,24 @@
 //!
 //! The node that received a request for a Worker homed elsewhere does not
 //! ask the home for permission first (that would cost a round trip on every
-//! sharded request). It sends everything at once, pipelined on one
-//! connection:
+//! sharded request). It sends everything at once.
+//!
+//! # The common case: one call
+//!
+//! A request whose body is small and complete ([`crate::inline`]) travels
+//! whole in `ShardServer.call(scriptId, context, lazy, head, body,
+//! responseSink)`, and the home answers in the call's return: a small
+//! complete response inline, `lazy` handed back (refused: served here from
+//! the body this node still holds, nothing ran there), or `streamed` (the
+//! response went through `responseSink`, as below). Once the call is sent
+//! the home may have started the request, so there is no dispatch timeout
+//! on this path and a failure is a 502, never a replay. A home that
+//! answers "unimplemented" (an older node) gets the streaming protocol
+//! from then on.
+//!
+//! # Large or open-ended bodies: dispatch, fetch, streams
+//!
+//! Everything else is pipelined on one connection:
 //!
 //! ```text
 //! dispatch(scriptId, context, lazy)          -> worker      (question 1)
@@ -40,7 +56,7 @@
 //! dropped. Either way the body bytes that travel to the home, and back, are
 //! bounded by the speculative budget, however large the body is.
 //!
-//! # Failures
+//! # Failures (streaming protocol)
 //!
 //! Before the home accepted (connect error, TLS failure, `dispatch` error,
 //! no answer within [`crate::rpc::RpcConfig::dispatch_timeout`]), the request
@@ -71,7 +87,7 @@ use crate::context_stack::{self, ContextStack};
 use crate::http_wire;
 use crate::lazy_instance::LazyInstance;
 use crate::local::Body;
-use crate::local_fetch::{Closed, WorkerHost, error_response};
+use crate::local_fetch::{Closed, WorkerHost, error_response, full_body};
 use crate::routing::{HomeAnswer, Route, after_forward};
 use crate::schema::hearth_capnp::{byte_stream as wire_stream, shard_server, worker};
 
@@ -138,7 +154,12 @@ pub(crate) struct ForwardJob {
     pub(crate) home: SocketAddr,
     pub(crate) script_id: String,
     pub(crate) context: ContextStack,
+    /// The request; its body is complete and equal to `inline` if that is
+    /// set.
     pub(crate) request: http::Request<Body>,
+    /// The whole request body, when it is small enough to travel inside
+    /// one `call` (see [`crate::inline`]).
+    pub(crate) inline: Option<Bytes>,
     pub(crate) started: Instant,
 }
 
@@ -149,6 +170,9 @@ pub(crate) struct PeerConn {
     pub(crate) closed: Closed,
     /// False once the connection has ended.
     pub(crate) alive: Rc<std::cell::Cell<bool>>,
+    /// False once the home answered `call` with "unimplemented" (it
+    /// predates the method): use `dispatch` + `fetch` with it from then on.
+    pub(crate) inline_calls: Rc<std::cell::Cell<bool>>,
 }
 
 /// Shard-client counters (shared by all RPC threads).
@@ -290,6 +314,7 @@ pub(crate) async fn forward(
         script_id,
         context,
         request,
+        inline,
         started,
         ..
     } = job;
@@ -322,10 +347,24 @@ pub(crate) async fn forward(
         }
     };
 
+    let request = match inline {
+        Some(body) if conn.inline_calls.get() => {
+            match forward_inline(&env, &conn, &script_id, &context, request, body, started).await {
+                Ok(forwarded) => return forwarded,
+                // The home predates `call`; nothing ran there.
+                Err(request) => {
+                    conn.inline_calls.set(false);
+                    request
+                }
+            }
+        }
+        _ => request,
+    };
+
     let (parts, body) = request.into_parts();
     let mut source = Source {
         front: VecDeque::new(),
-        rx: Some(byte_stream::spawn_reader(&env.host.rt, body)),
+        rx: Some(byte_stream::spawn_reader(body)),
         terminal: None,
     };
 
@@ -497,6 +536,209 @@ pub(crate) async fn forward(
             "the connection to the home closed before its response".into(),
         ),
     }
+}
+
+/// Forwards a request whose body is small and complete (`body`; the
+/// request's own body is the same bytes) in one `call`, and returns how it
+/// was served, or the request back if the home does not implement `call`.
+///
+/// There is no dispatch timeout here: the home may start the request as
+/// soon as the call arrives, so from then on it is never served anywhere
+/// else. A refusal (the home hands `lazy` back) is served here; a failure
+/// is a 502.
+async fn forward_inline(
+    env: &Rc<ClientEnv>,
+    conn: &PeerConn,
+    script_id: &str,
+    context: &ContextStack,
+    request: http::Request<Body>,
+    body: Bytes,
+    started: Instant,
+) -> Result<Forwarded, http::Request<Body>> {
+    let lazy = Rc::new(LazyInstance::new(
+        script_id,
+        env.host.clone(),
+        context.clone(),
+    ));
+    let lazy_cap: worker::Client = env.lazies.borrow_mut().new_client_from_rc(lazy.clone());
+    let (sink, mut response_rx) = ResponseSinkServer::new_pair();
+    let (parts, request_body) = request.into_parts();
+    let mut call = conn.shard.call_request();
+    {
+        let mut p = call.get();
+        p.set_script_id(script_id);
+        context_stack::write_context(context, p.reborrow().init_context());
+        p.set_lazy(lazy_cap);
+        http_wire::write_request_head(&parts, p.reborrow().init_head());
+        p.set_body(&body);
+        p.set_response(sink);
+    }
+    let request = http::Request::from_parts(parts, request_body);
+    // A capnp `Promise` is `Unpin`: it can be polled here, then moved.
+    let mut call = call.send().promise;
+    env.counters
+        .speculative_bytes_sent
+        .fetch_add(body.len() as u64, Ordering::Relaxed);
+    let closed = conn.closed.clone();
+    tokio::pin!(closed);
+    let mut head: Option<http::Response<Body>> = None;
+    let mut sink_open = true;
+    // The home streams its response (head first, through the sink), or
+    // answers whole in the return; a sink released unused is not an answer.
+    let answer = loop {
+        tokio::select! {
+            biased;
+            answer = &mut call => break Some(answer),
+            got = &mut response_rx, if sink_open => match got {
+                Ok(Ok(response)) => {
+                    sink_open = false;
+                    head = Some(response);
+                }
+                Ok(Err(head_error)) => {
+                    gc(env);
+                    return Ok(failed_after_accept(env, started.elapsed(), format!("bad response head: {head_error}")));
+                }
+                Err(_sink_released) => sink_open = false,
+            },
+            () = &mut closed => break None,
+        }
+        if head.is_some() {
+            // The response streams: keep the call open while it is wanted.
+            break None;
+        }
+    };
+    gc(env);
+    let hop_with = |home_micros: u64| {
+        started
+            .elapsed()
+            .saturating_sub(Duration::from_micros(home_micros))
+    };
+    if let Some(response) = head {
+        // Streaming: the call returns once the home has sent the body; it
+        // stays open until then or until the body is no longer wanted,
+        // and finishing it early cancels the invocation on the home.
+        lazy.release();
+        let (wanted, gone) = tokio::sync::oneshot::channel::<()>();
+        tokio::task::spawn_local(async move {
+            tokio::select! {
+                _ = call => {}
+                _ = gone => {}
+            }
+        });
+        env.counters.sharded.fetch_add(1, Ordering::Relaxed);
+        return Ok(Forwarded {
+            response: response.map(|body| {
+                Wanted {
+                    body,
+                    _wanted: wanted,
+                }
+                .boxed_unsync()
+            }),
+            outcome: ForwardOutcome::Sharded,
+            hop: started.elapsed(),
+        });
+    }
+    let answer = match answer {
+        None => {
+            return Ok(failed_after_accept(
+                env,
+                started.elapsed(),
+                "the connection to the home closed before its response".into(),
+            ));
+        }
+        Some(Err(e)) if e.kind == capnp::ErrorKind::Unimplemented => {
+            tracing::info!(error = %e, "the home does not implement `call`; streaming to it instead");
+            return Err(request);
+        }
+        Some(Err(e)) => {
+            return Ok(failed_after_accept(
+                env,
+                started.elapsed(),
+                format!("call failed: {e}"),
+            ));
+        }
+        Some(Ok(answer)) => answer,
+    };
+    let read = || -> Result<InlineAnswer, capnp::Error> {
+        use crate::schema::hearth_capnp::call_answer::Which;
+        let a = answer.get()?;
+        let home_micros = a.get_home_micros();
+        Ok(match a.which()? {
+            Which::Refused(worker) => InlineAnswer::Refused(worker?, home_micros),
+            Which::Response(inline) => {
+                let inline = inline?;
+                let parts = http_wire::read_response_head(inline.get_head()?)
+                    .map_err(|e| capnp::Error::failed(e.to_string()))?;
+                let body = full_body(Bytes::copy_from_slice(inline.get_body()?));
+                InlineAnswer::Response(http::Response::from_parts(parts, body), home_micros)
+            }
+            Which::Streamed(()) => InlineAnswer::StreamedWithoutHead,
+        })
+    };
+    match read() {
+        Ok(InlineAnswer::Response(response, home_micros)) => {
+            lazy.release();
+            env.counters.sharded.fetch_add(1, Ordering::Relaxed);
+            Ok(Forwarded {
+                response,
+                outcome: ForwardOutcome::Sharded,
+                hop: hop_with(home_micros),
+            })
+        }
+        Ok(InlineAnswer::Refused(worker, home_micros)) => {
+            let worker = capnp::capability::get_resolved_cap(worker).await;
+            let own = env
+                .lazies
+                .borrow()
+                .get_local_server_of_resolved(&worker)
+                .is_some_and(|server| Rc::ptr_eq(&server, &lazy));
+            let (outcome, counter) = if own {
+                (ForwardOutcome::Refused, &env.counters.refusals_received)
+            } else {
+                // Refused all the same (nothing ran there), with a
+                // capability that is not ours.
+                (
+                    ForwardOutcome::Unavailable(
+                        "the home refused with a foreign capability".into(),
+                    ),
+                    &env.counters.unavailable,
+                )
+            };
+            let hop = hop_with(home_micros);
+            let mut request = request;
+            request.extensions_mut().insert(context.clone());
+            let response = match lazy.take_back(request) {
+                Some(serving) => serving.await,
+                None => error_response(
+                    http::StatusCode::INTERNAL_SERVER_ERROR,
+                    "the lazy instance was already used",
+                ),
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            gc(env);
+            Ok(Forwarded {
+                response,
+                outcome,
+                hop,
+            })
+        }
+        Ok(InlineAnswer::StreamedWithoutHead) => Ok(failed_after_accept(
+            env,
+            started.elapsed(),
+            "the home reported a streamed response but sent no head".into(),
+        )),
+        Err(e) => Ok(failed_after_accept(
+            env,
+            started.elapsed(),
+            format!("bad answer: {e}"),
+        )),
+    }
+}
+
+enum InlineAnswer {
+    Refused(worker::Client, u64),
+    Response(http::Response<Body>, u64),
+    StreamedWithoutHead,
 }
 
 /// A response body that keeps its request's `fetch` question open until

@@ -1,9 +1,10 @@
 //! The shard server: how a home answers sharded requests.
 //!
 //! Every inter-node connection's bootstrap capability is a `ShardServer`.
-//! A shard client calls `dispatch(scriptId, context, lazy)` and, without
-//! waiting, pipelines `fetch` on the `worker` it will get back. The home asks
-//! its admission control ([`crate::overload`]):
+//! A shard client either sends a small request whole with `call` (see
+//! [`crate::inline`]), or calls `dispatch(scriptId, context, lazy)` and,
+//! without waiting, pipelines `fetch` on the `worker` it will get back.
+//! Either way the home asks its admission control ([`crate::overload`]):
 //!
 //! * **admitted** → it answers with a Worker of its own for that one
 //!   request, holding the in-flight [`Permit`]; the pipelined `fetch`
@@ -14,20 +15,32 @@
 //!   is the whole refusal: no error, no "go away" message. The caller
 //!   recognises its own object and serves the request itself.
 //!
+//! For `call`, "admitted" means the Worker runs right away, on this RPC
+//! thread, and the return carries its response when that is small and
+//! complete; otherwise the response streams into the caller's sink and the
+//! call returns `streamed` once it has been sent.
+//!
 //! The context stack that came with the request is rebuilt as native
 //! structs and handed to the Worker in the request's extensions.
 //!
 //! Everything a peer sends is checked (sizes, UTF-8, heads); a bad call
 //! fails that call, never the node.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Instant;
 
+use bytes::Bytes;
+
+use crate::byte_stream;
 use crate::context_stack::{self, ContextStack};
-use crate::local_fetch::{Closed, WorkerHost, serve_fetch};
+use crate::http_wire;
+use crate::inline::{Gathered, MAX_INLINE_BODY_BYTES};
+use crate::local::Body;
+use crate::local_fetch::{Closed, WorkerHost, full_body, serve_fetch};
 use crate::overload::{OverloadGate, Permit};
-use crate::schema::hearth_capnp::{shard_server, worker};
-use std::cell::RefCell;
+use crate::schema::hearth_capnp::{response_sink, shard_server, worker};
 
 /// Longest script ID accepted from a peer, in bytes.
 pub const MAX_SCRIPT_ID_BYTES: usize = 1024;
@@ -56,16 +69,7 @@ impl ShardServerImpl {
         mut results: shard_server::DispatchResults,
     ) -> Result<(), capnp::Error> {
         let p = params.get()?;
-        let script_id = p.get_script_id()?;
-        if script_id.len() > MAX_SCRIPT_ID_BYTES || script_id.is_empty() {
-            return Err(capnp::Error::failed(format!(
-                "script ID must be 1 to {MAX_SCRIPT_ID_BYTES} bytes"
-            )));
-        }
-        let script_id = script_id
-            .to_str()
-            .map_err(|e| capnp::Error::failed(format!("script ID is not UTF-8: {e}")))?
-            .to_string();
+        let script_id = read_script_id(p.get_script_id()?)?;
         let context = context_stack::read_context(p.get_context()?)
             .map_err(|e| capnp::Error::failed(e.to_string()))?;
         let lazy = p.get_lazy()?;
@@ -94,6 +98,77 @@ impl ShardServerImpl {
         }
         Ok(())
     }
+
+    /// The synchronous half of `call`: checks what the peer sent and asks
+    /// admission control.
+    fn admit_call(&self, params: &shard_server::CallParams) -> Result<CallAdmission, capnp::Error> {
+        let p = params.get()?;
+        let script_id = read_script_id(p.get_script_id()?)?;
+        let context = context_stack::read_context(p.get_context()?)
+            .map_err(|e| capnp::Error::failed(e.to_string()))?;
+        let parts = http_wire::read_request_head(p.get_head()?)
+            .map_err(|e| capnp::Error::failed(e.to_string()))?;
+        let body = p.get_body()?;
+        if body.len() > MAX_INLINE_BODY_BYTES {
+            return Err(capnp::Error::failed(format!(
+                "an inline request body is at most {MAX_INLINE_BODY_BYTES} bytes (got {})",
+                body.len()
+            )));
+        }
+        let lazy = p.get_lazy()?;
+        let sink = p.get_response()?;
+        let local = &self.shared.host.local;
+        match self
+            .shared
+            .gate
+            .try_admit(&script_id, || local.can_host(&script_id))
+        {
+            Ok(permit) => {
+                let mut request =
+                    http::Request::from_parts(parts, full_body(Bytes::copy_from_slice(body)));
+                request.extensions_mut().insert(context);
+                Ok(CallAdmission::Admitted(Box::new(AdmittedCall {
+                    script_id,
+                    request,
+                    sink,
+                    permit,
+                })))
+            }
+            Err(reason) => {
+                tracing::debug!(script_id = %script_id, %reason, "refusing sharded request");
+                Ok(CallAdmission::Refused(lazy))
+            }
+        }
+    }
+}
+
+enum CallAdmission {
+    /// The caller's own lazy capability, to hand back.
+    Refused(worker::Client),
+    Admitted(Box<AdmittedCall>),
+}
+
+struct AdmittedCall {
+    script_id: String,
+    request: http::Request<Body>,
+    sink: response_sink::Client,
+    permit: Permit,
+}
+
+/// Checks a script ID a peer sent.
+fn read_script_id(text: capnp::text::Reader<'_>) -> Result<String, capnp::Error> {
+    if text.len() > MAX_SCRIPT_ID_BYTES || text.is_empty() {
+        return Err(capnp::Error::failed(format!(
+            "script ID must be 1 to {MAX_SCRIPT_ID_BYTES} bytes"
+        )));
+    }
+    text.to_str()
+        .map(str::to_string)
+        .map_err(|e| capnp::Error::failed(format!("script ID is not UTF-8: {e}")))
+}
+
+fn micros_since(t: Instant) -> u64 {
+    u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
 impl shard_server::Server for ShardServerImpl {
@@ -103,6 +178,74 @@ impl shard_server::Server for ShardServerImpl {
         results: shard_server::DispatchResults,
     ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
         std::future::ready(self.dispatch_now(params, results))
+    }
+
+    /// Admits or refuses at once; an admitted request runs on the main
+    /// runtime and its response comes back inline if it is small and
+    /// complete, else streams into the caller's sink. The call returns only
+    /// then, so a caller that gives up, or a closed connection, cancels the
+    /// invocation (its permit is held until the end).
+    fn call(
+        self: capnp::capability::Rc<Self>,
+        params: shard_server::CallParams,
+        mut results: shard_server::CallResults,
+    ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
+        let received = Instant::now();
+        let admission = self.admit_call(&params);
+        let host = self.shared.host.clone();
+        let closed = self.closed.clone();
+        async move {
+            // Held to the end, so the releases of the capabilities it
+            // carries leave with the return, in one write.
+            let _params = params;
+            let call = match admission? {
+                CallAdmission::Refused(lazy) => {
+                    let mut answer = results.get();
+                    answer.set_refused(lazy);
+                    answer.set_home_micros(micros_since(received));
+                    return Ok(());
+                }
+                CallAdmission::Admitted(call) => *call,
+            };
+            let AdmittedCall {
+                script_id,
+                request,
+                sink,
+                permit,
+            } = call;
+            let work = async {
+                let (parts, body) = host
+                    .serve_gathered(&script_id, request, MAX_INLINE_BODY_BYTES)
+                    .await;
+                match byte_stream::relayable(parts, body) {
+                    (parts, Ok(Gathered::Whole(body))) => {
+                        let mut answer = results.get();
+                        let mut inline = answer.reborrow().init_response();
+                        http_wire::write_response_head(&parts, inline.reborrow().init_head());
+                        inline.set_body(&body);
+                        answer.set_home_micros(micros_since(received));
+                        Ok(())
+                    }
+                    (parts, Ok(Gathered::Streaming(body)) | Err(body)) => {
+                        let response = http::Response::from_parts(parts, body);
+                        byte_stream::send_response(response, sink).await?;
+                        let mut answer = results.get();
+                        answer.set_streamed(());
+                        answer.set_home_micros(micros_since(received));
+                        Ok(())
+                    }
+                }
+            };
+            let result = tokio::select! {
+                result = work => result,
+                () = closed => {
+                    tracing::debug!(script_id = %script_id, "peer disconnected; invocation cancelled");
+                    Ok(())
+                }
+            };
+            drop(permit);
+            result
+        }
     }
 }
 

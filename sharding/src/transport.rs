@@ -10,28 +10,36 @@
 //! ```
 //!
 //! Counting sits between TLS and Cap'n Proto, so the counters measure RPC
-//! messages (framing included) and not TLS records or handshakes.
+//! messages (framing included) and not TLS records or handshakes. Above the
+//! network, every message is also tallied by kind ([`MessageCounts`]: calls,
+//! returns, finishes, releases), which is how the tests check that a small
+//! sharded request costs one call and one return.
 
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use capnp::capability::Promise;
 use capnp_rpc::rpc_twoparty_capnp::Side;
 use capnp_rpc::twoparty::VatNetwork;
+use capnp_rpc::{Connection, OutgoingMessage};
 use tokio::io::{AsyncRead, AsyncWrite, BufWriter, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
-/// Bytes moved through counted streams, each way.
+/// Bytes and RPC messages moved through counted connections, each way.
 #[derive(Debug, Default)]
 pub struct WireCounters {
     sent: AtomicU64,
     received: AtomicU64,
+    messages_sent: KindCounters,
+    messages_received: KindCounters,
 }
 
 impl WireCounters {
@@ -43,6 +51,85 @@ impl WireCounters {
     /// Bytes read so far.
     pub fn received(&self) -> u64 {
         self.received.load(Ordering::Relaxed)
+    }
+
+    /// RPC messages sent so far, by kind.
+    pub fn messages_sent(&self) -> MessageCounts {
+        self.messages_sent.snapshot()
+    }
+
+    /// RPC messages received so far, by kind.
+    pub fn messages_received(&self) -> MessageCounts {
+        self.messages_received.snapshot()
+    }
+}
+
+/// Cap'n Proto RPC messages by kind (see `rpc.capnp`): what a request costs
+/// on the wire, independent of how the bytes were batched into TLS records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MessageCounts {
+    /// `Call`: a method invocation.
+    pub calls: u64,
+    /// `Return`: a call's answer.
+    pub returns: u64,
+    /// `Finish`: the caller is done with an answer.
+    pub finishes: u64,
+    /// `Release`: a capability reference dropped.
+    pub releases: u64,
+    /// Everything else (`Bootstrap`, `Resolve`, `Disembargo`, `Abort`, ...).
+    pub other: u64,
+}
+
+impl MessageCounts {
+    /// All messages.
+    pub fn total(&self) -> u64 {
+        self.calls + self.returns + self.finishes + self.releases + self.other
+    }
+
+    /// The messages counted since `earlier` (a snapshot of the same counter).
+    pub fn since(&self, earlier: &MessageCounts) -> MessageCounts {
+        MessageCounts {
+            calls: self.calls - earlier.calls,
+            returns: self.returns - earlier.returns,
+            finishes: self.finishes - earlier.finishes,
+            releases: self.releases - earlier.releases,
+            other: self.other - earlier.other,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct KindCounters([AtomicU64; 5]);
+
+impl KindCounters {
+    /// Counts one message; returns whether someone waits for it (anything
+    /// but `Finish` and `Release`, which are bookkeeping).
+    fn count(&self, body: capnp::Result<capnp::any_pointer::Reader<'_>>) -> bool {
+        use capnp_rpc::rpc_capnp::message::Which;
+        let kind = body
+            .and_then(|b| b.get_as::<capnp_rpc::rpc_capnp::message::Reader<'_>>())
+            .ok()
+            .and_then(|m| m.which().ok());
+        let index = match kind {
+            Some(Which::Call(_)) => 0,
+            Some(Which::Return(_)) => 1,
+            Some(Which::Finish(_)) => 2,
+            Some(Which::Release(_)) => 3,
+            _ => 4,
+        };
+        self.0[index].fetch_add(1, Ordering::Relaxed);
+        !matches!(index, 2 | 3)
+    }
+
+    fn snapshot(&self) -> MessageCounts {
+        let get = |i: usize| self.0[i].load(Ordering::Relaxed);
+        MessageCounts {
+            calls: get(0),
+            returns: get(1),
+            finishes: get(2),
+            releases: get(3),
+            other: get(4),
+        }
     }
 }
 
@@ -177,21 +264,255 @@ pub async fn accept(
     }
 }
 
-/// A Cap'n Proto two-party network over `stream`. Incoming messages larger
-/// than `max_message_bytes` are rejected (the connection fails) before they
-/// are buffered in full.
+/// A Cap'n Proto two-party network over `stream` whose messages are
+/// tallied by kind into `counters`. Incoming messages larger than
+/// `max_message_bytes` are rejected (the connection fails) before they are
+/// buffered in full.
 pub(crate) fn two_party<S>(
     stream: S,
     side: Side,
     max_message_bytes: usize,
-) -> VatNetwork<tokio_util::compat::Compat<tokio::io::ReadHalf<S>>>
+    counters: Arc<WireCounters>,
+) -> Box<dyn capnp_rpc::VatNetwork<Side>>
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let (read, write) = tokio::io::split(stream);
-    let write = BufWriter::with_capacity(64 * 1024, write);
+    let urgent = Urgent::default();
+    let write = Coalescing::new(BufWriter::with_capacity(64 * 1024, write), urgent.clone());
     let mut options = capnp::message::ReaderOptions::new();
     options.traversal_limit_in_words(Some(max_message_bytes / 8));
     options.nesting_limit(64);
-    VatNetwork::new(read.compat(), write.compat_write(), side, options)
+    let network = VatNetwork::new(read.compat(), write.compat_write(), side, options);
+    Box::new(Tallied {
+        inner: network,
+        counters,
+        urgent,
+    })
+}
+
+/// Set when a message someone waits for (a call, a return, ...) has been
+/// queued since the last flush.
+type Urgent = Rc<std::cell::Cell<bool>>;
+
+/// How long bookkeeping messages (`Finish`, `Release`) may wait to leave
+/// with the next message someone waits for.
+const LAZY_FLUSH: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// A writer that turns the flush capnp-rpc requests after every message
+/// into one flush per turn of the event loop, and lets bookkeeping wait.
+///
+/// capnp-rpc's write queue flushes after each message, so a return and the
+/// releases that go with it would each cost a TLS record, a `writev` and a
+/// wake-up of the peer. Here a flush only wakes a flusher task on this
+/// thread, which yields once (letting the write queue buffer every message
+/// of this turn) and then flushes them all. If nothing in the buffer is
+/// urgent (only `Finish` and `Release`, which nobody waits for), it waits
+/// up to [`LAZY_FLUSH`] for a message that is, so a request's `Finish`
+/// usually rides with the next call instead of waking the peer on its own.
+/// Must be created on an RPC thread (it spawns the flusher there). A failed
+/// flush fails the next write.
+struct Coalescing<W> {
+    shared: Rc<CoalescingState<W>>,
+    dirty: Rc<tokio::sync::Notify>,
+}
+
+struct CoalescingState<W> {
+    inner: std::cell::RefCell<W>,
+    failed: std::cell::RefCell<Option<io::Error>>,
+}
+
+impl<W: AsyncWrite + Unpin + 'static> Coalescing<W> {
+    fn new(inner: W, urgent: Urgent) -> Self {
+        let shared = Rc::new(CoalescingState {
+            inner: std::cell::RefCell::new(inner),
+            failed: std::cell::RefCell::new(None),
+        });
+        let dirty = Rc::new(tokio::sync::Notify::new());
+        let weak = Rc::downgrade(&shared);
+        let notified = dirty.clone();
+        tokio::task::spawn_local(async move {
+            loop {
+                notified.notified().await;
+                // Let the write queue buffer the rest of this turn's messages.
+                tokio::task::yield_now().await;
+                if !urgent.get() {
+                    // Bookkeeping only: wait a little for company.
+                    let _ = tokio::time::timeout(LAZY_FLUSH, notified.notified()).await;
+                    tokio::task::yield_now().await;
+                }
+                urgent.set(false);
+                // Gone: the connection is closed (dropping the writer wakes us).
+                let Some(state) = weak.upgrade() else { return };
+                let flushed = std::future::poll_fn(|cx| {
+                    Pin::new(&mut *state.inner.borrow_mut()).poll_flush(cx)
+                })
+                .await;
+                if let Err(e) = flushed {
+                    *state.failed.borrow_mut() = Some(e);
+                    return;
+                }
+            }
+        });
+        Coalescing { shared, dirty }
+    }
+
+    fn check(&self) -> io::Result<()> {
+        match self.shared.failed.borrow_mut().take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<W: AsyncWrite + Unpin + 'static> AsyncWrite for Coalescing<W> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.check()?;
+        Pin::new(&mut *self.shared.inner.borrow_mut()).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.check()?;
+        self.dirty.notify_one();
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.check()?;
+        Pin::new(&mut *self.shared.inner.borrow_mut()).poll_shutdown(cx)
+    }
+}
+
+impl<W> Drop for Coalescing<W> {
+    fn drop(&mut self) {
+        self.dirty.notify_one();
+    }
+}
+
+/// A network whose connections tally their messages.
+struct Tallied<N> {
+    inner: N,
+    counters: Arc<WireCounters>,
+    urgent: Urgent,
+}
+
+impl<N: capnp_rpc::VatNetwork<Side>> capnp_rpc::VatNetwork<Side> for Tallied<N> {
+    fn connect(&mut self, host_id: Side) -> Option<Box<dyn Connection<Side>>> {
+        let (counters, urgent) = (self.counters.clone(), self.urgent.clone());
+        self.inner.connect(host_id).map(|inner| {
+            Box::new(TalliedConnection {
+                inner,
+                counters,
+                urgent,
+            }) as Box<dyn Connection<Side>>
+        })
+    }
+
+    fn accept(&mut self) -> Promise<Box<dyn Connection<Side>>, capnp::Error> {
+        let (counters, urgent) = (self.counters.clone(), self.urgent.clone());
+        let accepted = self.inner.accept();
+        Promise::from_future(async move {
+            let inner = accepted.await?;
+            Ok(Box::new(TalliedConnection {
+                inner,
+                counters,
+                urgent,
+            }) as Box<dyn Connection<Side>>)
+        })
+    }
+
+    fn drive_until_shutdown(&mut self) -> Promise<(), capnp::Error> {
+        self.inner.drive_until_shutdown()
+    }
+}
+
+struct TalliedConnection {
+    inner: Box<dyn Connection<Side>>,
+    counters: Arc<WireCounters>,
+    urgent: Urgent,
+}
+
+impl Connection<Side> for TalliedConnection {
+    fn get_peer_vat_id(&self) -> Side {
+        self.inner.get_peer_vat_id()
+    }
+
+    fn new_outgoing_message(&mut self, first_segment_word_size: u32) -> Box<dyn OutgoingMessage> {
+        Box::new(TalliedOutgoing {
+            inner: self.inner.new_outgoing_message(first_segment_word_size),
+            counters: self.counters.clone(),
+            urgent: self.urgent.clone(),
+        })
+    }
+
+    fn receive_incoming_message(
+        &mut self,
+    ) -> Promise<Option<Box<dyn capnp_rpc::IncomingMessage>>, capnp::Error> {
+        let counters = self.counters.clone();
+        let received = self.inner.receive_incoming_message();
+        Promise::from_future(async move {
+            let message = received.await?;
+            if let Some(message) = &message {
+                let _ = counters.messages_received.count(message.get_body());
+            }
+            Ok(message)
+        })
+    }
+
+    fn new_stream(
+        &mut self,
+    ) -> (
+        Box<dyn capnp_rpc::FlowController>,
+        Promise<(), capnp::Error>,
+    ) {
+        self.inner.new_stream()
+    }
+
+    fn shutdown(&mut self, result: capnp::Result<()>) -> Promise<(), capnp::Error> {
+        self.inner.shutdown(result)
+    }
+}
+
+struct TalliedOutgoing {
+    inner: Box<dyn OutgoingMessage>,
+    counters: Arc<WireCounters>,
+    urgent: Urgent,
+}
+
+impl OutgoingMessage for TalliedOutgoing {
+    fn get_body(&mut self) -> capnp::Result<capnp::any_pointer::Builder<'_>> {
+        self.inner.get_body()
+    }
+
+    fn get_body_as_reader(&self) -> capnp::Result<capnp::any_pointer::Reader<'_>> {
+        self.inner.get_body_as_reader()
+    }
+
+    fn send(
+        self: Box<Self>,
+    ) -> (
+        Promise<(), capnp::Error>,
+        std::rc::Rc<capnp::message::Builder<capnp::message::HeapAllocator>>,
+    ) {
+        if self
+            .counters
+            .messages_sent
+            .count(self.inner.get_body_as_reader())
+        {
+            self.urgent.set(true);
+        }
+        self.inner.send()
+    }
+
+    fn take(self: Box<Self>) -> capnp::message::Builder<capnp::message::HeapAllocator> {
+        self.inner.take()
+    }
+
+    fn size_in_words(&self) -> usize {
+        self.inner.size_in_words()
+    }
 }

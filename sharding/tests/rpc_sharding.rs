@@ -10,8 +10,10 @@ use hearth_sharding::context_stack::{
     ContextFrame, ContextStack, LimitOverrides, OutboundWorkerConfig, TailWorkerConfig,
     TraceReporter, TrustLevel,
 };
+use hearth_sharding::inline::MAX_INLINE_BODY_BYTES;
 use hearth_sharding::routing::Route;
 use hearth_sharding::rpc::{ForwardOutcome, MAX_SPECULATIVE_BODY_BYTES};
+use hearth_sharding::transport::MessageCounts;
 use rpc_support::*;
 
 const TEN_MB: usize = 10 * 1024 * 1024;
@@ -520,4 +522,138 @@ async fn heads_too_large_for_the_wire_never_cost_the_connection() {
         1,
         "the connection survived"
     );
+}
+
+/// What one forward costs on the wire, each way, on a connection that is
+/// already open (bootstrap done): the difference of two snapshots once
+/// the counters have settled (a `Finish` may leave a little later).
+async fn wire_cost_of(
+    a: &Node,
+    b: &Node,
+    forward: impl std::future::Future<Output = ()>,
+) -> (MessageCounts, MessageCounts) {
+    let snapshot = || {
+        let s = a.rpc.stats();
+        (s.client_messages_sent, s.client_messages_received)
+    };
+    let (sent0, received0) = settled(snapshot).await;
+    let home0 = b.rpc.stats().server_messages_received;
+    forward.await;
+    let (sent, received) = settled(snapshot).await;
+    let home = b.rpc.stats().server_messages_received;
+    assert_eq!(
+        home.since(&home0),
+        sent.since(&sent0),
+        "the home received what the caller sent"
+    );
+    (sent.since(&sent0), received.since(&received0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_request_and_its_small_response_take_one_call_and_one_return() {
+    let pki = Pki::new(&["a", "b"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    let b = start_node(&pki, "b", |_| {}).await;
+    // Opens the connection (bootstrap) so the next forward is counted alone.
+    assert_echo_sharded(&a, &b, "warm-up", b"warm", 4).await;
+
+    let (sent, received) = wire_cost_of(&a, &b, async {
+        let forwarded = guard(
+            "small forward",
+            a.rpc.forward(
+                b.addr,
+                "echo",
+                ContextStack::new(),
+                request("/echo", full(b"ping")),
+            ),
+        )
+        .await;
+        assert_eq!(forwarded.outcome, ForwardOutcome::Sharded);
+        assert_eq!(served_by(&forwarded.response), "b");
+        assert_eq!(
+            &collect(forwarded.response.into_body()).await.unwrap()[..],
+            b"ping"
+        );
+    })
+    .await;
+    eprintln!("small request: sent {sent:?}, received {received:?}");
+    // One call out, one return back, and nothing the caller waits for in
+    // between: no `fetch`, no body streams, no response sink calls.
+    assert_eq!((sent.calls, sent.returns), (1, 0), "sent {sent:?}");
+    assert_eq!(
+        (received.calls, received.returns),
+        (0, 1),
+        "received {received:?}"
+    );
+    // The rest is bookkeeping: the caller's `Finish`, the home's releases of
+    // the two capabilities the call carried (lazy instance, response sink).
+    assert!(sent.finishes <= 1 && sent.other == 0, "sent {sent:?}");
+    assert!(
+        received.releases <= 2 && received.other == 0,
+        "received {received:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_body_still_streams_in_many_writes_with_the_same_result() {
+    let pki = Pki::new(&["a", "b"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    let b = start_node(&pki, "b", |_| {}).await;
+    assert_echo_sharded(&a, &b, "warm-up", b"warm", 4).await;
+
+    let data = pattern(MAX_INLINE_BODY_BYTES * 8);
+    let (sent, received) = wire_cost_of(&a, &b, async {
+        assert_echo_sharded(&a, &b, "large forward", &data, 16 * 1024).await;
+    })
+    .await;
+    eprintln!("512 KiB request: sent {sent:?}, received {received:?}");
+    // `dispatch`, `fetch` and body `write`s one way; `start` and body
+    // `write`s the other: far more than one call each way.
+    assert!(sent.calls >= 8, "sent {sent:?}");
+    assert!(received.calls >= 8, "received {received:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_request_refused_by_its_home_is_served_here_after_one_round_trip() {
+    let pki = Pki::new(&["a", "b"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    let b = start_node(&pki, "b", |_| {}).await;
+    assert_echo_sharded(&a, &b, "warm-up", b"warm", 4).await;
+    b.workers.can_host.store(false, Ordering::SeqCst);
+
+    let (sent, received) = wire_cost_of(&a, &b, async {
+        let forwarded = guard(
+            "refused forward",
+            a.rpc.forward(
+                b.addr,
+                "echo",
+                ContextStack::new(),
+                request("/echo", full(b"come back")),
+            ),
+        )
+        .await;
+        assert_eq!(forwarded.outcome, ForwardOutcome::Refused);
+        assert_eq!(
+            forwarded.response.status(),
+            200,
+            "a refusal is not an error"
+        );
+        assert_eq!(served_by(&forwarded.response), "a");
+        assert_eq!(
+            &collect(forwarded.response.into_body()).await.unwrap()[..],
+            b"come back"
+        );
+    })
+    .await;
+    // The home answers with the caller's own capability: still one call and
+    // one return, and nothing ran there.
+    assert_eq!((sent.calls, received.returns, received.calls), (1, 1, 0));
+    assert_eq!(a.workers.served.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        b.workers.served.load(Ordering::SeqCst),
+        1,
+        "only the warm-up"
+    );
+    assert_eq!(a.rpc.stats().refusals_received, 1);
+    assert_eq!(b.rpc.stats().refusals_sent(), 1);
 }

@@ -114,7 +114,7 @@ fn respond(name: &str, body: Body) -> http::Response<Body> {
     response
 }
 
-fn full(bytes: &'static [u8]) -> Body {
+pub fn full(bytes: &'static [u8]) -> Body {
     http_body_util::Full::new(Bytes::from_static(bytes))
         .map_err(|never| match never {})
         .boxed_unsync()

