@@ -330,13 +330,17 @@ impl LocalCluster {
                 let _ = m.shutdown().await;
             }
             let _ = c.stop.send(true);
-            if let Some(r) = c.node.rpc() {
-                r.shutdown();
-            }
         }
+        // The front doors drain first: their connections live on the RPC
+        // threads, which stop after.
         for c in &mut self.nodes {
             for t in c.tasks.drain(..) {
                 let _ = t.await;
+            }
+        }
+        for c in &self.nodes {
+            if let Some(r) = c.node.rpc() {
+                r.shutdown();
             }
         }
     }
