@@ -229,7 +229,15 @@ async fn a_peer_without_a_cluster_certificate_gets_nothing() {
         Ok(Err(_)) => {}
         Err(_) => panic!("the server kept an unauthenticated connection open"),
     }
-    assert!(c.stats(0).rpc.handshakes_rejected >= 1);
+    // The socket closes as the handshake fails; the counter follows a moment
+    // later on the RPC thread, so wait for it (bounded) rather than race it.
+    let counted = tokio::time::timeout(Duration::from_secs(5), async {
+        while c.stats(0).rpc.handshakes_rejected == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(counted.is_ok(), "the rejected handshake was never counted");
     for i in 0..2 {
         assert_eq!(c.get(i, "hello", "/").await.expect("req").status, 200);
     }
