@@ -88,9 +88,11 @@ pub struct RpcConfig {
     /// Limit for an inbound peer's TLS handshake (default 5 s).
     pub handshake_timeout: Duration,
     /// Limit, from sending `dispatch` (after connecting, if a connection had
-    /// to be opened), for the home's answer (default 1 s). The home answers at once (admission is a
-    /// counter check; the Worker starts after), so running out means the
-    /// home is stuck and the request is served here.
+    /// to be opened), for the home's answer on the streaming path (default
+    /// 1 s). The home answers at once (admission is a counter check; the
+    /// Worker starts after), so running out means the home is stuck; it may
+    /// still have started the request, so the user gets a 502 (at most
+    /// once) and the request is cancelled there.
     pub dispatch_timeout: Duration,
     /// After failing to connect to a home, requests for it are served
     /// locally without trying again for this long (default 1 s), so a

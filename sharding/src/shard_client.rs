@@ -58,14 +58,16 @@
 //!
 //! # Failures (streaming protocol)
 //!
-//! Before the home accepted (connect error, TLS failure, `dispatch` error,
-//! no answer within [`crate::rpc::RpcConfig::dispatch_timeout`]), the request
-//! is served here like a refusal: [`ForwardOutcome::Unavailable`], no error
-//! for the user. After the home accepted, the request may have run there, and
-//! requests need not be idempotent, so it is not replayed: a home that fails
-//! before its response head yields a clear 502
-//! ([`ForwardOutcome::FailedAfterAccept`]); one that fails mid-body yields a
-//! body error.
+//! When nothing can have run on the home (connect error, TLS failure, an
+//! error the home raised in `dispatch`), the request is served here like a
+//! refusal: [`ForwardOutcome::Unavailable`], no error for the user. Once
+//! the home may have started the request (it accepted, or `dispatch` and
+//! the pipelined `fetch` were sent and then the connection was lost or no
+//! answer came within [`crate::rpc::RpcConfig::dispatch_timeout`]), it is
+//! not replayed, because requests need not be idempotent: the user gets a
+//! clear 502 ([`ForwardOutcome::FailedAfterAccept`]) and the questions are
+//! dropped, which cancels the request on the home if it is running there.
+//! A home that fails mid-body yields a body error. At most once, always.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -104,11 +106,14 @@ pub enum ForwardOutcome {
     /// ([`Route::Fallback`]). The Worker is now warm here: keep serving it
     /// locally until it is evicted.
     Refused,
-    /// The home was down, unreachable or slow to answer before it accepted,
-    /// and this node served it ([`Route::Fallback`]).
+    /// Nothing can have run on the home (no connection, a TLS failure, an
+    /// error it raised in `dispatch`), and this node served it
+    /// ([`Route::Fallback`]).
     Unavailable(String),
-    /// The home accepted, then failed before its response head; the user
-    /// got a 502 ([`Route::Sharded`]: the home was the one serving).
+    /// The home accepted (or may have: no answer in time, connection lost
+    /// before the answer), then failed before its response head; the user
+    /// got a 502, never a second execution ([`Route::Sharded`]: the home
+    /// was the one serving).
     FailedAfterAccept(String),
 }
 
@@ -431,11 +436,31 @@ pub(crate) async fn forward(
         .speculative_bytes_sent
         .fetch_add(spec.sent as u64, Ordering::Relaxed);
 
-    let refused_or_failed = match answer {
-        Err(_elapsed) => Some(ForwardOutcome::Unavailable(format!(
-            "the home did not answer within {:?}",
+    // Only the home's own answer tells that nothing ran there: a refusal,
+    // or an error it raised in `dispatch` (the pipelined `fetch` then fails
+    // unrun). No answer in time, or a connection lost before the answer,
+    // means the home may have started the request: a 502, never a replay.
+    let may_have_started = match &answer {
+        Err(_elapsed) => Some(format!(
+            "no answer to dispatch within {:?}",
             env.dispatch_timeout
-        ))),
+        )),
+        Ok(Err(e)) if e.kind == capnp::ErrorKind::Disconnected => Some(format!(
+            "the connection was lost before the home answered: {e}"
+        )),
+        _ => None,
+    };
+    if let Some(reason) = may_have_started {
+        // Dropping the questions cancels the request there, if it started.
+        drop(stream);
+        drop(fetch);
+        drop(spec.finish_call.take());
+        lazy.release();
+        gc(&env);
+        return failed_after_accept(&env, hop, reason);
+    }
+    let refused_or_failed = match answer {
+        Err(_) => None,
         Ok(Err(e)) => Some(ForwardOutcome::Unavailable(format!("dispatch failed: {e}"))),
         Ok(Ok(worker)) => {
             let own = env
@@ -784,7 +809,7 @@ fn failed_after_accept(env: &ClientEnv, hop: Duration, reason: String) -> Forwar
         .fetch_add(1, Ordering::Relaxed);
     tracing::warn!(%reason, "home failed after accepting a sharded request");
     let message = format!(
-        "502 Bad Gateway: the Worker's home node accepted this request and then failed ({reason}). \
+        "502 Bad Gateway: the Worker's home node may have started this request and then failed ({reason}). \
          It was not retried, because the request may already have had effects."
     );
     Forwarded {

@@ -5,6 +5,7 @@ mod rpc_support;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use hearth_sharding::context_stack::{
     ContextFrame, ContextStack, LimitOverrides, OutboundWorkerConfig, TailWorkerConfig,
@@ -436,6 +437,64 @@ async fn the_context_stack_travels_and_traces_reach_the_first_node() {
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].node, "b");
     assert_eq!(events[0].message, "hello from b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_home_that_answers_late_yields_a_502_and_never_a_second_run() {
+    let pki = Pki::new(&["a", "b"]);
+    let a = start_node(&pki, "a", |c| {
+        c.dispatch_timeout = Duration::from_millis(200);
+    })
+    .await;
+    // One RPC thread on the home, so a Worker that blocks it makes every
+    // answer from the home late.
+    let b = start_node(&pki, "b", |c| c.threads = 1).await;
+
+    let stuck = {
+        let rpc = a.rpc.clone();
+        let addr = b.addr;
+        tokio::spawn(async move {
+            rpc.forward(
+                addr,
+                "block",
+                ContextStack::new(),
+                request("/block", full(b"x")),
+            )
+            .await
+        })
+    };
+    b.workers.wait_entered(1).await;
+
+    // Larger than an inline call: dispatch + fetch + body writes, all
+    // pipelined, reach the home while its thread is blocked.
+    let body = pattern(100_000);
+    let late = guard(
+        "late forward",
+        a.rpc.forward(
+            b.addr,
+            "echo",
+            ContextStack::new(),
+            request("/echo", streaming_body(body, 4096)),
+        ),
+    )
+    .await;
+    assert!(
+        matches!(late.outcome, ForwardOutcome::FailedAfterAccept(_)),
+        "{:?}",
+        late.outcome
+    );
+    assert_eq!(late.route(), Route::Sharded);
+    assert_eq!(late.response.status(), 502);
+    let text = collect(late.response.into_body()).await.unwrap();
+    assert!(String::from_utf8_lossy(&text).contains("not retried"));
+
+    let stuck = guard("the blocked forward", stuck).await.unwrap();
+    assert_eq!(stuck.response.status(), 200);
+    // The home may have run the late request once; this node never did.
+    assert_eq!(a.workers.served.load(Ordering::SeqCst), 0);
+    assert!(b.workers.served.load(Ordering::SeqCst) <= 2);
+    assert_eq!(a.rpc.stats().failed_after_accept, 1);
+    assert_eq!(a.rpc.stats().home_unavailable, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,6 +18,9 @@ use hearth_sharding::tls::{NodeTls, generate_dev_pki};
 use http_body_util::{BodyExt, StreamBody};
 use tokio::sync::Notify;
 
+/// How long the `block` Worker holds its thread.
+pub const BLOCK: Duration = Duration::from_millis(800);
+
 /// A generous guard so a broken test fails instead of hanging.
 pub const GUARD: Duration = Duration::from_secs(60);
 
@@ -50,6 +53,8 @@ impl Pki {
 /// * `gate`: on a node with `hangs` set, waits until `release` (holding the
 ///   request) and then echoes; elsewhere echoes at once;
 /// * `bighead`: answers with a 300 KiB header;
+/// * `block`: counts as entered, then blocks the thread serving it for
+///   [`BLOCK`] (a stuck home) and answers 200;
 /// * `trace`: records the context stack it got, reports one trace event
 ///   through it, answers 200 `traced`.
 ///
@@ -145,6 +150,12 @@ impl LocalWorkers for Fake {
                         cancel.1 = true;
                     }
                     respond(&me.name, req.into_body())
+                }
+                "block" => {
+                    me.entered_count.fetch_add(1, Ordering::SeqCst);
+                    me.entered.notify_waiters();
+                    std::thread::sleep(BLOCK);
+                    respond(&me.name, full(b"unblocked"))
                 }
                 "bighead" => {
                     let mut r = respond(&me.name, full(b"big"));
