@@ -116,6 +116,7 @@ pub async fn join(node: Node, cfg: JoinConfig) -> anyhow::Result<Joined> {
         g.key = cfg.gossip_key;
     }
     let membership = Membership::start(mc).await?;
+    node.metrics().observe_gossip(membership.gossip_counters());
     let link = ClusterLink {
         self_id: NodeId::new(cfg.node_id),
         ring: membership.ring().clone(),
@@ -141,6 +142,13 @@ pub struct ClusterNode {
     rpc_server: Option<ServerHandle>,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl ClusterNode {
+    /// Its gossip (UDP) address, when it runs gossip.
+    pub fn gossip_addr(&self) -> Option<SocketAddr> {
+        self.membership.as_ref().and_then(|m| m.gossip_addr())
+    }
 }
 
 /// N nodes on loopback in this process.

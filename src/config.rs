@@ -27,7 +27,7 @@
 //! gossip = "127.0.0.1:7001"  # SWIM failure detection (optional)
 //! seeds = ["127.0.0.1:7101"] # gossip addresses to join through
 //! weight = 1
-//! gossip_key = "…64 hex…"    # default: the store's gossip.key (shared store)
+//! gossip_key = "…64 hex…"    # required with gossip; the same on every node
 //! nodes = [{ id = "node-2", rpc = "127.0.0.1:7100" }]   # static members
 //! max_in_flight_per_worker = 64
 //! max_in_flight_node = 1024
@@ -136,7 +136,8 @@ pub struct ClusterSection {
     /// This node's weight on the ring.
     #[serde(default = "one")]
     pub weight: u32,
-    /// The gossip key, 64 hex digits.
+    /// The gossip key, 64 hex digits, the same on every node; required when
+    /// `gossip` is set (see [`ClusterSection::gossip_key`]).
     pub gossip_key: Option<String>,
     /// Static members.
     #[serde(default)]
@@ -145,6 +146,32 @@ pub struct ClusterSection {
     pub max_in_flight_per_worker: Option<usize>,
     /// Refuse sharded requests above this many in flight on the node.
     pub max_in_flight_node: Option<usize>,
+}
+
+impl ClusterSection {
+    /// The key that authenticates this node's gossip: `None` without
+    /// gossip. With gossip it must be given: a key made up per node would
+    /// let nodes with separate stores never hear each other, each silently
+    /// serving every Worker alone, so a missing key stops the node with a
+    /// message that offers a fresh one.
+    pub fn gossip_key(&self) -> anyhow::Result<Option<[u8; 32]>> {
+        if self.gossip.is_none() {
+            return Ok(None);
+        }
+        let Some(hex) = &self.gossip_key else {
+            let fresh: [u8; 32] = rand::random();
+            anyhow::bail!(
+                "[cluster] turns gossip on but gives no gossip_key. Nodes with different \
+                 keys never hear each other, and each would serve every Worker alone. Put \
+                 the same key in the [cluster] section of every node, for example this \
+                 fresh one:\n    gossip_key = \"{}\"",
+                blake3::Hash::from_bytes(fresh).to_hex()
+            );
+        };
+        let key = blake3::Hash::from_hex(hex.trim())
+            .map_err(|_| anyhow::anyhow!("cluster.gossip_key must be 64 hex digits (32 bytes)"))?;
+        Ok(Some(*key.as_bytes()))
+    }
 }
 
 /// A node's configuration file.

@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use http_body_util::BodyExt;
 
-use hearth::config::{NodeConfig, admin_token, runtime_config, store_secret};
+use hearth::config::{NodeConfig, admin_token, runtime_config};
 use hearth::node::{Node, spawn_listeners};
 use hearth::runtime::{Lifecycle, Manifest, Plan, Runtime};
 
@@ -255,12 +255,7 @@ async fn serve(
         let rpc_listener = tokio::net::TcpListener::bind(c.rpc)
             .await
             .with_context(|| format!("cannot listen for RPC on {}", c.rpc))?;
-        let gossip_key = match &c.gossip_key {
-            Some(hex) => *blake3::Hash::from_hex(hex.trim())
-                .context("cluster.gossip_key must be 64 hex digits")?
-                .as_bytes(),
-            None => store_secret(&store, "gossip.key")?,
-        };
+        let gossip_key = c.gossip_key()?;
         let mut overload = hearth::sharding::overload::OverloadConfig::default();
         if let Some(n) = c.max_in_flight_per_worker {
             overload.max_in_flight_per_worker = n;
@@ -285,7 +280,7 @@ async fn serve(
                     })
                     .collect(),
                 weight: c.weight,
-                gossip_key: Some(gossip_key),
+                gossip_key,
                 overload,
             },
         )

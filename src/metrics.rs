@@ -15,6 +15,7 @@ use prometheus_client::registry::Registry;
 use std::sync::{Arc, OnceLock};
 
 use hearth_runtime::Runtime;
+use hearth_sharding::membership::GossipCounters;
 use hearth_sharding::rpc::RpcNode;
 
 /// Labels of a served request.
@@ -29,6 +30,7 @@ pub struct RequestLabels {
 /// A node's live metrics.
 pub struct Metrics {
     registry: Registry,
+    gossip: Arc<OnceLock<GossipCounters>>,
     /// Requests by route and start.
     pub requests: Family<RequestLabels, Counter>,
     /// Latency of the shard hop, seconds.
@@ -227,6 +229,28 @@ impl Collector for RpcCollector {
     }
 }
 
+struct GossipCollector(Arc<OnceLock<GossipCounters>>);
+
+impl std::fmt::Debug for GossipCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GossipCollector")
+    }
+}
+
+impl Collector for GossipCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let dropped = self.0.get().map_or(0, |c| c.unauthenticated());
+        let c = ConstCounter::new(dropped);
+        c.encode(enc.encode_descriptor(
+            "hearth_gossip_unauthenticated",
+            "Gossip datagrams dropped because they failed authentication (another gossip_key?)",
+            None,
+            c.metric_type(),
+        )?)?;
+        Ok(())
+    }
+}
+
 impl Metrics {
     /// Metrics for a node over `runtime` and (once set) its RPC layer.
     pub fn new(runtime: Runtime, rpc: Arc<OnceLock<RpcNode>>) -> Self {
@@ -247,11 +271,20 @@ impl Metrics {
         );
         registry.register_collector(Box::new(RuntimeCollector(runtime)));
         registry.register_collector(Box::new(RpcCollector(rpc)));
+        let gossip = Arc::new(OnceLock::new());
+        registry.register_collector(Box::new(GossipCollector(gossip.clone())));
         Metrics {
             registry,
+            gossip,
             requests,
             hop_latency,
         }
+    }
+
+    /// Reports this node's gossip counters from now on (set once, when it
+    /// joins a cluster with gossip).
+    pub fn observe_gossip(&self, counters: GossipCounters) {
+        let _ = self.gossip.set(counters);
     }
 
     /// Counts one request.

@@ -243,6 +243,45 @@ async fn a_peer_without_a_cluster_certificate_gets_nothing() {
     }
 }
 
+/// Gossip a node cannot authenticate (the usual sender: a member with
+/// another gossip_key) is counted in `/metrics`, and the cluster carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gossip_without_the_key_is_counted_in_metrics() {
+    let c = TestCluster::start(2).await.expect("cluster");
+    c.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
+    let target = c.node(0).gossip_addr().expect("gossip is on");
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("udp");
+    for i in 0..3u8 {
+        socket
+            .send_to(&[i; 80], target)
+            .await
+            .expect("send a forged datagram");
+    }
+    let metric = |text: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("hearth_gossip_unauthenticated_total "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    let counted = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if metric(&c.node(0).node.metrics().render()) >= Some(3) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(counted.is_ok(), "{}", c.node(0).node.metrics().render());
+    assert_eq!(metric(&c.node(1).node.metrics().render()), Some(0));
+    for i in 0..2 {
+        assert_eq!(c.get(i, "hello", "/").await.expect("req").status, 200);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redeploy_through_one_node_reaches_every_node() {
     let c = TestCluster::start(3).await.expect("cluster");

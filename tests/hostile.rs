@@ -376,8 +376,9 @@ async fn ctrl_c_drains_even_with_stalled_clients_connected() {
     drop(sockets);
 }
 
-/// Starts `hearth serve` over `store` and expects it to refuse: its stderr.
-fn refused_start(store: &Path) -> String {
+/// Starts `hearth serve` over `store` (with `extra` arguments) and expects
+/// it to refuse: its stderr.
+fn refused_start(store: &Path, extra: &[&str]) -> String {
     let out = Command::new(BIN)
         .args([
             "serve",
@@ -388,6 +389,7 @@ fn refused_start(store: &Path) -> String {
             "--store",
         ])
         .arg(store)
+        .args(extra)
         .output()
         .expect("run hearth serve");
     assert!(!out.status.success());
@@ -400,7 +402,7 @@ fn an_unreadable_secret_file_stops_the_node_with_its_name() {
     let store = dir.path().join("store");
     // A directory where the artifact key should be: not "missing".
     std::fs::create_dir_all(store.join("artifact.key")).expect("mkdir");
-    let err = refused_start(&store);
+    let err = refused_start(&store, &[]);
     assert!(err.contains("artifact.key"), "{err}");
     // Nothing was left behind by retries.
     let tmp = std::fs::read_dir(&store)
@@ -414,6 +416,35 @@ fn an_unreadable_secret_file_stops_the_node_with_its_name() {
     // A secret that is not UTF-8 is an error naming it, too.
     std::fs::remove_dir(store.join("artifact.key")).expect("rmdir");
     std::fs::write(store.join("artifact.key"), [0xff, 0xfe, 0x00]).expect("write");
-    let err = refused_start(&store);
+    let err = refused_start(&store, &[]);
     assert!(err.contains("artifact.key"), "{err}");
+}
+
+/// Gossip without a shared key would leave every node alone, silently: the
+/// node refuses to start and offers a key; a wrong-length key is named too.
+#[test]
+fn gossip_without_a_shared_key_stops_the_node_with_a_fresh_key_offered() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    let pki = dir.path().join("pki");
+    let config = dir.path().join("node.toml");
+    let section = format!(
+        "node_id = \"node-1\"\n[cluster]\nrpc = \"127.0.0.1:0\"\npki = \"{}\"\ngossip = \"127.0.0.1:0\"\n",
+        pki.display()
+    );
+    std::fs::write(&config, &section).expect("write config");
+    let path = config.to_str().expect("utf8");
+    let err = refused_start(&store, &["--config", path]);
+    assert!(err.contains("gossip_key"), "{err}");
+    let offered = err
+        .split("gossip_key = \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a key is offered");
+    assert_eq!(offered.len(), 64, "{err}");
+    assert!(offered.chars().all(|c| c.is_ascii_hexdigit()), "{err}");
+
+    std::fs::write(&config, format!("{section}gossip_key = \"abc\"\n")).expect("write config");
+    let err = refused_start(&store, &["--config", path]);
+    assert!(err.contains("64 hex digits"), "{err}");
 }

@@ -65,7 +65,11 @@
 //!
 //! With [`GossipConfig::key`] set, every datagram carries a keyed blake3 MAC
 //! and anything else is dropped: an outsider can neither join nor forge a
-//! member's state. There is no replay protection beyond SWIM's own
+//! member's state. Dropped datagrams are counted
+//! ([`Membership::gossip_counters`]) and logged as warnings (at most one
+//! line per [`UNAUTHENTICATED_WARN_EVERY`]), because the usual sender is not
+//! an attacker but a member configured with another key, and a node that
+//! cannot hear its peers silently serves everything alone. There is no replay protection beyond SWIM's own
 //! incarnation ordering, so keep the gossip port on the data center's
 //! private network as well.
 
@@ -75,6 +79,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::num::{NonZeroU8, NonZeroUsize};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use foca::{AccumulatingRuntime, Foca, NoCustomBroadcast, OwnedNotification, PostcardCodec, Timer};
@@ -288,10 +293,30 @@ pub enum MembershipError {
     Stopped,
 }
 
+/// How often at most a node logs that it drops gossip it cannot
+/// authenticate (every drop is counted).
+pub const UNAUTHENTICATED_WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// Gossip counters of a running node; cheap to clone, readable from any
+/// thread (the node's `/metrics` reads them).
+#[derive(Debug, Clone, Default)]
+pub struct GossipCounters {
+    unauthenticated: Arc<AtomicU64>,
+}
+
+impl GossipCounters {
+    /// Datagrams dropped because their MAC did not check out (a sender
+    /// without this node's gossip key, or a forger).
+    pub fn unauthenticated(&self) -> u64 {
+        self.unauthenticated.load(AtomicOrdering::Relaxed)
+    }
+}
+
 /// A running node's view of the cluster. See the module docs.
 pub struct Membership {
     local: NodeId,
     gossip_addr: Option<SocketAddr>,
+    counters: GossipCounters,
     ring: SharedRing,
     updates: watch::Receiver<Arc<Ring>>,
     commands: mpsc::UnboundedSender<Command>,
@@ -346,16 +371,18 @@ impl Membership {
             sample: sample_keys(REHOME_SAMPLE).collect(),
         };
 
+        let counters = GossipCounters::default();
         let (gossip_addr, task) = match gossip {
             None => (None, tokio::spawn(run_static(view, command_rx))),
             Some(gossip) => {
-                let driver = Driver::bind(view, gossip).await?;
+                let driver = Driver::bind(view, gossip, counters.clone()).await?;
                 (Some(driver.me.gossip), tokio::spawn(driver.run(command_rx)))
             }
         };
         Ok(Self {
             local,
             gossip_addr,
+            counters,
             ring: shared,
             updates,
             commands,
@@ -382,6 +409,11 @@ impl Membership {
     /// config asked for port 0); `None` without gossip.
     pub fn gossip_addr(&self) -> Option<SocketAddr> {
         self.gossip_addr
+    }
+
+    /// This node's gossip counters (all zero without gossip).
+    pub fn gossip_counters(&self) -> GossipCounters {
+        self.counters.clone()
     }
 
     /// Announces that this node is leaving: it is taken off its own ring at
@@ -640,18 +672,27 @@ struct Driver {
     /// Set once we said goodbye: our own "down" is expected from then on.
     leaving: bool,
     key: Option<[u8; 32]>,
+    counters: GossipCounters,
+    /// When the last "cannot authenticate" warning was logged, and the
+    /// drops since.
+    last_warning: Option<Instant>,
+    unwarned: u64,
 }
 
 enum Event {
     Command(Option<Command>),
-    Datagram(io::Result<usize>),
+    Datagram(io::Result<(usize, SocketAddr)>),
     Timer,
     Announce,
     DrainDeadline,
 }
 
 impl Driver {
-    async fn bind(view: View, gossip: GossipConfig) -> Result<Self, MembershipError> {
+    async fn bind(
+        view: View,
+        gossip: GossipConfig,
+        counters: GossipCounters,
+    ) -> Result<Self, MembershipError> {
         let GossipConfig {
             listen,
             seeds,
@@ -700,6 +741,9 @@ impl Driver {
             timing,
             leaving: false,
             key,
+            counters,
+            last_warning: None,
+            unwarned: 0,
         })
     }
 
@@ -717,7 +761,7 @@ impl Driver {
             let event = tokio::select! {
                 command = commands.recv() => Event::Command(command),
                 received = self.socket.recv_from(&mut buf) => {
-                    Event::Datagram(received.map(|(len, _from)| len))
+                    Event::Datagram(received)
                 }
                 _ = sleep_until(next_timer) => Event::Timer,
                 _ = announce.tick() => Event::Announce,
@@ -752,12 +796,12 @@ impl Driver {
                         pending_drain = Some((reply, deadline));
                     }
                 }
-                Event::Datagram(Ok(len)) => match open(self.key.as_ref(), &buf[..len]) {
+                Event::Datagram(Ok((len, from))) => match open(self.key.as_ref(), &buf[..len]) {
                     Some(payload) => {
                         let handled = self.foca.handle_data(payload, &mut self.out);
                         log_foca("datagram", handled);
                     }
-                    None => tracing::debug!("dropped gossip datagram with a bad MAC"),
+                    None => self.unauthenticated(from),
                 },
                 Event::Datagram(Err(error)) => {
                     // ICMP errors from peers that went away surface here on
@@ -802,6 +846,31 @@ impl Driver {
                 let _ = drained.send(());
             }
         }
+    }
+
+    /// Counts a datagram that failed authentication and warns, at most once
+    /// per [`UNAUTHENTICATED_WARN_EVERY`].
+    fn unauthenticated(&mut self, from: SocketAddr) {
+        self.counters
+            .unauthenticated
+            .fetch_add(1, AtomicOrdering::Relaxed);
+        self.unwarned += 1;
+        let now = Instant::now();
+        if self
+            .last_warning
+            .is_some_and(|at| now.duration_since(at) < UNAUTHENTICATED_WARN_EVERY)
+        {
+            return;
+        }
+        tracing::warn!(
+            %from,
+            dropped = self.unwarned,
+            "dropped gossip this node cannot authenticate: is cluster.gossip_key the same \
+             on every node? Until it is, this node does not see its peers and serves \
+             every Worker alone"
+        );
+        self.last_warning = Some(now);
+        self.unwarned = 0;
     }
 
     /// Carries out what foca asked for: datagrams, timers, and — when the

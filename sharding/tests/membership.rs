@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hearth_sharding::membership::{
-    FailureDetection, Membership, MembershipConfig, MembershipError,
+    FailureDetection, GossipCounters, Membership, MembershipConfig, MembershipError,
 };
 use hearth_sharding::ring::{Node, NodeId, RingError, SharedRing};
 use tokio::sync::mpsc;
@@ -41,6 +41,7 @@ struct TestNode {
     id: NodeId,
     gossip: SocketAddr,
     ring: SharedRing,
+    counters: GossipCounters,
     control: mpsc::UnboundedSender<Control>,
     thread: Option<JoinHandle<()>>,
 }
@@ -77,7 +78,11 @@ impl TestNode {
                         return None;
                     }
                 };
-                let _ = ready_tx.send(Ok((membership.ring().clone(), membership.gossip_addr())));
+                let _ = ready_tx.send(Ok((
+                    membership.ring().clone(),
+                    membership.gossip_addr(),
+                    membership.gossip_counters(),
+                )));
                 loop {
                     match commands.recv().await {
                         None | Some(Control::Kill) => return Some(membership),
@@ -102,7 +107,7 @@ impl TestNode {
             drop(runtime);
             drop(kept);
         });
-        let (ring, gossip) = ready_rx
+        let (ring, gossip, counters) = ready_rx
             .recv_timeout(Duration::from_secs(5))
             .expect("node thread answers")
             .expect("membership starts");
@@ -110,6 +115,7 @@ impl TestNode {
             id: NodeId::new(id),
             gossip: gossip.expect("gossip is on"),
             ring,
+            counters,
             control,
             thread: Some(thread),
         }
@@ -241,6 +247,14 @@ fn nodes_without_the_key_cannot_join() {
         "unkeyed outsider",
     );
     wait_for(&[&forger], &["forger"], Duration::ZERO, "wrong-key forger");
+    // The member noticed: both senders' datagrams are counted as
+    // unauthenticated (and logged), so a misconfigured key is visible.
+    assert!(
+        member.counters.unauthenticated() >= 2,
+        "{}",
+        member.counters.unauthenticated()
+    );
+    assert_eq!(outsider.counters.unauthenticated(), 0);
 }
 
 /// Without gossip the ring is this node plus the static list; draining
