@@ -214,6 +214,11 @@ impl Collector for RpcCollector {
                 "RPC peers refused at the TLS handshake",
                 s.handshakes_rejected,
             ),
+            (
+                "hearth_rpc_handshakes_shed",
+                "RPC connections closed before their handshake to bound pending handshakes",
+                s.handshakes_shed,
+            ),
         ] {
             let c = ConstCounter::new(v);
             c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)?;

@@ -14,6 +14,7 @@
 
 mod byte_stream;
 pub mod context_stack;
+pub mod handshake_gate;
 mod http_wire;
 pub mod inline;
 pub mod lazy_instance;

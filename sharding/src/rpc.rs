@@ -36,6 +36,9 @@
 //!
 //! # Robustness
 //!
+//! Pending inbound handshakes are bounded per source address and in total,
+//! the oldest giving way to a newcomer ([`crate::handshake_gate`]), so idle
+//! sockets cannot crowd out the members' connections.
 //! Messages larger than [`RpcConfig::max_message_bytes`] are refused before
 //! they are buffered; a malformed message or a protocol error fails that
 //! connection only (capnp-rpc aborts it), and its requests become 502s or
@@ -62,6 +65,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_rustls::TlsAcceptor;
 
 use crate::context_stack::ContextStack;
+use crate::handshake_gate::{HandshakeGate, Refusal, Slot};
 use crate::inline::{Gathered, MAX_INLINE_BODY_BYTES, gather};
 use crate::local::{Body, LocalWorkers};
 use crate::local_fetch::{WorkerHost, closed_signal, full_body};
@@ -85,7 +89,9 @@ pub struct RpcConfig {
     pub threads: usize,
     /// Limit for TCP connect plus TLS handshake to a home (default 1 s).
     pub connect_timeout: Duration,
-    /// Limit for an inbound peer's TLS handshake (default 5 s).
+    /// Limit for an inbound peer's TLS handshake (default 1 s: a member
+    /// needs a round trip or two; an idle socket holds a slot of the
+    /// [`crate::handshake_gate`] no longer than this).
     pub handshake_timeout: Duration,
     /// Limit, from sending `dispatch` (after connecting, if a connection had
     /// to be opened), for the home's answer on the streaming path (default
@@ -115,7 +121,7 @@ impl RpcConfig {
             tls,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             connect_timeout: Duration::from_secs(1),
-            handshake_timeout: Duration::from_secs(5),
+            handshake_timeout: Duration::from_secs(1),
             dispatch_timeout: Duration::from_secs(1),
             unreachable_backoff: Duration::from_secs(1),
             overload: OverloadConfig::default(),
@@ -162,6 +168,10 @@ pub struct RpcStats {
     pub connections_accepted: u64,
     /// Inbound connections rejected at the TLS handshake.
     pub handshakes_rejected: u64,
+    /// Inbound connections closed before their handshake finished to keep
+    /// pending handshakes bounded ([`crate::handshake_gate`]): over the
+    /// per-source share, or the oldest pending when the gate was full.
+    pub handshakes_shed: u64,
     /// RPC bytes sent on connections this node opened (framing included,
     /// TLS excluded).
     pub client_bytes_sent: u64,
@@ -194,6 +204,7 @@ struct NodeCounters {
     connections_opened: AtomicU64,
     connections_accepted: AtomicU64,
     handshakes_rejected: AtomicU64,
+    handshakes_shed: AtomicU64,
     client_wire: Arc<WireCounters>,
     server_wire: Arc<WireCounters>,
 }
@@ -209,17 +220,13 @@ struct Inbound {
     tcp: std::net::TcpStream,
     peer: SocketAddr,
     acceptor: TlsAcceptor,
-    /// Held until the handshake is over (see [`MAX_PENDING_HANDSHAKES`]).
-    permit: tokio::sync::OwnedSemaphorePermit,
+    /// Its place in the [`HandshakeGate`], held until the handshake is over.
+    slot: Slot,
 }
 
 /// How an RPC thread answers a forward: the result, or the job back if the
 /// thread stopped before looking at it (it is then served locally).
 type Reply = oneshot::Sender<Result<Forwarded, Box<ForwardJob>>>;
-
-/// Inbound TLS handshakes in progress at once; connections beyond this are
-/// dropped unanswered, so a flood of half-open peers cannot pile up tasks.
-const MAX_PENDING_HANDSHAKES: usize = 256;
 
 /// What every RPC thread of a node shares.
 struct NodeShared {
@@ -330,7 +337,7 @@ impl RpcNode {
         let node = Arc::downgrade(&self.inner);
         let acceptor = TlsAcceptor::from(self.inner.shared.config.tls.server_config());
         let mut stop = self.inner.shutdown.subscribe();
-        let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
+        let gate = HandshakeGate::default();
         let task = tokio::spawn(async move {
             loop {
                 let accepted = tokio::select! {
@@ -340,9 +347,16 @@ impl RpcNode {
                 match accepted {
                     Ok((tcp, peer)) => {
                         let Some(node) = node.upgrade() else { return };
-                        let Ok(permit) = pending.clone().try_acquire_owned() else {
-                            tracing::warn!(%peer, "too many TLS handshakes in progress; dropping a connection");
-                            continue;
+                        let slot = match gate.admit(peer.ip()) {
+                            Ok(slot) => slot,
+                            Err(Refusal::SourceBusy) => {
+                                node.shared
+                                    .counters
+                                    .handshakes_shed
+                                    .fetch_add(1, Ordering::Relaxed);
+                                tracing::debug!(%peer, "too many TLS handshakes pending from this address; closing a connection");
+                                continue;
+                            }
                         };
                         // The RPC thread that will own the connection does
                         // the handshake, so the socket is registered with
@@ -362,7 +376,7 @@ impl RpcNode {
                                 tcp,
                                 peer,
                                 acceptor: acceptor.clone(),
-                                permit,
+                                slot,
                             })));
                         }
                     }
@@ -491,6 +505,7 @@ impl RpcNode {
             connections_opened: c.connections_opened.load(Ordering::Relaxed),
             connections_accepted: c.connections_accepted.load(Ordering::Relaxed),
             handshakes_rejected: c.handshakes_rejected.load(Ordering::Relaxed),
+            handshakes_shed: c.handshakes_shed.load(Ordering::Relaxed),
             client_bytes_sent: c.client_wire.sent(),
             client_bytes_received: c.client_wire.received(),
             server_bytes_sent: c.server_wire.sent(),
@@ -699,16 +714,23 @@ impl ThreadState {
                 tcp,
                 peer,
                 acceptor,
-                permit,
+                mut slot,
             } = inbound;
             let counters = &state.shared.counters;
             let accepted = match tokio::net::TcpStream::from_std(tcp) {
                 Ok(tcp) => {
-                    transport::accept(tcp, &acceptor, state.shared.config.handshake_timeout).await
+                    let timeout = state.shared.config.handshake_timeout;
+                    tokio::select! {
+                        accepted = transport::accept(tcp, &acceptor, timeout) => accepted,
+                        () = slot.evicted() => {
+                            counters.handshakes_shed.fetch_add(1, Ordering::Relaxed);
+                            return;
+                        }
+                    }
                 }
                 Err(e) => Err(e),
             };
-            drop(permit);
+            drop(slot);
             match accepted {
                 Ok(tls) => {
                     counters

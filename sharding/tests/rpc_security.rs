@@ -212,3 +212,48 @@ async fn malformed_and_oversized_messages_close_that_connection_only() {
     })
     .await;
 }
+
+/// Idle TCP sockets (no TLS bytes) cannot switch sharding off: one address
+/// gets a small share of the pending handshakes, a flood from many
+/// addresses pushes out the oldest pending ones, and a member's connection
+/// that arrives during the flood still completes and is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_idle_sockets_does_not_starve_a_members_connection() {
+    use hearth_sharding::handshake_gate::{MAX_PENDING_HANDSHAKES, MAX_PENDING_PER_SOURCE};
+    let pki = Pki::new(&["a", "b"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    // Long enough that no idle socket times out during the test: the gate
+    // alone must keep room for members.
+    let b = start_node(&pki, "b", |c| c.handshake_timeout = Duration::from_secs(30)).await;
+
+    let mut idle = Vec::new();
+    let open_from = |last: u8| async move {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind(std::net::SocketAddr::from(([127, 0, 0, last], 0)))
+            .expect("bind a loopback source");
+        socket.connect(b.addr).await.expect("connect")
+    };
+    // 300 from one address ...
+    for _ in 0..300 {
+        idle.push(open_from(2).await);
+    }
+    // ... and 8 each from 40 more.
+    let sources = 40;
+    for last in 3..3 + sources {
+        for _ in 0..MAX_PENDING_PER_SOURCE {
+            idle.push(open_from(last).await);
+        }
+    }
+    let over_share = 300 - MAX_PENDING_PER_SOURCE;
+    let admitted = MAX_PENDING_PER_SOURCE * (1 + sources as usize);
+    let shed = (over_share + admitted.saturating_sub(MAX_PENDING_HANDSHAKES)) as u64;
+    eventually("the flood is shed", || {
+        b.rpc.stats().handshakes_shed >= shed
+    })
+    .await;
+
+    assert_echo_sharded(&a, &b, "a member during the flood", b"still sharded", 4).await;
+    assert_eq!(a.rpc.stats().home_unavailable, 0);
+    drop(idle);
+}
