@@ -28,6 +28,7 @@
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -44,6 +45,14 @@ use crate::schema::hearth_capnp::{response_sink, shard_server, worker};
 
 /// Longest script ID accepted from a peer, in bytes.
 pub const MAX_SCRIPT_ID_BYTES: usize = 1024;
+
+/// How long an admitted `dispatch` holds its admission permit waiting for
+/// its `fetch`. An honest caller pipelines `fetch` with `dispatch`, so it
+/// arrives right behind it; a peer that dispatches and never fetches would
+/// otherwise hold the Worker's in-flight slots for as long as it keeps the
+/// capability. After this the permit is given back and a late `fetch`
+/// fails (nothing ran).
+pub const FETCH_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What every connection's shard server shares on a node.
 pub(crate) struct ServerShared {
@@ -81,10 +90,22 @@ impl ShardServerImpl {
             .try_admit(&script_id, || local.can_host(&script_id))
         {
             Ok(permit) => {
+                let admitted = Rc::new(RefCell::new(Some((permit, context))));
+                let waiting = Rc::downgrade(&admitted);
+                tokio::task::spawn_local(async move {
+                    tokio::time::sleep(FETCH_PATIENCE).await;
+                    if let Some(admitted) = waiting.upgrade()
+                        && admitted.borrow_mut().take().is_some()
+                    {
+                        tracing::debug!(
+                            "a dispatch was not followed by its fetch; permit returned"
+                        );
+                    }
+                });
                 let home_worker = HomeWorker {
                     script_id,
                     host: self.shared.host.clone(),
-                    admitted: RefCell::new(Some((permit, context))),
+                    admitted,
                     closed: self.closed.clone(),
                 };
                 results
@@ -249,12 +270,13 @@ impl shard_server::Server for ShardServerImpl {
     }
 }
 
-/// The home's Worker for one admitted request: serves a single `fetch`.
-/// Dropped unused (the caller cancelled), it gives its permit back.
+/// The home's Worker for one admitted request: serves a single `fetch`,
+/// if it comes within [`FETCH_PATIENCE`]. Dropped unused (the caller
+/// cancelled), it gives its permit back.
 struct HomeWorker {
     script_id: String,
     host: WorkerHost,
-    admitted: RefCell<Option<(Permit, ContextStack)>>,
+    admitted: Rc<RefCell<Option<(Permit, ContextStack)>>>,
     closed: Closed,
 }
 
@@ -279,9 +301,10 @@ impl worker::Server for HomeWorker {
                     )
                     .await
                 }
-                None => Err(capnp::Error::failed(
-                    "a dispatched Worker serves exactly one request".into(),
-                )),
+                None => Err(capnp::Error::failed(format!(
+                    "a dispatched Worker serves exactly one request, and only if its fetch \
+                     follows within {FETCH_PATIENCE:?}"
+                ))),
             }
         }
     }

@@ -257,3 +257,65 @@ async fn a_flood_of_idle_sockets_does_not_starve_a_members_connection() {
     assert_eq!(a.rpc.stats().home_unavailable, 0);
     drop(idle);
 }
+
+/// A member that dispatches and never fetches cannot hold a Worker's
+/// in-flight slots on the home: after `FETCH_PATIENCE` the permit is back
+/// and the home admits again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatch_without_its_fetch_gives_its_slot_back() {
+    use hearth_sharding::shard_server::FETCH_PATIENCE;
+    let pki = Pki::new(&["a", "b", "c"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    let b = start_node(&pki, "b", |c| c.overload.max_in_flight_per_worker = 1).await;
+    let tls = transport::connect(b.addr, pki.tls("c").client_config(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel::<()>();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    // The hostile member, on a thread of its own (capnp-rpc is !Send).
+    let member = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async move {
+            let (read, write) = tokio::io::split(tls);
+            let network = VatNetwork::new(
+                read.compat(),
+                write.compat_write(),
+                Side::Client,
+                capnp::message::ReaderOptions::new(),
+            );
+            let mut rpc = RpcSystem::new(Box::new(network), None);
+            let shard: shard_server::Client = rpc.bootstrap(Side::Server);
+            tokio::task::spawn_local(rpc);
+            let mut dispatch = shard.dispatch_request();
+            dispatch.get().set_script_id("echo");
+            dispatch.get().set_lazy(capnp_rpc::new_client(Dummy));
+            let answer = dispatch.send().promise.await.expect("admitted");
+            // Keep the home's Worker capability, and never fetch.
+            let _worker = answer.get().unwrap().get_worker().unwrap();
+            let _ = held_tx.send(());
+            let _ = done_rx.await;
+        });
+    });
+    guard("the member holds a dispatch", held_rx).await.unwrap();
+
+    let refused = guard(
+        "forward while the slot is held",
+        a.rpc.forward(
+            b.addr,
+            "echo",
+            ContextStack::new(),
+            request("/echo", streaming_body(b"wait".to_vec(), 4)),
+        ),
+    )
+    .await;
+    assert_eq!(refused.outcome, ForwardOutcome::Refused);
+
+    tokio::time::sleep(FETCH_PATIENCE + Duration::from_millis(500)).await;
+    assert_echo_sharded(&a, &b, "after the patience", b"slot is back", 4).await;
+    let _ = done_tx.send(());
+    member.join().unwrap();
+}
