@@ -23,17 +23,23 @@
 //! shard client's decision; after a take-back it fails (nobody is waiting for
 //! its answer) and the reflected body bytes are dropped. Only if the home
 //! *accepted* (`LazyInstance::release`) does a later network `fetch` serve
-//! like any Worker. This keeps "served exactly once, body byte-exact"
-//! independent of how the reflected calls interleave with the take-back.
+//! like any Worker, and like any request that arrives over the network it
+//! must pass this node's admission control ([`crate::overload`]) first: a
+//! peer holding the capability cannot run Workers here past the limits a
+//! sharded request meets. This keeps "served exactly once, body
+//! byte-exact" independent of how the reflected calls interleave with the
+//! take-back.
 
 use std::cell::Cell;
 use std::future::Future;
+use std::sync::Arc;
 
 use tokio::sync::Notify;
 
 use crate::context_stack::ContextStack;
 use crate::local::Body;
 use crate::local_fetch::{WorkerHost, serve_fetch};
+use crate::overload::OverloadGate;
 use crate::schema::hearth_capnp::worker;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +57,7 @@ enum State {
 pub struct LazyInstance {
     script_id: String,
     host: WorkerHost,
+    gate: Arc<OverloadGate>,
     context: ContextStack,
     state: Cell<State>,
     decided: Notify,
@@ -58,10 +65,18 @@ pub struct LazyInstance {
 }
 
 impl LazyInstance {
-    pub(crate) fn new(script_id: &str, host: WorkerHost, context: ContextStack) -> Self {
+    /// An undecided instance; a network `fetch` after release is admitted
+    /// through `gate`.
+    pub(crate) fn new(
+        script_id: &str,
+        host: WorkerHost,
+        gate: Arc<OverloadGate>,
+        context: ContextStack,
+    ) -> Self {
         LazyInstance {
             script_id: script_id.to_string(),
             host,
+            gate,
             context,
             state: Cell::new(State::Undecided),
             decided: Notify::new(),
@@ -129,6 +144,13 @@ impl worker::Server for LazyInstance {
                 State::Released => break,
             }
         }
+        let local = &self.host.local;
+        let permit = self
+            .gate
+            .try_admit(&self.script_id, || local.can_host(&self.script_id))
+            .map_err(|reason| {
+                capnp::Error::overloaded(format!("this node does not admit the request ({reason})"))
+            })?;
         self.invoked.set(true);
         serve_fetch(
             &self.host,
@@ -136,9 +158,94 @@ impl worker::Server for LazyInstance {
             self.context.clone(),
             params,
             results,
-            None,
+            Some(permit),
             None,
         )
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures::FutureExt as _;
+    use futures::future::BoxFuture;
+
+    use super::*;
+    use crate::byte_stream::ResponseSinkServer;
+    use crate::local::LocalWorkers;
+    use crate::local_fetch::full_body;
+    use crate::overload::OverloadConfig;
+
+    #[derive(Default)]
+    struct Counting(AtomicUsize);
+
+    impl LocalWorkers for Counting {
+        fn serve(
+            &self,
+            _script_id: &str,
+            _req: http::Request<Body>,
+        ) -> BoxFuture<'static, http::Response<Body>> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            async { http::Response::new(full_body(bytes::Bytes::from_static(b"ran"))) }.boxed()
+        }
+        fn is_warm(&self, _script_id: &str) -> bool {
+            false
+        }
+        fn can_host(&self, _script_id: &str) -> bool {
+            true
+        }
+    }
+
+    async fn network_fetch(lazy: LazyInstance) -> Result<(), capnp::Error> {
+        let lazy: worker::Client = capnp_rpc::new_client(lazy);
+        let mut fetch = lazy.fetch_request();
+        {
+            let mut head = fetch.get().init_head();
+            head.set_method("GET");
+            head.set_uri("/");
+        }
+        let (sink, _response) = ResponseSinkServer::new_pair();
+        fetch.get().set_response(sink);
+        fetch.send().promise.await.map(|_| ())
+    }
+
+    #[tokio::test]
+    async fn a_released_instance_admits_network_fetches_like_any_sharded_request() {
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async {
+                let workers = Arc::new(Counting::default());
+                let host = WorkerHost {
+                    local: workers.clone(),
+                };
+                let gate = OverloadGate::new(OverloadConfig {
+                    max_in_flight_per_worker: 1,
+                    ..OverloadConfig::default()
+                });
+                let lazy = |gate: &Arc<OverloadGate>| {
+                    let lazy =
+                        LazyInstance::new("w", host.clone(), gate.clone(), ContextStack::new());
+                    lazy.release();
+                    lazy
+                };
+                // The Worker's one slot is taken: a peer's fetch is refused.
+                let held = gate.try_admit("w", || true).expect("first permit");
+                let refused = network_fetch(lazy(&gate)).await;
+                assert!(
+                    refused
+                        .as_ref()
+                        .is_err_and(|e| e.kind == capnp::ErrorKind::Overloaded),
+                    "{refused:?}"
+                );
+                assert_eq!(workers.0.load(Ordering::SeqCst), 0);
+                // With the slot free it is served, and gives the slot back.
+                drop(held);
+                network_fetch(lazy(&gate)).await.expect("admitted");
+                assert_eq!(workers.0.load(Ordering::SeqCst), 1);
+                assert!(gate.try_admit("w", || true).is_ok());
+            })
+            .await;
     }
 }

@@ -594,6 +594,7 @@ fn rpc_thread(
             host: shared.host.clone(),
             lazies: RefCell::new(CapabilityServerSet::new()),
             counters: shared.counters.client.clone(),
+            gate: shared.server.gate.clone(),
             dispatch_timeout: shared.config.dispatch_timeout,
             speculative_budget: shared
                 .config

@@ -196,6 +196,9 @@ pub(crate) struct ClientEnv {
     pub(crate) host: WorkerHost,
     pub(crate) lazies: RefCell<CapabilityServerSet<LazyInstance, worker::Client>>,
     pub(crate) counters: Arc<ClientCounters>,
+    /// This node's admission control, which a network `fetch` on a
+    /// released lazy instance passes like any sharded request.
+    pub(crate) gate: Arc<crate::overload::OverloadGate>,
     pub(crate) dispatch_timeout: Duration,
     pub(crate) speculative_budget: usize,
 }
@@ -376,6 +379,7 @@ pub(crate) async fn forward(
     let lazy = Rc::new(LazyInstance::new(
         &script_id,
         env.host.clone(),
+        env.gate.clone(),
         context.clone(),
     ));
     let lazy_cap: worker::Client = env.lazies.borrow_mut().new_client_from_rc(lazy.clone());
@@ -583,6 +587,7 @@ async fn forward_inline(
     let lazy = Rc::new(LazyInstance::new(
         script_id,
         env.host.clone(),
+        env.gate.clone(),
         context.clone(),
     ));
     let lazy_cap: worker::Client = env.lazies.borrow_mut().new_client_from_rc(lazy.clone());
