@@ -39,6 +39,10 @@
 //! Pending inbound handshakes are bounded per source address and in total,
 //! the oldest giving way to a newcomer ([`crate::handshake_gate`]), so idle
 //! sockets cannot crowd out the members' connections.
+//! A peer's calls left unanswered on a connection are bounded
+//! ([`RpcConfig::max_unanswered_bytes`]): past it the connection stops
+//! reading, so a peer that ignores flow control waits instead of filling
+//! this node's memory.
 //! Messages larger than [`RpcConfig::max_message_bytes`] are refused before
 //! they are buffered; a malformed message or a protocol error fails that
 //! connection only (capnp-rpc aborts it), and its requests become 502s or
@@ -112,6 +116,10 @@ pub struct RpcConfig {
     /// Request-body bytes sent before the home accepted (default and
     /// maximum [`MAX_SPECULATIVE_BODY_BYTES`]).
     pub speculative_body_bytes: usize,
+    /// Bytes of a peer's calls one connection may hold unanswered before it
+    /// stops reading from that peer (default 64 MiB): the bound on what a
+    /// peer that ignores flow control can make this node buffer.
+    pub max_unanswered_bytes: usize,
 }
 
 impl RpcConfig {
@@ -127,6 +135,7 @@ impl RpcConfig {
             overload: OverloadConfig::default(),
             max_message_bytes: 4 * 1024 * 1024,
             speculative_body_bytes: MAX_SPECULATIVE_BODY_BYTES,
+            max_unanswered_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -181,6 +190,13 @@ pub struct RpcStats {
     pub server_bytes_sent: u64,
     /// RPC bytes received on connections peers opened.
     pub server_bytes_received: u64,
+    /// The most bytes of a peer's calls one connection held unanswered at
+    /// once (bounded by [`RpcConfig::max_unanswered_bytes`] plus one
+    /// message).
+    pub unanswered_peak: u64,
+    /// Times a connection stopped reading because its peer's unanswered
+    /// calls reached [`RpcConfig::max_unanswered_bytes`].
+    pub reads_paused: u64,
     /// RPC messages sent on connections this node opened, by kind.
     pub client_messages_sent: MessageCounts,
     /// RPC messages received on connections this node opened, by kind.
@@ -510,6 +526,11 @@ impl RpcNode {
             client_bytes_received: c.client_wire.received(),
             server_bytes_sent: c.server_wire.sent(),
             server_bytes_received: c.server_wire.received(),
+            unanswered_peak: c
+                .client_wire
+                .unanswered_peak()
+                .max(c.server_wire.unanswered_peak()),
+            reads_paused: c.client_wire.reads_paused() + c.server_wire.reads_paused(),
             client_messages_sent: c.client_wire.messages_sent(),
             client_messages_received: c.client_wire.messages_received(),
             server_messages_sent: c.server_wire.messages_sent(),
@@ -755,6 +776,7 @@ impl ThreadState {
             stream,
             Side::Server,
             self.shared.config.max_message_bytes,
+            self.shared.config.max_unanswered_bytes,
             self.shared.counters.server_wire.clone(),
         );
         let (closed_tx, closed) = closed_signal();
@@ -829,6 +851,7 @@ impl ThreadState {
             stream,
             Side::Client,
             config.max_message_bytes,
+            config.max_unanswered_bytes,
             self.shared.counters.client_wire.clone(),
         );
         let mut rpc = RpcSystem::new(network, None);

@@ -40,6 +40,8 @@ pub struct WireCounters {
     received: AtomicU64,
     messages_sent: KindCounters,
     messages_received: KindCounters,
+    unanswered_peak: AtomicU64,
+    reads_paused: AtomicU64,
 }
 
 impl WireCounters {
@@ -51,6 +53,18 @@ impl WireCounters {
     /// Bytes read so far.
     pub fn received(&self) -> u64 {
         self.received.load(Ordering::Relaxed)
+    }
+
+    /// The most bytes of a peer's calls one connection held unanswered at
+    /// once (see [`Unanswered`]).
+    pub fn unanswered_peak(&self) -> u64 {
+        self.unanswered_peak.load(Ordering::Relaxed)
+    }
+
+    /// Times a connection stopped reading because its peer's unanswered
+    /// calls reached the limit.
+    pub fn reads_paused(&self) -> u64 {
+        self.reads_paused.load(Ordering::Relaxed)
     }
 
     /// RPC messages sent so far, by kind.
@@ -267,11 +281,13 @@ pub async fn accept(
 /// A Cap'n Proto two-party network over `stream` whose messages are
 /// tallied by kind into `counters`. Incoming messages larger than
 /// `max_message_bytes` are rejected (the connection fails) before they are
-/// buffered in full.
+/// buffered in full, and reading pauses while the peer's unanswered calls
+/// hold more than `max_unanswered_bytes` ([`Unanswered`]).
 pub(crate) fn two_party<S>(
     stream: S,
     side: Side,
     max_message_bytes: usize,
+    max_unanswered_bytes: usize,
     counters: Arc<WireCounters>,
 ) -> Box<dyn capnp_rpc::VatNetwork<Side>>
 where
@@ -288,7 +304,108 @@ where
         inner: network,
         counters,
         urgent,
+        unanswered: Rc::new(Unanswered {
+            limit: max_unanswered_bytes,
+            ..Unanswered::default()
+        }),
     })
+}
+
+/// The calls a peer has sent on one connection that this side has not
+/// answered yet, in bytes.
+///
+/// capnp-rpc buffers every call it reads until it is answered, and queues
+/// `-> stream` calls (body writes) to deliver them one at a time, so a peer
+/// that ignores flow control could make this side buffer without limit
+/// while a Worker does not read. Past `limit` this side stops reading the
+/// connection until answers free room: the peer's TCP window fills and it
+/// is the one that waits. Honest peers stay far below: their body writes
+/// are flow-controlled (about 128 KiB in flight per stream) and an inline
+/// call is at most 64 KiB plus its head. A pause can only end by answers
+/// this side gives, and some answers wait for the peer's own answers (a
+/// response sent to its sink), so a pause longer than [`MAX_READ_PAUSE`]
+/// fails the connection instead of waiting forever.
+#[derive(Default)]
+struct Unanswered {
+    limit: usize,
+    bytes: std::cell::Cell<usize>,
+    by_question: std::cell::RefCell<std::collections::HashMap<u32, usize>>,
+    freed: tokio::sync::Notify,
+}
+
+impl Unanswered {
+    fn called(&self, question: u32, size: usize) -> usize {
+        if let Some(old) = self.by_question.borrow_mut().insert(question, size) {
+            // A question ID reused before its answer: a protocol error the
+            // RPC system reports; keep the books straight meanwhile.
+            self.bytes.set(self.bytes.get().saturating_sub(old));
+        }
+        self.bytes.set(self.bytes.get() + size);
+        self.bytes.get()
+    }
+
+    fn answered(&self, question: u32) {
+        if let Some(size) = self.by_question.borrow_mut().remove(&question) {
+            self.bytes.set(self.bytes.get().saturating_sub(size));
+            self.freed.notify_waiters();
+        }
+    }
+
+    /// Waits until there is room to read another message; an error if
+    /// that takes longer than [`MAX_READ_PAUSE`].
+    async fn room(&self, counters: &WireCounters) -> Result<(), capnp::Error> {
+        let deadline = tokio::time::Instant::now() + MAX_READ_PAUSE;
+        let mut counted = false;
+        loop {
+            let freed = self.freed.notified();
+            if self.bytes.get() < self.limit {
+                return Ok(());
+            }
+            if !counted {
+                counters.reads_paused.fetch_add(1, Ordering::Relaxed);
+                counted = true;
+            }
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                return Err(capnp::Error::overloaded(format!(
+                    "the peer's unanswered calls stayed over {} bytes for {MAX_READ_PAUSE:?}",
+                    self.limit
+                )));
+            }
+        }
+    }
+}
+
+/// Longest a connection stops reading for its peer's unanswered calls
+/// before it fails.
+pub const MAX_READ_PAUSE: Duration = Duration::from_secs(10);
+
+/// The question ID and size of an incoming `Call`.
+fn call_of(body: capnp::Result<capnp::any_pointer::Reader<'_>>) -> Option<(u32, usize)> {
+    use capnp_rpc::rpc_capnp::message::Which;
+    let body = body.ok()?;
+    let size = usize::try_from(body.target_size().ok()?.word_count)
+        .ok()?
+        .saturating_mul(8);
+    let message = body
+        .get_as::<capnp_rpc::rpc_capnp::message::Reader<'_>>()
+        .ok()?;
+    match message.which().ok()? {
+        Which::Call(Ok(call)) => Some((call.get_question_id(), size)),
+        _ => None,
+    }
+}
+
+/// The answer ID of an outgoing `Return`.
+fn return_of(body: capnp::Result<capnp::any_pointer::Reader<'_>>) -> Option<u32> {
+    use capnp_rpc::rpc_capnp::message::Which;
+    let message = body
+        .ok()?
+        .get_as::<capnp_rpc::rpc_capnp::message::Reader<'_>>()
+        .ok()?;
+    match message.which().ok()? {
+        Which::Return(Ok(answer)) => Some(answer.get_answer_id()),
+        _ => None,
+    }
 }
 
 /// Set when a message someone waits for (a call, a return, ...) has been
@@ -398,22 +515,26 @@ struct Tallied<N> {
     inner: N,
     counters: Arc<WireCounters>,
     urgent: Urgent,
+    unanswered: Rc<Unanswered>,
 }
 
 impl<N: capnp_rpc::VatNetwork<Side>> capnp_rpc::VatNetwork<Side> for Tallied<N> {
     fn connect(&mut self, host_id: Side) -> Option<Box<dyn Connection<Side>>> {
         let (counters, urgent) = (self.counters.clone(), self.urgent.clone());
+        let unanswered = self.unanswered.clone();
         self.inner.connect(host_id).map(|inner| {
             Box::new(TalliedConnection {
                 inner,
                 counters,
                 urgent,
+                unanswered,
             }) as Box<dyn Connection<Side>>
         })
     }
 
     fn accept(&mut self) -> Promise<Box<dyn Connection<Side>>, capnp::Error> {
         let (counters, urgent) = (self.counters.clone(), self.urgent.clone());
+        let unanswered = self.unanswered.clone();
         let accepted = self.inner.accept();
         Promise::from_future(async move {
             let inner = accepted.await?;
@@ -421,6 +542,7 @@ impl<N: capnp_rpc::VatNetwork<Side>> capnp_rpc::VatNetwork<Side> for Tallied<N> 
                 inner,
                 counters,
                 urgent,
+                unanswered,
             }) as Box<dyn Connection<Side>>)
         })
     }
@@ -434,6 +556,7 @@ struct TalliedConnection {
     inner: Box<dyn Connection<Side>>,
     counters: Arc<WireCounters>,
     urgent: Urgent,
+    unanswered: Rc<Unanswered>,
 }
 
 impl Connection<Side> for TalliedConnection {
@@ -446,6 +569,7 @@ impl Connection<Side> for TalliedConnection {
             inner: self.inner.new_outgoing_message(first_segment_word_size),
             counters: self.counters.clone(),
             urgent: self.urgent.clone(),
+            unanswered: self.unanswered.clone(),
         })
     }
 
@@ -453,11 +577,20 @@ impl Connection<Side> for TalliedConnection {
         &mut self,
     ) -> Promise<Option<Box<dyn capnp_rpc::IncomingMessage>>, capnp::Error> {
         let counters = self.counters.clone();
+        let unanswered = self.unanswered.clone();
+        // Lazy: nothing is read from the socket until this is awaited.
         let received = self.inner.receive_incoming_message();
         Promise::from_future(async move {
+            unanswered.room(&counters).await?;
             let message = received.await?;
             if let Some(message) = &message {
                 let _ = counters.messages_received.count(message.get_body());
+                if let Some((question, size)) = call_of(message.get_body()) {
+                    let held = unanswered.called(question, size);
+                    counters
+                        .unanswered_peak
+                        .fetch_max(held as u64, Ordering::Relaxed);
+                }
             }
             Ok(message)
         })
@@ -481,6 +614,7 @@ struct TalliedOutgoing {
     inner: Box<dyn OutgoingMessage>,
     counters: Arc<WireCounters>,
     urgent: Urgent,
+    unanswered: Rc<Unanswered>,
 }
 
 impl OutgoingMessage for TalliedOutgoing {
@@ -504,6 +638,9 @@ impl OutgoingMessage for TalliedOutgoing {
             .count(self.inner.get_body_as_reader())
         {
             self.urgent.set(true);
+        }
+        if let Some(answer) = return_of(self.inner.get_body_as_reader()) {
+            self.unanswered.answered(answer);
         }
         self.inner.send()
     }

@@ -319,3 +319,85 @@ async fn a_dispatch_without_its_fetch_gives_its_slot_back() {
     let _ = done_tx.send(());
     member.join().unwrap();
 }
+
+/// A response sink that accepts nothing (the test never reads a response).
+struct NoSink;
+impl hearth_sharding::schema::hearth_capnp::response_sink::Server for NoSink {}
+
+/// A member that ignores flow control and keeps writing a body its Worker
+/// does not read cannot make the home buffer without limit: past
+/// `max_unanswered_bytes` the home stops reading that connection, and
+/// everyone else is served as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_ignores_flow_control_cannot_fill_the_homes_memory() {
+    const LIMIT: usize = 1024 * 1024;
+    const CHUNK: usize = 64 * 1024;
+    const WRITES: usize = 64; // 4 MiB, four times the limit
+    let pki = Pki::new(&["a", "b", "c"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    let b = start_node(&pki, "b", |c| c.max_unanswered_bytes = LIMIT).await;
+    // `gate` holds its request without reading the body.
+    b.workers
+        .hangs
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let tls = transport::connect(b.addr, pki.tls("c").client_config(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let member = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async move {
+            let (read, write) = tokio::io::split(tls);
+            let network = VatNetwork::new(
+                read.compat(),
+                write.compat_write(),
+                Side::Client,
+                capnp::message::ReaderOptions::new(),
+            );
+            let mut rpc = RpcSystem::new(Box::new(network), None);
+            let shard: shard_server::Client = rpc.bootstrap(Side::Server);
+            tokio::task::spawn_local(rpc);
+            let mut dispatch = shard.dispatch_request();
+            dispatch.get().set_script_id("gate");
+            dispatch.get().set_lazy(capnp_rpc::new_client(Dummy));
+            let dispatch = dispatch.send();
+            let mut fetch = dispatch.pipeline.get_worker().fetch_request();
+            {
+                let mut head = fetch.get().init_head();
+                head.set_method("POST");
+                head.set_uri("/gate");
+            }
+            fetch.get().set_response(capnp_rpc::new_client(NoSink));
+            let fetch = fetch.send();
+            let stream = fetch.pipeline.get_request_body();
+            let chunk = vec![7u8; CHUNK];
+            // Every write sent at once, none awaited before the next.
+            let writes: Vec<_> = (0..WRITES)
+                .map(|_| {
+                    let mut w = stream.write_request();
+                    w.get().set_chunk(&chunk);
+                    w.send()
+                })
+                .collect();
+            let _ = done_rx.await;
+            drop((writes, dispatch.promise, fetch.promise));
+        });
+    });
+
+    eventually("the home stops reading the flooding member", || {
+        b.rpc.stats().reads_paused >= 1
+    })
+    .await;
+    // Give the member time to push the rest; the home does not take it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let peak = b.rpc.stats().unanswered_peak as usize;
+    assert!(peak <= LIMIT + 2 * CHUNK, "{peak} bytes held unanswered");
+    // Everyone else is served as before.
+    assert_echo_sharded(&a, &b, "a legitimate forward", b"members welcome", 5).await;
+    let _ = done_tx.send(());
+    member.join().unwrap();
+}
