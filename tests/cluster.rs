@@ -9,6 +9,18 @@ use hearth::runtime::Plan;
 use hearth::sharding::overload::OverloadConfig;
 use hearth::testing::TestCluster;
 
+/// Polls `f` for up to 5 s (a bounded wait for an asynchronous effect, not
+/// a timing assertion); whether it became true.
+async fn eventually(mut f: impl FnMut() -> bool) -> bool {
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !f() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
 fn sample(name: &str) -> Vec<u8> {
     hearth_sample_workers::bytes(name).expect("sample built")
 }
@@ -231,13 +243,10 @@ async fn a_peer_without_a_cluster_certificate_gets_nothing() {
     }
     // The socket closes as the handshake fails; the counter follows a moment
     // later on the RPC thread, so wait for it (bounded) rather than race it.
-    let counted = tokio::time::timeout(Duration::from_secs(5), async {
-        while c.stats(0).rpc.handshakes_rejected == 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-    assert!(counted.is_ok(), "the rejected handshake was never counted");
+    assert!(
+        eventually(|| c.stats(0).rpc.handshakes_rejected > 0).await,
+        "the rejected handshake was never counted"
+    );
     for i in 0..2 {
         assert_eq!(c.get(i, "hello", "/").await.expect("req").status, 200);
     }
@@ -266,16 +275,11 @@ async fn gossip_without_the_key_is_counted_in_metrics() {
             .find_map(|l| l.strip_prefix("hearth_gossip_unauthenticated_total "))
             .and_then(|v| v.trim().parse::<u64>().ok())
     };
-    let counted = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            if metric(&c.node(0).node.metrics().render()) >= Some(3) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-    assert!(counted.is_ok(), "{}", c.node(0).node.metrics().render());
+    assert!(
+        eventually(|| metric(&c.node(0).node.metrics().render()) >= Some(3)).await,
+        "{}",
+        c.node(0).node.metrics().render()
+    );
     assert_eq!(metric(&c.node(1).node.metrics().render()), Some(0));
     for i in 0..2 {
         assert_eq!(c.get(i, "hello", "/").await.expect("req").status, 200);

@@ -33,16 +33,7 @@ where
     let local = tokio::task::LocalSet::new();
     local
         .run_until(async move {
-            let (read, write) = tokio::io::split(stream);
-            let network = VatNetwork::new(
-                read.compat(),
-                write.compat_write(),
-                Side::Client,
-                capnp::message::ReaderOptions::new(),
-            );
-            let mut rpc = RpcSystem::new(Box::new(network), None);
-            let shard: shard_server::Client = rpc.bootstrap(Side::Server);
-            tokio::task::spawn_local(rpc);
+            let shard = bootstrap(stream);
             let mut request = shard.dispatch_request();
             request.get().set_script_id("echo");
             request.get().set_lazy(capnp_rpc::new_client(Dummy));
@@ -51,6 +42,43 @@ where
             Ok(())
         })
         .await
+}
+
+/// The peer's `ShardServer` over `stream`, with its RPC system driven on
+/// the current `LocalSet`.
+fn bootstrap<S>(stream: S) -> shard_server::Client
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let (read, write) = tokio::io::split(stream);
+    let network = VatNetwork::new(
+        read.compat(),
+        write.compat_write(),
+        Side::Client,
+        capnp::message::ReaderOptions::new(),
+    );
+    let mut rpc = RpcSystem::new(Box::new(network), None);
+    let shard = rpc.bootstrap(Side::Server);
+    tokio::task::spawn_local(rpc);
+    shard
+}
+
+/// Runs a misbehaving member written for a test on a thread of its own
+/// (capnp-rpc is `!Send`): `act` gets the home's `ShardServer` over `tls`.
+fn hand_written_member<S, F, Fut>(tls: S, act: F) -> std::thread::JoinHandle<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    F: FnOnce(shard_server::Client) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async move { act(bootstrap(tls)).await });
+    })
 }
 
 fn client_config_with(
@@ -273,32 +301,15 @@ async fn a_dispatch_without_its_fetch_gives_its_slot_back() {
     let (held_tx, held_rx) = tokio::sync::oneshot::channel::<()>();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
     // The hostile member, on a thread of its own (capnp-rpc is !Send).
-    let member = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let local = tokio::task::LocalSet::new();
-        local.block_on(&rt, async move {
-            let (read, write) = tokio::io::split(tls);
-            let network = VatNetwork::new(
-                read.compat(),
-                write.compat_write(),
-                Side::Client,
-                capnp::message::ReaderOptions::new(),
-            );
-            let mut rpc = RpcSystem::new(Box::new(network), None);
-            let shard: shard_server::Client = rpc.bootstrap(Side::Server);
-            tokio::task::spawn_local(rpc);
-            let mut dispatch = shard.dispatch_request();
-            dispatch.get().set_script_id("echo");
-            dispatch.get().set_lazy(capnp_rpc::new_client(Dummy));
-            let answer = dispatch.send().promise.await.expect("admitted");
-            // Keep the home's Worker capability, and never fetch.
-            let _worker = answer.get().unwrap().get_worker().unwrap();
-            let _ = held_tx.send(());
-            let _ = done_rx.await;
-        });
+    let member = hand_written_member(tls, move |shard| async move {
+        let mut dispatch = shard.dispatch_request();
+        dispatch.get().set_script_id("echo");
+        dispatch.get().set_lazy(capnp_rpc::new_client(Dummy));
+        let answer = dispatch.send().promise.await.expect("admitted");
+        // Keep the home's Worker capability, and never fetch.
+        let _worker = answer.get().unwrap().get_worker().unwrap();
+        let _ = held_tx.send(());
+        let _ = done_rx.await;
     });
     guard("the member holds a dispatch", held_rx).await.unwrap();
 
@@ -344,48 +355,31 @@ async fn a_member_that_ignores_flow_control_cannot_fill_the_homes_memory() {
         .await
         .unwrap();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
-    let member = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let local = tokio::task::LocalSet::new();
-        local.block_on(&rt, async move {
-            let (read, write) = tokio::io::split(tls);
-            let network = VatNetwork::new(
-                read.compat(),
-                write.compat_write(),
-                Side::Client,
-                capnp::message::ReaderOptions::new(),
-            );
-            let mut rpc = RpcSystem::new(Box::new(network), None);
-            let shard: shard_server::Client = rpc.bootstrap(Side::Server);
-            tokio::task::spawn_local(rpc);
-            let mut dispatch = shard.dispatch_request();
-            dispatch.get().set_script_id("gate");
-            dispatch.get().set_lazy(capnp_rpc::new_client(Dummy));
-            let dispatch = dispatch.send();
-            let mut fetch = dispatch.pipeline.get_worker().fetch_request();
-            {
-                let mut head = fetch.get().init_head();
-                head.set_method("POST");
-                head.set_uri("/gate");
-            }
-            fetch.get().set_response(capnp_rpc::new_client(NoSink));
-            let fetch = fetch.send();
-            let stream = fetch.pipeline.get_request_body();
-            let chunk = vec![7u8; CHUNK];
-            // Every write sent at once, none awaited before the next.
-            let writes: Vec<_> = (0..WRITES)
-                .map(|_| {
-                    let mut w = stream.write_request();
-                    w.get().set_chunk(&chunk);
-                    w.send()
-                })
-                .collect();
-            let _ = done_rx.await;
-            drop((writes, dispatch.promise, fetch.promise));
-        });
+    let member = hand_written_member(tls, move |shard| async move {
+        let mut dispatch = shard.dispatch_request();
+        dispatch.get().set_script_id("gate");
+        dispatch.get().set_lazy(capnp_rpc::new_client(Dummy));
+        let dispatch = dispatch.send();
+        let mut fetch = dispatch.pipeline.get_worker().fetch_request();
+        {
+            let mut head = fetch.get().init_head();
+            head.set_method("POST");
+            head.set_uri("/gate");
+        }
+        fetch.get().set_response(capnp_rpc::new_client(NoSink));
+        let fetch = fetch.send();
+        let stream = fetch.pipeline.get_request_body();
+        let chunk = vec![7u8; CHUNK];
+        // Every write sent at once, none awaited before the next.
+        let writes: Vec<_> = (0..WRITES)
+            .map(|_| {
+                let mut w = stream.write_request();
+                w.get().set_chunk(&chunk);
+                w.send()
+            })
+            .collect();
+        let _ = done_rx.await;
+        drop((writes, dispatch.promise, fetch.promise));
     });
 
     eventually("the home stops reading the flooding member", || {
