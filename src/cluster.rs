@@ -92,6 +92,9 @@ pub struct Joined {
     pub rpc_server: ServerHandle,
 }
 
+/// How long a gossip member gets to prove its node ID (a TLS handshake).
+const IDENTITY_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Starts `node`'s shard server and membership and joins it to the ring.
 pub async fn join(node: Node, cfg: JoinConfig) -> anyhow::Result<Joined> {
     let tls = NodeTls::load(&cfg.pki_dir, &cfg.node_id).with_context(|| {
@@ -102,6 +105,8 @@ pub async fn join(node: Node, cfg: JoinConfig) -> anyhow::Result<Joined> {
         )
     })?;
     let rpc_addr = cfg.rpc_listener.local_addr()?;
+    let identity_check =
+        hearth_sharding::transport::identity_check(tls.client_config(), IDENTITY_CHECK_TIMEOUT);
     let mut rc = RpcConfig::new(tls);
     rc.overload = cfg.overload;
     let rpc = RpcNode::start(rc, node.local_workers())?;
@@ -114,6 +119,8 @@ pub async fn join(node: Node, cfg: JoinConfig) -> anyhow::Result<Joined> {
     mc.static_nodes = cfg.static_nodes;
     if let Some(g) = mc.gossip.as_mut() {
         g.key = cfg.gossip_key;
+        // A ring slot needs the node's certificate, not just the gossip key.
+        g.verify = Some(identity_check);
     }
     let membership = Membership::start(mc).await?;
     node.metrics().observe_gossip(membership.gossip_counters());
@@ -204,7 +211,9 @@ impl LocalCluster {
             let mut node = Node::new(names[i].clone(), runtime);
             let (mut membership, mut rpc_server) = (None, None);
             if cfg.sharding {
-                if !pki.join(format!("{}.pem", names[i])).exists() {
+                // Missing, or not bound to this node's ID (a store from
+                // before certificates named their node): issue a fresh one.
+                if NodeTls::load(&pki, &names[i]).is_err() {
                     hearth_sharding::tls::issue_node_cert(&pki, &names[i])?;
                 }
                 let joined = join(

@@ -252,6 +252,14 @@ impl Collector for GossipCollector {
             None,
             c.metric_type(),
         )?)?;
+        let refused = self.0.get().map_or(0, |c| c.identities_refused());
+        let c = ConstCounter::new(refused);
+        c.encode(enc.encode_descriptor(
+            "hearth_gossip_identity_refused",
+            "Gossip members kept off the ring: the node at their RPC address lacks the certificate for their node ID",
+            None,
+            c.metric_type(),
+        )?)?;
         Ok(())
     }
 }

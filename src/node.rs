@@ -161,10 +161,10 @@ impl Node {
         match decide(&cluster.self_id, home_id, warm) {
             Decision::Serve(route) => self.local.serve_as(script_id, req, route).await,
             Decision::Forward(_) => {
-                let Some(addr) = home.map(|n| n.rpc_addr) else {
+                let Some(home) = home else {
                     return self.local.serve_as(script_id, req, Route::Home).await;
                 };
-                let f = rpc.forward(addr, script_id, ContextStack::new(), req).await;
+                let f = rpc.forward(home, script_id, ContextStack::new(), req).await;
                 let route = f.route();
                 let mut resp = f.response;
                 let start = resp

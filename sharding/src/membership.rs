@@ -72,9 +72,20 @@
 //! cannot hear its peers silently serves everything alone. There is no replay protection beyond SWIM's own
 //! incarnation ordering, so keep the gossip port on the data center's
 //! private network as well.
+//!
+//! # Identity: a ring slot needs the node's certificate
+//!
+//! The gossip key says "a member of this cluster", not "node `b`": a holder
+//! of the key could gossip node `b`'s ID with its own RPC address and take
+//! `b`'s ring slot. With [`GossipConfig::verify`] set (what `hearth serve`
+//! does), a gossip member enters the ring only after an [`IdentityCheck`]
+//! proved that whoever listens at its RPC address holds the cluster
+//! certificate for its node ID (a TLS handshake, see `crate::tls`). Until
+//! then it stays off the ring; a member that fails is warned about and
+//! checked again every [`IDENTITY_RETRY`] while it keeps gossiping.
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::io;
 use std::net::SocketAddr;
 use std::num::{NonZeroU8, NonZeroUsize};
@@ -104,6 +115,37 @@ pub const MAX_GOSSIP_WEIGHT: u32 = 100;
 /// Largest gossip datagram sent or accepted.
 const MAX_PACKET: usize = 1400;
 
+/// How soon a gossip member that failed its [`IdentityCheck`] is checked
+/// again (it may only have been starting).
+pub const IDENTITY_RETRY: Duration = Duration::from_secs(2);
+
+/// Proves a gossip member is the node it claims to be before it gets a ring
+/// slot: resolves `Ok` only if the node listening at `node.rpc_addr` holds
+/// the cluster certificate for `node.id`, `Err(reason)` otherwise.
+#[derive(Clone)]
+pub struct IdentityCheck(Arc<IdentityCheckFn>);
+
+type IdentityCheckFn =
+    dyn Fn(Node) -> futures::future::BoxFuture<'static, Result<(), String>> + Send + Sync;
+
+impl IdentityCheck {
+    /// Wraps a check.
+    pub fn new(
+        check: impl Fn(Node) -> futures::future::BoxFuture<'static, Result<(), String>>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        Self(Arc::new(check))
+    }
+}
+
+impl std::fmt::Debug for IdentityCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IdentityCheck")
+    }
+}
+
 /// How to start a node's membership.
 #[derive(Clone, Debug)]
 pub struct MembershipConfig {
@@ -130,6 +172,7 @@ impl MembershipConfig {
                 seeds,
                 timing: FailureDetection::default(),
                 key: None,
+                verify: None,
             }),
             ring: RingConfig::default(),
         }
@@ -163,6 +206,9 @@ pub struct GossipConfig {
     /// only holders of the key can join or speak for a member. `None`
     /// accepts anyone who can reach the port.
     pub key: Option<[u8; 32]>,
+    /// Proves each gossip member's node ID before it enters the ring (see
+    /// the module docs); `None` trusts what gossip says.
+    pub verify: Option<IdentityCheck>,
 }
 
 /// Failure-detection and dissemination timing. Defaults suit a data center
@@ -302,6 +348,7 @@ pub const UNAUTHENTICATED_WARN_EVERY: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, Default)]
 pub struct GossipCounters {
     unauthenticated: Arc<AtomicU64>,
+    identities_refused: Arc<AtomicU64>,
 }
 
 impl GossipCounters {
@@ -309,6 +356,12 @@ impl GossipCounters {
     /// without this node's gossip key, or a forger).
     pub fn unauthenticated(&self) -> u64 {
         self.unauthenticated.load(AtomicOrdering::Relaxed)
+    }
+
+    /// Identity checks failed: a gossip member kept off the ring because
+    /// the node at its RPC address could not prove its node ID.
+    pub fn identities_refused(&self) -> u64 {
+        self.identities_refused.load(AtomicOrdering::Relaxed)
     }
 }
 
@@ -465,8 +518,8 @@ struct View {
 }
 
 impl View {
-    /// Recomputes the live set from the gossip members and, if it changed,
-    /// builds, publishes and logs the new ring.
+    /// Recomputes the live set from the gossip members (those allowed on the
+    /// ring) and, if it changed, builds, publishes and logs the new ring.
     fn rebuild<'a>(&self, gossip_members: impl Iterator<Item = &'a Member>) {
         let mut live: BTreeMap<NodeId, Node> = self
             .statics
@@ -677,10 +730,30 @@ struct Driver {
     /// drops since.
     last_warning: Option<Instant>,
     unwarned: u64,
+    /// Proves members' node IDs; `None` trusts gossip.
+    verify: Option<IdentityCheck>,
+    /// What is known of each gossiped (node ID, RPC address).
+    identities: HashMap<(NodeId, SocketAddr), Identity>,
+    verdicts_tx: mpsc::UnboundedSender<Verdict>,
+    verdicts: mpsc::UnboundedReceiver<Verdict>,
+}
+
+/// Where a gossiped identity stands with the [`IdentityCheck`].
+enum Identity {
+    Checking,
+    Proven,
+    Refused { retry_at: Instant },
+}
+
+/// The result of one identity check.
+struct Verdict {
+    node: Node,
+    result: Result<(), String>,
 }
 
 enum Event {
     Command(Option<Command>),
+    Verdict(Option<Verdict>),
     Datagram(io::Result<(usize, SocketAddr)>),
     Timer,
     Announce,
@@ -698,6 +771,7 @@ impl Driver {
             seeds,
             timing,
             key,
+            verify,
         } = gossip;
         timing.validate()?;
         if view.local.weight > MAX_GOSSIP_WEIGHT {
@@ -729,6 +803,7 @@ impl Driver {
         let rng: StdRng = rand::make_rng();
         let foca = Foca::new(me.clone(), timing.foca_config(), rng, PostcardCodec);
         let seeds = seeds.into_iter().filter(|s| *s != gossip_addr).collect();
+        let (verdicts_tx, verdicts) = mpsc::unbounded_channel();
         Ok(Self {
             view,
             me,
@@ -744,6 +819,10 @@ impl Driver {
             counters,
             last_warning: None,
             unwarned: 0,
+            verify,
+            identities: HashMap::new(),
+            verdicts_tx,
+            verdicts,
         })
     }
 
@@ -760,6 +839,7 @@ impl Driver {
             let drain_deadline = pending_drain.as_ref().map_or_else(far_future, |p| p.1);
             let event = tokio::select! {
                 command = commands.recv() => Event::Command(command),
+                verdict = self.verdicts.recv() => Event::Verdict(verdict),
                 received = self.socket.recv_from(&mut buf) => {
                     Event::Datagram(received)
                 }
@@ -791,11 +871,14 @@ impl Driver {
                         self.view.draining = true;
                         let changed = self.foca.change_identity(self.me.clone(), &mut self.out);
                         log_foca("drain", changed);
-                        self.view.rebuild(self.foca.iter_members().map(|m| m.id()));
+                        self.rebuild();
                         let deadline = Instant::now() + self.timing.drain_timeout;
                         pending_drain = Some((reply, deadline));
                     }
                 }
+                // The sender half lives in `self`: never closed.
+                Event::Verdict(None) => {}
+                Event::Verdict(Some(verdict)) => self.verdict(verdict),
                 Event::Datagram(Ok((len, from))) => match open(self.key.as_ref(), &buf[..len]) {
                     Some(payload) => {
                         let handled = self.foca.handle_data(payload, &mut self.out);
@@ -824,6 +907,14 @@ impl Driver {
                     }
                 }
                 Event::Announce => {
+                    let now = Instant::now();
+                    if self
+                        .identities
+                        .values()
+                        .any(|i| matches!(i, Identity::Refused { retry_at } if *retry_at <= now))
+                    {
+                        self.rebuild();
+                    }
                     if self.foca.num_members() == 0 {
                         for seed in &self.seeds {
                             let sent = self.foca.announce(Member::seed(*seed), &mut self.out);
@@ -912,7 +1003,77 @@ impl Driver {
             }
         }
         if changed {
+            self.rebuild();
+        }
+    }
+
+    /// Rebuilds the ring from the gossip members whose node ID is proven
+    /// (all of them without an [`IdentityCheck`]), and starts checks for
+    /// the ones not yet proven.
+    fn rebuild(&mut self) {
+        let Some(verify) = self.verify.clone() else {
             self.view.rebuild(self.foca.iter_members().map(|m| m.id()));
+            return;
+        };
+        let now = Instant::now();
+        let mut present = std::collections::HashSet::new();
+        let mut proven = Vec::new();
+        for member in self.foca.iter_members().map(|m| m.id()) {
+            if member.draining || member.id == self.me.id {
+                // Not put on the ring whatever its identity.
+                proven.push(member.clone());
+                continue;
+            }
+            let key = (member.id.clone(), member.rpc);
+            present.insert(key.clone());
+            match self.identities.get(&key) {
+                Some(Identity::Proven) => proven.push(member.clone()),
+                Some(Identity::Checking) => {}
+                Some(Identity::Refused { retry_at }) if *retry_at > now => {}
+                _ => {
+                    self.identities.insert(key, Identity::Checking);
+                    let node = member.node();
+                    let check = (verify.0)(node.clone());
+                    let verdicts = self.verdicts_tx.clone();
+                    tokio::spawn(async move {
+                        let result = check.await;
+                        let _ = verdicts.send(Verdict { node, result });
+                    });
+                }
+            }
+        }
+        // Forget identities gossip no longer mentions (bounded by the
+        // member list); a check still running reports into nothing.
+        self.identities.retain(|key, _| present.contains(key));
+        self.view.rebuild(proven.iter());
+    }
+
+    /// Records the outcome of an identity check.
+    fn verdict(&mut self, Verdict { node, result }: Verdict) {
+        let key = (node.id.clone(), node.rpc_addr);
+        if !self.identities.contains_key(&key) {
+            return; // gone from gossip meanwhile
+        }
+        match result {
+            Ok(()) => {
+                tracing::debug!(node = %node.id, rpc = %node.rpc_addr, "gossip member proved its node ID");
+                self.identities.insert(key, Identity::Proven);
+                self.rebuild();
+            }
+            Err(reason) => {
+                self.counters
+                    .identities_refused
+                    .fetch_add(1, AtomicOrdering::Relaxed);
+                tracing::warn!(node = %node.id, rpc = %node.rpc_addr, %reason,
+                    "kept a gossip member off the ring: the node at its RPC address does not \
+                     present the cluster certificate for its node ID");
+                self.identities.insert(
+                    key,
+                    Identity::Refused {
+                        retry_at: Instant::now() + IDENTITY_RETRY,
+                    },
+                );
+            }
         }
     }
 }

@@ -408,13 +408,15 @@ impl RpcNode {
         Ok(ServerHandle { local_addr, task })
     }
 
-    /// Forwards `request` for Worker `script_id` to its home at `home`, with
-    /// the invocation's `context`. Never fails: a refusal or an unavailable
-    /// home is served on this node, a home that fails after accepting yields
-    /// a 502 (see [`ForwardOutcome`]).
+    /// Forwards `request` for Worker `script_id` to its home `home` (the
+    /// ring's node: its ID is checked against the certificate of whoever
+    /// answers at its address), with the invocation's `context`. Never
+    /// fails: a refusal or an unavailable home (or one that cannot prove
+    /// its node ID) is served on this node, a home that fails after
+    /// accepting yields a 502 (see [`ForwardOutcome`]).
     pub async fn forward(
         &self,
-        home: SocketAddr,
+        home: &crate::ring::Node,
         script_id: &str,
         context: ContextStack,
         request: http::Request<Body>,
@@ -432,7 +434,7 @@ impl RpcNode {
             Gathered::Streaming(body) => (http::Request::from_parts(parts, body), None),
         };
         let job = Box::new(ForwardJob {
-            home,
+            home: home.clone(),
             script_id: script_id.to_string(),
             context,
             request,
@@ -444,7 +446,7 @@ impl RpcNode {
         // `RpcNode::run_on_thread`), the forward stays on that thread and
         // uses its own connection to the home: no hand-off between threads.
         let index = current_thread_of(&self.inner.shared)
-            .unwrap_or_else(|| thread_for(home, self.inner.threads.len()));
+            .unwrap_or_else(|| thread_for(&home.id, self.inner.threads.len()));
         let Some(thread) = self.inner.threads.get(index) else {
             return self.serve_here(*job, "no RPC thread".into()).await;
         };
@@ -566,11 +568,13 @@ impl RpcNode {
     }
 }
 
-fn thread_for(home: SocketAddr, threads: usize) -> usize {
+fn thread_for(home: &crate::ring::NodeId, threads: usize) -> usize {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     home.hash(&mut hasher);
     (hasher.finish() % threads.max(1) as u64) as usize
 }
+
+type PeerKey = (crate::ring::NodeId, SocketAddr);
 
 type Connecting = Shared<LocalBoxFuture<'static, Result<PeerConn, String>>>;
 
@@ -586,7 +590,9 @@ struct ThreadState {
     /// Which of the node's RPC threads this is.
     index: usize,
     client: Rc<ClientEnv>,
-    peers: RefCell<HashMap<SocketAddr, PeerSlot>>,
+    /// Connections to homes, by the node ID and address they were opened
+    /// for (the peer proved that ID in the handshake).
+    peers: RefCell<HashMap<PeerKey, PeerSlot>>,
     /// A second handle on every connection's socket, to close it at once on
     /// shutdown whatever capnp-rpc still references.
     sockets: RefCell<HashMap<u64, std::net::TcpStream>>,
@@ -647,7 +653,7 @@ fn rpc_thread(
                     tokio::task::spawn_local(async move {
                         let mut reply = reply;
                         let forward = async {
-                            let peer = state.peer(job.home).await;
+                            let peer = state.peer(&job.home).await;
                             shard_client::forward(state.client.clone(), peer, *job).await
                         };
                         // A requester that went away (its client left) drops
@@ -793,10 +799,11 @@ impl ThreadState {
     }
 
     /// A connection to `home`: the open one, one being opened, or a new one.
-    async fn peer(self: &Rc<Self>, home: SocketAddr) -> Result<PeerConn, String> {
+    async fn peer(self: &Rc<Self>, home: &crate::ring::Node) -> Result<PeerConn, String> {
+        let key: PeerKey = (home.id.clone(), home.rpc_addr);
         let connecting = {
             let mut peers = self.peers.borrow_mut();
-            match peers.get(&home) {
+            match peers.get(&key) {
                 Some(PeerSlot::Ready(conn)) if conn.alive.get() => {
                     return Ok(conn.clone());
                 }
@@ -806,24 +813,25 @@ impl ThreadState {
                 }
                 _ => {
                     let state = self.clone();
+                    let home = home.clone();
                     let f = async move { state.connect(home).await }
                         .boxed_local()
                         .shared();
-                    peers.insert(home, PeerSlot::Connecting(f.clone()));
+                    peers.insert(key.clone(), PeerSlot::Connecting(f.clone()));
                     f
                 }
             }
         };
         let result = connecting.await;
         let mut peers = self.peers.borrow_mut();
-        if let Some(PeerSlot::Connecting(_)) = peers.get(&home) {
+        if let Some(PeerSlot::Connecting(_)) = peers.get(&key) {
             match &result {
                 Ok(conn) => {
-                    peers.insert(home, PeerSlot::Ready(conn.clone()));
+                    peers.insert(key, PeerSlot::Ready(conn.clone()));
                 }
                 Err(reason) => {
                     peers.insert(
-                        home,
+                        key,
                         PeerSlot::Down {
                             until: Instant::now() + self.shared.config.unreachable_backoff,
                             reason: reason.clone(),
@@ -835,9 +843,9 @@ impl ThreadState {
         result
     }
 
-    async fn connect(self: Rc<Self>, home: SocketAddr) -> Result<PeerConn, String> {
+    async fn connect(self: Rc<Self>, home: crate::ring::Node) -> Result<PeerConn, String> {
         let config = &self.shared.config;
-        let tls = transport::connect(home, config.tls.client_config(), config.connect_timeout)
+        let tls = transport::connect(&home, config.tls.client_config(), config.connect_timeout)
             .await
             .map_err(|e| e.to_string())?;
         self.shared
@@ -862,16 +870,17 @@ impl ThreadState {
         let still_alive = alive.clone();
         tokio::task::spawn_local(async move {
             if let Err(e) = rpc.await {
-                tracing::debug!(%home, error = %e, "RPC connection to a home ended with an error");
+                tracing::debug!(home = %home.id, addr = %home.rpc_addr, error = %e, "RPC connection to a home ended with an error");
             }
             still_alive.set(false);
             drop(closed_tx);
             state.forget_socket(id);
             let mut peers = state.peers.borrow_mut();
-            if let Some(PeerSlot::Ready(conn)) = peers.get(&home)
+            let key: PeerKey = (home.id.clone(), home.rpc_addr);
+            if let Some(PeerSlot::Ready(conn)) = peers.get(&key)
                 && Rc::ptr_eq(&conn.alive, &still_alive)
             {
-                peers.remove(&home);
+                peers.remove(&key);
             }
         });
         Ok(PeerConn {

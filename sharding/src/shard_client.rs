@@ -71,7 +71,6 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -156,7 +155,7 @@ impl Forwarded {
 
 /// A request handed to an RPC thread for forwarding.
 pub(crate) struct ForwardJob {
-    pub(crate) home: SocketAddr,
+    pub(crate) home: crate::ring::Node,
     pub(crate) script_id: String,
     pub(crate) context: ContextStack,
     /// The request; its body is complete and equal to `inline` if that is

@@ -7,11 +7,15 @@
 //! fails the TLS handshake and never reaches the Cap'n Proto bootstrap, so it
 //! gets no capability at all.
 //!
-//! All node certificates carry the same DNS name, [`CLUSTER_SERVER_NAME`],
-//! which a client verifies: the question TLS answers here is "is this a
-//! member of my cluster", not "is this node #3" (the ring decides who is
-//! home; any member may serve). The node's own name is the certificate's
-//! common name, for logs.
+//! A node's certificate is bound to its node ID: it carries the DNS name
+//! `<node-id>.node.hearth.cluster` ([`node_server_name`]), and a client
+//! dialing the home the ring names verifies exactly that name. So a member
+//! holding a valid cluster certificate for node `c` cannot answer for node
+//! `b`, whatever address gossip or a stale ring points at: the handshake
+//! fails and the request is served locally. The same check admits a member
+//! to the ring when it is heard by gossip (see `membership`). The server
+//! side asks only "is this a member of my cluster": any member may forward.
+//! The node ID is also the certificate's common name, for logs.
 //!
 //! For development, [`generate_dev_pki`] makes a CA and node certificates in
 //! a directory as PEM files (what `hearth cluster` calls), and
@@ -40,8 +44,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
-/// The DNS name every node certificate carries and every client verifies.
-pub const CLUSTER_SERVER_NAME: &str = "node.hearth.cluster";
+/// The DNS suffix of every node certificate's name: node `b`'s certificate
+/// is for `b.node.hearth.cluster`.
+pub const NODE_NAME_SUFFIX: &str = "node.hearth.cluster";
 /// File name of the cluster CA certificate.
 pub const CA_CERT_FILE: &str = "ca.pem";
 /// File name of the cluster CA private key.
@@ -71,9 +76,27 @@ pub enum TlsError {
         /// What is wrong with it.
         reason: String,
     },
-    /// A node name that cannot name a certificate file.
-    #[error("invalid node name {0:?}: use 1-64 of A-Z a-z 0-9 . _ - (not starting with '.')")]
+    /// A node name that cannot name a certificate file or a DNS name.
+    #[error(
+        "invalid node name {0:?}: use 1-63 of a-z 0-9 _ - (dot-separated labels allowed; \
+         no uppercase, no label starting or ending with '-')"
+    )]
     InvalidNodeName(String),
+    /// A node certificate that does not prove the node's ID: from another
+    /// CA, expired, or made before certificates were bound to node IDs.
+    #[error(
+        "{}: not a cluster certificate for node {node:?} ({reason}); \
+         re-issue it with `hearth pki --dir DIR {node}`",
+        path.display()
+    )]
+    NotForNode {
+        /// The certificate file.
+        path: PathBuf,
+        /// The node it should be for.
+        node: String,
+        /// What the verifier said.
+        reason: String,
+    },
     /// Certificate generation failed.
     #[error("generating a certificate: {0}")]
     Generate(#[from] rcgen::Error),
@@ -103,18 +126,39 @@ pub fn node_cert_paths(dir: &Path, node_name: &str) -> Result<NodeCertPaths, Tls
     })
 }
 
+/// A node name must be usable as a file name and as the first labels of
+/// the node's certificate name. Uppercase is refused because certificate
+/// names match case-insensitively: `A` could answer for `a`.
 fn check_node_name(name: &str) -> Result<(), TlsError> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && !name.starts_with('.')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    let label_ok = |label: &str| {
+        !label.is_empty()
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-'))
+    };
+    let ok = name.len() <= 63
+        && name.split('.').all(label_ok)
+        && rustls::pki_types::DnsName::try_from(node_dns_name(name)).is_ok();
     if ok {
         Ok(())
     } else {
         Err(TlsError::InvalidNodeName(name.to_string()))
     }
+}
+
+fn node_dns_name(node_name: &str) -> String {
+    format!("{node_name}.{NODE_NAME_SUFFIX}")
+}
+
+/// The name a client verifies on the certificate of the node called
+/// `node_name`: `<node_name>.node.hearth.cluster`.
+pub fn node_server_name(node_name: &str) -> Result<ServerName<'static>, TlsError> {
+    check_node_name(node_name)?;
+    rustls::pki_types::DnsName::try_from(node_dns_name(node_name))
+        .map(ServerName::DnsName)
+        .map_err(|_| TlsError::InvalidNodeName(node_name.to_string()))
 }
 
 /// Makes a development cluster in `dir` (created if missing): a CA, unless
@@ -164,7 +208,7 @@ pub fn issue_node_cert(dir: &Path, node_name: &str) -> Result<NodeCertPaths, Tls
     // is all signing needs, and it avoids parsing the CA certificate.
     let issuer = Issuer::new(ca_params()?, ca_key);
 
-    let mut params = CertificateParams::new(vec![CLUSTER_SERVER_NAME.to_string()])?;
+    let mut params = CertificateParams::new(vec![node_dns_name(node_name)])?;
     params
         .distinguished_name
         .push(DnType::CommonName, node_name);
@@ -258,7 +302,10 @@ impl std::fmt::Debug for NodeTls {
 
 impl NodeTls {
     /// Loads `node_name`'s certificate and key and the cluster CA from `dir`
-    /// (the layout [`generate_dev_pki`] writes).
+    /// (the layout [`generate_dev_pki`] writes). Fails with
+    /// [`TlsError::NotForNode`] if the certificate would not prove
+    /// `node_name` to a peer, so a node whose forwards would all fail the
+    /// handshake says so at start instead of silently serving locally.
     pub fn load(dir: &Path, node_name: &str) -> Result<Self, TlsError> {
         let paths = node_cert_paths(dir, node_name)?;
         let ca_path = dir.join(CA_CERT_FILE);
@@ -268,6 +315,7 @@ impl NodeTls {
         let ca = parse_certs(&ca, &ca_path)?;
         let chain = parse_certs(&cert, &paths.cert)?;
         let key = parse_key(&key, &paths.key)?;
+        check_cert_is_for(&ca, &chain, node_name, &paths.cert)?;
         Self::from_parts(ca, chain, key)
     }
 
@@ -321,13 +369,41 @@ impl NodeTls {
     }
 }
 
-/// The name a client verifies on every node's certificate.
-pub fn cluster_server_name() -> ServerName<'static> {
-    ServerName::DnsName(
-        rustls::pki_types::DnsName::try_from(CLUSTER_SERVER_NAME)
-            .map(|n| n.to_owned())
-            .unwrap_or_else(|_| unreachable!("CLUSTER_SERVER_NAME is a valid DNS name")),
-    )
+/// Verifies `chain` as a peer would when dialing `node_name`.
+fn check_cert_is_for(
+    ca: &[CertificateDer<'static>],
+    chain: &[CertificateDer<'static>],
+    node_name: &str,
+    path: &Path,
+) -> Result<(), TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in ca {
+        roots.add(cert.clone())?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    use rustls::client::danger::ServerCertVerifier;
+    let verifier =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .map_err(|e| TlsError::Verifier(e.to_string()))?;
+    let not_for_node = |reason: String| TlsError::NotForNode {
+        path: path.to_path_buf(),
+        node: node_name.to_string(),
+        reason,
+    };
+    let (end_entity, intermediates) = chain
+        .split_first()
+        .ok_or_else(|| not_for_node("no certificate".into()))?;
+    verifier
+        .verify_server_cert(
+            end_entity,
+            intermediates,
+            &node_server_name(node_name)?,
+            &[],
+            rustls::pki_types::UnixTime::now(),
+        )
+        .map(|_| ())
+        .map_err(|e| not_for_node(e.to_string()))
 }
 
 fn parse_certs(pem: &[u8], path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
@@ -397,12 +473,56 @@ mod tests {
     #[test]
     fn node_names_cannot_escape_the_directory() {
         let dir = tempfile::tempdir().unwrap();
-        for bad in ["", "../x", "a/b", ".hidden", "x".repeat(65).as_str()] {
+        for bad in ["", "../x", "a/b", ".hidden", "x".repeat(64).as_str()] {
             assert!(matches!(
                 generate_dev_pki(dir.path(), &[bad]),
                 Err(TlsError::InvalidNodeName(_))
             ));
         }
+    }
+
+    #[test]
+    fn node_names_must_be_dns_safe_and_lowercase() {
+        for bad in ["A", "node-A", "a..b", "a.", "-a", "a-", "a.-b", "a b", "é"] {
+            assert!(
+                matches!(node_server_name(bad), Err(TlsError::InvalidNodeName(_))),
+                "{bad:?} accepted"
+            );
+        }
+        for good in ["a", "node-1", "eu_west", "rack-3.node-7", &"x".repeat(63)] {
+            assert!(node_server_name(good).is_ok(), "{good:?} refused");
+        }
+    }
+
+    /// The binding a forward relies on: `b`'s certificate verifies as `b`
+    /// and as nobody else, and a node refuses to load a certificate that
+    /// is not its own.
+    #[test]
+    fn a_node_certificate_proves_its_own_node_id_only() {
+        let dir = tempfile::tempdir().unwrap();
+        generate_dev_pki(dir.path(), &["b", "node_2"]).unwrap();
+        let ca = parse_certs(
+            &fs::read(dir.path().join(CA_CERT_FILE)).unwrap(),
+            dir.path(),
+        )
+        .unwrap();
+        let proves = |holder: &str, claimed: &str| {
+            let path = dir.path().join(format!("{holder}.pem"));
+            let chain = parse_certs(&fs::read(&path).unwrap(), &path).unwrap();
+            check_cert_is_for(&ca, &chain, claimed, &path).is_ok()
+        };
+        assert!(proves("b", "b"));
+        assert!(proves("node_2", "node_2"));
+        assert!(!proves("b", "node_2"));
+        assert!(!proves("node_2", "b"));
+
+        // b's files renamed to c's: c will not start with them.
+        for (from, to) in [("b.pem", "c.pem"), ("b-key.pem", "c-key.pem")] {
+            fs::copy(dir.path().join(from), dir.path().join(to)).unwrap();
+        }
+        let err = NodeTls::load(dir.path(), "c").unwrap_err();
+        assert!(matches!(err, TlsError::NotForNode { .. }), "{err}");
+        assert!(err.to_string().contains("hearth pki --dir DIR c"), "{err}");
     }
 
     #[test]

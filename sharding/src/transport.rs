@@ -218,27 +218,49 @@ pub enum ConnectError {
         /// The error.
         source: io::Error,
     },
-    /// The TLS handshake failed (e.g. the peer's certificate is not from the
-    /// cluster CA).
-    #[error("TLS handshake with {addr}: {source}")]
+    /// The TLS handshake failed: the peer's certificate is not from the
+    /// cluster CA, or not for the node ID the ring gives that address.
+    #[error("TLS handshake with node {node} at {addr}: {source}")]
     Tls {
+        /// The node ID that was expected.
+        node: crate::ring::NodeId,
         /// The peer.
         addr: SocketAddr,
         /// The error.
         source: io::Error,
+    },
+    /// The node ID cannot name a certificate, so no peer can prove it.
+    #[error("node {node} at {addr}: {source}")]
+    NodeName {
+        /// The node ID.
+        node: crate::ring::NodeId,
+        /// The peer.
+        addr: SocketAddr,
+        /// Why the name is unusable.
+        source: crate::tls::TlsError,
     },
 }
 
 /// A TLS stream to or from a peer, either side of the handshake.
 pub type PeerTls = TlsStream<TcpStream>;
 
-/// Connects to `addr` and completes a TLS handshake presenting this node's
-/// certificate, within `timeout` for both.
+/// Connects to `node`'s RPC address and completes a TLS handshake presenting
+/// this node's certificate, within `timeout` for both. The peer must prove
+/// it is `node`: its certificate must be the cluster CA's for that node ID
+/// (see [`crate::tls::node_server_name`]).
 pub async fn connect(
-    addr: SocketAddr,
+    node: &crate::ring::Node,
     config: Arc<rustls::ClientConfig>,
     timeout: Duration,
 ) -> Result<PeerTls, ConnectError> {
+    let addr = node.rpc_addr;
+    let server_name = crate::tls::node_server_name(node.id.as_str()).map_err(|source| {
+        ConnectError::NodeName {
+            node: node.id.clone(),
+            addr,
+            source,
+        }
+    })?;
     let attempt = async {
         let tcp = TcpStream::connect(addr)
             .await
@@ -246,9 +268,13 @@ pub async fn connect(
         // Small RPC messages (dispatch, acks) must not wait for Nagle.
         let _ = tcp.set_nodelay(true);
         let tls = TlsConnector::from(config)
-            .connect(crate::tls::cluster_server_name(), tcp)
+            .connect(server_name, tcp)
             .await
-            .map_err(|source| ConnectError::Tls { addr, source })?;
+            .map_err(|source| ConnectError::Tls {
+                node: node.id.clone(),
+                addr,
+                source,
+            })?;
         Ok(TlsStream::from(tls))
     };
     match tokio::time::timeout(timeout, attempt).await {
@@ -258,6 +284,24 @@ pub async fn connect(
             after: timeout,
         }),
     }
+}
+
+/// The [`crate::membership::IdentityCheck`] that admits a gossip member to
+/// the ring: a TLS handshake with its RPC address that must prove its node
+/// ID, exactly as a forward to it would ([`connect`]), within `timeout`.
+pub fn identity_check(
+    config: Arc<rustls::ClientConfig>,
+    timeout: Duration,
+) -> crate::membership::IdentityCheck {
+    crate::membership::IdentityCheck::new(move |node| {
+        let config = config.clone();
+        Box::pin(async move {
+            connect(&node, config, timeout)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })
+    })
 }
 
 /// Completes the server side of a TLS handshake on an accepted connection,

@@ -11,7 +11,7 @@ use capnp_rpc::twoparty::VatNetwork;
 use hearth_sharding::context_stack::ContextStack;
 use hearth_sharding::rpc::ForwardOutcome;
 use hearth_sharding::schema::hearth_capnp::{shard_server, worker};
-use hearth_sharding::tls::{CLUSTER_SERVER_NAME, cluster_server_name};
+use hearth_sharding::tls::{NODE_NAME_SUFFIX, node_server_name};
 use hearth_sharding::transport;
 use rpc_support::*;
 use rustls::pki_types::pem::PemObject;
@@ -111,7 +111,7 @@ fn client_config_with(
 async fn got_capability(node: &Node, config: Arc<rustls::ClientConfig>) -> bool {
     let tcp = TcpStream::connect(node.addr).await.unwrap();
     let tls = match tokio_rustls::TlsConnector::from(config)
-        .connect(cluster_server_name(), tcp)
+        .connect(node_server_name(node.home.id.as_str()).unwrap(), tcp)
         .await
     {
         Ok(tls) => tls,
@@ -140,8 +140,9 @@ async fn only_peers_with_a_cluster_certificate_get_a_capability() {
     // TLS without a client certificate.
     assert!(!got_capability(&b, client_config_with(&ca_pem, None)).await);
 
-    // TLS with a self-signed certificate for the right name.
-    let self_signed = rcgen::generate_simple_self_signed(vec![CLUSTER_SERVER_NAME.into()]).unwrap();
+    // TLS with a self-signed certificate for a member's name.
+    let self_signed =
+        rcgen::generate_simple_self_signed(vec![format!("c.{NODE_NAME_SUFFIX}")]).unwrap();
     let identity = (
         self_signed.cert.pem().into_bytes(),
         self_signed.signing_key.serialize_pem().into_bytes(),
@@ -170,7 +171,7 @@ async fn a_client_refuses_a_home_without_a_cluster_certificate() {
     let forwarded = guard(
         "forward",
         a.rpc.forward(
-            impostor.addr,
+            &impostor.home,
             "echo",
             ContextStack::new(),
             request("/echo", streaming_body(b"secret".to_vec(), 6)),
@@ -192,11 +193,108 @@ async fn a_client_refuses_a_home_without_a_cluster_certificate() {
     );
 }
 
+/// A member holding a valid cluster certificate (for `c`) that listens
+/// where the ring says `b` is cannot answer for `b`: the handshake fails on
+/// the name, the request is served by the caller, the impostor runs nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_cannot_answer_for_another_node_id() {
+    let pki = Pki::new(&["a", "b", "c"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    let c = start_node(&pki, "c", |_| {}).await;
+    let b_as_the_ring_has_it = hearth_sharding::ring::Node::new("b", c.addr);
+    let forwarded = guard(
+        "forward",
+        a.rpc.forward(
+            &b_as_the_ring_has_it,
+            "echo",
+            ContextStack::new(),
+            request("/echo", streaming_body(b"for b only".to_vec(), 5)),
+        ),
+    )
+    .await;
+    let ForwardOutcome::Unavailable(reason) = &forwarded.outcome else {
+        panic!("{:?}", forwarded.outcome);
+    };
+    assert!(reason.contains("node b"), "{reason}");
+    assert_eq!(served_by(&forwarded.response), "a");
+    assert_eq!(
+        c.workers.served.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+    // Control: as itself, c is a home like any other.
+    assert_echo_sharded(&a, &c, "c as c", b"for c", 5).await;
+}
+
+/// With the gossip key, a member could gossip `b`'s node ID with its own
+/// RPC address and take `b`'s ring slot. A node that checks identities
+/// keeps it off the ring (and counts the refusal); one that trusts gossip
+/// (the old behaviour, kept as the control) hands it the slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gossip_member_claiming_another_node_id_never_enters_the_ring() {
+    use hearth_sharding::membership::{Membership, MembershipConfig};
+    use hearth_sharding::ring::{Node as RingNode, NodeId};
+    let pki = Pki::new(&["a", "c"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    let c = start_node(&pki, "c", |_| {}).await;
+    let key = [7u8; 32];
+    let any_port = "127.0.0.1:0".parse().unwrap();
+    let start = |node: RingNode, seeds: Vec<std::net::SocketAddr>, check: bool| {
+        let mut config = MembershipConfig::gossip(node, any_port, seeds);
+        if let Some(g) = config.gossip.as_mut() {
+            g.key = Some(key);
+            if check {
+                g.verify = Some(transport::identity_check(
+                    pki.tls("a").client_config(),
+                    Duration::from_secs(2),
+                ));
+            }
+        }
+        Membership::start(config)
+    };
+    let checking = start(a.home.clone(), Vec::new(), true).await.unwrap();
+    let trusting = start(RingNode::new("t", a.addr), Vec::new(), false)
+        .await
+        .unwrap();
+    let seeds: Vec<_> = [&checking, &trusting]
+        .iter()
+        .filter_map(|m| m.gossip_addr())
+        .collect();
+    // c gossips as itself, and (with c's certificate behind it) as b.
+    let honest = start(c.home.clone(), seeds.clone(), false).await.unwrap();
+    let impostor = start(RingNode::new("b", c.addr), seeds, false)
+        .await
+        .unwrap();
+
+    let b = NodeId::new("b");
+    let c_id = NodeId::new("c");
+    eventually("the trusting node hands b's slot to the impostor", || {
+        trusting.ring().load().get(&b).map(|n| n.rpc_addr) == Some(c.addr)
+    })
+    .await;
+    eventually("the checking node admits c, who proves its ID", || {
+        checking.ring().load().contains(&c_id)
+    })
+    .await;
+    eventually("the checking node refuses the impostor", || {
+        checking.gossip_counters().identities_refused() >= 1
+    })
+    .await;
+    assert!(!checking.ring().load().contains(&b));
+    // It keeps gossiping and is checked again; it stays off the ring.
+    let refused = checking.gossip_counters().identities_refused();
+    eventually("the impostor is checked again", || {
+        checking.gossip_counters().identities_refused() > refused
+    })
+    .await;
+    assert!(!checking.ring().load().contains(&b));
+    drop((honest, impostor));
+}
+
 /// Sends `bytes` over an authenticated connection and waits for the node to
 /// close it.
 async fn closed_after(node: &Node, member: &Pki, bytes: &[u8]) {
     let mut tls = transport::connect(
-        node.addr,
+        &node.home,
         member.tls("c").client_config(),
         Duration::from_secs(5),
     )
@@ -295,9 +393,13 @@ async fn a_dispatch_without_its_fetch_gives_its_slot_back() {
     let pki = Pki::new(&["a", "b", "c"]);
     let a = start_node(&pki, "a", |_| {}).await;
     let b = start_node(&pki, "b", |c| c.overload.max_in_flight_per_worker = 1).await;
-    let tls = transport::connect(b.addr, pki.tls("c").client_config(), Duration::from_secs(5))
-        .await
-        .unwrap();
+    let tls = transport::connect(
+        &b.home,
+        pki.tls("c").client_config(),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
     let (held_tx, held_rx) = tokio::sync::oneshot::channel::<()>();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
     // The hostile member, on a thread of its own (capnp-rpc is !Send).
@@ -316,7 +418,7 @@ async fn a_dispatch_without_its_fetch_gives_its_slot_back() {
     let refused = guard(
         "forward while the slot is held",
         a.rpc.forward(
-            b.addr,
+            &b.home,
             "echo",
             ContextStack::new(),
             request("/echo", streaming_body(b"wait".to_vec(), 4)),
@@ -351,9 +453,13 @@ async fn a_member_that_ignores_flow_control_cannot_fill_the_homes_memory() {
     b.workers
         .hangs
         .store(true, std::sync::atomic::Ordering::SeqCst);
-    let tls = transport::connect(b.addr, pki.tls("c").client_config(), Duration::from_secs(5))
-        .await
-        .unwrap();
+    let tls = transport::connect(
+        &b.home,
+        pki.tls("c").client_config(),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
     let member = hand_written_member(tls, move |shard| async move {
         let mut dispatch = shard.dispatch_request();

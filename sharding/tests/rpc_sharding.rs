@@ -32,7 +32,7 @@ async fn a_sharded_request_is_served_by_the_home_streaming_10mb_both_ways() {
     let forwarded = guard(
         "forward",
         a.rpc.forward(
-            b.addr,
+            &b.home,
             "echo",
             ContextStack::new(),
             request("/echo", streaming_body(data.clone(), 16 * 1024)),
@@ -79,7 +79,7 @@ async fn an_overloaded_home_refuses_and_the_request_is_served_locally_with_a_bou
     let forwarded = guard(
         "forward",
         a.rpc.forward(
-            b.addr,
+            &b.home,
             "echo",
             ContextStack::new(),
             request("/echo", streaming_body(data.clone(), 16 * 1024)),
@@ -148,7 +148,7 @@ async fn the_speculative_budget_bounds_what_a_refusal_costs_whatever_the_window(
     let forwarded = guard(
         "forward",
         a.rpc.forward(
-            b.addr,
+            &b.home,
             "echo",
             ContextStack::new(),
             request("/echo", streaming_body(data.clone(), 7_000)),
@@ -188,10 +188,10 @@ async fn a_home_over_its_per_worker_limit_refuses_the_next_request() {
     // The first request occupies the Worker's only slot on its home.
     let first = {
         let rpc = a.rpc.clone();
-        let addr = b.addr;
+        let home = b.home.clone();
         tokio::spawn(async move {
             rpc.forward(
-                addr,
+                &home,
                 "gate",
                 ContextStack::new(),
                 request("/gate", streaming_body(b"first".to_vec(), 5)),
@@ -204,7 +204,7 @@ async fn a_home_over_its_per_worker_limit_refuses_the_next_request() {
     let second = guard(
         "second forward",
         a.rpc.forward(
-            b.addr,
+            &b.home,
             "gate",
             ContextStack::new(),
             request("/gate", streaming_body(b"second".to_vec(), 3)),
@@ -235,14 +235,14 @@ async fn a_home_that_is_down_means_the_request_is_served_here_without_error() {
     let a = start_node(&pki, "a", |_| {}).await;
     let nothing_there = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
+        hearth_sharding::ring::Node::new("b", l.local_addr().unwrap())
     };
 
     for attempt in 0..2 {
         let forwarded = guard(
             "forward",
             a.rpc.forward(
-                nothing_there,
+                &nothing_there,
                 "echo",
                 ContextStack::new(),
                 request("/echo", streaming_body(pattern(100_000), 4096)),
@@ -272,10 +272,10 @@ async fn a_home_that_dies_after_accepting_yields_a_502_and_no_replay() {
 
     let pending = {
         let rpc = a.rpc.clone();
-        let addr = b.addr;
+        let home = b.home.clone();
         tokio::spawn(async move {
             rpc.forward(
-                addr,
+                &home,
                 "gate",
                 ContextStack::new(),
                 request("/gate", streaming_body(b"do it once".to_vec(), 4)),
@@ -304,7 +304,7 @@ async fn a_home_that_dies_after_accepting_yields_a_502_and_no_replay() {
     let next = guard(
         "next forward",
         a.rpc.forward(
-            b.addr,
+            &b.home,
             "echo",
             ContextStack::new(),
             request("/echo", streaming_body(b"next".to_vec(), 4)),
@@ -328,10 +328,10 @@ async fn a_caller_that_disconnects_mid_request_frees_the_homes_slot() {
 
     let pending = {
         let rpc = a.rpc.clone();
-        let addr = b.addr;
+        let home = b.home.clone();
         tokio::spawn(async move {
             rpc.forward(
-                addr,
+                &home,
                 "gate",
                 ContextStack::new(),
                 request("/gate", streaming_body(pattern(1 << 20), 8192)),
@@ -410,7 +410,7 @@ async fn the_context_stack_travels_and_traces_reach_the_first_node() {
     let forwarded = guard(
         "forward",
         a.rpc.forward(
-            b.addr,
+            &b.home,
             "trace",
             stack,
             request("/trace", streaming_body(vec![], 1)),
@@ -452,10 +452,10 @@ async fn a_home_that_answers_late_yields_a_502_and_never_a_second_run() {
 
     let stuck = {
         let rpc = a.rpc.clone();
-        let addr = b.addr;
+        let home = b.home.clone();
         tokio::spawn(async move {
             rpc.forward(
-                addr,
+                &home,
                 "block",
                 ContextStack::new(),
                 request("/block", full(b"x")),
@@ -471,7 +471,7 @@ async fn a_home_that_answers_late_yields_a_502_and_never_a_second_run() {
     let late = guard(
         "late forward",
         a.rpc.forward(
-            b.addr,
+            &b.home,
             "echo",
             ContextStack::new(),
             request("/echo", streaming_body(body, 4096)),
@@ -506,7 +506,7 @@ async fn after_shutdown_forwards_are_served_locally() {
     let forwarded = guard(
         "forward",
         a.rpc.forward(
-            b.addr,
+            &b.home,
             "echo",
             ContextStack::new(),
             request("/echo", streaming_body(b"local".to_vec(), 2)),
@@ -538,7 +538,7 @@ async fn heads_too_large_for_the_wire_never_cost_the_connection() {
     );
     let forwarded = guard(
         "forward",
-        a.rpc.forward(b.addr, "echo", ContextStack::new(), big),
+        a.rpc.forward(&b.home, "echo", ContextStack::new(), big),
     )
     .await;
     assert!(
@@ -551,7 +551,7 @@ async fn heads_too_large_for_the_wire_never_cost_the_connection() {
     let forwarded = guard(
         "forward",
         a.rpc.forward(
-            b.addr,
+            &b.home,
             "bighead",
             ContextStack::new(),
             request("/", streaming_body(vec![], 1)),
@@ -564,7 +564,7 @@ async fn heads_too_large_for_the_wire_never_cost_the_connection() {
     let ok = guard(
         "forward",
         a.rpc.forward(
-            b.addr,
+            &b.home,
             "echo",
             ContextStack::new(),
             request("/echo", streaming_body(b"fine".to_vec(), 2)),
@@ -620,7 +620,7 @@ async fn a_small_request_and_its_small_response_take_one_call_and_one_return() {
         let forwarded = guard(
             "small forward",
             a.rpc.forward(
-                b.addr,
+                &b.home,
                 "echo",
                 ContextStack::new(),
                 request("/echo", full(b"ping")),
@@ -684,7 +684,7 @@ async fn a_small_request_refused_by_its_home_is_served_here_after_one_round_trip
         let forwarded = guard(
             "refused forward",
             a.rpc.forward(
-                b.addr,
+                &b.home,
                 "echo",
                 ContextStack::new(),
                 request("/echo", full(b"come back")),

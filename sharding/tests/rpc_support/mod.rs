@@ -214,6 +214,8 @@ impl LocalWorkers for Fake {
 pub struct Node {
     pub rpc: RpcNode,
     pub addr: SocketAddr,
+    /// The node as a ring names it: its ID (`name`) at `addr`.
+    pub home: hearth_sharding::ring::Node,
     pub workers: Arc<FakeWorkers>,
     pub server: ServerHandle,
 }
@@ -227,6 +229,7 @@ pub async fn start_node(pki: &Pki, name: &str, tweak: impl FnOnce(&mut RpcConfig
     let server = rpc.serve(listener).unwrap();
     Node {
         addr: server.local_addr(),
+        home: hearth_sharding::ring::Node::new(name, server.local_addr()),
         rpc,
         workers,
         server,
@@ -315,7 +318,7 @@ pub async fn assert_echo_sharded(from: &Node, to: &Node, what: &str, payload: &[
     let ok = guard(
         what,
         from.rpc.forward(
-            to.addr,
+            &to.home,
             "echo",
             ContextStack::new(),
             request("/echo", streaming_body(payload.to_vec(), chunk)),
