@@ -538,7 +538,10 @@ fn batches(events: &[TraceEvent]) -> Vec<&[TraceEvent]> {
     out
 }
 
-fn write_events(events: &[TraceEvent], params: report_traces::report_traces_params::Builder<'_>) {
+pub(crate) fn write_events(
+    events: &[TraceEvent],
+    params: report_traces::report_traces_params::Builder<'_>,
+) {
     let mut list = params.init_events(list_len(events.len()));
     for (i, e) in events.iter().enumerate() {
         write_event(e, list.reborrow().get(i as u32));
@@ -566,7 +569,7 @@ fn write_event(e: &TraceEvent, mut b: trace_event::Builder<'_>) {
     b.set_message(clip(&e.message));
 }
 
-fn read_events(
+pub(crate) fn read_events(
     list: capnp::struct_list::Reader<'_, trace_event::Owned>,
 ) -> Result<Vec<TraceEvent>, ContextError> {
     if list.len() as usize > MAX_EVENTS_PER_REPORT {

@@ -22,6 +22,8 @@ pub mod local;
 mod local_fetch;
 pub mod membership;
 pub mod overload;
+#[cfg(test)]
+mod peer_message_fuzz;
 pub mod ring;
 pub mod routing;
 pub mod rpc;
