@@ -203,7 +203,11 @@ impl Node {
 /// The script ID a request is for: the first label of its Host, lowercased
 /// (DNS names are case-insensitive: `HELLO.localhost:8080` -> `hello`). An
 /// IP literal (`127.0.0.1`, `[::1]:8080`) names no Worker, so deploying a
-/// Worker called `127` cannot capture traffic addressed by IP.
+/// Worker called `127` cannot capture traffic addressed by IP. A label that
+/// no Worker can be named ([`valid_script_id`]) names none either, so junk
+/// in a Host header never costs a shard hop.
+///
+/// [`valid_script_id`]: hearth_runtime::validate::valid_script_id
 pub fn script_id_from_host(host: &str) -> Option<String> {
     if host.starts_with('[') {
         return None; // an IPv6 literal
@@ -213,7 +217,8 @@ pub fn script_id_from_host(host: &str) -> Option<String> {
         return None;
     }
     let (label, rest) = host.split_once('.')?;
-    (!label.is_empty() && !rest.is_empty()).then(|| label.to_ascii_lowercase())
+    let id = label.to_ascii_lowercase();
+    (!rest.is_empty() && hearth_runtime::validate::valid_script_id(&id)).then_some(id)
 }
 
 /// Serves `node`'s front door on `http` and its admin API (accepting
@@ -298,6 +303,10 @@ mod tests {
         assert_eq!(id("a.b.example.com").as_deref(), Some("a"));
         assert_eq!(id("localhost:8080"), None);
         assert_eq!(id(".x"), None);
+        // Labels no Worker can be named route nowhere.
+        assert_eq!(id("ⷐ[.x"), None);
+        assert_eq!(id("under_score.x"), None);
+        assert_eq!(id("-x.example"), None);
     }
 
     #[test]
