@@ -1,10 +1,11 @@
 //! Property-driven fuzzing of the parsers that read what users hand the
-//! node: trace files for `hearth simulate` (CSV and Azure) and node configs.
+//! node: trace files for `hearth simulate` (CSV and Azure), node configs and
+//! deploy manifests.
 //! Each case is arbitrary or half-valid input; the parser must return a
 //! value that keeps its invariants or a typed error, never panic.
 //!
 //! CI runs the default number of cases; a long run:
-//! `PROPTEST_CASES=200000 cargo test --release --test fuzz_parsers`.
+//! `PROPTEST_CASES=100000 cargo test --release --test fuzz_parsers`.
 
 use hearth::trace::{self, TraceFormat};
 use proptest::prelude::*;
@@ -60,6 +61,18 @@ proptest! {
         {
             // A key is either usable or a clear error, whatever was written.
             let _ = cluster.gossip_key();
+        }
+    }
+
+    #[test]
+    fn any_text_as_a_deploy_manifest_parses_or_fails_cleanly(
+        text in "((plan|lifecycle|[a-z]{1,10}) = (\"(free|paid|fresh|reuse|auto|[ -~]{0,12})\"|[0-9]{1,4}|true|\\[\\])\n|\\[[a-z]{1,6}\\]\n|[ -~]{0,20}\n){0,4}"
+    ) {
+        if let Ok(manifest) = hearth::runtime::Manifest::from_toml(&text) {
+            // What parsed writes back and reads back the same.
+            let written = toml::to_string(&manifest).expect("a manifest serializes");
+            let again = hearth::runtime::Manifest::from_toml(&written).expect("and reads back");
+            prop_assert_eq!(again, manifest);
         }
     }
 }
