@@ -3,12 +3,17 @@
 //!
 //! | method | path                          | what                          |
 //! |--------|-------------------------------|-------------------------------|
-//! | PUT    | `/v1/scripts/{id}?plan=free&lifecycle=auto` | deploy the body as Worker `id` |
+//! | PUT    | `/v1/scripts/{id}?plan=free&lifecycle=auto` | deploy the body as Worker `id` (bindings: see below) |
 //! | GET    | `/v1/scripts`                 | list deployed scripts          |
 //! | POST   | `/v1/scripts/{id}/evict`      | evict `id` from this node      |
 //! | GET    | `/v1/stats`                   | runtime counters (JSON)        |
 //! | GET    | `/metrics`                    | Prometheus metrics             |
 //! | GET    | `/healthz`                    | `ok`                           |
+//!
+//! A deploy's [bindings](hearth_runtime::bindings) are query parameters
+//! too, each repeatable: `service=<name>:<script>`, `dispatch=<namespace>:<script>`
+//! (one user Worker per parameter), `tail=<script>`, and `outbound=<script>`
+//! once. The deploy report and `GET /v1/scripts` show them under `bindings`.
 
 use http::{Method, StatusCode};
 
@@ -137,7 +142,57 @@ fn manifest_from_query(uri: &http::Uri) -> Result<Manifest, String> {
     if let Some(l) = query_param(uri, "lifecycle") {
         m.lifecycle = l.parse::<Lifecycle>()?;
     }
+    let pairs = || {
+        uri.query()
+            .unwrap_or("")
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+    };
+    let split = |key: &str, v: &str| {
+        v.split_once(':')
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .ok_or_else(|| format!("{key}={v}: expected {key}=<name>:<script-id>"))
+    };
+    for (k, v) in pairs() {
+        match k {
+            "service" => {
+                let (name, target) = split(k, v)?;
+                m.services.insert(name, target);
+            }
+            "dispatch" => {
+                let (ns, worker) = split(k, v)?;
+                m.dispatch.entry(ns).or_default().insert(worker);
+            }
+            "outbound" if m.outbound.is_some() => {
+                return Err("at most one outbound Worker".into());
+            }
+            "outbound" => m.outbound = Some(v.to_string()),
+            "tail" => m.tail.push(v.to_string()),
+            _ => {}
+        }
+    }
     Ok(m)
+}
+
+/// The query parameters that deploy `m`'s settings (what
+/// [`manifest_from_query`] reads back).
+pub fn manifest_query(m: &Manifest) -> String {
+    let mut q = format!("plan={}&lifecycle={}", m.plan, m.lifecycle);
+    for (name, target) in &m.services {
+        q.push_str(&format!("&service={name}:{target}"));
+    }
+    for (ns, workers) in &m.dispatch {
+        for w in workers {
+            q.push_str(&format!("&dispatch={ns}:{w}"));
+        }
+    }
+    if let Some(o) = &m.outbound {
+        q.push_str(&format!("&outbound={o}"));
+    }
+    for t in &m.tail {
+        q.push_str(&format!("&tail={t}"));
+    }
+    q
 }
 
 fn query_param<'a>(uri: &'a http::Uri, name: &str) -> Option<&'a str> {
@@ -154,7 +209,22 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::bearer_token;
+    use super::*;
+
+    #[test]
+    fn bindings_travel_as_query_parameters_and_back() {
+        let m = Manifest::from_toml(
+            "plan = \"paid\"\noutbound = \"egress\"\ntail = [\"t1\", \"t2\"]\n\
+             [services]\nauth = \"auth-worker\"\n[dispatch]\nusers = [\"a\", \"b\"]\n",
+        )
+        .expect("manifest");
+        let uri: http::Uri = format!("/v1/scripts/x?{}", manifest_query(&m))
+            .parse()
+            .expect("uri");
+        assert_eq!(manifest_from_query(&uri).expect("parses"), m);
+        let bad: http::Uri = "/v1/scripts/x?service=auth".parse().expect("uri");
+        assert!(manifest_from_query(&bad).is_err());
+    }
 
     #[test]
     fn the_bearer_scheme_is_case_insensitive() {

@@ -7,7 +7,7 @@
 //!
 //! This crate is the node you run and its tools: the front door and admin
 //! API ([`http_util`], [`admin`]), the node that routes and serves
-//! ([`node`]), metrics ([`metrics`]), configuration ([`config`]). The
+//! ([`node`]) and carries its Workers' calls to Workers ([`nested`]), metrics ([`metrics`]), configuration ([`config`]). The
 //! runtime (one node's Workers on wasmtime) is [`hearth_runtime`], re-exported
 //! as [`runtime`]; the cluster layer is [`hearth_sharding`], re-exported as
 //! [`sharding`].
@@ -19,6 +19,7 @@ pub mod config;
 pub mod demo;
 pub mod http_util;
 pub mod metrics;
+pub mod nested;
 pub mod node;
 pub mod plot;
 pub mod simulate;

@@ -56,6 +56,20 @@ enum Command {
         /// a .toml extension, if it exists.
         #[arg(long)]
         manifest: Option<PathBuf>,
+        /// Service binding NAME=SCRIPT (repeatable; adds to the manifest's):
+        /// the Worker reaches SCRIPT at http://NAME.internal/.
+        #[arg(long = "service", value_name = "NAME=SCRIPT")]
+        services: Vec<String>,
+        /// Dispatch namespace entry NS=SCRIPT (repeatable): the Worker
+        /// reaches user Worker SCRIPT at http://SCRIPT.NS.dispatch.internal/.
+        #[arg(long = "dispatch", value_name = "NS=SCRIPT")]
+        dispatch: Vec<String>,
+        /// Outbound Worker for the user Workers this Worker dispatches to.
+        #[arg(long)]
+        outbound: Option<String>,
+        /// Tail Worker of the flows this Worker starts (repeatable).
+        #[arg(long = "tail", value_name = "SCRIPT")]
+        tail: Vec<String>,
         /// Admin URL of a running node, e.g. http://127.0.0.1:8081.
         #[arg(long, conflicts_with = "store")]
         admin: Option<String>,
@@ -145,6 +159,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             plan,
             lifecycle,
             manifest,
+            services,
+            dispatch,
+            outbound,
+            tail,
             admin,
             token,
             store,
@@ -153,6 +171,25 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let mut m = read_manifest(manifest.as_deref(), &file)?;
             m.plan = plan.unwrap_or(m.plan);
             m.lifecycle = lifecycle.unwrap_or(m.lifecycle);
+            for s in services {
+                let (name, target) = s
+                    .split_once('=')
+                    .with_context(|| format!("--service {s}: expected NAME=SCRIPT"))?;
+                m.services.insert(name.into(), target.into());
+            }
+            for d in dispatch {
+                let (ns, worker) = d
+                    .split_once('=')
+                    .with_context(|| format!("--dispatch {d}: expected NS=SCRIPT"))?;
+                m.dispatch
+                    .entry(ns.into())
+                    .or_default()
+                    .insert(worker.into());
+            }
+            if outbound.is_some() {
+                m.outbound = outbound;
+            }
+            m.tail.extend(tail);
             deploy(name, m, admin, token, store, file).await
         }
         Command::Cluster {
@@ -362,10 +399,9 @@ async fn deploy(
                 "deploying to a node needs its admin token: --token or HEARTH_ADMIN_TOKEN",
             )?;
             let uri: http::Uri = format!(
-                "{}/v1/scripts/{name}?plan={}&lifecycle={}",
+                "{}/v1/scripts/{name}?{}",
                 url.trim_end_matches('/'),
-                manifest.plan,
-                manifest.lifecycle
+                hearth::admin::manifest_query(&manifest)
             )
             .parse()
             .context("invalid --admin URL")?;
@@ -411,5 +447,33 @@ async fn deploy(
         meta["lifecycle"]["chosen"].as_str().unwrap_or("?"),
         meta["lifecycle"]["reason"].as_str().unwrap_or("?"),
     );
+    let b = &meta["bindings"];
+    if let Some(services) = b["services"].as_object() {
+        for (name, target) in services {
+            println!(
+                "service binding: http://{name}.internal/ -> {}",
+                target.as_str().unwrap_or("?")
+            );
+        }
+    }
+    if let Some(namespaces) = b["dispatch"].as_object() {
+        for (ns, workers) in namespaces {
+            let list: Vec<&str> = workers
+                .as_array()
+                .map(|a| a.iter().filter_map(|w| w.as_str()).collect())
+                .unwrap_or_default();
+            println!(
+                "dispatch namespace {ns}: http://<worker>.{ns}.dispatch.internal/ for {}",
+                list.join(", ")
+            );
+        }
+    }
+    if let Some(o) = b["outbound"].as_str() {
+        println!("outbound Worker: {o}");
+    }
+    if let Some(tails) = b["tail"].as_array() {
+        let list: Vec<&str> = tails.iter().filter_map(|t| t.as_str()).collect();
+        println!("tail Workers: {}", list.join(", "));
+    }
     Ok(())
 }

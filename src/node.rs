@@ -38,6 +38,8 @@ impl LocalNode {
         req: http::Request<Body>,
         route: Route,
     ) -> http::Response<Body> {
+        let mut req = req;
+        crate::nested::attach_flow(&mut req);
         let (mut resp, start) = match self.runtime.handle(script_id, req).await {
             Ok(s) => {
                 let mut r = s.response;
@@ -101,7 +103,7 @@ impl Node {
     /// A standalone node over `runtime`: every Worker is served here.
     pub fn new(id: impl Into<String>, runtime: Runtime) -> Self {
         let rpc = Arc::new(OnceLock::new());
-        Node {
+        let node = Node {
             local: Arc::new(LocalNode {
                 id: id.into(),
                 metrics: Metrics::new(runtime.clone(), rpc.clone()),
@@ -109,7 +111,25 @@ impl Node {
                 rpc,
             }),
             cluster: None,
-        }
+        };
+        node.install_invoker();
+        node
+    }
+
+    /// A node from its parts (for the nested-call invoker).
+    pub(crate) fn from_parts(local: Arc<LocalNode>, cluster: Option<Arc<ClusterLink>>) -> Self {
+        Node { local, cluster }
+    }
+
+    /// Lets this node's Workers call Workers, routed as this node routes
+    /// ([`crate::nested`]).
+    fn install_invoker(&self) {
+        self.local
+            .runtime
+            .set_invoker(Arc::new(crate::nested::NodeInvoker {
+                local: Arc::downgrade(&self.local),
+                cluster: self.cluster.clone(),
+            }));
     }
 
     /// This node's Workers as the cluster layer sees them (pass to
@@ -123,6 +143,7 @@ impl Node {
     pub fn join(mut self, link: ClusterLink, rpc: RpcNode) -> Self {
         let _ = self.local.rpc.set(rpc);
         self.cluster = Some(Arc::new(link));
+        self.install_invoker();
         self
     }
 
@@ -150,6 +171,21 @@ impl Node {
     /// this node is its home, else through its home (which may refuse, in
     /// which case it is served here after all).
     pub async fn handle(&self, script_id: &str, req: http::Request<Body>) -> http::Response<Body> {
+        self.route(script_id, req, ContextStack::new()).await
+    }
+
+    /// [`Node::handle`] for a request of a flow with `context` (a nested
+    /// invocation; see [`crate::nested`]): served here, the context is in
+    /// the request's extensions; forwarded, it travels with the request.
+    pub async fn route(
+        &self,
+        script_id: &str,
+        mut req: http::Request<Body>,
+        context: ContextStack,
+    ) -> http::Response<Body> {
+        if !context.frames().is_empty() {
+            req.extensions_mut().insert(context.clone());
+        }
         let warm = self.local.runtime.is_warm(script_id);
         let (Some(cluster), Some(rpc)) = (&self.cluster, self.local.rpc.get()) else {
             let route = if warm { Route::Local } else { Route::Home };
@@ -164,7 +200,7 @@ impl Node {
                 let Some(home) = home else {
                     return self.local.serve_as(script_id, req, Route::Home).await;
                 };
-                let f = rpc.forward(home, script_id, ContextStack::new(), req).await;
+                let f = rpc.forward(home, script_id, context, req).await;
                 let route = f.route();
                 let mut resp = f.response;
                 let start = resp

@@ -48,6 +48,9 @@ pub enum DeployError {
     /// The script store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The bindings are invalid ([`crate::bindings`]).
+    #[error(transparent)]
+    Bindings(#[from] crate::bindings::BindingsError),
 }
 
 /// Why bytes are not a Worker: a wasi:http proxy component.

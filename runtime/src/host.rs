@@ -2,8 +2,8 @@
 //!
 //! Each instance gets a full WASI 0.2 context (clocks, random, cli with an
 //! environment holding `HEARTH_SCRIPT_ID`, a filesystem with no preopens,
-//! sockets denied) and a wasi:http context whose outbound requests are
-//! denied, plus the two meters that enforce its limits: a [`MemoryLimiter`]
+//! sockets denied) and a wasi:http context whose outgoing requests reach
+//! only the Worker's bindings ([`crate::nested`]), plus the two meters that enforce its limits: a [`MemoryLimiter`]
 //! and a [`CpuMeter`].
 //!
 //! Host memory a Worker can make the node allocate is held to its limit:
@@ -25,18 +25,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
-use wasmtime_wasi_http::{
-    RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView,
-};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::cpu::CpuMeter;
+use crate::nested::Outbound;
 
 /// The `T` of every instance's `Store<T>`.
 pub(crate) struct Host {
     wasi: WasiCtx,
     http: WasiHttpCtx,
     table: ResourceTable,
-    hooks: DenyOutbound,
+    /// Where outgoing requests go: set per request ([`crate::nested`]).
+    pub(crate) hooks: Outbound,
     pub(crate) memory: MemoryLimiter,
     pub(crate) meter: Arc<CpuMeter>,
 }
@@ -110,7 +110,7 @@ impl Host {
             wasi,
             http,
             table,
-            hooks: DenyOutbound,
+            hooks: Outbound::default(),
             memory: MemoryLimiter {
                 limit: usize::try_from(memory).unwrap_or(usize::MAX),
                 total: 0,
@@ -141,26 +141,6 @@ impl WasiHttpView for Host {
     }
 }
 
-/// Outbound HTTP from a Worker is not offered yet: every request is denied
-/// with `HTTP-request-denied`, which the guest sees as a normal error.
-struct DenyOutbound;
-
-type SendResult = wasmtime_wasi_http::Result<(
-    http::Response<WasiBody>,
-    Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>,
-)>;
-
-impl WasiHttpHooks for DenyOutbound {
-    fn send_request(
-        &mut self,
-        _request: http::Request<WasiBody>,
-        _options: Option<RequestOptions>,
-        _fut: Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>,
-    ) -> Box<dyn Future<Output = SendResult> + Send> {
-        Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) })
-    }
-}
-
 /// Caps the linear memory and tables of one instance (and their share of
 /// the node's cap) and remembers whether a growth was refused, so a trap
 /// that follows is reported as a memory limit.
@@ -175,6 +155,11 @@ impl MemoryLimiter {
     /// Bytes of linear memory and tables the instance holds.
     pub(crate) fn bytes(&self) -> u64 {
         self.total as u64
+    }
+
+    /// Sets the instance's own limit (per request: a flow may tighten it).
+    pub(crate) fn set_limit(&mut self, limit: u64) {
+        self.limit = usize::try_from(limit).unwrap_or(usize::MAX);
     }
 
     /// Grows the count by `grow` bytes if the instance's limit and the

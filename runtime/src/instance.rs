@@ -153,6 +153,7 @@ impl Instance {
         script_id: Arc<str>,
         req: http::Request<Body>,
         limits: PlanLimits,
+        hooks: crate::nested::Outbound,
         on_done: OnDone,
     ) -> Result<(tokio::task::JoinHandle<InvokeOutcome>, ResponseRx), RuntimeError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -171,6 +172,8 @@ impl Instance {
         let meter = self.store.data().meter.clone();
         meter.reset(limits.request_cpu);
         self.store.data_mut().memory.hit = false;
+        self.store.data_mut().memory.set_limit(limits.memory);
+        self.store.data_mut().hooks = hooks;
         self.store.set_epoch_deadline(1);
         let task = tokio::spawn(async move {
             let handler = self.proxy.wasi_http_incoming_handler();
@@ -191,6 +194,8 @@ impl Instance {
             let cpu = meter.used();
             match result {
                 Ok(()) => {
+                    // An idle instance keeps nothing of its last flow.
+                    self.store.data_mut().hooks = crate::nested::Outbound::default();
                     self.served += 1;
                     self.idle_since = Instant::now();
                     self.reaccount();
@@ -213,6 +218,11 @@ impl Instance {
             }
         });
         Ok((task, rx))
+    }
+
+    /// The instance's CPU meter (its budget is set per request).
+    pub(crate) fn meter(&self) -> Arc<crate::cpu::CpuMeter> {
+        self.store.data().meter.clone()
     }
 
     fn reaccount(&mut self) {

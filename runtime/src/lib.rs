@@ -21,6 +21,9 @@
 //! * A slow, stalled or vanished client costs a connection and a bounded
 //!   wait, never a Worker ([`slow_client`]); each request also has a
 //!   wall-clock deadline ([`PlanLimits::request_wall`]).
+//! * A Worker reaches other Workers only through the [`bindings`] it was
+//!   deployed with, by plain wasi:http requests to `.internal` names; the
+//!   node carries those calls across the cluster ([`nested`]).
 //! * Every outcome is counted ([`stats`]).
 //!
 //! ```no_run
@@ -35,6 +38,7 @@
 //! ```
 
 pub mod artifact;
+pub mod bindings;
 pub mod body;
 pub mod config;
 pub mod cpu;
@@ -46,6 +50,7 @@ mod instance;
 pub mod lifecycle;
 pub mod limits;
 pub mod manifest;
+pub mod nested;
 mod runtime;
 pub mod script_store;
 pub mod slow_client;
@@ -54,6 +59,7 @@ pub mod timing;
 pub mod validate;
 mod worker;
 
+pub use bindings::Bindings;
 pub use body::{Body, BoxError};
 pub use config::{ReusePolicy, RuntimeConfig};
 pub use engine::EPOCH_TICK;
@@ -61,6 +67,7 @@ pub use error::{ConfigError, DeployError, RuntimeError, StoreError, ValidationEr
 pub use lifecycle::{Lifecycle, LifecycleChoice};
 pub use limits::{Plan, PlanLimits};
 pub use manifest::{Manifest, ManifestError};
+pub use nested::{Flow, Invoker, NestedCall};
 pub use runtime::{
     DeployReport, REQUEST_ID_HEADER, REVALIDATE_MS, Runtime, Served, decorate, error_response,
 };

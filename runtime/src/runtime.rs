@@ -157,6 +157,18 @@ impl Runtime {
         })
     }
 
+    /// Installs what carries this node's nested Worker calls (the node
+    /// does, see [`crate::nested`]); replaces any earlier one. Until then
+    /// every nested call is denied.
+    pub fn set_invoker(&self, invoker: Arc<dyn crate::nested::Invoker>) {
+        *self
+            .inner
+            .node
+            .invoker
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = Some(invoker);
+    }
+
     /// The configuration this runtime was built from.
     pub fn config(&self) -> &RuntimeConfig {
         &self.inner.config
@@ -224,6 +236,8 @@ impl Runtime {
             });
         }
         validate_component(source)?;
+        let bindings = manifest.bindings();
+        bindings.validate()?;
         let hash = blake3::hash(source).to_hex().to_string();
         let t = Instant::now();
         let (component, code_source) = self.compile(&hash, source).map_err(DeployError::Compile)?;
@@ -246,6 +260,7 @@ impl Runtime {
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
             lifecycle: lifecycle::decide(manifest.lifecycle, source),
+            bindings,
         };
         self.inner.store.put(&meta, source)?;
         self.invalidate(script_id);

@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::bindings::Bindings;
 use crate::error::StoreError;
 use crate::lifecycle::LifecycleChoice;
 use crate::limits::Plan;
@@ -49,6 +50,10 @@ pub struct ScriptMeta {
     /// ([`crate::lifecycle`]).
     #[serde(default)]
     pub lifecycle: LifecycleChoice,
+    /// The Workers it may call, and its outbound and tail Workers
+    /// ([`crate::bindings`]).
+    #[serde(default, skip_serializing_if = "Bindings::is_empty")]
+    pub bindings: Bindings,
 }
 
 /// A place to keep Worker sources. Implementations must make [`put`]
@@ -259,6 +264,7 @@ mod tests {
             hash: blake3::hash(src).to_hex().to_string(),
             deployed_at_ms: 1,
             lifecycle: LifecycleChoice::default(),
+            bindings: Bindings::default(),
         }
     }
 

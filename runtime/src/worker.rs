@@ -35,6 +35,8 @@ pub(crate) struct NodeShared {
     pub(crate) body_idle: Duration,
     pub(crate) buffer_before_slot: usize,
     pub(crate) stats: Arc<Stats>,
+    /// Carries this node's nested calls ([`crate::nested`]), once installed.
+    pub(crate) invoker: std::sync::RwLock<Option<Arc<dyn crate::nested::Invoker>>>,
 }
 
 impl NodeShared {
@@ -47,6 +49,7 @@ impl NodeShared {
             body_idle: cfg.body_idle_timeout,
             buffer_before_slot: cfg.buffer_before_slot,
             stats,
+            invoker: std::sync::RwLock::new(None),
         })
     }
 }
@@ -78,6 +81,8 @@ pub(crate) struct Worker {
     checked_ms: AtomicU64,
     pub(crate) limits: PlanLimits,
     script_id: Arc<str>,
+    /// The Worker's bindings, shared with every request's hooks.
+    bindings: Arc<crate::bindings::Bindings>,
     engine: Engine,
     pre: ProxyPre<Host>,
     init: Option<ComponentExportIndex>,
@@ -123,6 +128,7 @@ impl Worker {
         let code_bytes = (range.end as usize).saturating_sub(range.start as usize) as u64;
         Ok(Worker {
             script_id: meta.script_id.as_str().into(),
+            bindings: Arc::new(meta.bindings.clone()),
             meta,
             limits,
             engine: engine.clone(),
@@ -252,6 +258,18 @@ impl Worker {
         req: http::Request<Body>,
     ) -> Result<(http::Response<Body>, Option<Started>), RuntimeError> {
         let (parts, body) = req.into_parts();
+        // Where this request sits in its flow, as the node said; a client's
+        // request is a flow's entry. Limits only tighten.
+        let flow = parts
+            .extensions
+            .get::<crate::nested::Flow>()
+            .cloned()
+            .unwrap_or_default();
+        let limits = flow.tighten(self.limits, Instant::now());
+        let deadline = flow
+            .deadline
+            .unwrap_or_else(|| Instant::now() + limits.request_wall);
+        let extensions = parts.extensions.clone();
         let idle = self.node.body_idle;
         let body = slow_client::buffer_prefix(body, self.node.buffer_before_slot, idle)
             .await
@@ -299,7 +317,24 @@ impl Worker {
             drop(slots);
         });
         let reused = started.is_none();
-        let (mut task, mut rx) = inst.invoke(self.script_id.clone(), req, self.limits, on_done)?;
+        let hooks = crate::nested::Outbound {
+            caller: Some(Arc::new(crate::nested::Caller {
+                script_id: self.script_id.clone(),
+                bindings: self.bindings.clone(),
+                flow,
+                deadline,
+                extensions,
+                meter: inst.meter(),
+                invoker: self
+                    .node
+                    .invoker
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone(),
+            })),
+        };
+        let (mut task, mut rx) =
+            inst.invoke(self.script_id.clone(), req, limits, hooks, on_done)?;
         let guard = Cancel::new(task.abort_handle(), self.stats.clone());
         let resp = tokio::select! {
             biased;

@@ -130,6 +130,9 @@ interface ReportTraces {
 struct ContextStack {
   frames @0 :List(ContextFrame);
   reportTraces @1 :ReportTraces;
+  # Milliseconds left until the flow's wall-clock deadline, measured when
+  # the stack is written (so clocks need not agree); 0 means no deadline.
+  deadlineMs @2 :UInt64;
 }
 
 # ---------------------------------------------------------------- shard server

@@ -28,6 +28,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -238,6 +239,7 @@ impl TraceReporter {
 pub struct ContextStack {
     frames: Vec<ContextFrame>,
     traces: Option<TraceReporter>,
+    deadline: Option<Instant>,
 }
 
 impl ContextStack {
@@ -251,7 +253,19 @@ impl ContextStack {
         ContextStack {
             frames: vec![frame],
             traces,
+            deadline: None,
         }
+    }
+
+    /// The flow's wall-clock deadline, if it has one. It travels as the
+    /// time left, so the nodes' clocks need not agree.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// Sets the flow's wall-clock deadline.
+    pub fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.deadline = deadline;
     }
 
     /// Adds the frame of a nested invocation.
@@ -343,6 +357,11 @@ pub(crate) fn write_context(stack: &ContextStack, mut builder: context_stack::Bu
     for (i, frame) in stack.frames.iter().enumerate().take(len as usize) {
         write_frame(frame, frames.reborrow().get(i as u32));
     }
+    if let Some(deadline) = stack.deadline {
+        let left = deadline.saturating_duration_since(Instant::now());
+        // At least 1: a deadline that has passed is still a deadline.
+        builder.set_deadline_ms(u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1));
+    }
     if let Some(reporter) = &stack.traces {
         let cap: report_traces::Client = capnp_rpc::new_client(ReportTracesServer {
             reporter: reporter.clone(),
@@ -418,8 +437,21 @@ pub(crate) fn read_context(
     } else {
         None
     };
-    Ok(ContextStack { frames, traces })
+    let deadline = match reader.get_deadline_ms() {
+        0 => None,
+        // A peer's absurd value must not overflow the clock.
+        ms => Instant::now().checked_add(Duration::from_millis(ms.min(MAX_DEADLINE_MS))),
+    };
+    Ok(ContextStack {
+        frames,
+        traces,
+        deadline,
+    })
 }
+
+/// Longest deadline accepted from a peer (a day; request wall limits are
+/// minutes).
+pub const MAX_DEADLINE_MS: u64 = 24 * 3600 * 1000;
 
 fn text(
     field: &str,
@@ -647,6 +679,28 @@ mod tests {
             rebuilt.top().map(|f| f.script_id.as_str()),
             Some("user-worker")
         );
+    }
+
+    #[test]
+    fn the_deadline_travels_as_time_left() {
+        let mut stack = ContextStack::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        stack.set_deadline(Some(deadline));
+        let mut message = capnp::message::Builder::new_default();
+        write_context(&stack, message.init_root());
+        let reader = message
+            .get_root_as_reader::<context_stack::Reader>()
+            .unwrap();
+        let rebuilt = read_context(reader).unwrap();
+        let got = rebuilt.deadline().expect("a deadline");
+        // Rebuilt from the time left, on this node's clock.
+        assert!(got > Instant::now());
+        let mut message = capnp::message::Builder::new_default();
+        write_context(&ContextStack::new(), message.init_root());
+        let reader = message
+            .get_root_as_reader::<context_stack::Reader>()
+            .unwrap();
+        assert_eq!(read_context(reader).unwrap().deadline(), None);
     }
 
     #[test]

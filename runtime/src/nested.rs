@@ -1,0 +1,281 @@
+//! Nested invocations: a Worker calling a Worker, as the runtime sees it.
+//!
+//! # The model
+//!
+//! A *flow* starts with a request from a client and grows whenever a
+//! Worker calls one of its [bindings](crate::bindings): the dispatch Worker
+//! calls a user Worker, which makes a subrequest through the outbound
+//! Worker, and so on. Each level of a flow is one invocation, possibly on
+//! another node (it is routed like any request: warm here, else its home,
+//! else lazily here). Three things hold for every level:
+//!
+//! * **Only the host builds levels.** The guest speaks plain wasi:http; the
+//!   host resolves the host name against the caller's deployed bindings,
+//!   strips every `x-hearth-*` header the guest set, and sets its own
+//!   ([`CALLER_HEADER`], [`DEPTH_HEADER`], and the node's trust header).
+//!   Trust, limits, tail and outbound Workers come from deploys and the
+//!   caller's level, never from the request.
+//! * **Limits only tighten.** A nested invocation runs under its own plan's
+//!   limits, tightened by its [`Flow`]: the CPU its caller had left when it
+//!   called (so along any chain no level gets more CPU than the entry
+//!   Worker's limit), any limit override of a level above it, and the flow's
+//!   wall-clock **deadline**, set once by the entry Worker's wall limit and
+//!   carried to every node. A call that would pass the deadline fails in the
+//!   caller with `HTTP-response-timeout`.
+//! * **Depth is bounded.** A flow is at most [`MAX_DEPTH`] levels deep
+//!   (the entry Worker is level 1): a call beyond that (a loop of bindings,
+//!   A → B → A → …) fails in the caller with the wasi:http error code
+//!   `loop-detected`, logged with the chain's depth. Every level holds an
+//!   instance slot only while it runs, so a refused loop leaves nothing
+//!   behind.
+//!
+//! # The node's part
+//!
+//! The runtime does not know about rings or RPC. It calls an [`Invoker`]
+//! that the node installs ([`crate::Runtime::set_invoker`]), with a
+//! [`NestedCall`] describing the call and the caller's request extensions,
+//! where the node keeps its context stack. The node pushes the callee's
+//! frame, routes the request, and tells the callee's runtime its [`Flow`]
+//! through the callee request's extensions. A runtime with no invoker (used
+//! on its own, without a node) denies every nested call.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use http_body_util::BodyExt;
+use wasmtime_wasi_http::{RequestOptions, WasiBody, WasiHttpHooks};
+
+use crate::bindings::{Bindings, CallKind, Resolved, resolve};
+use crate::body::{Body, BoxError};
+use crate::cpu::CpuMeter;
+use crate::limits::PlanLimits;
+
+/// Most levels a flow may have (the entry Worker is level 1).
+pub const MAX_DEPTH: usize = 16;
+
+/// Prefix of the headers only the host sets on a nested request; a
+/// guest's own are removed.
+pub const HOST_HEADER_PREFIX: &str = "x-hearth-";
+/// Header naming the calling Worker, set by the host.
+pub const CALLER_HEADER: &str = "x-hearth-caller";
+/// Header with the callee's level in its flow (1 is the entry Worker), set
+/// by the host.
+pub const DEPTH_HEADER: &str = "x-hearth-depth";
+
+/// Where an invocation sits in its flow: what the node tells the runtime
+/// through the request's extensions. The default is a flow's entry (a
+/// request from a client).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Flow {
+    /// Levels above this one (0 for the entry Worker).
+    pub depth: usize,
+    /// CPU this level may use at most (tightens its plan's limit).
+    pub cpu: Option<Duration>,
+    /// Memory its instance may use at most (tightens its plan's limit).
+    pub memory: Option<u64>,
+    /// The flow's wall-clock deadline.
+    pub deadline: Option<Instant>,
+    /// The outbound Worker that this level's subrequests to hosts outside
+    /// `.internal` go to (none: they are denied).
+    pub outbound: Option<String>,
+}
+
+impl Flow {
+    /// `plan` tightened by this flow at `now`: never looser than `plan`.
+    pub fn tighten(&self, plan: PlanLimits, now: Instant) -> PlanLimits {
+        let mut l = plan;
+        if let Some(cpu) = self.cpu {
+            l.request_cpu = l.request_cpu.min(cpu.max(Duration::from_millis(1)));
+        }
+        if let Some(mem) = self.memory {
+            l.memory = l.memory.min(mem);
+        }
+        if let Some(deadline) = self.deadline {
+            let left = deadline.saturating_duration_since(now);
+            l.request_wall = l.request_wall.min(left.max(Duration::from_millis(1)));
+        }
+        l
+    }
+}
+
+/// One call of a Worker to a Worker, as handed to the [`Invoker`].
+#[derive(Debug)]
+pub struct NestedCall {
+    /// The calling Worker.
+    pub caller: String,
+    /// The Worker to invoke.
+    pub target: String,
+    /// How the caller reached it.
+    pub kind: CallKind,
+    /// The callee's level in the flow (the entry Worker is 1).
+    pub depth: usize,
+    /// CPU the caller had left when it called.
+    pub cpu_left: Duration,
+    /// The flow's deadline.
+    pub deadline: Instant,
+    /// The caller's deployed bindings (its outbound and tail Workers are
+    /// the node's business).
+    pub caller_bindings: Arc<Bindings>,
+    /// The caller's request extensions (the node's context stack is there).
+    pub caller_extensions: http::Extensions,
+}
+
+/// Carries nested calls for the runtime; the node implements it.
+pub trait Invoker: Send + Sync + 'static {
+    /// Invokes `call.target` with `req` and returns its response (a failure
+    /// of the callee is a response with an error status, as for a client).
+    fn invoke(
+        &self,
+        call: NestedCall,
+        req: http::Request<Body>,
+    ) -> BoxFuture<'static, http::Response<Body>>;
+}
+
+/// What the host knows about the request an instance is serving, for its
+/// outgoing requests.
+pub(crate) struct Caller {
+    pub(crate) script_id: Arc<str>,
+    pub(crate) bindings: Arc<Bindings>,
+    pub(crate) flow: Flow,
+    pub(crate) deadline: Instant,
+    pub(crate) extensions: http::Extensions,
+    pub(crate) meter: Arc<CpuMeter>,
+    pub(crate) invoker: Option<Arc<dyn Invoker>>,
+}
+
+/// The wasi:http hooks of an instance: outgoing requests are nested calls
+/// of the request it is serving, or denied.
+#[derive(Default)]
+pub(crate) struct Outbound {
+    pub(crate) caller: Option<Arc<Caller>>,
+}
+
+type SendResult = wasmtime_wasi_http::Result<(
+    http::Response<WasiBody>,
+    Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>,
+)>;
+
+impl WasiHttpHooks for Outbound {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        _options: Option<RequestOptions>,
+        _fut: Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>,
+    ) -> Box<dyn Future<Output = SendResult> + Send> {
+        let caller = self.caller.clone();
+        Box::new(async move {
+            match caller {
+                Some(c) => c.send(request).await,
+                None => Err(wasmtime_wasi_http::Error::HttpRequestDenied),
+            }
+        })
+    }
+}
+
+impl Caller {
+    async fn send(&self, request: http::Request<WasiBody>) -> SendResult {
+        use wasmtime_wasi_http::Error;
+        let host = request
+            .uri()
+            .authority()
+            .map(|a| a.as_str().to_string())
+            .unwrap_or_default();
+        let (target, kind) = match resolve(&self.bindings, &host) {
+            Resolved::Worker { script_id, kind } => (script_id, kind),
+            Resolved::External => match &self.flow.outbound {
+                Some(o) => (o.clone(), CallKind::Outbound),
+                None => {
+                    tracing::debug!(script = %self.script_id, %host,
+                        "outgoing request denied: not a binding and no outbound Worker");
+                    return Err(Error::HttpRequestDenied);
+                }
+            },
+            Resolved::NotBound(why) => {
+                tracing::debug!(script = %self.script_id, %host, %why, "outgoing request denied");
+                return Err(Error::HttpRequestDenied);
+            }
+        };
+        // The caller is at level depth + 1; its callee one deeper.
+        let depth = self.flow.depth + 2;
+        if depth > MAX_DEPTH {
+            tracing::warn!(script = %self.script_id, %target, depth,
+                "nested call refused: a flow is at most {MAX_DEPTH} levels deep (a loop of bindings?)");
+            return Err(Error::LoopDetected);
+        }
+        let Some(invoker) = self.invoker.clone() else {
+            return Err(Error::InternalError(Some(
+                "nested Worker calls need a hearth node".into(),
+            )));
+        };
+        if Instant::now() >= self.deadline {
+            return Err(Error::HttpResponseTimeout);
+        }
+        let (mut parts, body) = request.into_parts();
+        let forged: Vec<_> = parts
+            .headers
+            .keys()
+            .filter(|k| k.as_str().starts_with(HOST_HEADER_PREFIX))
+            .cloned()
+            .collect();
+        for k in forged {
+            parts.headers.remove(&k);
+        }
+        if let Ok(v) = http::HeaderValue::from_str(&self.script_id) {
+            parts.headers.insert(CALLER_HEADER, v);
+        }
+        parts
+            .headers
+            .insert(DEPTH_HEADER, http::HeaderValue::from(depth));
+        parts.extensions = http::Extensions::new();
+        let body = body.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
+        let call = NestedCall {
+            caller: self.script_id.to_string(),
+            target,
+            kind,
+            depth,
+            cpu_left: self.meter.budget().saturating_sub(self.meter.used()),
+            deadline: self.deadline,
+            caller_bindings: self.bindings.clone(),
+            caller_extensions: self.extensions.clone(),
+        };
+        let response = invoker.invoke(call, http::Request::from_parts(parts, body));
+        let response = tokio::time::timeout_at(self.deadline.into(), response)
+            .await
+            .map_err(|_| Error::HttpResponseTimeout)?;
+        let response = response.map(|b| {
+            b.map_err(|e| Error::InternalError(Some(e.to_string())))
+                .boxed_unsync()
+        });
+        Ok((response, Box::new(async { Ok(()) })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flow_only_tightens_the_plan() {
+        let plan = PlanLimits::default_for(crate::Plan::Free);
+        let now = Instant::now();
+        let loose = Flow {
+            cpu: Some(plan.request_cpu * 10),
+            memory: Some(plan.memory * 10),
+            deadline: Some(now + plan.request_wall * 10),
+            ..Flow::default()
+        };
+        assert_eq!(loose.tighten(plan, now), plan);
+        let tight = Flow {
+            cpu: Some(Duration::from_millis(5)),
+            memory: Some(1 << 20),
+            deadline: Some(now + Duration::from_secs(2)),
+            ..Flow::default()
+        };
+        let l = tight.tighten(plan, now);
+        assert_eq!(l.request_cpu, Duration::from_millis(5));
+        assert_eq!(l.memory, 1 << 20);
+        assert_eq!(l.request_wall, Duration::from_secs(2));
+        assert_eq!(Flow::default().tighten(plan, now), plan);
+    }
+}

@@ -1,0 +1,276 @@
+//! Nested Worker invocations across the cluster: the node's half.
+//!
+//! # The model
+//!
+//! A Worker calls a Worker with a plain wasi:http request to a name of its
+//! [bindings](hearth_runtime::bindings); the runtime resolves the name,
+//! checks the depth limit and hands the call to this node's
+//! [`NodeInvoker`] ([`hearth_runtime::nested`]). The invoker:
+//!
+//! 1. takes the caller's **context stack** (the [`ContextStack`] in the
+//!    caller's request; a flow's entry Worker has none yet, so its own frame
+//!    is pushed first, with its tail Workers);
+//! 2. pushes the callee's **frame**, built from deploys and the caller's
+//!    frame only ([`callee_frame`]): its trust level (a dispatched user
+//!    Worker is untrusted; a service binding inherits its caller's trust; an
+//!    outbound Worker runs with the trust of the flow's entry), the CPU its
+//!    caller had left as a limit override, and the outbound Worker in force
+//!    (a dispatch Worker's outbound Worker for the user Workers it
+//!    dispatches to, inherited through their service bindings, so a user
+//!    Worker cannot shed it by calling a binding);
+//! 3. sets the flow's deadline on the stack and routes the request exactly
+//!    like a client's ([`crate::node::Node::route`]): warm here → here;
+//!    else to its home over the shard client with the stack; a refusing or
+//!    unreachable home → served here lazily. The stack travels as Cap'n
+//!    Proto and is rebuilt on the home.
+//!
+//! Wherever a level is served, [`attach_flow`] turns the stack into the
+//! runtime's [`Flow`]: depth, tightest CPU and memory overrides, deadline,
+//! outbound Worker. The callee also sees the host's `x-hearth-trust`,
+//! `x-hearth-caller` and `x-hearth-depth` headers; whatever `x-hearth-*`
+//! headers the caller's guest set are gone.
+
+use std::sync::{Arc, Weak};
+
+use futures::future::BoxFuture;
+use hearth_runtime::Bindings;
+use hearth_runtime::bindings::CallKind;
+use hearth_runtime::body::Body;
+use hearth_runtime::nested::{Flow, Invoker, NestedCall};
+use hearth_sharding::context_stack::{
+    ContextFrame, ContextStack, LimitOverrides, OutboundWorkerConfig, TailWorkerConfig, TrustLevel,
+};
+
+use crate::node::{ClusterLink, LocalNode, Node};
+
+/// Header with the callee's trust level (`untrusted`, `standard`,
+/// `platform`), set by the host on a nested request.
+pub const TRUST_HEADER: &str = "x-hearth-trust";
+
+/// Carries a node's nested calls; installed in its runtime by
+/// [`Node::new`] and [`Node::join`].
+pub(crate) struct NodeInvoker {
+    /// Weak: the runtime (owned by the node) holds the invoker.
+    pub(crate) local: Weak<LocalNode>,
+    pub(crate) cluster: Option<Arc<ClusterLink>>,
+}
+
+impl Invoker for NodeInvoker {
+    fn invoke(
+        &self,
+        call: NestedCall,
+        mut req: http::Request<Body>,
+    ) -> BoxFuture<'static, http::Response<Body>> {
+        let node = self
+            .local
+            .upgrade()
+            .map(|local| Node::from_parts(local, self.cluster.clone()));
+        Box::pin(async move {
+            let Some(node) = node else {
+                return hearth_runtime::body::text_response(
+                    http::StatusCode::SERVICE_UNAVAILABLE,
+                    "the node is shutting down\n",
+                );
+            };
+            let mut stack = call
+                .caller_extensions
+                .get::<ContextStack>()
+                .cloned()
+                .unwrap_or_default();
+            if stack.frames().is_empty() {
+                stack.push(entry_frame(&call.caller, &call.caller_bindings));
+            }
+            let frame = callee_frame(&stack, &call);
+            if let Ok(v) = http::HeaderValue::from_str(trust_name(frame.trust)) {
+                req.headers_mut().insert(TRUST_HEADER, v);
+            }
+            stack.push(frame);
+            stack.set_deadline(Some(call.deadline));
+            node.route(&call.target, req, stack).await
+        })
+    }
+}
+
+/// The frame of a flow's entry Worker: a Worker that dispatches to user
+/// Workers is a platform Worker; its tail Workers are the flow's.
+pub fn entry_frame(script_id: &str, bindings: &Bindings) -> ContextFrame {
+    ContextFrame {
+        script_id: script_id.to_string(),
+        trust: if bindings.dispatch.is_empty() {
+            TrustLevel::Standard
+        } else {
+            TrustLevel::Platform
+        },
+        tail_workers: bindings
+            .tail
+            .iter()
+            .map(|t| TailWorkerConfig {
+                script_id: t.clone(),
+            })
+            .collect(),
+        ..ContextFrame::default()
+    }
+}
+
+/// The frame the host pushes for `call`, from the caller's frame (the top
+/// of `stack`) and the caller's deployed bindings only.
+pub fn callee_frame(stack: &ContextStack, call: &NestedCall) -> ContextFrame {
+    let caller = stack.top().cloned().unwrap_or_default();
+    let cpu_ms = u64::try_from(call.cpu_left.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    let (trust, outbound) = match &call.kind {
+        CallKind::Service(_) => (caller.trust, caller.outbound.clone()),
+        CallKind::Dispatch(namespace) => (
+            TrustLevel::Untrusted,
+            call.caller_bindings
+                .outbound
+                .as_ref()
+                .map(|o| OutboundWorkerConfig {
+                    script_id: o.clone(),
+                    params: vec![
+                        ("dispatcher".into(), call.caller.clone()),
+                        ("namespace".into(), namespace.clone()),
+                    ],
+                }),
+        ),
+        CallKind::Outbound => (
+            stack
+                .frames()
+                .first()
+                .map(|f| f.trust)
+                .unwrap_or(TrustLevel::Standard),
+            None,
+        ),
+    };
+    ContextFrame {
+        script_id: call.target.clone(),
+        ownership_override: caller.ownership_override.clone(),
+        limits: LimitOverrides {
+            cpu_ms: Some(cpu_ms),
+            memory_bytes: None,
+        },
+        trust,
+        tail_workers: Vec::new(),
+        outbound,
+        feature_flags: caller.feature_flags.clone(),
+    }
+}
+
+/// The lowercase name of a trust level, as in [`TRUST_HEADER`].
+pub fn trust_name(t: TrustLevel) -> &'static str {
+    match t {
+        TrustLevel::Untrusted => "untrusted",
+        TrustLevel::Standard => "standard",
+        TrustLevel::Platform => "platform",
+    }
+}
+
+/// The runtime's view of the flow a request belongs to, from its context
+/// stack (none for a client's request).
+pub fn flow_of(stack: &ContextStack) -> Option<Flow> {
+    let top = stack.top()?;
+    let limits = stack.effective_limits();
+    Some(Flow {
+        depth: stack.frames().len().saturating_sub(1),
+        cpu: limits.cpu_ms.map(std::time::Duration::from_millis),
+        memory: limits.memory_bytes,
+        deadline: stack.deadline(),
+        outbound: top.outbound.as_ref().map(|o| o.script_id.clone()),
+    })
+}
+
+/// Puts the runtime's [`Flow`] for `req`'s context stack (if it has one)
+/// into its extensions, where the runtime reads it.
+pub fn attach_flow(req: &mut http::Request<Body>) {
+    if let Some(flow) = req.extensions().get::<ContextStack>().and_then(flow_of) {
+        req.extensions_mut().insert(flow);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    fn call(kind: CallKind, bindings: Bindings) -> NestedCall {
+        NestedCall {
+            caller: "caller".into(),
+            target: "callee".into(),
+            kind,
+            depth: 2,
+            cpu_left: Duration::from_millis(250),
+            deadline: Instant::now() + Duration::from_secs(5),
+            caller_bindings: Arc::new(bindings),
+            caller_extensions: http::Extensions::new(),
+        }
+    }
+
+    fn dispatcher() -> Bindings {
+        Bindings {
+            dispatch: [("users".into(), ["u".to_string()].into_iter().collect())].into(),
+            outbound: Some("egress".into()),
+            tail: vec!["traces".into()],
+            ..Bindings::default()
+        }
+    }
+
+    #[test]
+    fn dispatch_makes_an_untrusted_level_under_the_dispatchers_outbound() {
+        let mut stack = ContextStack::new();
+        stack.push(entry_frame("dispatcher", &dispatcher()));
+        assert_eq!(stack.frames()[0].trust, TrustLevel::Platform);
+        assert_eq!(stack.frames()[0].tail_workers.len(), 1);
+        let f = callee_frame(
+            &stack,
+            &call(CallKind::Dispatch("users".into()), dispatcher()),
+        );
+        assert_eq!(f.trust, TrustLevel::Untrusted);
+        assert_eq!(
+            f.outbound.as_ref().map(|o| o.script_id.as_str()),
+            Some("egress")
+        );
+        assert_eq!(f.limits.cpu_ms, Some(250));
+        assert!(
+            f.tail_workers.is_empty(),
+            "only the entry's deploy sets tail Workers"
+        );
+        stack.push(f);
+        // The user Worker's own service bindings keep it untrusted and under
+        // the outbound Worker, whatever its bindings say.
+        let g = callee_frame(&stack, &call(CallKind::Service("x".into()), dispatcher()));
+        assert_eq!(g.trust, TrustLevel::Untrusted);
+        assert_eq!(
+            g.outbound.as_ref().map(|o| o.script_id.as_str()),
+            Some("egress")
+        );
+        // The outbound Worker runs with the entry's trust, and has no
+        // outbound Worker itself.
+        let o = callee_frame(&stack, &call(CallKind::Outbound, Bindings::default()));
+        assert_eq!(o.trust, TrustLevel::Platform);
+        assert!(o.outbound.is_none());
+    }
+
+    #[test]
+    fn a_flow_takes_the_tightest_limits_of_its_stack() {
+        let mut stack = ContextStack::new();
+        stack.push(entry_frame("a", &Bindings::default()));
+        let mut f = callee_frame(
+            &stack,
+            &call(CallKind::Service("b".into()), Bindings::default()),
+        );
+        f.limits.cpu_ms = Some(40);
+        stack.push(f);
+        let mut g = callee_frame(
+            &stack,
+            &call(CallKind::Service("c".into()), Bindings::default()),
+        );
+        g.limits.cpu_ms = Some(900);
+        stack.push(g);
+        let flow = flow_of(&stack).expect("a flow");
+        assert_eq!(flow.depth, 2);
+        assert_eq!(flow.cpu, Some(Duration::from_millis(40)));
+        assert!(flow_of(&ContextStack::new()).is_none());
+    }
+}
