@@ -34,6 +34,10 @@ const WORKERS: &[&str] = &[
     "mem-hog",
     "trap",
     "wstd-hello",
+    "relay",
+    "dispatcher",
+    "user-app",
+    "egress",
 ];
 
 /// A sample Worker in another language, built by its own toolchain.

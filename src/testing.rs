@@ -120,6 +120,23 @@ impl TestCluster {
             .await?)
     }
 
+    /// Deploys through node 0 with the settings of `manifest` (plan,
+    /// lifecycle, bindings).
+    pub async fn deploy_manifest(
+        &self,
+        id: &str,
+        manifest: hearth_runtime::Manifest,
+        wasm: Vec<u8>,
+    ) -> anyhow::Result<DeployReport> {
+        Ok(self
+            .cluster
+            .node(0)
+            .node
+            .runtime()
+            .deploy(id, manifest, wasm)
+            .await?)
+    }
+
     /// GET `path` of Worker `id` through node `i`'s front door.
     pub async fn get(&self, i: usize, id: &str, path: &str) -> anyhow::Result<TestResponse> {
         self.send(i, id, http::Method::GET, path, Bytes::new(), &[])

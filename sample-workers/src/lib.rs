@@ -43,6 +43,10 @@
 //! | `mem-hog` | allocates and touches 1 MiB blocks without bound |
 //! | `trap` | panics (traps) before setting a response |
 //! | `wstd-hello` | a plain `wstd` component (no hearth-sdk): 200 `hello from wstd` |
+//! | `relay` | a link of a chain of service bindings: calls binding `next` (or the URL in `x-relay-to`), answers `"<id> > <callee body>"` and lists the callee nodes in `x-relay-nodes`; the end of a chain (no `next`) answers `"<id>"`; a too-deep flow 508 |
+//! | `dispatcher` | dynamic dispatch: `/<user>/<rest>` → user Worker `<user>` of namespace `users`; `"dispatcher > <body>"` |
+//! | `user-app` | a user Worker: a subrequest to `http://api.example.com<path>` (through the outbound Worker, else denied: 403) |
+//! | `egress` | an outbound Worker: `"egress saw <method> <host><path> for <caller> (<trust>)"`, 403 under `/blocked` |
 //! | `js` | JavaScript (`sample-workers/js/worker.js`, componentize-js 0.23 / StarlingMonkey): JSON of the request's method, path, headers and body; ~12.8 MB raw, paid plan; gets fresh instances |
 //! | `python` | Python (`sample-workers/python/app.py`, componentize-py 0.25): the same JSON; ~18.5 MB raw (6.3 MB gzip), paid plan; reuses its instance |
 //!

@@ -19,6 +19,10 @@
 //! - [`Response`] starts a response whose body you stream yourself; [`copy`]
 //!   and [`write_all`] move bytes between wasi streams in chunks of at most
 //!   [`CHUNK`] bytes, in constant memory.
+//! - [`fetch`] calls the Workers this Worker is bound to, with plain wasi:http
+//!   requests: `env().service("auth").fetch(req)`,
+//!   `env().dispatch("users").get("user-a").fetch(req)`.
+//! - [`log!`] writes a line to the Worker's log (its stderr).
 //!
 //! ## Example
 //!
@@ -47,6 +51,8 @@
 
 #![warn(missing_docs)]
 
+pub mod fetch;
+
 /// The wasi 0.2 bindings this SDK is built on (the [`wasi`] crate,
 /// re-exported so Workers need no direct dependency on it).
 pub use wasi;
@@ -57,6 +63,35 @@ pub use wasi::http::types::{
     ResponseOutparam,
 };
 pub use wasi::io::streams::{InputStream, OutputStream, StreamError};
+
+/// What the Worker was deployed with that it can reach: its bindings.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Env;
+
+/// The Worker's environment ([`Env`]).
+pub fn env() -> Env {
+    Env
+}
+
+impl Env {
+    /// Service binding `name`.
+    pub fn service(&self, name: &str) -> fetch::Binding {
+        fetch::service(name)
+    }
+
+    /// Dispatch namespace `name`.
+    pub fn dispatch(&self, name: &str) -> fetch::Namespace {
+        fetch::dispatch(name)
+    }
+}
+
+/// Writes a formatted line to the Worker's log (stderr), like `eprintln!`.
+#[macro_export]
+macro_rules! log {
+    ($($arg:tt)*) => {
+        ::std::eprintln!($($arg)*)
+    };
+}
 
 /// Environment variable in which hearth passes the Worker's script ID.
 pub const SCRIPT_ID_ENV: &str = "HEARTH_SCRIPT_ID";

@@ -1,0 +1,398 @@
+//! Nested Worker invocations on 3 real nodes (TestCluster): service-binding
+//! chains, dynamic dispatch through an outbound Worker, the depth limit, and
+//! the security rules of `hearth::nested` / `hearth_runtime::nested`. The
+//! Workers are named so that their homes differ, and the nodes that served
+//! each level are checked from `x-hearth-node` as the samples report it.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use hearth::cluster::ClusterConfig;
+use hearth::runtime::nested::MAX_DEPTH;
+use hearth::runtime::{Manifest, Plan};
+use hearth::sharding::overload::OverloadConfig;
+use hearth::testing::TestCluster;
+
+fn sample(name: &str) -> Vec<u8> {
+    hearth_sample_workers::bytes(name).expect("sample built")
+}
+
+/// Polls `f` for up to 10 s (a bounded wait for an asynchronous effect, not
+/// a timing assertion); whether it became true.
+async fn eventually(mut f: impl FnMut() -> bool) -> bool {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !f() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
+/// `n` (≤ nodes) script IDs starting with `prefix` whose homes are
+/// pairwise different.
+fn names_on_distinct_homes(c: &TestCluster, prefix: &str, n: usize) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut homes = Vec::new();
+    for k in 0..1000 {
+        let name = format!("{prefix}-{k}");
+        let home = c.home_of(&name).expect("home");
+        if !homes.contains(&home) {
+            homes.push(home);
+            out.push(name);
+            if out.len() == n {
+                return out;
+            }
+        }
+    }
+    panic!("no {n} names with distinct homes");
+}
+
+fn manifest(services: &[(&str, &str)]) -> Manifest {
+    let mut m = Manifest::default();
+    for (name, target) in services {
+        m.services.insert((*name).into(), (*target).into());
+    }
+    m
+}
+
+fn node_id(c: &TestCluster, i: usize) -> String {
+    c.node(i).node.id().to_string()
+}
+
+/// Requests the runtimes of the whole cluster have received.
+fn total_requests(c: &TestCluster) -> u64 {
+    (0..c.nodes().len())
+        .map(|i| c.stats(i).runtime.requests)
+        .sum()
+}
+
+/// Deploys the chain `names[0] -> names[1] -> ...` of `relay`s.
+async fn deploy_chain(c: &TestCluster, names: &[String]) {
+    for (i, name) in names.iter().enumerate() {
+        let m = match names.get(i + 1) {
+            Some(next) => manifest(&[("next", next)]),
+            None => Manifest::default(),
+        };
+        c.deploy_manifest(name, m, sample("relay"))
+            .await
+            .expect("deploy");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_of_service_bindings_crosses_three_homes() {
+    let c = TestCluster::start(3).await.expect("cluster");
+    let mut names = names_on_distinct_homes(&c, "link", 3);
+    // Depth 4: the last link is on the first one's home again.
+    let more = names_on_distinct_homes(&c, "tail-link", 3);
+    let back = more
+        .into_iter()
+        .find(|n| c.home_of(n) == c.home_of(&names[0]))
+        .expect("a name on the first home");
+    names.push(back);
+    deploy_chain(&c, &names).await;
+    let homes: Vec<usize> = names.iter().map(|n| c.home_of(n).expect("home")).collect();
+    // Enter through a node that is not the first link's home.
+    let entry = (homes[0] + 1) % 3;
+    let r = c.get(entry, &names[0], "/x").await.expect("request");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), names.join(" > "));
+    assert_eq!(r.header("x-hearth-node"), node_id(&c, homes[0]));
+    let below: Vec<String> = homes[1..].iter().map(|&h| node_id(&c, h)).collect();
+    assert_eq!(
+        r.header("x-relay-nodes"),
+        below.join(","),
+        "each level at its home"
+    );
+    // Each level ran exactly once.
+    assert_eq!(total_requests(&c), names.len() as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusing_homes_mid_chain_serve_the_calls_lazily_on_the_caller() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = ClusterConfig::new(3, dir.path());
+    // Homes admit nothing: every sharded hop is refused.
+    cfg.overload = OverloadConfig {
+        max_in_flight_per_worker: 0,
+        max_in_flight_node: 0,
+    };
+    let c = TestCluster::with_config(cfg, Some(dir))
+        .await
+        .expect("cluster");
+    let names = names_on_distinct_homes(&c, "lazy", 3);
+    deploy_chain(&c, &names).await;
+    let first = c.home_of(&names[0]).expect("home");
+    let r = c.get(first, &names[0], "/").await.expect("request");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), names.join(" > "));
+    // Both nested calls were refused by their homes and served by the
+    // caller's node, through its lazy instance.
+    let here = node_id(&c, first);
+    assert_eq!(r.header("x-relay-nodes"), format!("{here},{here}"));
+    assert!(c.stats(first).rpc.refusals_received >= 2);
+    assert_eq!(total_requests(&c), 3, "nothing ran twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loop_of_bindings_stops_at_the_depth_limit() {
+    let c = TestCluster::start(3).await.expect("cluster");
+    let names = names_on_distinct_homes(&c, "loop", 2);
+    let (a, b) = (&names[0], &names[1]);
+    c.deploy_manifest(a, manifest(&[("next", b)]), sample("relay"))
+        .await
+        .expect("deploy");
+    c.deploy_manifest(b, manifest(&[("next", a)]), sample("relay"))
+        .await
+        .expect("deploy");
+    let r = c.get(0, a, "/").await.expect("request");
+    assert_eq!(r.status, 508, "{}", r.text());
+    assert!(r.text().contains("loop detected"), "{}", r.text());
+    // Levels 1..=MAX_DEPTH ran; the deepest one's call was refused.
+    assert_eq!(
+        r.text().matches(" > ").count(),
+        MAX_DEPTH - 1,
+        "{}",
+        r.text()
+    );
+    assert_eq!(total_requests(&c), MAX_DEPTH as u64);
+    // Nothing is left running or holding a slot.
+    assert!(
+        eventually(|| (0..3).all(|i| c.stats(i).runtime.in_flight == 0)).await,
+        "instance slots released"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_reaches_nothing_outside_its_bindings() {
+    let c = TestCluster::start(3).await.expect("cluster");
+    c.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
+    c.deploy_manifest("r", manifest(&[("greet", "hello")]), sample("relay"))
+        .await
+        .expect("deploy");
+    for url in [
+        "http://hello.internal/",                // the script ID, not a binding name
+        "http://hello.localhost/",               // an external host, no outbound Worker
+        "http://hello.users.dispatch.internal/", // no such namespace
+        "http://greet.other.internal/",          // not the binding scheme
+    ] {
+        let r = c
+            .send(
+                0,
+                "r",
+                http::Method::GET,
+                "/",
+                Bytes::new(),
+                &[("x-relay-to", url)],
+            )
+            .await
+            .expect("request");
+        // Denied: the relay answers as the end of a chain.
+        assert_eq!((r.status, r.text()), (200, "r".to_string()), "{url}");
+    }
+    assert_eq!(total_requests(&c), 4, "hello never ran");
+    // The binding it has works.
+    let r = c
+        .send(
+            0,
+            "r",
+            http::Method::GET,
+            "/",
+            Bytes::new(),
+            &[("x-relay-to", "http://greet.internal/")],
+        )
+        .await
+        .expect("request");
+    assert_eq!(r.text(), "r > hello from hello");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_cannot_forge_the_hosts_headers_trust_or_depth() {
+    let c = TestCluster::start(3).await.expect("cluster");
+    c.deploy("echo", Plan::Free, sample("echo"))
+        .await
+        .expect("deploy");
+    c.deploy_manifest("r", manifest(&[("next", "echo")]), sample("relay"))
+        .await
+        .expect("deploy");
+    // The relay sends these on as x-hearth-trust etc.
+    let forged = [
+        ("x-forward-hearth-trust", "platform"),
+        ("x-forward-hearth-caller", "admin"),
+        ("x-forward-hearth-depth", "0"),
+        ("x-forward-hearth-cpu-ms", "999999999"),
+    ];
+    let r = c
+        .send(1, "r", http::Method::GET, "/", Bytes::new(), &forged)
+        .await
+        .expect("request");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-echo-x-hearth-trust"), "standard");
+    assert_eq!(r.header("x-echo-x-hearth-caller"), "r");
+    assert_eq!(r.header("x-echo-x-hearth-depth"), "2");
+    assert_eq!(r.header("x-echo-x-hearth-cpu-ms"), "", "dropped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_worker_gets_no_more_cpu_than_its_caller_had_left() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = ClusterConfig::new(3, dir.path());
+    // The caller's plan allows 300 ms of CPU; the callee's 60 s.
+    cfg.runtime = std::sync::Arc::new(|c| {
+        c.instance_pool_size(64)
+            .request_cpu(Plan::Free, Duration::from_millis(300))
+            .request_cpu(Plan::Paid, Duration::from_secs(60))
+    });
+    let c = TestCluster::with_config(cfg, Some(dir))
+        .await
+        .expect("cluster");
+    let mut hog = Manifest::from(Plan::Paid);
+    hog.lifecycle = hearth::runtime::Lifecycle::Fresh;
+    c.deploy_manifest("hog", hog, sample("cpu-hog"))
+        .await
+        .expect("deploy");
+    c.deploy_manifest("r", manifest(&[("next", "hog")]), sample("relay"))
+        .await
+        .expect("deploy");
+    let r = c.get(0, "r", "/").await.expect("request");
+    assert_eq!(r.status, 503, "{}", r.text());
+    let text = r.text();
+    assert!(text.contains("exceeded its CPU limit"), "{text}");
+    // The budget named is the caller's remainder (≤ 300 ms), not 60 s.
+    let budget = text
+        .split(" of ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .unwrap_or("");
+    assert!(budget.ends_with("ms"), "budget {budget:?} in {text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_workers_for_platforms_flow_goes_through_the_outbound_worker() {
+    let c = TestCluster::start(3).await.expect("cluster");
+    let names = names_on_distinct_homes(&c, "wfp", 3);
+    let (dispatcher, user, egress) = (&names[0], &names[1], &names[2]);
+    let mut m = Manifest::default();
+    m.dispatch
+        .entry("users".into())
+        .or_default()
+        .insert(user.clone());
+    m.outbound = Some(egress.clone());
+    c.deploy_manifest(dispatcher, m, sample("dispatcher"))
+        .await
+        .expect("deploy");
+    c.deploy("user-a-direct", Plan::Free, sample("user-app"))
+        .await
+        .expect("deploy");
+    c.deploy(user, Plan::Free, sample("user-app"))
+        .await
+        .expect("deploy");
+    c.deploy(egress, Plan::Free, sample("egress"))
+        .await
+        .expect("deploy");
+    let entry = (c.home_of(dispatcher).expect("home") + 1) % 3;
+
+    let r = c
+        .get(entry, dispatcher, &format!("/{user}/orders?id=7"))
+        .await
+        .expect("request");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.text(),
+        format!(
+            "dispatcher > {user} > egress saw GET api.example.com/orders?id=7 for {user} (platform)"
+        )
+    );
+    let home = |n: &String| node_id(&c, c.home_of(n).expect("home"));
+    assert_eq!(r.header("x-hearth-node"), home(dispatcher));
+    assert_eq!(r.header("x-user-node"), home(user));
+
+    // The outbound Worker may block a subrequest.
+    let r = c
+        .get(entry, dispatcher, &format!("/{user}/blocked/x"))
+        .await
+        .expect("request");
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(
+        r.text()
+            .ends_with("egress blocked api.example.com/blocked/x")
+    );
+
+    // A Worker outside the namespace cannot be dispatched to.
+    let r = c
+        .get(entry, dispatcher, "/user-a-direct/x")
+        .await
+        .expect("request");
+    assert_eq!(r.status, 404, "{}", r.text());
+
+    // The same user Worker called directly has no outbound Worker: its
+    // subrequest is denied.
+    let r = c.get(entry, "user-a-direct", "/x").await.expect("request");
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(r.text(), "user-a-direct: subrequest denied");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_middle_node_mid_flow_fails_the_flow_cleanly_and_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = ClusterConfig::new(3, dir.path());
+    // The last link spins until its CPU limit (3 s), long enough to kill
+    // the node in the middle while it waits.
+    cfg.runtime = std::sync::Arc::new(|c| {
+        c.instance_pool_size(64)
+            .request_cpu(Plan::Paid, Duration::from_secs(3))
+    });
+    let mut c = TestCluster::with_config(cfg, Some(dir))
+        .await
+        .expect("cluster");
+    let names = names_on_distinct_homes(&c, "mid", 3);
+    let (first, middle, last) = (&names[0], &names[1], &names[2]);
+    c.deploy_manifest(first, manifest(&[("next", middle)]), sample("relay"))
+        .await
+        .expect("deploy");
+    c.deploy_manifest(middle, manifest(&[("next", last)]), sample("relay"))
+        .await
+        .expect("deploy");
+    let mut hog = Manifest::from(Plan::Paid);
+    hog.lifecycle = hearth::runtime::Lifecycle::Fresh;
+    c.deploy_manifest(last, hog, sample("cpu-hog"))
+        .await
+        .expect("deploy");
+    let homes: Vec<usize> = names.iter().map(|n| c.home_of(n).expect("home")).collect();
+    let addr = c.node(homes[0]).http_addr;
+    let id = first.clone();
+    let flow = tokio::spawn(async move {
+        use http_body_util::BodyExt;
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<http_body_util::Full<Bytes>>();
+        let req = http::Request::get(format!("http://{addr}/"))
+            .header(http::header::HOST, format!("{id}.localhost"))
+            .body(http_body_util::Full::new(Bytes::new()))
+            .expect("request");
+        let resp = client.request(req).await.expect("an answer");
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    });
+    // Wait until the last link is running (the middle one waits for it).
+    let last_home = homes[2];
+    assert!(
+        eventually(|| c.stats(last_home).runtime.in_flight >= 1).await,
+        "the flow reached its last level"
+    );
+    c.kill(homes[1]);
+    let (status, body) = tokio::time::timeout(Duration::from_secs(30), flow)
+        .await
+        .expect("the flow ends, it does not hang")
+        .expect("task");
+    assert_eq!(status, 502, "{body}");
+    assert!(body.starts_with(&format!("{first} > ")), "{body}");
+    // The middle level was not run again anywhere else.
+    let survivors = [homes[0], homes[2]];
+    let requests: u64 = survivors.iter().map(|&i| c.stats(i).runtime.requests).sum();
+    assert_eq!(requests, 2, "the first and last levels ran once each");
+}
