@@ -17,10 +17,7 @@ impl Guest for Echo {
     fn handle(request: IncomingRequest, out: ResponseOutparam) {
         let headers = Fields::new();
         let served = SERVED.fetch_add(1, Ordering::Relaxed) + 1;
-        let _ = headers.append(
-            &"x-echo-served".to_string(),
-            &served.to_string().into_bytes(),
-        );
+        let _ = headers.append(&"x-echo-served".to_string(), &served.to_string().into_bytes());
         for (name, value) in hearth_sdk::headers(&request) {
             // A header the host refuses to set is skipped, not fatal.
             let _ = headers.append(&format!("x-echo-{name}"), &value);
