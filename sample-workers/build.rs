@@ -38,6 +38,7 @@ const WORKERS: &[&str] = &[
     "dispatcher",
     "user-app",
     "egress",
+    "tail-log",
 ];
 
 /// A sample Worker in another language, built by its own toolchain.

@@ -26,7 +26,17 @@
 //!
 //! Wherever a level is served, [`attach_flow`] turns the stack into the
 //! runtime's [`Flow`]: depth, tightest CPU and memory overrides, deadline,
-//! outbound Worker. The callee also sees the host's `x-hearth-trust`,
+//! outbound Worker.
+//!
+//! # Traces
+//!
+//! When the entry Worker of a flow has tail Workers, its runtime collects
+//! the flow ([`hearth_runtime::tail`]) and marks the entry's request with a
+//! [`Tracing`] sink. The first nested call puts a
+//! [`TraceReporter::origin`] into the stack that feeds that collector;
+//! serialized, it is the `reportTraces` capability every other node of the
+//! flow reports through, however deep the nesting and wherever the levels
+//! run. The callee also sees the host's `x-hearth-trust`,
 //! `x-hearth-caller` and `x-hearth-depth` headers; whatever `x-hearth-*`
 //! headers the caller's guest set are gone.
 
@@ -37,8 +47,10 @@ use hearth_runtime::Bindings;
 use hearth_runtime::bindings::CallKind;
 use hearth_runtime::body::Body;
 use hearth_runtime::nested::{Flow, Invoker, NestedCall};
+use hearth_runtime::tail::{self, TraceSink, Tracing};
 use hearth_sharding::context_stack::{
-    ContextFrame, ContextStack, LimitOverrides, OutboundWorkerConfig, TailWorkerConfig, TrustLevel,
+    ContextFrame, ContextStack, LimitOverrides, OutboundWorkerConfig, TailWorkerConfig, TraceEvent,
+    TraceReporter, TrustLevel,
 };
 
 use crate::node::{ClusterLink, LocalNode, Node};
@@ -56,6 +68,13 @@ pub(crate) struct NodeInvoker {
 }
 
 impl Invoker for NodeInvoker {
+    fn node_id(&self) -> String {
+        self.local
+            .upgrade()
+            .map(|l| l.id().to_string())
+            .unwrap_or_default()
+    }
+
     fn invoke(
         &self,
         call: NestedCall,
@@ -79,6 +98,13 @@ impl Invoker for NodeInvoker {
                 .unwrap_or_default();
             if stack.frames().is_empty() {
                 stack.push(entry_frame(&call.caller, &call.caller_bindings));
+            }
+            // The entry of a traced flow: this node is its first node, and
+            // the stack carries a reporter that calls back here.
+            if stack.traces().is_none()
+                && let Some(sink) = call.caller_extensions.get::<Tracing>().cloned()
+            {
+                stack.set_traces(Some(origin_reporter(sink)));
             }
             let frame = callee_frame(&stack, &call);
             if let Ok(v) = http::HeaderValue::from_str(trust_name(frame.trust)) {
@@ -142,6 +168,7 @@ pub fn callee_frame(stack: &ContextStack, call: &NestedCall) -> ContextFrame {
                 .unwrap_or(TrustLevel::Standard),
             None,
         ),
+        CallKind::Tail => (TrustLevel::Standard, None),
     };
     ContextFrame {
         script_id: call.target.clone(),
@@ -181,10 +208,63 @@ pub fn flow_of(stack: &ContextStack) -> Option<Flow> {
 }
 
 /// Puts the runtime's [`Flow`] for `req`'s context stack (if it has one)
-/// into its extensions, where the runtime reads it.
+/// into its extensions, where the runtime reads it, and, if the flow is
+/// traced, a [`Tracing`] sink that reports to the flow's first node.
 pub fn attach_flow(req: &mut http::Request<Body>) {
-    if let Some(flow) = req.extensions().get::<ContextStack>().and_then(flow_of) {
+    let Some(stack) = req.extensions().get::<ContextStack>().cloned() else {
+        return;
+    };
+    if let Some(flow) = flow_of(&stack) {
         req.extensions_mut().insert(flow);
+    }
+    if let Some(reporter) = stack.traces() {
+        req.extensions_mut()
+            .insert(Tracing(Arc::new(ReportToFirstNode(reporter.clone()))));
+    }
+}
+
+/// A reporter on a flow's first node: events from any node of the flow go
+/// into the runtime's collector there (`sink`, which takes them at once).
+fn origin_reporter(sink: Tracing) -> TraceReporter {
+    TraceReporter::origin(move |events: Vec<TraceEvent>| {
+        // The collector records synchronously; the future is empty.
+        drop(sink.0.report(events.into_iter().map(from_wire).collect()));
+    })
+}
+
+/// A level's sink: its events go to the flow's first node through the
+/// stack's reporter (a `reportTraces` capability when that is another node).
+struct ReportToFirstNode(TraceReporter);
+
+impl TraceSink for ReportToFirstNode {
+    fn report(&self, events: Vec<tail::TraceEvent>) -> BoxFuture<'static, ()> {
+        let reporter = self.0.clone();
+        Box::pin(async move {
+            let events = events.into_iter().map(to_wire).collect();
+            if let Err(e) = reporter.report(events).await {
+                tracing::warn!(error = %e, "trace events could not reach the flow's first node");
+            }
+        })
+    }
+}
+
+fn to_wire(e: tail::TraceEvent) -> TraceEvent {
+    TraceEvent {
+        script_id: e.script_id,
+        node: e.node,
+        timestamp_unix_ms: e.timestamp_unix_ms,
+        kind: e.kind,
+        message: e.message,
+    }
+}
+
+fn from_wire(e: TraceEvent) -> tail::TraceEvent {
+    tail::TraceEvent {
+        script_id: e.script_id,
+        node: e.node,
+        timestamp_unix_ms: e.timestamp_unix_ms,
+        kind: e.kind,
+        message: e.message,
     }
 }
 

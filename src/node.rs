@@ -31,6 +31,11 @@ pub struct LocalNode {
 }
 
 impl LocalNode {
+    /// This node's ID.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
     /// Serves `script_id` here and reports `route`.
     async fn serve_as(
         &self,

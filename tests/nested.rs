@@ -396,3 +396,109 @@ async fn killing_the_middle_node_mid_flow_fails_the_flow_cleanly_and_once() {
     let requests: u64 = survivors.iter().map(|&i| c.stats(i).runtime.requests).sum();
     assert_eq!(requests, 2, "the first and last levels ran once each");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tail_worker_gets_the_whole_flow_from_every_node_in_one_invocation() {
+    let c = TestCluster::start(3).await.expect("cluster");
+    let names = names_on_distinct_homes(&c, "traced", 3);
+    let (dispatcher, user, egress) = (&names[0], &names[1], &names[2]);
+    let mut m = Manifest::default();
+    m.dispatch
+        .entry("users".into())
+        .or_default()
+        .insert(user.clone());
+    m.outbound = Some(egress.clone());
+    m.tail = vec!["traces".into()];
+    c.deploy_manifest(dispatcher, m, sample("dispatcher"))
+        .await
+        .expect("deploy");
+    c.deploy(user, Plan::Free, sample("user-app"))
+        .await
+        .expect("deploy");
+    c.deploy(egress, Plan::Free, sample("egress"))
+        .await
+        .expect("deploy");
+    let mut reuse = Manifest::default();
+    reuse.lifecycle = hearth::runtime::Lifecycle::Reuse;
+    c.deploy_manifest("traces", reuse, sample("tail-log"))
+        .await
+        .expect("deploy");
+    let tail_home = c.home_of("traces").expect("home");
+    let entry = (c.home_of(dispatcher).expect("home") + 1) % 3;
+
+    let r = c
+        .get(entry, dispatcher, &format!("/{user}/orders"))
+        .await
+        .expect("request");
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    // The tail Worker is invoked after the flow ends: wait for it.
+    let mut log = String::new();
+    let mut delivered = false;
+    for _ in 0..500 {
+        log = c.get(tail_home, "traces", "/").await.expect("tail").text();
+        if !log.starts_with("0\n") {
+            delivered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(delivered, "the tail Worker was invoked: {log}");
+    let mut lines = log.lines();
+    assert_eq!(lines.next(), Some("1"), "exactly one invocation: {log}");
+    let batch: serde_json::Value =
+        serde_json::from_str(lines.next().expect("a batch")).expect("JSON");
+    assert_eq!(batch["entry"], dispatcher.as_str());
+    let events = batch["events"].as_array().expect("events");
+    let has = |script: &str, kind: &str, text: &str| {
+        events.iter().any(|e| {
+            e["script_id"] == script
+                && e["kind"] == kind
+                && e["message"].as_str().is_some_and(|m| m.contains(text))
+        })
+    };
+    // Logs (the guests' stderr), subrequests and outcomes of every level.
+    assert!(
+        has(dispatcher, "log", &format!("dispatching /orders to {user}")),
+        "{log}"
+    );
+    assert!(has(user, "log", "fetching /orders"), "{log}");
+    assert!(has(dispatcher, "subrequest", "-> 200"), "{log}");
+    assert!(has(user, "subrequest", "api.example.com"), "{log}");
+    for w in [dispatcher, user, egress] {
+        assert!(has(w, "outcome", "ok 200"), "{w}: {log}");
+    }
+    // From every node the flow crossed.
+    let nodes: std::collections::BTreeSet<&str> =
+        events.iter().filter_map(|e| e["node"].as_str()).collect();
+    let expected: std::collections::BTreeSet<String> = [dispatcher, user, egress]
+        .iter()
+        .map(|n| node_id(&c, c.home_of(n).expect("home")))
+        .collect();
+    assert_eq!(
+        nodes,
+        expected.iter().map(String::as_str).collect(),
+        "{log}"
+    );
+
+    // A second flow is a second invocation; a failing level is an exception.
+    let r = c
+        .get(entry, dispatcher, &format!("/{user}/blocked"))
+        .await
+        .expect("request");
+    assert_eq!(r.status, 403);
+    let mut ok = false;
+    for _ in 0..500 {
+        log = c.get(tail_home, "traces", "/").await.expect("tail").text();
+        if log.starts_with("2\n") {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(ok, "{log}");
+    assert!(
+        log.lines().nth(2).is_some_and(|b| b.contains("ok 403")),
+        "{log}"
+    );
+}

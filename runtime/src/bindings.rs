@@ -145,6 +145,8 @@ pub enum CallKind {
     Dispatch(String),
     /// A subrequest of a user Worker, intercepted by the outbound Worker.
     Outbound,
+    /// The delivery of a finished flow's trace events to a tail Worker.
+    Tail,
 }
 
 /// What an outgoing request's host name means for a Worker.

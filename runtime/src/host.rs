@@ -37,6 +37,9 @@ pub(crate) struct Host {
     table: ResourceTable,
     /// Where outgoing requests go: set per request ([`crate::nested`]).
     pub(crate) hooks: Outbound,
+    /// The instance's stdout and stderr: trace events while a traced
+    /// request runs ([`crate::tail`]), else discarded.
+    pub(crate) logs: crate::tail::LogPipe,
     pub(crate) memory: MemoryLimiter,
     pub(crate) meter: Arc<CpuMeter>,
 }
@@ -96,8 +99,11 @@ impl Host {
     /// of its own and to what is left of `node`, which must already hold
     /// this instance's [`HOST_RESERVE`] (given back when the host drops).
     pub(crate) fn new(script_id: &str, memory: u64, node: Arc<NodeMemory>) -> Self {
+        let logs = crate::tail::LogPipe::default();
         let wasi = WasiCtxBuilder::new()
             .env("HEARTH_SCRIPT_ID", script_id)
+            .stdout(logs.clone())
+            .stderr(logs.clone())
             .allow_ip_name_lookup(false)
             .allow_tcp(false)
             .allow_udp(false)
@@ -111,6 +117,7 @@ impl Host {
             http,
             table,
             hooks: Outbound::default(),
+            logs,
             memory: MemoryLimiter {
                 limit: usize::try_from(memory).unwrap_or(usize::MAX),
                 total: 0,

@@ -173,6 +173,8 @@ impl Instance {
         meter.reset(limits.request_cpu);
         self.store.data_mut().memory.hit = false;
         self.store.data_mut().memory.set_limit(limits.memory);
+        let trace = hooks.caller.as_ref().and_then(|c| c.trace.clone());
+        self.store.data().logs.set(trace);
         self.store.data_mut().hooks = hooks;
         self.store.set_epoch_deadline(1);
         let task = tokio::spawn(async move {
@@ -196,6 +198,7 @@ impl Instance {
                 Ok(()) => {
                     // An idle instance keeps nothing of its last flow.
                     self.store.data_mut().hooks = crate::nested::Outbound::default();
+                    self.store.data().logs.set(None);
                     self.served += 1;
                     self.idle_since = Instant::now();
                     self.reaccount();
@@ -249,7 +252,6 @@ pub(crate) struct InvokeOutcome {
     /// `Ok` if the handler returned normally.
     pub(crate) result: Result<(), RuntimeError>,
     /// CPU time the handler used.
-    #[allow(dead_code)]
     pub(crate) cpu: std::time::Duration,
 }
 

@@ -24,6 +24,9 @@
 //! * A Worker reaches other Workers only through the [`bindings`] it was
 //!   deployed with, by plain wasi:http requests to `.internal` names; the
 //!   node carries those calls across the cluster ([`nested`]).
+//! * A flow started by a Worker with tail Workers reports every level's
+//!   logs, subrequests, exceptions and outcome to its first node, which
+//!   hands them to the tail Workers in one invocation ([`tail`]).
 //! * Every outcome is counted ([`stats`]).
 //!
 //! ```no_run
@@ -55,6 +58,7 @@ mod runtime;
 pub mod script_store;
 pub mod slow_client;
 pub mod stats;
+pub mod tail;
 pub mod timing;
 pub mod validate;
 mod worker;

@@ -123,6 +123,11 @@ pub struct NestedCall {
 
 /// Carries nested calls for the runtime; the node implements it.
 pub trait Invoker: Send + Sync + 'static {
+    /// The node's ID, stamped on the trace events of its Workers.
+    fn node_id(&self) -> String {
+        String::new()
+    }
+
     /// Invokes `call.target` with `req` and returns its response (a failure
     /// of the callee is a response with an error status, as for a client).
     fn invoke(
@@ -142,6 +147,8 @@ pub(crate) struct Caller {
     pub(crate) extensions: http::Extensions,
     pub(crate) meter: Arc<CpuMeter>,
     pub(crate) invoker: Option<Arc<dyn Invoker>>,
+    /// The request's trace events, if its flow is traced ([`crate::tail`]).
+    pub(crate) trace: Option<Arc<crate::tail::TraceBuffer>>,
 }
 
 /// The wasi:http hooks of an instance: outgoing requests are nested calls
@@ -175,6 +182,19 @@ impl WasiHttpHooks for Outbound {
 
 impl Caller {
     async fn send(&self, request: http::Request<WasiBody>) -> SendResult {
+        let what = format!("{} {}", request.method(), request.uri());
+        let result = self.send_inner(request).await;
+        if let Some(t) = &self.trace {
+            let how = match &result {
+                Ok((r, _)) => r.status().to_string(),
+                Err(e) => format!("failed: {e}"),
+            };
+            t.push("subrequest", format!("{what} -> {how}"));
+        }
+        result
+    }
+
+    async fn send_inner(&self, request: http::Request<WasiBody>) -> SendResult {
         use wasmtime_wasi_http::Error;
         let host = request
             .uri()

@@ -269,7 +269,14 @@ impl Worker {
         let deadline = flow
             .deadline
             .unwrap_or_else(|| Instant::now() + limits.request_wall);
-        let extensions = parts.extensions.clone();
+        let mut extensions = parts.extensions.clone();
+        let invoker = self
+            .node
+            .invoker
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let level = self.trace_level(&flow, &mut extensions, &invoker, limits);
         let idle = self.node.body_idle;
         let body = slow_client::buffer_prefix(body, self.node.buffer_before_slot, idle)
             .await
@@ -325,28 +332,53 @@ impl Worker {
                 deadline,
                 extensions,
                 meter: inst.meter(),
-                invoker: self
-                    .node
-                    .invoker
-                    .read()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone(),
+                invoker,
+                trace: level.as_ref().map(|l| l.buffer.clone()),
             })),
         };
         let (mut task, mut rx) =
             inst.invoke(self.script_id.clone(), req, limits, hooks, on_done)?;
         let guard = Cancel::new(task.abort_handle(), self.stats.clone());
+        let mut ended = None;
         let resp = tokio::select! {
             biased;
             r = &mut rx => match r {
                 Ok(r) => r,
-                Err(_) => return Err(self.finished_without_response(task.await, reused)),
+                Err(_) => {
+                    let e = self.finished_without_response(task.await, reused);
+                    return Err(finish_failed(level, e).await);
+                }
             },
             j = &mut task => match rx.try_recv() {
-                Ok(r) => r,
-                Err(_) => return Err(self.finished_without_response(j, reused)),
+                Ok(r) => {
+                    ended = Some(j);
+                    r
+                }
+                Err(_) => {
+                    let e = self.finished_without_response(j, reused);
+                    return Err(finish_failed(level, e).await);
+                }
             },
         };
+        let status = resp.as_ref().ok().map(|r| r.status().as_u16());
+        // A traced level reports once its invocation has ended; its body
+        // ends only after that (see `crate::tail`).
+        let hold = level.map(|level| {
+            let (done, hold) = tokio::sync::oneshot::channel();
+            tokio::spawn(async move {
+                let outcome = match ended {
+                    Some(j) => j,
+                    None => task.await,
+                };
+                let (error, cpu) = match outcome {
+                    Ok(o) => (o.result.err().map(|e| e.public_message()), o.cpu),
+                    Err(e) => (Some(format!("host task failed: {e}")), Duration::ZERO),
+                };
+                level.finish(status, error, cpu).await;
+                let _ = done.send(());
+            });
+            hold
+        });
         let resp = resp.map_err(|code| RuntimeError::Trap {
             script_id: self.script_id.to_string(),
             message: format!("Worker answered with error code {code:?}"),
@@ -354,10 +386,56 @@ impl Worker {
         Ok((
             resp.map(|b| {
                 let b = b.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
-                CancelOnDrop::new(b, guard).boxed_unsync()
+                let b = CancelOnDrop::new(b, guard).boxed_unsync();
+                match hold {
+                    Some(done) => crate::tail::HoldEnd {
+                        inner: b,
+                        done: Some(done),
+                    }
+                    .boxed_unsync(),
+                    None => b,
+                }
             }),
             started,
         ))
+    }
+
+    /// The trace level of a request: traced if its flow is (the node put a
+    /// [`crate::tail::Tracing`] in it), or if it enters a flow as a Worker
+    /// with tail Workers, in which case this node collects the flow and the
+    /// sink goes into `extensions` for the nested calls to find.
+    fn trace_level(
+        &self,
+        flow: &crate::nested::Flow,
+        extensions: &mut http::Extensions,
+        invoker: &Option<Arc<dyn crate::nested::Invoker>>,
+        limits: PlanLimits,
+    ) -> Option<crate::tail::Level> {
+        use crate::tail::{Collector, Level, TailDelivery, TraceBuffer, Tracing};
+        let (sink, tails) = match extensions.get::<Tracing>() {
+            Some(t) => (t.clone(), None),
+            None if flow.depth == 0 && !self.bindings.tail.is_empty() => {
+                let collector = Arc::new(Collector::default());
+                let sink = Tracing(collector.clone());
+                extensions.insert(sink.clone());
+                let tails = TailDelivery {
+                    collector,
+                    entry: self.script_id.to_string(),
+                    tails: self.bindings.tail.clone(),
+                    invoker: invoker.clone(),
+                    limits,
+                };
+                (sink, Some(tails))
+            }
+            None => return None,
+        };
+        Some(Level {
+            buffer: TraceBuffer::new(&self.script_id),
+            sink,
+            started: Instant::now(),
+            node: invoker.as_ref().map(|i| i.node_id()).unwrap_or_default(),
+            tails,
+        })
     }
 
     /// The error for an invocation that ended without a response. A reused
@@ -390,6 +468,17 @@ impl Worker {
             },
         }
     }
+}
+
+/// Reports a traced level that failed without a response (before its
+/// error goes back), and returns the error.
+async fn finish_failed(level: Option<crate::tail::Level>, e: RuntimeError) -> RuntimeError {
+    if let Some(level) = level {
+        level
+            .finish(None, Some(e.public_message()), Duration::ZERO)
+            .await;
+    }
+    e
 }
 
 /// Links `component` against the WASI + wasi:http linker, with a clear

@@ -1,0 +1,429 @@
+//! Tail Workers: the trace events of a whole flow, delivered in one
+//! invocation after the flow ends.
+//!
+//! # The model
+//!
+//! A Worker deployed with tail Workers ([`crate::bindings`]) that serves a
+//! client's request starts a *traced flow*. Every level of the flow, on
+//! whatever node it runs, records its **trace events** ([`TraceEvent`]):
+//!
+//! * `log`: each line the Worker writes to stdout or stderr (so `println!`,
+//!   `console.log` and `print` all count; at most [`MAX_EVENTS`] events per
+//!   level, a line cut at [`MAX_LINE_BYTES`]);
+//! * `subrequest`: each outgoing request, where it went and how it ended
+//!   (including denied ones);
+//! * `exception`: the error a level failed with (trap, limit, ...);
+//! * `outcome`: how the level ended: `ok <status>` or `exception`, with its
+//!   wall and CPU time.
+//!
+//! When a level's invocation has ended, its events are reported to the
+//! flow's first node through a [`Tracing`] sink the node puts in the
+//! request (the node carries it as the context stack's `reportTraces`
+//! capability), and only then does the level's response body end: so by the
+//! time the entry Worker's invocation ends, every level it waited for has
+//! reported. The first node collects everything; when the entry level ends
+//! it invokes each tail Worker **once** with `POST /` and a JSON body
+//! ([`TailBatch`]), as a flow of its own (routed like any request; its own
+//! events are not traced).
+
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use std::future::Future as _;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+
+/// Most events one level records; later ones are counted in a final `log`
+/// event instead.
+pub const MAX_EVENTS: usize = 1024;
+/// Longest text of one event, in bytes.
+pub const MAX_LINE_BYTES: usize = 4096;
+
+/// One trace event of a flow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TraceEvent {
+    /// The Worker that produced it.
+    pub script_id: String,
+    /// The node it was produced on (filled in by the node that reports it).
+    pub node: String,
+    /// When, in milliseconds since the Unix epoch.
+    pub timestamp_unix_ms: u64,
+    /// `log`, `subrequest`, `exception` or `outcome`.
+    pub kind: String,
+    /// The event's text.
+    pub message: String,
+}
+
+/// What a tail Worker receives: `POST /` with this as JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct TailBatch {
+    /// The flow's entry Worker.
+    pub entry: String,
+    /// Every event of the flow, in the order they reached the first node.
+    pub events: Vec<TraceEvent>,
+}
+
+/// Where a level's events go: toward the flow's first node.
+pub trait TraceSink: Send + Sync + 'static {
+    /// Delivers `events`; resolves once they have arrived (or failed to).
+    fn report(&self, events: Vec<TraceEvent>) -> BoxFuture<'static, ()>;
+}
+
+/// The request extension that turns tracing on for a level.
+#[derive(Clone)]
+pub struct Tracing(pub Arc<dyn TraceSink>);
+
+impl std::fmt::Debug for Tracing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tracing")
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn clip(mut s: String) -> String {
+    if s.len() > MAX_LINE_BYTES {
+        let mut end = MAX_LINE_BYTES;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+/// The events of one level, as they happen.
+#[derive(Debug)]
+pub(crate) struct TraceBuffer {
+    script_id: String,
+    inner: Mutex<BufferState>,
+}
+
+#[derive(Debug, Default)]
+struct BufferState {
+    events: Vec<TraceEvent>,
+    dropped: u64,
+    partial: Vec<u8>,
+}
+
+impl TraceBuffer {
+    pub(crate) fn new(script_id: &str) -> Arc<Self> {
+        Arc::new(TraceBuffer {
+            script_id: script_id.to_string(),
+            inner: Mutex::new(BufferState::default()),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, BufferState> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records an event of `kind`.
+    pub(crate) fn push(&self, kind: &str, message: String) {
+        let mut s = self.state();
+        push_locked(&mut s, &self.script_id, kind, message);
+    }
+
+    /// Bytes the guest wrote to stdout or stderr: each complete line is a
+    /// `log` event.
+    fn write_log(&self, bytes: &[u8]) {
+        let mut s = self.state();
+        s.partial.extend_from_slice(bytes);
+        while let Some(i) = s.partial.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = s.partial.drain(..=i).collect();
+            let text = String::from_utf8_lossy(&line[..i])
+                .trim_end_matches('\r')
+                .to_string();
+            push_locked(&mut s, &self.script_id, "log", text);
+        }
+        if s.partial.len() > MAX_LINE_BYTES {
+            let line = std::mem::take(&mut s.partial);
+            push_locked(
+                &mut s,
+                &self.script_id,
+                "log",
+                String::from_utf8_lossy(&line).into_owned(),
+            );
+        }
+    }
+
+    /// Everything recorded (an unfinished last line included), once.
+    pub(crate) fn take(&self) -> Vec<TraceEvent> {
+        let mut s = self.state();
+        if !s.partial.is_empty() {
+            let line = std::mem::take(&mut s.partial);
+            push_locked(
+                &mut s,
+                &self.script_id,
+                "log",
+                String::from_utf8_lossy(&line).into_owned(),
+            );
+        }
+        let dropped = std::mem::take(&mut s.dropped);
+        let mut events = std::mem::take(&mut s.events);
+        if dropped > 0 {
+            events.push(TraceEvent {
+                script_id: self.script_id.clone(),
+                node: String::new(),
+                timestamp_unix_ms: now_ms(),
+                kind: "log".into(),
+                message: format!(
+                    "({dropped} more events dropped: at most {MAX_EVENTS} per Worker)"
+                ),
+            });
+        }
+        events
+    }
+}
+
+fn push_locked(s: &mut BufferState, script_id: &str, kind: &str, message: String) {
+    if s.events.len() >= MAX_EVENTS {
+        s.dropped += 1;
+        return;
+    }
+    s.events.push(TraceEvent {
+        script_id: script_id.to_string(),
+        node: String::new(),
+        timestamp_unix_ms: now_ms(),
+        kind: kind.to_string(),
+        message: clip(message),
+    });
+}
+
+/// A Worker's stdout or stderr: lines go to the trace buffer of the request
+/// it is serving, if that request is traced, else nowhere.
+#[derive(Clone, Default)]
+pub(crate) struct LogPipe {
+    pub(crate) tap: Arc<Mutex<Option<Arc<TraceBuffer>>>>,
+}
+
+impl LogPipe {
+    /// Sends what the instance writes from now on to `buffer` (or nowhere).
+    pub(crate) fn set(&self, buffer: Option<Arc<TraceBuffer>>) {
+        *self.tap.lock().unwrap_or_else(|p| p.into_inner()) = buffer;
+    }
+}
+
+impl tokio::io::AsyncWrite for LogPipe {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let tap = self.tap.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(b) = tap {
+            b.write_log(buf);
+        }
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+impl wasmtime_wasi::cli::IsTerminal for LogPipe {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl wasmtime_wasi::cli::StdoutStream for LogPipe {
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+/// Collects a whole flow's events on its first node.
+#[derive(Default)]
+pub(crate) struct Collector {
+    events: Mutex<Vec<TraceEvent>>,
+}
+
+impl Collector {
+    pub(crate) fn take(&self) -> Vec<TraceEvent> {
+        std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+impl TraceSink for Collector {
+    fn report(&self, events: Vec<TraceEvent>) -> BoxFuture<'static, ()> {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(events);
+        Box::pin(async {})
+    }
+}
+
+/// One traced level, from its invocation's start to its report.
+pub(crate) struct Level {
+    pub(crate) buffer: Arc<TraceBuffer>,
+    pub(crate) sink: Tracing,
+    pub(crate) started: std::time::Instant,
+    pub(crate) node: String,
+    /// Set on the flow's first node: the tail Workers to invoke once this
+    /// (entry) level has ended.
+    pub(crate) tails: Option<TailDelivery>,
+}
+
+/// The tail Workers of a flow and what they will be sent.
+pub(crate) struct TailDelivery {
+    pub(crate) collector: Arc<Collector>,
+    pub(crate) entry: String,
+    pub(crate) tails: Vec<String>,
+    pub(crate) invoker: Option<Arc<dyn crate::nested::Invoker>>,
+    pub(crate) limits: crate::limits::PlanLimits,
+}
+
+impl Level {
+    /// Records how the level ended, reports its events, and (on the first
+    /// node) hands the flow to its tail Workers.
+    pub(crate) async fn finish(
+        self,
+        status: Option<u16>,
+        error: Option<String>,
+        cpu: std::time::Duration,
+    ) {
+        let wall = self.started.elapsed();
+        if let Some(e) = &error {
+            self.buffer.push("exception", e.clone());
+        }
+        let how = match (&error, status) {
+            (None, Some(s)) => format!("ok {s}"),
+            (None, None) => "ok".to_string(),
+            (Some(_), Some(s)) => format!("exception after {s}"),
+            (Some(_), None) => "exception".to_string(),
+        };
+        self.buffer.push(
+            "outcome",
+            format!(
+                "{how}; wall {:.3} ms, cpu {:.3} ms",
+                wall.as_secs_f64() * 1000.0,
+                cpu.as_secs_f64() * 1000.0
+            ),
+        );
+        let mut events = self.buffer.take();
+        for e in &mut events {
+            e.node.clone_from(&self.node);
+        }
+        self.sink.0.report(events).await;
+        if let Some(t) = self.tails {
+            tokio::spawn(t.deliver());
+        }
+    }
+}
+
+impl TailDelivery {
+    /// Invokes each tail Worker once with the whole flow's events.
+    async fn deliver(self) {
+        use http_body_util::BodyExt;
+        let batch = TailBatch {
+            entry: self.entry.clone(),
+            events: self.collector.take(),
+        };
+        let Ok(json) = serde_json::to_vec(&batch) else {
+            return;
+        };
+        let Some(invoker) = self.invoker else {
+            tracing::warn!(entry = %self.entry, "tail Workers need a hearth node; events dropped");
+            return;
+        };
+        for tail in self.tails {
+            let req = http::Request::post(format!("http://{tail}.internal/"))
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(crate::body::full(json.clone()));
+            let Ok(req) = req else { continue };
+            let call = crate::nested::NestedCall {
+                caller: self.entry.clone(),
+                target: tail.clone(),
+                kind: crate::bindings::CallKind::Tail,
+                depth: 2,
+                cpu_left: self.limits.request_cpu,
+                deadline: std::time::Instant::now() + self.limits.request_wall,
+                caller_bindings: Arc::new(crate::bindings::Bindings::default()),
+                caller_extensions: http::Extensions::new(),
+            };
+            let resp = invoker.invoke(call, req).await;
+            let status = resp.status();
+            // Read to the end: the tail Worker's invocation completes.
+            let _ = resp.into_body().collect().await;
+            if !status.is_success() {
+                tracing::warn!(entry = %self.entry, %tail, %status, "tail Worker failed");
+            }
+        }
+    }
+}
+
+/// A response body whose end waits for `done`: a traced level's events
+/// reach the first node before its caller sees the body end.
+pub(crate) struct HoldEnd {
+    pub(crate) inner: crate::body::Body,
+    pub(crate) done: Option<tokio::sync::oneshot::Receiver<()>>,
+}
+
+impl http_body::Body for HoldEnd {
+    type Data = bytes::Bytes;
+    type Error = crate::body::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        use std::task::Poll;
+        match std::pin::Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(None) => match self.done.as_mut() {
+                Some(rx) => match std::pin::Pin::new(rx).poll(cx) {
+                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(_) => {
+                        self.done = None;
+                        Poll::Ready(None)
+                    }
+                },
+                None => Poll::Ready(None),
+            },
+            other => other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_becomes_one_log_event_per_line_and_is_bounded() {
+        let b = TraceBuffer::new("w");
+        b.write_log(b"first li");
+        b.write_log(b"ne\nsecond\r\nthird");
+        let events = b.take();
+        let lines: Vec<&str> = events.iter().map(|e| e.message.as_str()).collect();
+        assert_eq!(lines, ["first line", "second", "third"]);
+        assert!(events.iter().all(|e| e.kind == "log" && e.script_id == "w"));
+        assert!(b.take().is_empty(), "taken once");
+
+        for i in 0..MAX_EVENTS + 5 {
+            b.push("subrequest", format!("{i}"));
+        }
+        b.push("log", "x".repeat(MAX_LINE_BYTES * 2));
+        let events = b.take();
+        assert_eq!(events.len(), MAX_EVENTS + 1);
+        assert!(events[MAX_EVENTS].message.contains("6 more events dropped"));
+    }
+}
