@@ -89,9 +89,7 @@ async fn run() -> anyhow::Result<()> {
         s.sort();
     }
     let base = (pct(&samples[0], 0.5), pct(&samples[0], 0.99));
-    println!(
-        "\n{REQUESTS} requests each, 1 connection, 3 in-process nodes on loopback\n"
-    );
+    println!("\n{REQUESTS} requests each, 1 connection, 3 in-process nodes on loopback\n");
     println!("| request | p50 (µs) | p99 (µs) | added p50 (µs) | added p99 (µs) |");
     println!("|---|---:|---:|---:|---:|");
     for (i, (name, _)) in kinds.iter().enumerate() {
@@ -99,7 +97,10 @@ async fn run() -> anyhow::Result<()> {
         let added = if i == 0 {
             ("–".to_string(), "–".to_string())
         } else {
-            (format!("{:.0}", p50 - base.0), format!("{:.0}", p99 - base.1))
+            (
+                format!("{:.0}", p50 - base.0),
+                format!("{:.0}", p99 - base.1),
+            )
         };
         println!(
             "| {name} | {p50:.0} | {p99:.0} | {} | {} |",

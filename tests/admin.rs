@@ -142,3 +142,47 @@ async fn deploy_sets_and_reports_the_lifecycle() {
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("expected auto, reuse or fresh"), "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bindings_deploy_through_the_admin_api_and_are_listed() {
+    let c = TestCluster::start(1).await.expect("cluster");
+    let admin = c.node(0).admin_addr;
+    let relay = hearth_sample_workers::bytes("relay").expect("relay");
+    let url = format!(
+        "http://{admin}/v1/scripts/front?service=next:back&dispatch=users:user-a\
+         &dispatch=users:user-b&outbound=egress&tail=traces"
+    );
+    let (status, body) = call(http::Method::PUT, url, Some(c.token()), relay.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    let report: serde_json::Value = serde_json::from_str(&body).expect("json report");
+    let b = &report["meta"]["bindings"];
+    assert_eq!(b["services"]["next"], "back");
+    assert_eq!(
+        b["dispatch"]["users"],
+        serde_json::json!(["user-a", "user-b"])
+    );
+    assert_eq!(b["outbound"], "egress");
+    assert_eq!(b["tail"], serde_json::json!(["traces"]));
+
+    let (status, body) = call(
+        http::Method::GET,
+        format!("http://{admin}/v1/scripts"),
+        Some(c.token()),
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let list: serde_json::Value = serde_json::from_str(&body).expect("json list");
+    assert_eq!(list[0]["bindings"]["services"]["next"], "back");
+
+    // Bindings that cannot name a Worker are refused at deploy.
+    let (status, body) = call(
+        http::Method::PUT,
+        format!("http://{admin}/v1/scripts/front?service=Bad_Name:back"),
+        Some(c.token()),
+        relay,
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("invalid bindings"), "{body}");
+}

@@ -29,6 +29,21 @@ async fn eventually(mut f: impl FnMut() -> bool) -> bool {
     .is_ok()
 }
 
+/// What the `tail-log` Worker `traces` on node `home` has received, once
+/// `ready(log)` (polled for up to 10 s: the tail Worker is invoked after
+/// the flow's response).
+async fn tail_log_once(c: &TestCluster, home: usize, ready: impl Fn(&str) -> bool) -> String {
+    let mut log = String::new();
+    for _ in 0..500 {
+        log = c.get(home, "traces", "/").await.expect("tail").text();
+        if ready(&log) {
+            return log;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the tail Worker was not invoked: {log}");
+}
+
 /// `n` (≤ nodes) script IDs starting with `prefix` whose homes are
 /// pairwise different.
 fn names_on_distinct_homes(c: &TestCluster, prefix: &str, n: usize) -> Vec<String> {
@@ -224,6 +239,7 @@ async fn a_guest_cannot_forge_the_hosts_headers_trust_or_depth() {
         ("x-forward-hearth-caller", "admin"),
         ("x-forward-hearth-depth", "0"),
         ("x-forward-hearth-cpu-ms", "999999999"),
+        ("x-forward-hearth-tail", "spy"),
     ];
     let r = c
         .send(1, "r", http::Method::GET, "/", Bytes::new(), &forged)
@@ -234,6 +250,7 @@ async fn a_guest_cannot_forge_the_hosts_headers_trust_or_depth() {
     assert_eq!(r.header("x-echo-x-hearth-caller"), "r");
     assert_eq!(r.header("x-echo-x-hearth-depth"), "2");
     assert_eq!(r.header("x-echo-x-hearth-cpu-ms"), "", "dropped");
+    assert_eq!(r.header("x-echo-x-hearth-tail"), "", "dropped");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -399,7 +416,20 @@ async fn killing_the_middle_node_mid_flow_fails_the_flow_cleanly_and_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tail_worker_gets_the_whole_flow_from_every_node_in_one_invocation() {
-    let c = TestCluster::start(3).await.expect("cluster");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = ClusterConfig::new(3, dir.path());
+    // One instance per Worker and node, reused: `tail-log` keeps what it
+    // received in that instance's memory.
+    cfg.runtime = std::sync::Arc::new(|c| {
+        c.instance_pool_size(64)
+            .reuse(hearth::runtime::ReusePolicy {
+                max_concurrency: 1,
+                ..hearth::runtime::ReusePolicy::default()
+            })
+    });
+    let c = TestCluster::with_config(cfg, Some(dir))
+        .await
+        .expect("cluster");
     let names = names_on_distinct_homes(&c, "traced", 3);
     let (dispatcher, user, egress) = (&names[0], &names[1], &names[2]);
     let mut m = Manifest::default();
@@ -418,8 +448,10 @@ async fn the_tail_worker_gets_the_whole_flow_from_every_node_in_one_invocation()
     c.deploy(egress, Plan::Free, sample("egress"))
         .await
         .expect("deploy");
-    let mut reuse = Manifest::default();
-    reuse.lifecycle = hearth::runtime::Lifecycle::Reuse;
+    let reuse = Manifest {
+        lifecycle: hearth::runtime::Lifecycle::Reuse,
+        ..Manifest::default()
+    };
     c.deploy_manifest("traces", reuse, sample("tail-log"))
         .await
         .expect("deploy");
@@ -433,17 +465,7 @@ async fn the_tail_worker_gets_the_whole_flow_from_every_node_in_one_invocation()
     assert_eq!(r.status, 200, "{}", r.text());
 
     // The tail Worker is invoked after the flow ends: wait for it.
-    let mut log = String::new();
-    let mut delivered = false;
-    for _ in 0..500 {
-        log = c.get(tail_home, "traces", "/").await.expect("tail").text();
-        if !log.starts_with("0\n") {
-            delivered = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(delivered, "the tail Worker was invoked: {log}");
+    let log = tail_log_once(&c, tail_home, |log| !log.starts_with("0\n")).await;
     let mut lines = log.lines();
     assert_eq!(lines.next(), Some("1"), "exactly one invocation: {log}");
     let batch: serde_json::Value =
@@ -487,18 +509,91 @@ async fn the_tail_worker_gets_the_whole_flow_from_every_node_in_one_invocation()
         .await
         .expect("request");
     assert_eq!(r.status, 403);
-    let mut ok = false;
-    for _ in 0..500 {
-        log = c.get(tail_home, "traces", "/").await.expect("tail").text();
-        if log.starts_with("2\n") {
-            ok = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(ok, "{log}");
+    let log = tail_log_once(&c, tail_home, |log| !log.starts_with("1\n")).await;
+    assert!(log.starts_with("2\n"), "{log}");
     assert!(
         log.lines().nth(2).is_some_and(|b| b.contains("ok 403")),
         "{log}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_worker_keeps_its_outbound_worker_through_its_own_bindings() {
+    let c = TestCluster::start(3).await.expect("cluster");
+    let mut m = Manifest::default();
+    m.dispatch
+        .entry("users".into())
+        .or_default()
+        .insert("shop".into());
+    m.outbound = Some("egress".into());
+    c.deploy_manifest("platform", m, sample("dispatcher"))
+        .await
+        .expect("deploy");
+    // The user Worker `shop` hands its work to its own service binding,
+    // which makes the subrequest.
+    c.deploy_manifest(
+        "shop",
+        manifest(&[("next", "shop-backend")]),
+        sample("relay"),
+    )
+    .await
+    .expect("deploy");
+    c.deploy("shop-backend", Plan::Free, sample("user-app"))
+        .await
+        .expect("deploy");
+    c.deploy("egress", Plan::Free, sample("egress"))
+        .await
+        .expect("deploy");
+    let r = c.get(0, "platform", "/shop/cart").await.expect("request");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.text(),
+        "dispatcher > shop > shop-backend > egress saw GET api.example.com/cart for shop-backend (platform)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_entry_workers_wall_clock_deadline_bounds_the_whole_flow() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = ClusterConfig::new(3, dir.path());
+    // The entry (free plan) has 300 ms of wall time; the Worker it calls
+    // (paid) would be allowed a minute of CPU and wall time on its own.
+    cfg.runtime = std::sync::Arc::new(|c| {
+        let mut free = hearth::runtime::PlanLimits::default_for(Plan::Free);
+        free.request_wall = Duration::from_millis(300);
+        let mut paid = hearth::runtime::PlanLimits::default_for(Plan::Paid);
+        paid.request_cpu = Duration::from_secs(60);
+        paid.request_wall = Duration::from_secs(60);
+        c.instance_pool_size(64)
+            .plan_limits(Plan::Free, free)
+            .plan_limits(Plan::Paid, paid)
+    });
+    let c = TestCluster::with_config(cfg, Some(dir))
+        .await
+        .expect("cluster");
+    let mut hog = Manifest::from(Plan::Paid);
+    hog.lifecycle = hearth::runtime::Lifecycle::Fresh;
+    c.deploy_manifest("hog", hog, sample("cpu-hog"))
+        .await
+        .expect("deploy");
+    c.deploy_manifest("r", manifest(&[("next", "hog")]), sample("relay"))
+        .await
+        .expect("deploy");
+    let r = tokio::time::timeout(Duration::from_secs(20), c.get(0, "r", "/"))
+        .await
+        .expect("the flow ends at its deadline")
+        .expect("request");
+    assert!(
+        r.status == 504 || r.status == 502,
+        "{} {}",
+        r.status,
+        r.text()
+    );
+    // The callee was stopped at the flow's deadline too, not left to spin
+    // for its own minute.
+    assert!(
+        eventually(|| (0..3).all(|i| c.stats(i).runtime.in_flight == 0)).await,
+        "every level stopped"
+    );
+    assert!((0..3).map(|i| c.stats(i).runtime.wall_kills).sum::<u64>() >= 1);
 }
