@@ -79,6 +79,23 @@ impl Request {
         self.body = body.into();
         self
     }
+
+    /// The path and query of the URL (`/` if it has none).
+    pub fn path(&self) -> &str {
+        match split_url(&self.url) {
+            Ok((_, _, path)) => path,
+            Err(_) if self.url.starts_with('/') => &self.url,
+            Err(_) => "/",
+        }
+    }
+
+    /// The first value of header `name` (case-insensitive) as text.
+    pub fn header_value(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    }
 }
 
 /// A response read whole.
@@ -93,6 +110,22 @@ pub struct Response {
 }
 
 impl Response {
+    /// A response with `status` and `body` and no headers.
+    pub fn new(status: u16, body: impl Into<Vec<u8>>) -> Self {
+        Response {
+            status,
+            headers: Vec::new(),
+            body: body.into(),
+        }
+    }
+
+    /// Adds a header.
+    pub fn with_header(mut self, name: &str, value: impl AsRef<[u8]>) -> Self {
+        self.headers
+            .push((name.to_owned(), value.as_ref().to_vec()));
+        self
+    }
+
     /// The first value of header `name` (case-insensitive) as text.
     pub fn header(&self, name: &str) -> Option<String> {
         self.headers
@@ -194,8 +227,33 @@ fn split_url(url: &str) -> Result<(Scheme, &str, &str), FetchError> {
     Ok((scheme, authority, path))
 }
 
-/// Sends `req` (with an absolute URL) and reads the whole response.
+/// Sends `req` (with an absolute URL) and reads the whole response,
+/// blocking the instance until it has arrived.
 pub fn fetch(req: Request) -> Result<Response, FetchError> {
+    let pending = send(req)?;
+    let response = loop {
+        match pending.get() {
+            Some(r) => break r,
+            None => pending.subscribe().block(),
+        }
+    };
+    read(response)
+}
+
+/// [`fetch`] as a future: other futures (more subrequests, see
+/// [`crate::worker::join_all`]) progress while it waits for the response.
+pub async fn fetch_async(req: Request) -> Result<Response, FetchError> {
+    let pending = send(req)?;
+    let response = loop {
+        match pending.get() {
+            Some(r) => break r,
+            None => crate::worker::Ready::new(pending.subscribe()).await,
+        }
+    };
+    read(response)
+}
+
+fn send(req: Request) -> Result<wasi::http::types::FutureIncomingResponse, FetchError> {
     let (scheme, authority, path) = split_url(&req.url)?;
     let headers = fields(&req.headers).map_err(|e| FetchError::Invalid(e.to_string()))?;
     let out = OutgoingRequest::new(headers);
@@ -215,12 +273,13 @@ pub fn fetch(req: Request) -> Result<Response, FetchError> {
         write_all(&stream, &req.body)?;
     }
     OutgoingBody::finish(body, None)?;
-    let response = loop {
-        match pending.get() {
-            Some(r) => break r,
-            None => pending.subscribe().block(),
-        }
-    };
+    Ok(pending)
+}
+
+type Arrived = Result<Result<wasi::http::types::IncomingResponse, ErrorCode>, ()>;
+
+fn read(response: Arrived) -> Result<Response, FetchError> {
+    let invalid = |what: &str| FetchError::Invalid(format!("{what} refused"));
     let response = response.map_err(|()| FetchError::Invalid("response taken twice".into()))??;
     let status = response.status();
     let headers = response.headers().entries();
@@ -252,10 +311,19 @@ impl Binding {
 
     /// Sends `req`, whose `url` is a path (a leading `/` is added if
     /// missing), to the bound Worker.
-    pub fn fetch(&self, mut req: Request) -> Result<Response, FetchError> {
+    pub fn fetch(&self, req: Request) -> Result<Response, FetchError> {
+        fetch(self.address(req))
+    }
+
+    /// [`Binding::fetch`] as a future ([`fetch_async`]).
+    pub async fn fetch_async(&self, req: Request) -> Result<Response, FetchError> {
+        fetch_async(self.address(req)).await
+    }
+
+    fn address(&self, mut req: Request) -> Request {
         let sep = if req.url.starts_with('/') { "" } else { "/" };
         req.url = format!("http://{}{sep}{}", self.host, req.url);
-        fetch(req)
+        req
     }
 }
 

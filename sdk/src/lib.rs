@@ -22,7 +22,12 @@
 //! - [`fetch`] calls the Workers this Worker is bound to, with plain wasi:http
 //!   requests: `env().service("auth").fetch(req)`,
 //!   `env().dispatch("users").get("user-a").fetch(req)`.
-//! - [`log!`] writes a line to the Worker's log (its stderr).
+//! - [`log!`] writes a line to the Worker's log (its stderr; hearth delivers
+//!   it to the flow's tail Workers).
+//! - [`Worker`] and [`export_fetch!`]: an async fetch handler with typed
+//!   request and response, whose subrequests can run concurrently
+//!   ([`join_all`]).
+//! - [`tail::parse`] reads what hearth sends a tail Worker.
 //!
 //! ## Example
 //!
@@ -52,6 +57,10 @@
 #![warn(missing_docs)]
 
 pub mod fetch;
+pub mod tail;
+pub mod worker;
+
+pub use worker::{Worker, join_all};
 
 /// The wasi 0.2 bindings this SDK is built on (the [`wasi`] crate,
 /// re-exported so Workers need no direct dependency on it).

@@ -20,13 +20,7 @@ impl Guest for Egress {
                 .map(|(_, v)| String::from_utf8_lossy(&v).into_owned())
                 .unwrap_or_default()
         };
-        let method = match request.method() {
-            hearth_sdk::wasi::http::types::Method::Get => "GET".to_owned(),
-            hearth_sdk::wasi::http::types::Method::Post => "POST".to_owned(),
-            hearth_sdk::wasi::http::types::Method::Put => "PUT".to_owned(),
-            hearth_sdk::wasi::http::types::Method::Delete => "DELETE".to_owned(),
-            other => format!("{other:?}").to_uppercase(),
-        };
+        let method = hearth_sdk::worker::method_name(&request.method());
         if path.starts_with("/blocked") {
             let body = format!("egress blocked {host}{path}");
             let _ = hearth_sdk::respond(out, 403, &[], body.as_bytes());
