@@ -116,6 +116,31 @@ impl Collector for RuntimeCollector {
                 "Invocations cancelled because the client went away",
                 s.cancelled,
             ),
+            (
+                "hearth_nested_calls",
+                "Outgoing requests of Workers that reached a Worker they are bound to",
+                s.nested_calls,
+            ),
+            (
+                "hearth_nested_denied",
+                "Outgoing requests of Workers denied: not a binding, no outbound Worker",
+                s.nested_denied,
+            ),
+            (
+                "hearth_nested_too_deep",
+                "Nested calls refused at the flow depth limit (loop-detected)",
+                s.nested_too_deep,
+            ),
+            (
+                "hearth_tail_deliveries",
+                "Flows delivered to a tail Worker",
+                s.tail_deliveries,
+            ),
+            (
+                "hearth_tail_failures",
+                "Tail deliveries the tail Worker did not accept",
+                s.tail_failures,
+            ),
         ];
         for (name, help, v) in counters {
             let c = ConstCounter::new(v);

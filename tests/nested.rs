@@ -172,6 +172,8 @@ async fn a_loop_of_bindings_stops_at_the_depth_limit() {
         r.text()
     );
     assert_eq!(total_requests(&c), MAX_DEPTH as u64);
+    let too_deep: u64 = (0..3).map(|i| c.stats(i).runtime.nested_too_deep).sum();
+    assert_eq!(too_deep, 1, "counted");
     // Nothing is left running or holding a slot.
     assert!(
         eventually(|| (0..3).all(|i| c.stats(i).runtime.in_flight == 0)).await,
@@ -209,6 +211,8 @@ async fn a_worker_reaches_nothing_outside_its_bindings() {
         assert_eq!((r.status, r.text()), (200, "r".to_string()), "{url}");
     }
     assert_eq!(total_requests(&c), 4, "hello never ran");
+    let denied: u64 = (0..3).map(|i| c.stats(i).runtime.nested_denied).sum();
+    assert_eq!(denied, 4, "each denial counted");
     // The binding it has works.
     let r = c
         .send(

@@ -50,6 +50,7 @@ use crate::bindings::{Bindings, CallKind, Resolved, resolve};
 use crate::body::{Body, BoxError};
 use crate::cpu::CpuMeter;
 use crate::limits::PlanLimits;
+use crate::stats::Stats;
 
 /// Most levels a flow may have (the entry Worker is level 1).
 pub const MAX_DEPTH: usize = 16;
@@ -149,6 +150,7 @@ pub(crate) struct Caller {
     pub(crate) invoker: Option<Arc<dyn Invoker>>,
     /// The request's trace events, if its flow is traced ([`crate::tail`]).
     pub(crate) trace: Option<Arc<crate::tail::TraceBuffer>>,
+    pub(crate) stats: Arc<crate::stats::Stats>,
 }
 
 /// The wasi:http hooks of an instance: outgoing requests are nested calls
@@ -206,12 +208,14 @@ impl Caller {
             Resolved::External => match &self.flow.outbound {
                 Some(o) => (o.clone(), CallKind::Outbound),
                 None => {
+                    Stats::bump(&self.stats.nested_denied);
                     tracing::debug!(script = %self.script_id, %host,
                         "outgoing request denied: not a binding and no outbound Worker");
                     return Err(Error::HttpRequestDenied);
                 }
             },
             Resolved::NotBound(why) => {
+                Stats::bump(&self.stats.nested_denied);
                 tracing::debug!(script = %self.script_id, %host, %why, "outgoing request denied");
                 return Err(Error::HttpRequestDenied);
             }
@@ -219,6 +223,7 @@ impl Caller {
         // The caller is at level depth + 1; its callee one deeper.
         let depth = self.flow.depth + 2;
         if depth > MAX_DEPTH {
+            Stats::bump(&self.stats.nested_too_deep);
             tracing::warn!(script = %self.script_id, %target, depth,
                 "nested call refused: a flow is at most {MAX_DEPTH} levels deep (a loop of bindings?)");
             return Err(Error::LoopDetected);
@@ -249,6 +254,7 @@ impl Caller {
             .insert(DEPTH_HEADER, http::HeaderValue::from(depth));
         parts.extensions = http::Extensions::new();
         let body = body.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
+        Stats::bump(&self.stats.nested_calls);
         let call = NestedCall {
             caller: self.script_id.to_string(),
             target,

@@ -30,6 +30,11 @@ pub struct Stats {
     pub(crate) client_timeouts: AtomicU64,
     pub(crate) cancelled: AtomicU64,
     pub(crate) in_flight: AtomicU64,
+    pub(crate) nested_calls: AtomicU64,
+    pub(crate) nested_denied: AtomicU64,
+    pub(crate) nested_too_deep: AtomicU64,
+    pub(crate) tail_deliveries: AtomicU64,
+    pub(crate) tail_failures: AtomicU64,
 }
 
 impl Stats {
@@ -93,6 +98,17 @@ pub struct StatsSnapshot {
     pub cancelled: u64,
     /// Instances serving a request now.
     pub in_flight: u64,
+    /// Outgoing requests of Workers that reached a Worker (a binding, a
+    /// dispatch namespace or the outbound Worker; [`crate::nested`]).
+    pub nested_calls: u64,
+    /// Outgoing requests of Workers denied (not a binding, no outbound).
+    pub nested_denied: u64,
+    /// Nested calls refused at the depth limit (`loop-detected`).
+    pub nested_too_deep: u64,
+    /// Flows delivered to a tail Worker ([`crate::tail`]).
+    pub tail_deliveries: u64,
+    /// Tail deliveries the tail Worker did not accept (no 2xx).
+    pub tail_failures: u64,
     /// Bytes live instances hold now against the node's instance memory
     /// cap: linear memories, tables and each one's host reserve.
     pub instance_bytes: u64,
@@ -137,6 +153,11 @@ impl StatsSnapshot {
             client_timeouts: g(&s.client_timeouts),
             cancelled: g(&s.cancelled),
             in_flight: g(&s.in_flight),
+            nested_calls: g(&s.nested_calls),
+            nested_denied: g(&s.nested_denied),
+            nested_too_deep: g(&s.nested_too_deep),
+            tail_deliveries: g(&s.tail_deliveries),
+            tail_failures: g(&s.tail_failures),
             instance_bytes,
             resident_workers,
             resident_bytes,

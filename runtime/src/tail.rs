@@ -21,7 +21,9 @@
 //! request (the node carries it as the context stack's `reportTraces`
 //! capability), and only then does the level's response body end: so by the
 //! time the entry Worker's invocation ends, every level it waited for has
-//! reported. The first node collects everything; when the entry level ends
+//! reported (a first node that does not answer within [`REPORT_TIMEOUT`]
+//! loses that level's events, logged; the response is not held longer).
+//! The first node collects everything; when the entry level ends
 //! it invokes each tail Worker **once** with `POST /` and a JSON body
 //! ([`TailBatch`]), as a flow of its own (routed like any request; its own
 //! events are not traced).
@@ -39,6 +41,9 @@ use serde::Serialize;
 pub const MAX_EVENTS: usize = 1024;
 /// Longest text of one event, in bytes.
 pub const MAX_LINE_BYTES: usize = 4096;
+/// How long a level waits for its events to reach the flow's first node
+/// before it gives them up and lets its response end.
+pub const REPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// One trace event of a flow.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -290,6 +295,7 @@ pub(crate) struct TailDelivery {
     pub(crate) tails: Vec<String>,
     pub(crate) invoker: Option<Arc<dyn crate::nested::Invoker>>,
     pub(crate) limits: crate::limits::PlanLimits,
+    pub(crate) stats: Arc<crate::stats::Stats>,
 }
 
 impl Level {
@@ -323,7 +329,14 @@ impl Level {
         for e in &mut events {
             e.node.clone_from(&self.node);
         }
-        self.sink.0.report(events).await;
+        // A first node that does not answer must not hold this level's
+        // response: its events are given up after REPORT_TIMEOUT.
+        if tokio::time::timeout(REPORT_TIMEOUT, self.sink.0.report(events))
+            .await
+            .is_err()
+        {
+            tracing::warn!("trace events not delivered to the flow's first node in time; dropped");
+        }
         if let Some(t) = self.tails {
             tokio::spawn(t.deliver());
         }
@@ -364,7 +377,9 @@ impl TailDelivery {
             let status = resp.status();
             // Read to the end: the tail Worker's invocation completes.
             let _ = resp.into_body().collect().await;
+            crate::stats::Stats::bump(&self.stats.tail_deliveries);
             if !status.is_success() {
+                crate::stats::Stats::bump(&self.stats.tail_failures);
                 tracing::warn!(entry = %self.entry, %tail, %status, "tail Worker failed");
             }
         }

@@ -334,6 +334,7 @@ impl Worker {
                 meter: inst.meter(),
                 invoker,
                 trace: level.as_ref().map(|l| l.buffer.clone()),
+                stats: self.stats.clone(),
             })),
         };
         let (mut task, mut rx) =
@@ -424,6 +425,7 @@ impl Worker {
                     tails: self.bindings.tail.clone(),
                     invoker: invoker.clone(),
                     limits,
+                    stats: self.stats.clone(),
                 };
                 (sink, Some(tails))
             }
