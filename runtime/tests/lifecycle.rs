@@ -209,6 +209,7 @@ async fn rust_worker_reuses_its_instance_and_a_trap_discards_it() {
         Manifest {
             plan: Plan::Free,
             lifecycle: Lifecycle::Fresh,
+            ..Manifest::default()
         },
         sample("echo"),
     )
@@ -248,6 +249,7 @@ async fn a_js_worker_forced_to_reuse_is_demoted_after_one_failure() {
         Manifest {
             plan: Plan::Paid,
             lifecycle: Lifecycle::Reuse,
+            ..Manifest::default()
         },
         sample("js"),
     )
