@@ -601,3 +601,46 @@ async fn the_entry_workers_wall_clock_deadline_bounds_the_whole_flow() {
     );
     assert!((0..3).map(|i| c.stats(i).runtime.wall_kills).sum::<u64>() >= 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_in_a_javascript_worker_reaches_its_bindings_unchanged() {
+    let c = TestCluster::start(3).await.expect("cluster");
+    c.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
+    let mut m = manifest(&[("next", "hello")]);
+    m.plan = Plan::Paid;
+    c.deploy_manifest("js", m, sample("js"))
+        .await
+        .expect("deploy");
+    let r = c
+        .send(
+            0,
+            "js",
+            http::Method::GET,
+            "/",
+            Bytes::new(),
+            &[("x-js-fetch", "http://next.internal/")],
+        )
+        .await
+        .expect("request");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let answer: serde_json::Value = serde_json::from_str(&r.text()).expect("JSON");
+    assert_eq!(answer["fetched"]["status"], 200, "{answer}");
+    assert_eq!(answer["fetched"]["body"], "hello from hello", "{answer}");
+    // Outside its bindings, fetch() rejects.
+    let r = c
+        .send(
+            0,
+            "js",
+            http::Method::GET,
+            "/",
+            Bytes::new(),
+            &[("x-js-fetch", "http://hello.localhost/")],
+        )
+        .await
+        .expect("request");
+    let answer: serde_json::Value = serde_json::from_str(&r.text()).expect("JSON");
+    assert!(answer["fetchError"].is_string(), "{answer}");
+    assert!(answer.get("fetched").is_none(), "{answer}");
+}

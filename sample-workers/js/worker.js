@@ -11,6 +11,11 @@
 // header name to its value (repeated headers joined with ", ", as the
 // Fetch API's Headers does); `body` is the request body decoded as UTF-8
 // (malformed bytes become U+FFFD) and `bodyLength` its length in bytes.
+//
+// With a request header `x-js-fetch: <url>` it first calls `fetch(url)`,
+// the standard Fetch API (on hearth: a Worker it is bound to, e.g.
+// http://next.internal/), and adds `"fetched": {"status": N, "body": "..."}`
+// to the answer, or `"fetchError": "..."` if the fetch was refused.
 
 addEventListener('fetch', (event) => {
   event.respondWith(handle(event.request));
@@ -35,6 +40,15 @@ async function handle(request) {
     body: new TextDecoder().decode(bytes),
     bodyLength: bytes.byteLength,
   };
+  const target = request.headers.get('x-js-fetch');
+  if (target) {
+    try {
+      const resp = await fetch(target);
+      answer.fetched = { status: resp.status, body: await resp.text() };
+    } catch (e) {
+      answer.fetchError = String(e);
+    }
+  }
   return new Response(JSON.stringify(answer), {
     status: 200,
     headers: { 'content-type': 'application/json' },
