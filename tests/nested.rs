@@ -441,6 +441,10 @@ async fn the_tail_worker_gets_the_whole_flow_from_every_node_in_one_invocation()
         .entry("users".into())
         .or_default()
         .insert(user.clone());
+    m.dispatch
+        .entry("users".into())
+        .or_default()
+        .insert("crashy".into());
     m.outbound = Some(egress.clone());
     m.tail = vec!["traces".into()];
     c.deploy_manifest(dispatcher, m, sample("dispatcher"))
@@ -519,6 +523,27 @@ async fn the_tail_worker_gets_the_whole_flow_from_every_node_in_one_invocation()
         log.lines().nth(2).is_some_and(|b| b.contains("ok 403")),
         "{log}"
     );
+
+    // A user Worker that traps: its exception is in the flow's events.
+    c.deploy("crashy", Plan::Free, sample("trap"))
+        .await
+        .expect("deploy");
+    let r = c
+        .get(entry, dispatcher, "/crashy/x")
+        .await
+        .expect("request");
+    assert_eq!(r.status, 500, "{}", r.text());
+    let log = tail_log_once(&c, tail_home, |log| !log.starts_with("2\n")).await;
+    assert!(log.starts_with("3\n"), "{log}");
+    let batch: serde_json::Value =
+        serde_json::from_str(log.lines().nth(3).expect("third batch")).expect("JSON");
+    let events = batch["events"].as_array().expect("events");
+    let of = |kind: &str| {
+        events
+            .iter()
+            .any(|e| e["script_id"] == "crashy" && e["kind"] == kind)
+    };
+    assert!(of("exception") && of("outcome"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
