@@ -29,7 +29,7 @@
 //!   ([`join_all`]).
 //! - [`tail::parse`] reads what hearth sends a tail Worker.
 //!
-//! ## Example
+//! ## Example: the lowest level
 //!
 //! ```no_run
 //! use hearth_sdk::{Guest, IncomingRequest, ResponseOutparam};
@@ -45,6 +45,47 @@
 //! }
 //!
 //! hearth_sdk::export_worker!(Hello);
+//! ```
+//!
+//! ## Example: a Worker that calls Workers
+//!
+//! Deployed with a service binding `auth` and a dispatch namespace `users`
+//! (`hearth deploy --service auth=auth-worker --dispatch users=user-a ...`),
+//! this Worker checks the caller with `auth`, then hands the request to the
+//! user Worker named by the first path segment, both calls running at once:
+//!
+//! ```no_run
+//! use hearth_sdk::fetch::{FetchError, Request, Response};
+//! use hearth_sdk::{Env, Worker, join_all};
+//!
+//! struct Platform;
+//!
+//! impl Worker for Platform {
+//!     async fn fetch(req: Request, env: Env) -> Response {
+//!         let path = req.path().trim_start_matches('/').to_string();
+//!         let (user, rest) = path.split_once('/').unwrap_or((&path, ""));
+//!         hearth_sdk::log!("request for {user}");
+//!         let token = req.header_value("authorization").unwrap_or_default();
+//!         let auth = env.service("auth");
+//!         let target = env.dispatch("users").get(user);
+//!         let check = Request::get("/check").header("authorization", token);
+//!         let forward = Request::get(&format!("/{rest}"));
+//!         let mut answers = join_all(vec![
+//!             Box::pin(auth.fetch_async(check)) as std::pin::Pin<Box<dyn std::future::Future<Output = _>>>,
+//!             Box::pin(target.fetch_async(forward)),
+//!         ])
+//!         .await
+//!         .into_iter();
+//!         match (answers.next(), answers.next()) {
+//!             (Some(Ok(ok)), Some(Ok(resp))) if ok.status == 200 => resp,
+//!             (Some(Ok(_)), _) => Response::new(403, "not allowed"),
+//!             (_, Some(Err(FetchError::Denied))) => Response::new(404, "no such user Worker"),
+//!             _ => Response::new(502, "upstream failed"),
+//!         }
+//!     }
+//! }
+//!
+//! hearth_sdk::export_fetch!(Platform);
 //! ```
 //!
 //! Build it with `cargo build --release --target wasm32-wasip2` from a crate
