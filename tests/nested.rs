@@ -493,6 +493,7 @@ async fn the_tail_worker_gets_the_whole_flow_from_every_node_in_one_invocation()
         "{log}"
     );
     assert!(has(user, "log", "fetching /orders"), "{log}");
+    assert!(has(user, "log", "[trace] subrequest"), "{log}");
     assert!(has(dispatcher, "subrequest", "-> 200"), "{log}");
     assert!(has(user, "subrequest", "api.example.com"), "{log}");
     for w in [dispatcher, user, egress] {

@@ -22,8 +22,8 @@
 //! - [`fetch`] calls the Workers this Worker is bound to, with plain wasi:http
 //!   requests: `env().service("auth").fetch(req)`,
 //!   `env().dispatch("users").get("user-a").fetch(req)`.
-//! - [`log!`] writes a line to the Worker's log (its stderr; hearth delivers
-//!   it to the flow's tail Workers).
+//! - [`log!`] and [`trace!`] write a line to the Worker's log (its stderr;
+//!   hearth delivers it to the flow's tail Workers).
 //! - [`Worker`] and [`export_fetch!`]: an async fetch handler with typed
 //!   request and response, whose subrequests can run concurrently
 //!   ([`join_all`]).
@@ -140,6 +140,15 @@ impl Env {
 macro_rules! log {
     ($($arg:tt)*) => {
         ::std::eprintln!($($arg)*)
+    };
+}
+
+/// Writes a formatted line to the Worker's log marked `[trace]`, for
+/// detail a tail Worker may filter out (same channel as [`log!`]).
+#[macro_export]
+macro_rules! trace {
+    ($($arg:tt)*) => {
+        ::std::eprintln!("[trace] {}", ::std::format_args!($($arg)*))
     };
 }
 

@@ -15,6 +15,7 @@ impl Guest for UserApp {
         let me = hearth_sdk::script_id();
         let path = hearth_sdk::path(&request);
         hearth_sdk::log!("{me} fetching {path}");
+        hearth_sdk::trace!("subrequest to api.example.com");
         match fetch::fetch(Request::get(&format!("http://api.example.com{path}"))) {
             Ok(resp) => {
                 let node = resp.header("x-hearth-node").unwrap_or_default();
