@@ -71,7 +71,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::context_stack::ContextStack;
 use crate::handshake_gate::{HandshakeGate, Refusal, Slot};
 use crate::inline::{Gathered, MAX_INLINE_BODY_BYTES, gather};
-use crate::local::{Body, LocalWorkers};
+use crate::local::{Body, LocalWorkers, PrewarmOutcome};
 use crate::local_fetch::{WorkerHost, closed_signal, full_body};
 use crate::overload::{OverloadConfig, OverloadGate, OverloadStats};
 use crate::shard_client::{self, ClientCounters, ClientEnv, ForwardJob, PeerConn};
@@ -229,6 +229,11 @@ enum Command {
     Inbound(Box<Inbound>),
     Run(Box<dyn FnOnce() + Send>),
     Forward(Box<ForwardJob>, Reply),
+    Prewarm(
+        crate::ring::Node,
+        String,
+        oneshot::Sender<Result<PrewarmOutcome, String>>,
+    ),
 }
 
 /// A TCP connection from a peer, before its TLS handshake.
@@ -481,6 +486,33 @@ impl RpcNode {
         }
     }
 
+    /// Asks `home` to prewarm `script_id` (`ShardServer.prewarm`) and
+    /// returns what it did, or why it could not be asked (unreachable, or
+    /// no answer within [`PREWARM_TIMEOUT`]). Runs on the RPC thread that
+    /// owns this node's connection to `home`.
+    pub async fn prewarm(
+        &self,
+        home: &crate::ring::Node,
+        script_id: &str,
+    ) -> Result<PrewarmOutcome, String> {
+        let index = current_thread_of(&self.inner.shared)
+            .unwrap_or_else(|| thread_for(&home.id, self.inner.threads.len()));
+        let thread = self
+            .inner
+            .threads
+            .get(index)
+            .ok_or_else(|| "no RPC thread".to_string())?;
+        let (reply, result) = oneshot::channel();
+        thread
+            .send(Command::Prewarm(home.clone(), script_id.to_string(), reply))
+            .map_err(|_| "the RPC layer is shut down".to_string())?;
+        match tokio::time::timeout(PREWARM_TIMEOUT, result).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => Err("the RPC layer stopped".into()),
+            Err(_) => Err(format!("no answer within {PREWARM_TIMEOUT:?}")),
+        }
+    }
+
     async fn serve_here(&self, job: ForwardJob, reason: String) -> Forwarded {
         let hop = job.started.elapsed();
         let mut request = job.request;
@@ -568,6 +600,34 @@ impl RpcNode {
     }
 }
 
+/// How long [`RpcNode::prewarm`] waits for a home's answer (a compile
+/// from source can take seconds; the answer only feeds counters).
+pub const PREWARM_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Sends `ShardServer.prewarm` for `script_id` to `home` on this RPC
+/// thread.
+async fn send_prewarm(
+    state: Rc<ThreadState>,
+    home: crate::ring::Node,
+    script_id: String,
+) -> Result<PrewarmOutcome, String> {
+    use crate::schema::hearth_capnp::PrewarmOutcome as W;
+    let peer = state.peer(&home).await?;
+    let mut request = peer.shard.prewarm_request();
+    request.get().set_script_id(script_id.as_str());
+    let response = request.send().promise.await.map_err(|e| e.to_string())?;
+    let outcome = response
+        .get()
+        .and_then(|r| r.get_outcome().map_err(capnp::Error::from))
+        .map_err(|e| e.to_string())?;
+    Ok(match outcome {
+        W::Loaded => PrewarmOutcome::Loaded,
+        W::AlreadyWarm => PrewarmOutcome::AlreadyWarm,
+        W::Dropped => PrewarmOutcome::Dropped,
+        W::Failed => PrewarmOutcome::Failed,
+    })
+}
+
 fn thread_for(home: &crate::ring::NodeId, threads: usize) -> usize {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     home.hash(&mut hasher);
@@ -648,6 +708,12 @@ fn rpc_thread(
                 None => break,
                 Some(Command::Inbound(inbound)) => state.handshake(*inbound),
                 Some(Command::Run(work)) => work(),
+                Some(Command::Prewarm(home, script_id, reply)) => {
+                    let state = state.clone();
+                    tokio::task::spawn_local(async move {
+                        let _ = reply.send(send_prewarm(state, home, script_id).await);
+                    });
+                }
                 Some(Command::Forward(job, reply)) => {
                     let state = state.clone();
                     tokio::task::spawn_local(async move {

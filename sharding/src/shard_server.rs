@@ -193,6 +193,33 @@ fn micros_since(t: Instant) -> u64 {
 }
 
 impl shard_server::Server for ShardServerImpl {
+    /// Runs the node's prewarm (bounded by the node, see
+    /// [`crate::local::LocalWorkers::prewarm`]) and answers with what it
+    /// did. A peer that closes the connection cancels nothing: a load that
+    /// has started finishes, as it would for the next request.
+    fn prewarm(
+        self: capnp::capability::Rc<Self>,
+        params: shard_server::PrewarmParams,
+        mut results: shard_server::PrewarmResults,
+    ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
+        let started = params
+            .get()
+            .and_then(|p| read_script_id(p.get_script_id()?))
+            .map(|id| self.shared.host.local.prewarm(&id));
+        async move {
+            use crate::local::PrewarmOutcome as O;
+            use crate::schema::hearth_capnp::PrewarmOutcome as W;
+            let outcome = match started?.await {
+                O::Loaded => W::Loaded,
+                O::AlreadyWarm => W::AlreadyWarm,
+                O::Dropped => W::Dropped,
+                O::Failed => W::Failed,
+            };
+            results.get().set_outcome(outcome);
+            Ok(())
+        }
+    }
+
     fn dispatch(
         self: capnp::capability::Rc<Self>,
         params: shard_server::DispatchParams,
