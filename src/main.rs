@@ -36,6 +36,21 @@ enum Command {
         /// Script store directory.
         #[arg(long)]
         store: Option<PathBuf>,
+        /// Address for HTTPS Worker traffic (HTTP/2 or HTTP/1.1 by ALPN).
+        /// A ClientHello's SNI starts warming the Worker it names.
+        #[arg(long)]
+        tls_listen: Option<SocketAddr>,
+        /// PEM certificate chain for --tls-listen (leaf first); without
+        /// it, a development certificate for localhost and *.localhost is
+        /// made in the store.
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// PEM private key for --tls-cert.
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// Do not prewarm Workers from the TLS ClientHello's SNI.
+        #[arg(long)]
+        no_sni_prewarm: bool,
         /// TOML config file (flags override it).
         #[arg(long)]
         config: Option<PathBuf>,
@@ -89,7 +104,8 @@ enum Command {
         /// Shared store directory.
         #[arg(long, default_value = "hearth-cluster")]
         store: PathBuf,
-        /// First port (node i uses base+3i HTTP, +1 admin, +2 RPC); default: free ports.
+        /// First port (node i uses base+4i HTTP, +1 admin, +2 RPC, +3
+        /// HTTPS); default: free ports.
         #[arg(long)]
         base_port: Option<u16>,
     },
@@ -132,12 +148,24 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             listen,
             admin,
             store,
+            tls_listen,
+            tls_cert,
+            tls_key,
+            no_sni_prewarm,
             config,
         } => {
-            let file = match config {
+            let mut file = match config {
                 Some(p) => NodeConfig::load(&p)?,
                 None => NodeConfig::default(),
             };
+            // Flags override the file.
+            file.tls_listen = tls_listen.or(file.tls_listen);
+            if tls_cert.is_some() {
+                (file.tls_cert, file.tls_key) = (tls_cert, tls_key);
+            }
+            if no_sni_prewarm {
+                file.sni_prewarm = Some(false);
+            }
             serve(file, listen, admin, store).await
         }
         Command::Deploy {
@@ -165,12 +193,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let cluster = hearth::cluster::LocalCluster::start(cfg).await?;
             println!("hearth cluster: {nodes} nodes, store {}", store.display());
             for c in cluster.nodes() {
+                let https = c
+                    .https_addr
+                    .map(|a| format!("  https://{a}"))
+                    .unwrap_or_default();
                 println!(
-                    "{}  http://{}  admin http://{}  rpc {}",
+                    "{}  http://{}{https}  admin http://{}  rpc {}",
                     c.node.id(),
                     c.http_addr,
                     c.admin_addr,
                     c.rpc_addr
+                );
+            }
+            if let Some(ca) = cluster.tls_ca() {
+                println!(
+                    "HTTPS: development certificates for localhost and <script>.localhost; trust their CA: {}",
+                    ca.display()
                 );
             }
             println!("admin token: {}", cluster.token());
@@ -234,6 +272,9 @@ async fn serve(
     let store = store
         .or(file.store.clone())
         .unwrap_or_else(|| PathBuf::from("hearth-store"));
+    // The certificate first: a bad path is a startup error before anything
+    // listens.
+    let https = https_front_door(&file, &store)?;
     let runtime = Runtime::new(file.apply(runtime_config(&store)?))?;
     let token: Arc<str> = match &file.admin_token {
         Some(t) => t.as_str().into(),
@@ -249,7 +290,7 @@ async fn serve(
         }
     };
     let node_id = file.node_id.clone().unwrap_or_else(|| "node-1".into());
-    let mut node = Node::new(node_id.clone(), runtime);
+    let mut node = Node::with_prewarm(node_id.clone(), runtime, file.prewarm());
     let mut membership = None;
     if let Some(c) = &file.cluster {
         let rpc_listener = tokio::net::TcpListener::bind(c.rpc)
@@ -304,9 +345,28 @@ async fn serve(
         node.id(),
         listen.port()
     );
+    let https = match https {
+        Some((addr, door)) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr}"))?;
+            println!(
+                "HTTPS (h2, http/1.1) on https://{addr} (https://<script>.localhost:{}), SNI prewarm {}",
+                addr.port(),
+                if file.prewarm().enabled { "on" } else { "off" }
+            );
+            Some((listener, door))
+        }
+        None => None,
+    };
     println!("admin API on http://{admin} (store {})", store.display());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let [front, admin_srv] = spawn_listeners(&node, http, adm, token, file.serve_limits(), stop_rx);
+    let listeners = hearth::node::Listeners {
+        http,
+        https,
+        admin: adm,
+    };
+    let tasks = spawn_listeners(&node, listeners, token, file.serve_limits(), stop_rx);
     tokio::signal::ctrl_c().await?;
     // Drain: leave everyone's ring first, so no new sharded requests come
     // here, then finish what is in flight, then say goodbye.
@@ -318,8 +378,9 @@ async fn serve(
     }
     eprintln!("shutting down: finishing in-flight requests");
     let _ = stop_tx.send(true);
-    let _ = front.await;
-    let _ = admin_srv.await;
+    for task in tasks {
+        let _ = task.await;
+    }
     if let Some((m, rpc_server)) = membership {
         rpc_server.stop();
         let _ = m.shutdown().await;
@@ -328,6 +389,36 @@ async fn serve(
         }
     }
     Ok(())
+}
+
+/// The HTTPS listener's address and certificate, if the config asks for
+/// one: the given certificate and key, or the store's development
+/// certificate (made on first use; its CA's path is printed).
+fn https_front_door(
+    file: &NodeConfig,
+    store: &std::path::Path,
+) -> anyhow::Result<Option<(SocketAddr, hearth::https::TlsFrontDoor)>> {
+    let Some(addr) = file.tls_listen else {
+        if file.tls_cert.is_some() || file.tls_key.is_some() {
+            bail!("tls_cert and tls_key need tls_listen (--tls-listen ADDR) to serve HTTPS");
+        }
+        return Ok(None);
+    };
+    let door = match (&file.tls_cert, &file.tls_key) {
+        (Some(cert), Some(key)) => hearth::https::TlsFrontDoor::from_pem(cert, key)
+            .context("cannot load the HTTPS certificate (--tls-cert, --tls-key)")?,
+        (None, None) => {
+            let (door, ca) = hearth::https::TlsFrontDoor::dev(store)
+                .context("cannot make the development HTTPS certificate")?;
+            println!(
+                "HTTPS uses development certificates for localhost and <script>.localhost; trust their CA: {}",
+                ca.display()
+            );
+            door
+        }
+        _ => bail!("give both tls_cert and tls_key (--tls-cert, --tls-key), or neither"),
+    };
+    Ok(Some((addr, door)))
 }
 
 /// The manifest at `explicit`, else the one beside `wasm` (same name,

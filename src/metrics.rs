@@ -23,7 +23,7 @@ use hearth_sharding::rpc::RpcNode;
 pub struct RequestLabels {
     /// local, home, sharded or fallback.
     pub route: String,
-    /// cold, warm or error.
+    /// cold, warm, prewarmed or error.
     pub start: String,
 }
 
@@ -35,6 +35,8 @@ pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     /// Latency of the shard hop, seconds.
     pub hop_latency: Histogram,
+    /// Prewarms by where they ran and how they ended ([`crate::prewarm`]).
+    pub prewarms: Family<crate::prewarm::PrewarmLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -64,6 +66,16 @@ impl Collector for RuntimeCollector {
                 "hearth_warm_requests",
                 "Requests that found their Worker resident",
                 s.warm,
+            ),
+            (
+                "hearth_prewarmed_requests",
+                "Requests that found their Worker ready because a prewarm loaded it",
+                s.prewarmed,
+            ),
+            (
+                "hearth_prewarm_loads",
+                "Workers loaded by a prewarm rather than by a request",
+                s.prewarm_loads,
             ),
             (
                 "hearth_startup_failures",
@@ -282,6 +294,12 @@ impl Metrics {
             "Latency added by the shard hop",
             hop_latency.clone(),
         );
+        let prewarms = Family::<crate::prewarm::PrewarmLabels, Counter>::default();
+        registry.register(
+            "hearth_prewarms",
+            "Prewarms from TLS ClientHellos (and homes' prewarm calls), by where they ran (here, home) and outcome",
+            prewarms.clone(),
+        );
         registry.register_collector(Box::new(RuntimeCollector(runtime)));
         registry.register_collector(Box::new(RpcCollector(rpc)));
         let gossip = Arc::new(OnceLock::new());
@@ -291,6 +309,7 @@ impl Metrics {
             gossip,
             requests,
             hop_latency,
+            prewarms,
         }
     }
 

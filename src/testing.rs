@@ -15,7 +15,12 @@
 //! # Ok(()) }
 //! ```
 
+use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -51,6 +56,105 @@ impl TestResponse {
     /// The body as text.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// An HTTPS client for tests and tools: trusts one CA (a cluster's
+/// development CA, [`LocalCluster::tls_ca`]), opens a fresh TLS connection
+/// per call, and speaks HTTP/2 or HTTP/1.1 as asked (by ALPN).
+#[derive(Clone)]
+pub struct HttpsClient {
+    h2: Arc<rustls::ClientConfig>,
+    h1: Arc<rustls::ClientConfig>,
+}
+
+impl HttpsClient {
+    /// A client that trusts the PEM CA certificate at `ca`.
+    pub fn trusting(ca: &Path) -> anyhow::Result<Self> {
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca)
+            .with_context(|| format!("reading {}", ca.display()))?
+        {
+            roots.add(cert.with_context(|| format!("parsing {}", ca.display()))?)?;
+        }
+        let config = |alpn: &[u8]| -> anyhow::Result<Arc<rustls::ClientConfig>> {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let mut c = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()?
+                .with_root_certificates(roots.clone())
+                .with_no_client_auth();
+            c.alpn_protocols = vec![alpn.to_vec()];
+            Ok(Arc::new(c))
+        };
+        Ok(HttpsClient {
+            h2: config(b"h2")?,
+            h1: config(b"http/1.1")?,
+        })
+    }
+
+    async fn connect(
+        &self,
+        addr: SocketAddr,
+        host: &str,
+        http2: bool,
+    ) -> anyhow::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+        let config = if http2 { &self.h2 } else { &self.h1 };
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        let name = rustls::pki_types::ServerName::try_from(host.to_string())?;
+        Ok(tokio_rustls::TlsConnector::from(config.clone())
+            .connect(name, tcp)
+            .await?)
+    }
+
+    /// A TLS handshake naming `host` in its SNI, and nothing else: the
+    /// connection is closed without a request.
+    pub async fn handshake(&self, addr: SocketAddr, host: &str) -> anyhow::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        let mut tls = self.connect(addr, host, false).await?;
+        let _ = tls.shutdown().await;
+        Ok(())
+    }
+
+    /// `GET https://{host}{path}` on a fresh connection to `addr` (SNI and
+    /// Host both `host`), over HTTP/2 if `http2`, else HTTP/1.1. The
+    /// response's `version()` tells which was spoken.
+    pub async fn get(
+        &self,
+        addr: SocketAddr,
+        host: &str,
+        path: &str,
+        http2: bool,
+    ) -> anyhow::Result<(http::Version, TestResponse)> {
+        let io = hyper_util::rt::TokioIo::new(self.connect(addr, host, http2).await?);
+        let empty = http_body_util::Empty::<Bytes>::new();
+        let resp = if http2 {
+            let (mut send, conn) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await?;
+            tokio::spawn(conn);
+            let req = http::Request::get(format!("https://{host}{path}")).body(empty)?;
+            send.send_request(req).await?
+        } else {
+            let (mut send, conn) = hyper::client::conn::http1::handshake(io).await?;
+            tokio::spawn(conn);
+            let req = http::Request::get(path)
+                .header(http::header::HOST, host)
+                .body(empty)?;
+            send.send_request(req).await?
+        };
+        let version = resp.version();
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = resp.into_body().collect().await?.to_bytes();
+        Ok((
+            version,
+            TestResponse {
+                status,
+                headers,
+                body,
+            },
+        ))
     }
 }
 

@@ -397,6 +397,55 @@ fn refused_start(store: &Path, extra: &[&str]) -> String {
 }
 
 #[test]
+fn a_bad_https_certificate_stops_the_node_with_a_clear_message() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    let missing = dir.path().join("no-such-cert.pem");
+    let err = refused_start(
+        &store,
+        &["--tls-listen", "127.0.0.1:0", "--tls-cert", "cert.pem"],
+    );
+    assert!(
+        err.contains("--tls-key"),
+        "a certificate needs its key: {err}"
+    );
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .args(["--tls-listen", "127.0.0.1:0", "--store"])
+        .arg(&store)
+        .arg("--tls-cert")
+        .arg(&missing)
+        .arg("--tls-key")
+        .arg(&missing)
+        .output()
+        .expect("run hearth serve");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("HTTPS certificate") && err.contains("no-such-cert.pem"),
+        "{err}"
+    );
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "-----BEGIN NOTHING-----\n").expect("write");
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .args(["--tls-listen", "127.0.0.1:0", "--store"])
+        .arg(&store)
+        .arg("--tls-cert")
+        .arg(&junk)
+        .arg("--tls-key")
+        .arg(&junk)
+        .output()
+        .expect("run hearth serve");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("junk.pem") && err.contains("certificate"),
+        "{err}"
+    );
+}
+
+#[test]
 fn an_unreadable_secret_file_stops_the_node_with_its_name() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = dir.path().join("store");
