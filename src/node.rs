@@ -334,7 +334,16 @@ pub fn spawn_listeners(
         let n = node.clone();
         let tls = crate::http_util::TlsListener {
             door,
-            on_sni: Arc::new(move |sni: &str| n.prewarm_hint(sni)),
+            // Prewarms run on this (multi-threaded) runtime, not on the RPC
+            // thread doing the handshake: they overlap it instead of
+            // waiting for it to yield.
+            on_sni: Arc::new({
+                let rt = tokio::runtime::Handle::current();
+                move |sni: &str| {
+                    let _in_rt = rt.enter();
+                    n.prewarm_hint(sni)
+                }
+            }),
         };
         tasks.push(front(listener, Some(tls)));
     }

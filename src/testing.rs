@@ -127,7 +127,23 @@ impl HttpsClient {
         path: &str,
         http2: bool,
     ) -> anyhow::Result<(http::Version, TestResponse)> {
-        let io = hyper_util::rt::TokioIo::new(self.connect(addr, host, http2).await?);
+        let r = self.send(addr, host, host, path, http2).await?;
+        Ok((r.version, r.response))
+    }
+
+    /// `GET {path}` for `host` on a fresh TLS connection to `addr` whose
+    /// ClientHello names `sni`, over HTTP/2 if `http2`, else HTTP/1.1,
+    /// timed from the TCP connect to the response head.
+    pub async fn send(
+        &self,
+        addr: SocketAddr,
+        sni: &str,
+        host: &str,
+        path: &str,
+        http2: bool,
+    ) -> anyhow::Result<HttpsResponse> {
+        let started = std::time::Instant::now();
+        let io = hyper_util::rt::TokioIo::new(self.connect(addr, sni, http2).await?);
         let empty = http_body_util::Empty::<Bytes>::new();
         let resp = if http2 {
             let (mut send, conn) =
@@ -143,19 +159,33 @@ impl HttpsClient {
                 .body(empty)?;
             send.send_request(req).await?
         };
+        let ttfb = started.elapsed();
         let version = resp.version();
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         let body = resp.into_body().collect().await?.to_bytes();
-        Ok((
+        Ok(HttpsResponse {
             version,
-            TestResponse {
+            ttfb,
+            response: TestResponse {
                 status,
                 headers,
                 body,
             },
-        ))
+        })
     }
+}
+
+/// What [`HttpsClient::send`] got back.
+#[derive(Debug, Clone)]
+pub struct HttpsResponse {
+    /// The HTTP version spoken (by ALPN).
+    pub version: http::Version,
+    /// Time from the TCP connect to the response head: handshake, request,
+    /// and whatever the node did before answering.
+    pub ttfb: std::time::Duration,
+    /// The response, read whole.
+    pub response: TestResponse,
 }
 
 /// Per-node counters.

@@ -111,15 +111,37 @@ async fn a_handshake_on_the_home_prewarms_there_and_unknown_names_do_nothing() {
         "SNI is case-insensitive"
     );
     assert!(rt.is_warm("hello"));
-    // A request for another Worker than the SNI named is routed by Host.
+    // A request for another Worker than the SNI named is routed by Host,
+    // and does not use the prewarm.
     c.deploy("echo", Plan::Free, sample("echo"))
         .await
         .expect("deploy");
+    for http2 in [true, false] {
+        let r = tls
+            .send(
+                https(&c, home),
+                "hello.localhost",
+                "echo.localhost",
+                "/x",
+                http2,
+            )
+            .await
+            .expect("request")
+            .response;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(!r.header("x-echo-served").is_empty(), "echo answered");
+        assert_ne!(r.header("x-hearth-start"), "prewarmed");
+    }
     let (_, r) = tls
         .get(https(&c, home), "hello.localhost", "/", false)
         .await
         .expect("request");
     assert_eq!(r.text(), "hello from hello");
+    assert_eq!(
+        r.header("x-hearth-start"),
+        "prewarmed",
+        "hello's prewarm was kept for it"
+    );
 
     // No SNI Worker: `localhost` names none, nothing is prewarmed.
     let before: u64 = (0..3)
