@@ -69,10 +69,10 @@ impl Default for PrewarmConfig {
 pub struct PrewarmLabels {
     /// `here` (on this node) or `home` (a call sent to the Worker's home).
     pub at: &'static str,
-    /// `started`, then one of `loaded`, `already_warm`, `failed`,
-    /// `unreachable` (home only); or, instead of starting,
-    /// `dropped_duplicate`, `dropped_cap`, `dropped_memory`, or
-    /// `dropped_by_home`.
+    /// `started`, then one of `loaded`, `already_warm`, `dropped_memory`
+    /// (here: it would not fit), `dropped_by_home`, `failed`, or
+    /// `unreachable` (home: the call failed); or, instead of starting,
+    /// `dropped_duplicate` or `dropped_cap`.
     pub outcome: &'static str,
 }
 

@@ -396,6 +396,37 @@ fn refused_start(store: &Path, extra: &[&str]) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_from_the_config_file_serves_with_the_stores_dev_certificate() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let https = free_port();
+    let node = Serve::start(
+        dir.path(),
+        &["hello"],
+        &format!("tls_listen = \"127.0.0.1:{https}\"\n"),
+    );
+    let ca = dir.path().join("store/tls/dev-ca.pem");
+    let client = hearth::testing::HttpsClient::trusting(&ca).expect("the store's dev CA");
+    let addr: SocketAddr = ([127, 0, 0, 1], https).into();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "no HTTPS listener: {}",
+            node.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for http2 in [true, false] {
+        let (_, r) = client
+            .get(addr, "hello.localhost", "/", http2)
+            .await
+            .unwrap_or_else(|e| panic!("HTTPS request: {e:#}\n{}", node.log()));
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.text(), "hello from hello");
+    }
+}
+
 #[test]
 fn a_bad_https_certificate_stops_the_node_with_a_clear_message() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -275,7 +275,7 @@ async fn a_thousand_random_snis_are_bounded_and_the_node_keeps_serving() {
 
     let p = c.node(0).node.prewarmer();
     let started = p.count(At::Here, "started") + p.count(At::Home, "started");
-    let dropped = ["dropped_duplicate", "dropped_cap", "dropped_memory"]
+    let dropped = ["dropped_duplicate", "dropped_cap"]
         .iter()
         .map(|o| p.count(At::Here, o) + p.count(At::Home, o))
         .sum::<u64>();
