@@ -33,6 +33,19 @@ use hearth_sharding::rpc::RpcStats;
 
 use crate::cluster::{ClusterConfig, LocalCluster};
 
+/// Polls `f` every 5 ms until it is true or `limit` has passed; whether it
+/// became true. For waiting on an asynchronous effect (a Worker warm on
+/// its home, a counter), not for timing anything.
+pub async fn eventually(limit: std::time::Duration, mut f: impl FnMut() -> bool) -> bool {
+    tokio::time::timeout(limit, async {
+        while !f() {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
 /// A response read whole.
 #[derive(Debug, Clone)]
 pub struct TestResponse {

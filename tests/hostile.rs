@@ -440,36 +440,28 @@ fn a_bad_https_certificate_stops_the_node_with_a_clear_message() {
         err.contains("--tls-key"),
         "a certificate needs its key: {err}"
     );
-    let out = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
-        .args(["--tls-listen", "127.0.0.1:0", "--store"])
-        .arg(&store)
-        .arg("--tls-cert")
-        .arg(&missing)
-        .arg("--tls-key")
-        .arg(&missing)
-        .output()
-        .expect("run hearth serve");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let with_cert = |path: &Path| {
+        let path = path.to_str().expect("a UTF-8 temporary path");
+        refused_start(
+            &store,
+            &[
+                "--tls-listen",
+                "127.0.0.1:0",
+                "--tls-cert",
+                path,
+                "--tls-key",
+                path,
+            ],
+        )
+    };
+    let err = with_cert(&missing);
     assert!(
         err.contains("HTTPS certificate") && err.contains("no-such-cert.pem"),
         "{err}"
     );
     let junk = dir.path().join("junk.pem");
     std::fs::write(&junk, "-----BEGIN NOTHING-----\n").expect("write");
-    let out = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
-        .args(["--tls-listen", "127.0.0.1:0", "--store"])
-        .arg(&store)
-        .arg("--tls-cert")
-        .arg(&junk)
-        .arg("--tls-key")
-        .arg(&junk)
-        .output()
-        .expect("run hearth serve");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = with_cert(&junk);
     assert!(
         err.contains("junk.pem") && err.contains("certificate"),
         "{err}"

@@ -10,16 +10,9 @@ use hearth::prewarm::{At, PrewarmConfig};
 use hearth::runtime::Plan;
 use hearth::testing::{HttpsClient, TestCluster};
 
-/// Polls `f` for up to 10 s (a bounded wait for an asynchronous effect,
-/// not a timing assertion); whether it became true.
-async fn eventually(mut f: impl FnMut() -> bool) -> bool {
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while !f() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .is_ok()
+/// Waits up to 10 s for `f` (see [`hearth::testing::eventually`]).
+async fn eventually(f: impl FnMut() -> bool) -> bool {
+    hearth::testing::eventually(Duration::from_secs(10), f).await
 }
 
 fn sample(name: &str) -> Vec<u8> {
