@@ -78,10 +78,24 @@ impl ShardServerImpl {
         mut results: shard_server::DispatchResults,
     ) -> Result<(), capnp::Error> {
         let p = params.get()?;
-        let script_id = read_script_id(p.get_script_id()?)?;
-        let context = context_stack::read_context(p.get_context()?)
-            .map_err(|e| capnp::Error::failed(e.to_string()))?;
         let lazy = p.get_lazy()?;
+        // What cannot be taken is refused with `lazy`, not failed: an error
+        // would not tell the caller that nothing ran here (see
+        // `shard_client`), a refusal does.
+        let read = || -> Result<(String, ContextStack), capnp::Error> {
+            let script_id = read_script_id(p.get_script_id()?)?;
+            let context = context_stack::read_context(p.get_context()?)
+                .map_err(|e| capnp::Error::failed(e.to_string()))?;
+            Ok((script_id, context))
+        };
+        let (script_id, context) = match read() {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::debug!(error = %e, "refusing a dispatch that cannot be read");
+                results.get().set_worker(lazy);
+                return Ok(());
+            }
+        };
 
         let local = &self.shared.host.local;
         match self

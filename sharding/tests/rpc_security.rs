@@ -501,3 +501,125 @@ async fn a_member_that_ignores_flow_control_cannot_fill_the_homes_memory() {
     let _ = done_tx.send(());
     member.join().unwrap();
 }
+
+/// A home written for the test: it completes the TLS handshake as node `b`
+/// (a real cluster certificate), reads what the caller sends for a while,
+/// so `dispatch` and `fetch` (or `call`) have arrived, then ends the
+/// connection without answering: by closing it (an end of stream without a
+/// TLS close), or by resetting it. Returns its address.
+async fn a_home_that_vanishes_after_reading(pki: &Pki, reset: bool) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(pki.tls("b").server_config());
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut got = 0;
+                let _ = tokio::time::timeout(Duration::from_millis(150), async {
+                    while let Ok(n) = tls.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        got += n;
+                    }
+                })
+                .await;
+                assert!(got > 0, "the caller sent its request");
+                let (tcp, _) = tls.into_inner();
+                if reset {
+                    let _ = tcp.set_linger(Some(Duration::ZERO));
+                }
+                drop(tcp);
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_home_that_vanishes_before_answering_yields_a_502_never_a_second_run() {
+    let pki = Pki::new(&["a", "b"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    for reset in [false, true] {
+        let home = hearth_sharding::ring::Node::new(
+            "b",
+            a_home_that_vanishes_after_reading(&pki, reset).await,
+        );
+        // The streaming path (dispatch + fetch + body writes) and the
+        // one-call path (a small complete body).
+        for body in [streaming_body(pattern(200_000), 4096), full(b"small")] {
+            let forwarded = guard(
+                "forward to a vanishing home",
+                a.rpc
+                    .forward(&home, "echo", ContextStack::new(), request("/echo", body)),
+            )
+            .await;
+            assert!(
+                matches!(forwarded.outcome, ForwardOutcome::FailedAfterAccept(_)),
+                "reset {reset}: {:?}",
+                forwarded.outcome
+            );
+            assert_eq!(forwarded.response.status(), 502);
+            let text = collect(forwarded.response.into_body()).await.unwrap();
+            assert!(String::from_utf8_lossy(&text).contains("not retried"));
+        }
+    }
+    // The home may have started each of them; this node ran none.
+    assert_eq!(
+        a.workers.served.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+    assert_eq!(a.rpc.stats().failed_after_accept, 4);
+    assert_eq!(a.rpc.stats().home_unavailable, 0);
+}
+
+/// A `dispatch` the home cannot take (here: no script ID, and one of 2 KiB)
+/// is refused with the caller's own `lazy`, not failed: only a refusal
+/// tells the caller that nothing ran, so it may serve the request itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_dispatch_is_refused_with_the_callers_lazy() {
+    let pki = Pki::new(&["b", "c"]);
+    let b = start_node(&pki, "b", |_| {}).await;
+    let tls = transport::connect(
+        &b.home,
+        pki.tls("c").client_config(),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    let (result_tx, result_rx) = tokio::sync::oneshot::channel::<Vec<bool>>();
+    let member = hand_written_member(tls, move |shard| async move {
+        let mut own = capnp_rpc::CapabilityServerSet::<Dummy, worker::Client>::new();
+        let mut answers = Vec::new();
+        for script_id in [String::new(), "x".repeat(2048)] {
+            let mut dispatch = shard.dispatch_request();
+            dispatch.get().set_script_id(script_id.as_str());
+            dispatch.get().set_lazy(own.new_client(Dummy));
+            let answer = dispatch
+                .send()
+                .promise
+                .await
+                .expect("an answer, not an error");
+            let worker = answer.get().unwrap().get_worker().unwrap();
+            let worker = capnp::capability::get_resolved_cap(worker).await;
+            answers.push(own.get_local_server_of_resolved(&worker).is_some());
+        }
+        let _ = result_tx.send(answers);
+    });
+    let answers = guard("the member's dispatches", result_rx).await.unwrap();
+    assert_eq!(
+        answers,
+        [true, true],
+        "each came back as the caller's own lazy"
+    );
+    member.join().unwrap();
+    assert_eq!(
+        b.workers.served.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+}
