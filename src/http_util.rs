@@ -161,6 +161,13 @@ pub struct TlsListener {
     pub on_sni: Arc<dyn Fn(&str) + Send + Sync>,
 }
 
+/// The `Keep-Alive` value of HTTP/1.1 responses: the idle close,
+/// [`HEADER_READ_TIMEOUT`].
+fn keep_alive_value() -> http::HeaderValue {
+    http::HeaderValue::from_str(&format!("timeout={}", HEADER_READ_TIMEOUT.as_secs()))
+        .unwrap_or_else(|_| http::HeaderValue::from_static("timeout=10"))
+}
+
 /// HTTP/2 streams one connection may have open at once.
 pub const MAX_H2_STREAMS: u32 = 128;
 
@@ -245,9 +252,26 @@ pub async fn serve<H, F>(
                     .header_read_timeout(HEADER_READ_TIMEOUT);
                 b
             };
+            // HTTP/1.1 responses announce the idle close (RFC 9112 has no
+            // field for it, but `Keep-Alive: timeout=N` is what clients
+            // read), so a client does not reuse a connection the node is
+            // about to close. HTTP/2 forbids connection-specific fields.
+            let svc1 = service_fn({
+                let svc = svc.clone();
+                move |req: http::Request<hyper::body::Incoming>| {
+                    let call = hyper::service::Service::call(&svc, req);
+                    async move {
+                        let mut resp = call.await?;
+                        resp.headers_mut()
+                            .entry(http::header::HeaderName::from_static("keep-alive"))
+                            .or_insert(keep_alive_value());
+                        Ok::<_, std::convert::Infallible>(resp)
+                    }
+                }
+            });
             async move {
                 let Some(tls) = tls else {
-                    let conn = http1().serve_connection(TokioIo::new(io), svc);
+                    let conn = http1().serve_connection(TokioIo::new(io), svc1);
                     return drive(watcher.watch(conn), peer).await;
                 };
                 let on_sni = tls.on_sni.clone();
@@ -267,7 +291,7 @@ pub async fn serve<H, F>(
                 let io = TokioIo::new(stream);
                 match protocol {
                     crate::https::Protocol::Http1 => {
-                        let conn = http1().serve_connection(io, svc);
+                        let conn = http1().serve_connection(io, svc1);
                         drive(watcher.watch(conn), peer).await
                     }
                     crate::https::Protocol::Http2 => {

@@ -19,8 +19,22 @@ use hearth::runtime::{Lifecycle, Manifest, Plan, Runtime};
     about = "A WebAssembly Worker runtime with built-in sharding"
 )]
 struct Cli {
+    /// Log format on stderr: `text` (coloured only on a terminal) or
+    /// `json` (one object per line, for log shippers). Levels come from
+    /// RUST_LOG.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How the node writes its logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines; ANSI colours only when stderr is a terminal.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -129,15 +143,20 @@ fn main() -> std::process::ExitCode {
 }
 
 fn real_main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("info,cranelift=warn,wasmtime=warn")
-            }),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,cranelift=warn,wasmtime=warn")
+    });
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => {
+            use std::io::IsTerminal;
+            logs.with_ansi(std::io::stderr().is_terminal()).init()
+        }
+    }
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(run(cli))
 }

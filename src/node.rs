@@ -377,15 +377,23 @@ pub fn request_host<B>(req: &http::Request<B>) -> Option<String> {
 }
 
 /// Routes a front-door request to its Worker by the first label of its
-/// host ([`request_host`]).
+/// host ([`request_host`]). Every answer names the node that gave it
+/// (`x-hearth-node`): the serving node's, or this node's for what it
+/// produced itself (a 404, a 502 after a failed hop).
 pub async fn front_door(node: Node, req: http::Request<Body>) -> http::Response<Body> {
-    match request_host(&req).as_deref().and_then(script_id_from_host) {
+    let mut resp = match request_host(&req).as_deref().and_then(script_id_from_host) {
         Some(id) => node.handle(&id, req).await,
         None => crate::http_util::text(
             http::StatusCode::NOT_FOUND,
             "no Worker named: address a Worker as http://<script-id>.<domain>/ (e.g. hello.localhost)\n",
         ),
+    };
+    if !resp.headers().contains_key(NODE_HEADER)
+        && let Ok(v) = http::HeaderValue::from_str(node.id())
+    {
+        resp.headers_mut().insert(NODE_HEADER, v);
     }
+    resp
 }
 
 #[cfg(test)]
