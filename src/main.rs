@@ -97,6 +97,19 @@ enum Command {
         /// The component (.wasm) to deploy.
         file: PathBuf,
     },
+    /// Show the ring as a running node sees it: members with weights and
+    /// shares, and (with --script) a Worker's home and successors.
+    Ring {
+        /// Admin URL of a running node, e.g. http://127.0.0.1:8081.
+        #[arg(long)]
+        admin: String,
+        /// Admin token (default: $HEARTH_ADMIN_TOKEN).
+        #[arg(long, env = "HEARTH_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// A script ID to place on the ring.
+        #[arg(long)]
+        script: Option<String>,
+    },
     /// List the sample Workers built with hearth, with their paths.
     Samples,
     /// Create a development cluster CA (if DIR has none) and certificates
@@ -263,6 +276,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", report.table());
             Ok(())
         }
+        Command::Ring {
+            admin,
+            token,
+            script,
+        } => ring(&admin, token, script.as_deref()).await,
         Command::Samples => {
             println!("sample Workers (built from sample-workers/ by cargo):");
             for name in hearth_sample_workers::NAMES {
@@ -438,6 +456,65 @@ fn https_front_door(
         _ => bail!("give both tls_cert and tls_key (--tls-cert, --tls-key), or neither"),
     };
     Ok(Some((addr, door)))
+}
+
+/// `hearth ring`: asks a node's admin API for its ring and prints it.
+async fn ring(admin: &str, token: Option<String>, script: Option<&str>) -> anyhow::Result<()> {
+    let token = token
+        .context("reading a node's ring needs its admin token: --token or HEARTH_ADMIN_TOKEN")?;
+    let mut url = format!("{}/v1/ring", admin.trim_end_matches('/'));
+    if let Some(id) = script {
+        url.push_str(&format!("?script={id}"));
+    }
+    let uri: http::Uri = url.parse().context("invalid --admin URL")?;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let req = http::Request::get(uri)
+        .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(http_body_util::Empty::new())?;
+    let resp = client
+        .request(req)
+        .await
+        .context("cannot reach the admin API")?;
+    let status = resp.status();
+    let body = resp.into_body().collect().await?.to_bytes();
+    if !status.is_success() {
+        bail!(
+            "ring refused ({status}): {}",
+            String::from_utf8_lossy(&body).trim()
+        );
+    }
+    let view: hearth::admin::RingView = serde_json::from_slice(&body)
+        .context("the admin API's ring is not what this hearth reads")?;
+    if view.clustered {
+        println!("ring of {} ({} members)", view.node, view.members.len());
+        for m in &view.members {
+            println!(
+                "  {:<16} {:<22} weight {:<3} {:>6.2}%  {}",
+                m.id,
+                m.rpc,
+                m.weight,
+                m.ownership * 100.0,
+                m.state
+            );
+        }
+    } else {
+        println!(
+            "{} is a standalone node: it serves every Worker itself",
+            view.node
+        );
+    }
+    if let Some(p) = &view.script {
+        println!(
+            "{}: home {}, fallback order {} (warm on {}: {})",
+            p.script_id,
+            p.home.as_deref().unwrap_or("none"),
+            p.successors.join(", "),
+            view.node,
+            if p.warm_here { "yes" } else { "no" }
+        );
+    }
+    Ok(())
 }
 
 /// The manifest at `explicit`, else the one beside `wasm` (same name,

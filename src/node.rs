@@ -145,6 +145,9 @@ impl Node {
     /// are forwarded through `rpc` (started with [`Node::local_workers`]).
     pub fn join(mut self, link: ClusterLink, rpc: RpcNode) -> Self {
         let _ = self.local.rpc.set(rpc);
+        self.local
+            .metrics
+            .observe_ring(link.self_id.clone(), link.ring.clone());
         self.cluster = Some(Arc::new(link));
         self
     }
@@ -157,6 +160,11 @@ impl Node {
     /// The node's runtime.
     pub fn runtime(&self) -> &Runtime {
         &self.local.runtime
+    }
+
+    /// The ring this node routes by now, in a cluster.
+    pub fn ring(&self) -> Option<std::sync::Arc<hearth_sharding::ring::Ring>> {
+        self.cluster.as_ref().map(|c| c.ring.load_full())
     }
 
     /// The node's RPC layer, in a cluster.
