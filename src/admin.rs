@@ -7,6 +7,7 @@
 //! | GET    | `/v1/scripts`                 | list deployed scripts          |
 //! | POST   | `/v1/scripts/{id}/evict`      | evict `id` from this node      |
 //! | GET    | `/v1/stats`                   | runtime counters (JSON)        |
+//! | GET    | `/v1/ring?script={id}`        | the ring as this node sees it, and `id`'s home and successors ([`RingView`]) |
 //! | GET    | `/metrics`                    | Prometheus metrics             |
 //! | GET    | `/healthz`                    | `ok`                           |
 //!
@@ -68,6 +69,9 @@ pub async fn handle(
     let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
     let route = match (&method, segments.as_slice()) {
         (&Method::GET, ["v1", "stats"]) => Route::Stats,
+        (&Method::GET, ["v1", "ring"]) => {
+            Route::Ring(query_param(req.uri(), "script").map(str::to_owned))
+        }
         (&Method::GET, ["v1", "scripts"]) => Route::List,
         (&Method::POST, ["v1", "scripts", id, "evict"]) => Route::Evict(id.to_string()),
         (&Method::PUT | &Method::POST, ["v1", "scripts", id]) => Route::Deploy(id.to_string()),
@@ -80,6 +84,7 @@ pub async fn handle(
     };
     match route {
         Route::Stats => json(StatusCode::OK, &node.runtime().stats()),
+        Route::Ring(script) => json(StatusCode::OK, &RingView::of(&node, script.as_deref())),
         Route::List => match node.runtime().script_store().list() {
             Ok(list) => json(StatusCode::OK, &list),
             Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
@@ -119,9 +124,101 @@ pub async fn handle(
 
 enum Route {
     Stats,
+    Ring(Option<String>),
     List,
     Evict(String),
     Deploy(String),
+}
+
+/// The ring as one node sees it: what `GET /v1/ring` answers and
+/// `hearth ring` prints.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RingView {
+    /// The node that answered.
+    pub node: String,
+    /// Whether it is in a cluster (a standalone node serves everything).
+    pub clustered: bool,
+    /// The members on its ring, by ID.
+    pub members: Vec<RingMember>,
+    /// The script asked about, if any.
+    pub script: Option<ScriptPlacement>,
+}
+
+/// One member of a [`RingView`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RingMember {
+    /// Node ID.
+    pub id: String,
+    /// RPC address peers dial.
+    pub rpc: std::net::SocketAddr,
+    /// Weight on the ring.
+    pub weight: u32,
+    /// Fraction of the key space it owns.
+    pub ownership: f64,
+    /// `self` for the node that answered, else `up` (a member that fails
+    /// or drains leaves the ring, so every member listed is up).
+    pub state: String,
+}
+
+/// Where a script lives, on a [`RingView`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ScriptPlacement {
+    /// The script ID.
+    pub script_id: String,
+    /// Its home (none on an empty ring; this node when standalone).
+    pub home: Option<String>,
+    /// The home, then the next distinct members clockwise (up to 3): where
+    /// it goes if the home leaves.
+    pub successors: Vec<String>,
+    /// Whether it is warm on the answering node.
+    pub warm_here: bool,
+}
+
+impl RingView {
+    /// `node`'s ring, and `script`'s place on it.
+    pub fn of(node: &Node, script: Option<&str>) -> Self {
+        let me = node.id().to_string();
+        let Some(ring) = node.ring() else {
+            return RingView {
+                node: me.clone(),
+                clustered: false,
+                members: Vec::new(),
+                script: script.map(|id| ScriptPlacement {
+                    script_id: id.to_string(),
+                    home: Some(me.clone()),
+                    successors: vec![me.clone()],
+                    warm_here: node.runtime().is_warm(id),
+                }),
+            };
+        };
+        let members = ring
+            .ownership()
+            .into_iter()
+            .map(|(n, share)| RingMember {
+                id: n.id.as_str().to_string(),
+                rpc: n.rpc_addr,
+                weight: n.weight,
+                ownership: share,
+                state: if n.id.as_str() == me { "self" } else { "up" }.into(),
+            })
+            .collect();
+        let script = script.map(|id| ScriptPlacement {
+            script_id: id.to_string(),
+            home: ring.home(id).map(|n| n.id.as_str().to_string()),
+            successors: ring
+                .successors(id, 3)
+                .into_iter()
+                .map(|n| n.id.as_str().to_string())
+                .collect(),
+            warm_here: node.runtime().is_warm(id),
+        });
+        RingView {
+            node: me,
+            clustered: true,
+            members,
+            script,
+        }
+    }
 }
 
 /// The token of an `Authorization: Bearer <token>` value; the scheme name

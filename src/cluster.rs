@@ -1,5 +1,5 @@
 //! A local cluster: N real nodes in one process, each with its own runtime,
-//! HTTP front door, admin API, Cap'n Proto RPC listener (mTLS with a dev CA)
+//! HTTP and HTTPS front doors, admin API, Cap'n Proto RPC listener (mTLS with a dev CA)
 //! and gossip membership, all on loopback and sharing one store directory.
 //! `hearth cluster`, `hearth demo` and [`crate::testing::TestCluster`] are
 //! built on it.
@@ -30,8 +30,8 @@ pub struct ClusterConfig {
     pub nodes: usize,
     /// The shared store directory (scripts, artifacts, dev certificates).
     pub store: PathBuf,
-    /// First port: node i listens on HTTP `base+3i`, admin `base+3i+1`, RPC
-    /// `base+3i+2`; `None` picks free ports.
+    /// First port: node i listens on HTTP `base+4i`, admin `base+4i+1`, RPC
+    /// `base+4i+2`, HTTPS `base+4i+3`; `None` picks free ports.
     pub base_port: Option<u16>,
     /// Runtime settings for every node (the store dir is set per cluster).
     pub runtime: Arc<dyn Fn(RuntimeConfig) -> RuntimeConfig + Send + Sync>,
@@ -40,6 +40,11 @@ pub struct ClusterConfig {
     /// Whether nodes shard at all (off: each node serves every Worker
     /// itself, as behind a plain load balancer).
     pub sharding: bool,
+    /// Whether every node also serves HTTPS, with the store's development
+    /// certificate (default on).
+    pub https: bool,
+    /// How nodes prewarm from a ClientHello's SNI.
+    pub prewarm: crate::prewarm::PrewarmConfig,
 }
 
 impl ClusterConfig {
@@ -55,6 +60,8 @@ impl ClusterConfig {
             runtime: Arc::new(|c| c.instance_pool_size(64)),
             overload: OverloadConfig::default(),
             sharding: true,
+            https: true,
+            prewarm: crate::prewarm::PrewarmConfig::default(),
         }
     }
 }
@@ -141,6 +148,8 @@ pub struct ClusterNode {
     pub node: Node,
     /// Its HTTP front door.
     pub http_addr: SocketAddr,
+    /// Its HTTPS front door, if the cluster serves HTTPS.
+    pub https_addr: Option<SocketAddr>,
     /// Its admin API.
     pub admin_addr: SocketAddr,
     /// Its RPC listener.
@@ -163,6 +172,7 @@ pub struct LocalCluster {
     nodes: Vec<ClusterNode>,
     token: Arc<str>,
     store: PathBuf,
+    tls_ca: Option<PathBuf>,
 }
 
 async fn bind(base: Option<u16>, offset: u16) -> anyhow::Result<TcpListener> {
@@ -190,13 +200,24 @@ impl LocalCluster {
         let base = runtime_config(&cfg.store)?;
         let gossip_key = store_secret(&cfg.store, "gossip.key")?;
         let token: Arc<str> = admin_token(&cfg.store)?.0.into();
+        let (door, tls_ca) = if cfg.https {
+            let (door, ca) = crate::https::TlsFrontDoor::dev(&cfg.store)?;
+            (Some(door), Some(ca))
+        } else {
+            (None, None)
+        };
         let mut listeners = Vec::new();
         for i in 0..cfg.nodes {
-            let off = (3 * i) as u16;
+            let off = (4 * i) as u16;
+            let https = match &door {
+                Some(_) => Some(bind(cfg.base_port, off + 3).await?),
+                None => None,
+            };
             listeners.push((
                 bind(cfg.base_port, off).await?,
                 bind(cfg.base_port, off + 1).await?,
                 bind(cfg.base_port, off + 2).await?,
+                https,
             ));
         }
         let rpc_addrs: Vec<SocketAddr> = listeners
@@ -205,10 +226,10 @@ impl LocalCluster {
             .collect::<Result<_, _>>()?;
         let mut nodes = Vec::new();
         let mut seeds: Vec<SocketAddr> = Vec::new();
-        for (i, (http, admin, rpc_l)) in listeners.into_iter().enumerate() {
+        for (i, (http, admin, rpc_l, https)) in listeners.into_iter().enumerate() {
             let rcfg = (cfg.runtime)(base.clone());
             let runtime = Runtime::new(rcfg)?;
-            let mut node = Node::new(names[i].clone(), runtime);
+            let mut node = Node::with_prewarm(names[i].clone(), runtime, cfg.prewarm);
             let (mut membership, mut rpc_server) = (None, None);
             if cfg.sharding {
                 // Missing, or not bound to this node's ID (a store from
@@ -243,10 +264,14 @@ impl LocalCluster {
             let (stop, stop_rx) = watch::channel(false);
             let http_addr = http.local_addr()?;
             let admin_addr = admin.local_addr()?;
-            let [t1, t2] = spawn_listeners(
+            let https_addr = https.as_ref().map(|l| l.local_addr()).transpose()?;
+            let tasks = spawn_listeners(
                 &node,
-                http,
-                admin,
+                crate::node::Listeners {
+                    http,
+                    https: https.zip(door.clone()),
+                    admin,
+                },
                 token.clone(),
                 crate::http_util::ServeLimits::default(),
                 stop_rx,
@@ -254,18 +279,20 @@ impl LocalCluster {
             nodes.push(ClusterNode {
                 node,
                 http_addr,
+                https_addr,
                 admin_addr,
                 rpc_addr: rpc_addrs[i],
                 membership,
                 rpc_server,
                 stop,
-                tasks: vec![t1, t2],
+                tasks,
             });
         }
         let cluster = LocalCluster {
             nodes,
             token,
             store: cfg.store.clone(),
+            tls_ca,
         };
         if cfg.sharding {
             cluster
@@ -313,6 +340,12 @@ impl LocalCluster {
     /// The shared store directory.
     pub fn store(&self) -> &Path {
         &self.store
+    }
+
+    /// The CA of the nodes' HTTPS certificate, for clients to trust (when
+    /// the cluster serves HTTPS).
+    pub fn tls_ca(&self) -> Option<&Path> {
+        self.tls_ca.as_deref()
     }
 
     /// The ID of the home of `script_id` on node 0's ring.

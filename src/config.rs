@@ -5,6 +5,11 @@
 //! node_id = "node-1"
 //! listen = "127.0.0.1:8080"
 //! admin = "127.0.0.1:8081"
+//! tls_listen = "127.0.0.1:8443"   # HTTPS (h2 + http/1.1); off if absent
+//! tls_cert = "./cert.pem"    # chain, leaf first; with tls_key. Neither:
+//! tls_key = "./key.pem"      #   a dev cert for *.localhost in <store>/tls/
+//! sni_prewarm = true         # prewarm the Worker a ClientHello names
+//! max_prewarms = 4           # prewarms in flight at once; more are dropped
 //! store = "./hearth-store"
 //! admin_token = "…"          # generated and saved in the store if absent
 //! memory_budget_mb = 1024
@@ -184,6 +189,16 @@ pub struct NodeConfig {
     pub listen: Option<SocketAddr>,
     /// Admin listener.
     pub admin: Option<SocketAddr>,
+    /// HTTPS listener for Worker traffic.
+    pub tls_listen: Option<SocketAddr>,
+    /// PEM certificate chain of the HTTPS listener (leaf first).
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of the HTTPS listener.
+    pub tls_key: Option<PathBuf>,
+    /// Whether a ClientHello's SNI starts a prewarm (default true).
+    pub sni_prewarm: Option<bool>,
+    /// Prewarms in flight at once on the node (default 4).
+    pub max_prewarms: Option<usize>,
     /// Script store directory.
     pub store: Option<PathBuf>,
     /// Admin API token.
@@ -262,6 +277,15 @@ impl NodeConfig {
             cfg = cfg.plan_limits(plan, l);
         }
         cfg
+    }
+
+    /// The node's prewarm settings: the defaults with the file's.
+    pub fn prewarm(&self) -> crate::prewarm::PrewarmConfig {
+        let d = crate::prewarm::PrewarmConfig::default();
+        crate::prewarm::PrewarmConfig {
+            enabled: self.sni_prewarm.unwrap_or(d.enabled),
+            max_concurrent: self.max_prewarms.unwrap_or(d.max_concurrent),
+        }
     }
 
     /// The listeners' limits: the defaults with the file's `[limits]`.

@@ -150,6 +150,38 @@ async fn refuse(mut stream: tokio::net::TcpStream) {
     .await;
 }
 
+/// TLS on a listener ([`serve`]): the front door's certificate, and what to
+/// do with each ClientHello's server name (it must not block: it runs
+/// before the handshake goes on).
+#[derive(Clone)]
+pub struct TlsListener {
+    /// The certificate and protocols.
+    pub door: crate::https::TlsFrontDoor,
+    /// Called with the SNI of every ClientHello that has one.
+    pub on_sni: Arc<dyn Fn(&str) + Send + Sync>,
+}
+
+/// The `Keep-Alive` value of HTTP/1.1 responses: the idle close,
+/// [`HEADER_READ_TIMEOUT`].
+fn keep_alive_value() -> http::HeaderValue {
+    http::HeaderValue::from_str(&format!("timeout={}", HEADER_READ_TIMEOUT.as_secs()))
+        .unwrap_or_else(|_| http::HeaderValue::from_static("timeout=10"))
+}
+
+/// HTTP/2 streams one connection may have open at once.
+pub const MAX_H2_STREAMS: u32 = 128;
+
+/// Drives one served connection to its end, logging how it ended.
+async fn drive<C, E>(conn: C, peer: SocketAddr)
+where
+    C: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    if let Err(e) = conn.await {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
 /// Serves HTTP/1.1 on `listener` with `handler` until `shutdown` resolves,
 /// then drains: in-flight requests get [`ServeLimits::drain_timeout`] to
 /// finish, and connections still open after it are closed. A client that
@@ -157,6 +189,12 @@ async fn refuse(mut stream: tokio::net::TcpStream) {
 /// the keep-alive idle timeout), one that stops reading after
 /// [`ServeLimits::write_timeout`]; connections over the caps are refused
 /// with a 503. A client error affects only its own connection.
+///
+/// With `tls`, every connection is a TLS one ([`crate::https`]): its
+/// handshake must finish within [`HEADER_READ_TIMEOUT`], the ClientHello's
+/// server name goes to [`TlsListener::on_sni`] first, and a client that
+/// chose `h2` by ALPN is served HTTP/2 (at most [`MAX_H2_STREAMS`] streams
+/// at once), any other HTTP/1.1.
 ///
 /// With a `runner` (the node's RPC threads, see
 /// [`hearth_sharding::rpc::RpcNode::run_on_thread`]), each connection is
@@ -169,6 +207,7 @@ pub async fn serve<H, F>(
     handler: H,
     shutdown: impl Future<Output = ()>,
     runner: Option<Runner>,
+    tls: Option<TlsListener>,
 ) where
     H: Fn(http::Request<Body>, SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = http::Response<Body>> + Send + 'static,
@@ -198,21 +237,72 @@ pub async fn serve<H, F>(
         let _ = stream.set_nodelay(true);
         let watcher = graceful.watcher();
         let h = handler.clone();
+        let tls = tls.clone();
         let connection = move |stream: tokio::net::TcpStream| {
             let mut io = tokio_io_timeout::TimeoutStream::new(stream);
             io.set_write_timeout(Some(limits.write_timeout));
+            let io = Box::pin(io);
             let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
                 let h = h.clone();
                 async move { Ok::<_, std::convert::Infallible>(h(req.map(body::boxed), peer).await) }
             });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(Box::pin(io)), svc);
-            let conn = watcher.watch(conn);
+            let http1 = || {
+                let mut b = hyper::server::conn::http1::Builder::new();
+                b.timer(TokioTimer::new())
+                    .header_read_timeout(HEADER_READ_TIMEOUT);
+                b
+            };
+            // HTTP/1.1 responses announce the idle close (RFC 9112 has no
+            // field for it, but `Keep-Alive: timeout=N` is what clients
+            // read), so a client does not reuse a connection the node is
+            // about to close. HTTP/2 forbids connection-specific fields.
+            let svc1 = service_fn({
+                let svc = svc.clone();
+                move |req: http::Request<hyper::body::Incoming>| {
+                    let call = hyper::service::Service::call(&svc, req);
+                    async move {
+                        let mut resp = call.await?;
+                        resp.headers_mut()
+                            .entry(http::header::HeaderName::from_static("keep-alive"))
+                            .or_insert(keep_alive_value());
+                        Ok::<_, std::convert::Infallible>(resp)
+                    }
+                }
+            });
             async move {
-                if let Err(e) = conn.await {
-                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                let Some(tls) = tls else {
+                    let conn = http1().serve_connection(TokioIo::new(io), svc1);
+                    return drive(watcher.watch(conn), peer).await;
+                };
+                let on_sni = tls.on_sni.clone();
+                let handshake = tls.door.accept(io, |sni| on_sni(sni));
+                let (stream, protocol) =
+                    match tokio::time::timeout(HEADER_READ_TIMEOUT, handshake).await {
+                        Ok(Ok(accepted)) => accepted,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            return;
+                        }
+                    };
+                let io = TokioIo::new(stream);
+                match protocol {
+                    crate::https::Protocol::Http1 => {
+                        let conn = http1().serve_connection(io, svc1);
+                        drive(watcher.watch(conn), peer).await
+                    }
+                    crate::https::Protocol::Http2 => {
+                        let conn = hyper::server::conn::http2::Builder::new(
+                            hyper_util::rt::TokioExecutor::new(),
+                        )
+                        .timer(TokioTimer::new())
+                        .max_concurrent_streams(MAX_H2_STREAMS)
+                        .serve_connection(io, svc);
+                        drive(watcher.watch(conn), peer).await
+                    }
                 }
             }
         };

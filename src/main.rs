@@ -19,8 +19,22 @@ use hearth::runtime::{Lifecycle, Manifest, Plan, Runtime};
     about = "A WebAssembly Worker runtime with built-in sharding"
 )]
 struct Cli {
+    /// Log format on stderr: `text` (coloured only on a terminal) or
+    /// `json` (one object per line, for log shippers). Levels come from
+    /// RUST_LOG.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How the node writes its logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines; ANSI colours only when stderr is a terminal.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -36,6 +50,21 @@ enum Command {
         /// Script store directory.
         #[arg(long)]
         store: Option<PathBuf>,
+        /// Address for HTTPS Worker traffic (HTTP/2 or HTTP/1.1 by ALPN).
+        /// A ClientHello's SNI starts warming the Worker it names.
+        #[arg(long)]
+        tls_listen: Option<SocketAddr>,
+        /// PEM certificate chain for --tls-listen (leaf first); without
+        /// it, a development certificate for localhost and *.localhost is
+        /// made in the store.
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// PEM private key for --tls-cert.
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// Do not prewarm Workers from the TLS ClientHello's SNI.
+        #[arg(long)]
+        no_sni_prewarm: bool,
         /// TOML config file (flags override it).
         #[arg(long)]
         config: Option<PathBuf>,
@@ -82,6 +111,19 @@ enum Command {
         /// The component (.wasm) to deploy.
         file: PathBuf,
     },
+    /// Show the ring as a running node sees it: members with weights and
+    /// shares, and (with --script) a Worker's home and successors.
+    Ring {
+        /// Admin URL of a running node, e.g. http://127.0.0.1:8081.
+        #[arg(long)]
+        admin: String,
+        /// Admin token (default: $HEARTH_ADMIN_TOKEN).
+        #[arg(long, env = "HEARTH_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// A script ID to place on the ring.
+        #[arg(long)]
+        script: Option<String>,
+    },
     /// List the sample Workers built with hearth, with their paths.
     Samples,
     /// Create a development cluster CA (if DIR has none) and certificates
@@ -103,7 +145,8 @@ enum Command {
         /// Shared store directory.
         #[arg(long, default_value = "hearth-cluster")]
         store: PathBuf,
-        /// First port (node i uses base+3i HTTP, +1 admin, +2 RPC); default: free ports.
+        /// First port (node i uses base+4i HTTP, +1 admin, +2 RPC, +3
+        /// HTTPS); default: free ports.
         #[arg(long)]
         base_port: Option<u16>,
     },
@@ -127,15 +170,20 @@ fn main() -> std::process::ExitCode {
 }
 
 fn real_main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("info,cranelift=warn,wasmtime=warn")
-            }),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,cranelift=warn,wasmtime=warn")
+    });
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => {
+            use std::io::IsTerminal;
+            logs.with_ansi(std::io::stderr().is_terminal()).init()
+        }
+    }
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(run(cli))
 }
@@ -146,12 +194,24 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             listen,
             admin,
             store,
+            tls_listen,
+            tls_cert,
+            tls_key,
+            no_sni_prewarm,
             config,
         } => {
-            let file = match config {
+            let mut file = match config {
                 Some(p) => NodeConfig::load(&p)?,
                 None => NodeConfig::default(),
             };
+            // Flags override the file.
+            file.tls_listen = tls_listen.or(file.tls_listen);
+            if tls_cert.is_some() {
+                (file.tls_cert, file.tls_key) = (tls_cert, tls_key);
+            }
+            if no_sni_prewarm {
+                file.sni_prewarm = Some(false);
+            }
             serve(file, listen, admin, store).await
         }
         Command::Deploy {
@@ -202,12 +262,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let cluster = hearth::cluster::LocalCluster::start(cfg).await?;
             println!("hearth cluster: {nodes} nodes, store {}", store.display());
             for c in cluster.nodes() {
+                let https = c
+                    .https_addr
+                    .map(|a| format!("  https://{a}"))
+                    .unwrap_or_default();
                 println!(
-                    "{}  http://{}  admin http://{}  rpc {}",
+                    "{}  http://{}{https}  admin http://{}  rpc {}",
                     c.node.id(),
                     c.http_addr,
                     c.admin_addr,
                     c.rpc_addr
+                );
+            }
+            if let Some(ca) = cluster.tls_ca() {
+                println!(
+                    "HTTPS: development certificates for localhost and <script>.localhost; trust their CA: {}",
+                    ca.display()
                 );
             }
             println!("admin token: {}", cluster.token());
@@ -243,6 +313,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", report.table());
             Ok(())
         }
+        Command::Ring {
+            admin,
+            token,
+            script,
+        } => ring(&admin, token, script.as_deref()).await,
         Command::Samples => {
             println!("sample Workers (built from sample-workers/ by cargo):");
             for name in hearth_sample_workers::NAMES {
@@ -271,6 +346,9 @@ async fn serve(
     let store = store
         .or(file.store.clone())
         .unwrap_or_else(|| PathBuf::from("hearth-store"));
+    // The certificate first: a bad path is a startup error before anything
+    // listens.
+    let https = https_front_door(&file, &store)?;
     let runtime = Runtime::new(file.apply(runtime_config(&store)?))?;
     let token: Arc<str> = match &file.admin_token {
         Some(t) => t.as_str().into(),
@@ -286,7 +364,7 @@ async fn serve(
         }
     };
     let node_id = file.node_id.clone().unwrap_or_else(|| "node-1".into());
-    let mut node = Node::new(node_id.clone(), runtime);
+    let mut node = Node::with_prewarm(node_id.clone(), runtime, file.prewarm());
     let mut membership = None;
     if let Some(c) = &file.cluster {
         let rpc_listener = tokio::net::TcpListener::bind(c.rpc)
@@ -341,9 +419,28 @@ async fn serve(
         node.id(),
         listen.port()
     );
+    let https = match https {
+        Some((addr, door)) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr}"))?;
+            println!(
+                "HTTPS (h2, http/1.1) on https://{addr} (https://<script>.localhost:{}), SNI prewarm {}",
+                addr.port(),
+                if file.prewarm().enabled { "on" } else { "off" }
+            );
+            Some((listener, door))
+        }
+        None => None,
+    };
     println!("admin API on http://{admin} (store {})", store.display());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let [front, admin_srv] = spawn_listeners(&node, http, adm, token, file.serve_limits(), stop_rx);
+    let listeners = hearth::node::Listeners {
+        http,
+        https,
+        admin: adm,
+    };
+    let tasks = spawn_listeners(&node, listeners, token, file.serve_limits(), stop_rx);
     tokio::signal::ctrl_c().await?;
     // Drain: leave everyone's ring first, so no new sharded requests come
     // here, then finish what is in flight, then say goodbye.
@@ -355,14 +452,104 @@ async fn serve(
     }
     eprintln!("shutting down: finishing in-flight requests");
     let _ = stop_tx.send(true);
-    let _ = front.await;
-    let _ = admin_srv.await;
+    for task in tasks {
+        let _ = task.await;
+    }
     if let Some((m, rpc_server)) = membership {
         rpc_server.stop();
         let _ = m.shutdown().await;
         if let Some(r) = node.rpc() {
             r.shutdown();
         }
+    }
+    Ok(())
+}
+
+/// The HTTPS listener's address and certificate, if the config asks for
+/// one: the given certificate and key, or the store's development
+/// certificate (made on first use; its CA's path is printed).
+fn https_front_door(
+    file: &NodeConfig,
+    store: &std::path::Path,
+) -> anyhow::Result<Option<(SocketAddr, hearth::https::TlsFrontDoor)>> {
+    let Some(addr) = file.tls_listen else {
+        if file.tls_cert.is_some() || file.tls_key.is_some() {
+            bail!("tls_cert and tls_key need tls_listen (--tls-listen ADDR) to serve HTTPS");
+        }
+        return Ok(None);
+    };
+    let door = match (&file.tls_cert, &file.tls_key) {
+        (Some(cert), Some(key)) => hearth::https::TlsFrontDoor::from_pem(cert, key)
+            .context("cannot load the HTTPS certificate (--tls-cert, --tls-key)")?,
+        (None, None) => {
+            let (door, ca) = hearth::https::TlsFrontDoor::dev(store)
+                .context("cannot make the development HTTPS certificate")?;
+            println!(
+                "HTTPS uses development certificates for localhost and <script>.localhost; trust their CA: {}",
+                ca.display()
+            );
+            door
+        }
+        _ => bail!("give both tls_cert and tls_key (--tls-cert, --tls-key), or neither"),
+    };
+    Ok(Some((addr, door)))
+}
+
+/// `hearth ring`: asks a node's admin API for its ring and prints it.
+async fn ring(admin: &str, token: Option<String>, script: Option<&str>) -> anyhow::Result<()> {
+    let token = token
+        .context("reading a node's ring needs its admin token: --token or HEARTH_ADMIN_TOKEN")?;
+    let mut url = format!("{}/v1/ring", admin.trim_end_matches('/'));
+    if let Some(id) = script {
+        url.push_str(&format!("?script={id}"));
+    }
+    let uri: http::Uri = url.parse().context("invalid --admin URL")?;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let req = http::Request::get(uri)
+        .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(http_body_util::Empty::new())?;
+    let resp = client
+        .request(req)
+        .await
+        .context("cannot reach the admin API")?;
+    let status = resp.status();
+    let body = resp.into_body().collect().await?.to_bytes();
+    if !status.is_success() {
+        bail!(
+            "ring refused ({status}): {}",
+            String::from_utf8_lossy(&body).trim()
+        );
+    }
+    let view: hearth::admin::RingView = serde_json::from_slice(&body)
+        .context("the admin API's ring is not what this hearth reads")?;
+    if view.clustered {
+        println!("ring of {} ({} members)", view.node, view.members.len());
+        for m in &view.members {
+            println!(
+                "  {:<16} {:<22} weight {:<3} {:>6.2}%  {}",
+                m.id,
+                m.rpc,
+                m.weight,
+                m.ownership * 100.0,
+                m.state
+            );
+        }
+    } else {
+        println!(
+            "{} is a standalone node: it serves every Worker itself",
+            view.node
+        );
+    }
+    if let Some(p) = &view.script {
+        println!(
+            "{}: home {}, fallback order {} (warm on {}: {})",
+            p.script_id,
+            p.home.as_deref().unwrap_or("none"),
+            p.successors.join(", "),
+            view.node,
+            if p.warm_here { "yes" } else { "no" }
+        );
     }
     Ok(())
 }

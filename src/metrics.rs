@@ -16,6 +16,7 @@ use std::sync::{Arc, OnceLock};
 
 use hearth_runtime::Runtime;
 use hearth_sharding::membership::GossipCounters;
+use hearth_sharding::ring::{NodeId, SharedRing};
 use hearth_sharding::rpc::RpcNode;
 
 /// Labels of a served request.
@@ -23,7 +24,7 @@ use hearth_sharding::rpc::RpcNode;
 pub struct RequestLabels {
     /// local, home, sharded or fallback.
     pub route: String,
-    /// cold, warm or error.
+    /// cold, warm, prewarmed or error.
     pub start: String,
 }
 
@@ -31,10 +32,13 @@ pub struct RequestLabels {
 pub struct Metrics {
     registry: Registry,
     gossip: Arc<OnceLock<GossipCounters>>,
+    ring: Arc<OnceLock<(NodeId, SharedRing)>>,
     /// Requests by route and start.
     pub requests: Family<RequestLabels, Counter>,
     /// Latency of the shard hop, seconds.
     pub hop_latency: Histogram,
+    /// Prewarms by where they ran and how they ended ([`crate::prewarm`]).
+    pub prewarms: Family<crate::prewarm::PrewarmLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -64,6 +68,16 @@ impl Collector for RuntimeCollector {
                 "hearth_warm_requests",
                 "Requests that found their Worker resident",
                 s.warm,
+            ),
+            (
+                "hearth_prewarmed_requests",
+                "Requests that found their Worker ready because a prewarm loaded it",
+                s.prewarmed,
+            ),
+            (
+                "hearth_prewarm_loads",
+                "Workers loaded by a prewarm rather than by a request",
+                s.prewarm_loads,
             ),
             (
                 "hearth_startup_failures",
@@ -259,6 +273,43 @@ impl Collector for RpcCollector {
     }
 }
 
+struct RingCollector(Arc<OnceLock<(NodeId, SharedRing)>>);
+
+impl std::fmt::Debug for RingCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RingCollector")
+    }
+}
+
+impl Collector for RingCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some((me, ring)) = self.0.get() else {
+            return Ok(());
+        };
+        let ring = ring.load();
+        let members = ConstGauge::new(ring.len() as i64);
+        members.encode(enc.encode_descriptor(
+            "hearth_ring_members",
+            "Members on this node's ring",
+            None,
+            members.metric_type(),
+        )?)?;
+        let mine = ring
+            .ownership()
+            .into_iter()
+            .find(|(n, _)| &n.id == me)
+            .map_or(0.0, |(_, share)| share);
+        let share = ConstGauge::new(mine);
+        share.encode(enc.encode_descriptor(
+            "hearth_ring_ownership",
+            "Fraction of the key space this node owns on its ring",
+            None,
+            share.metric_type(),
+        )?)?;
+        Ok(())
+    }
+}
+
 struct GossipCollector(Arc<OnceLock<GossipCounters>>);
 
 impl std::fmt::Debug for GossipCollector {
@@ -307,16 +358,32 @@ impl Metrics {
             "Latency added by the shard hop",
             hop_latency.clone(),
         );
+        let prewarms = Family::<crate::prewarm::PrewarmLabels, Counter>::default();
+        registry.register(
+            "hearth_prewarms",
+            "Prewarms from TLS ClientHellos (and homes' prewarm calls), by where they ran (here, home) and outcome",
+            prewarms.clone(),
+        );
         registry.register_collector(Box::new(RuntimeCollector(runtime)));
         registry.register_collector(Box::new(RpcCollector(rpc)));
         let gossip = Arc::new(OnceLock::new());
         registry.register_collector(Box::new(GossipCollector(gossip.clone())));
+        let ring = Arc::new(OnceLock::new());
+        registry.register_collector(Box::new(RingCollector(ring.clone())));
         Metrics {
             registry,
             gossip,
+            ring,
             requests,
             hop_latency,
+            prewarms,
         }
+    }
+
+    /// Reports the ring `me` routes by from now on (set once, when it
+    /// joins a cluster): `hearth_ring_members` and `hearth_ring_ownership`.
+    pub fn observe_ring(&self, me: NodeId, ring: SharedRing) {
+        let _ = self.ring.set((me, ring));
     }
 
     /// Reports this node's gossip counters from now on (set once, when it

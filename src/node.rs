@@ -10,12 +10,13 @@ use futures::future::BoxFuture;
 use hearth_runtime::body::Body;
 use hearth_runtime::{Runtime, error_response};
 use hearth_sharding::context_stack::ContextStack;
-use hearth_sharding::local::LocalWorkers;
+use hearth_sharding::local::{LocalWorkers, PrewarmOutcome};
 use hearth_sharding::ring::{NodeId, SharedRing};
 use hearth_sharding::routing::{Decision, Route, decide};
 use hearth_sharding::rpc::RpcNode;
 
 use crate::metrics::Metrics;
+use crate::prewarm::{At, PrewarmConfig, Prewarmer};
 
 /// Response header naming the node that served the request.
 pub const NODE_HEADER: &str = "x-hearth-node";
@@ -27,6 +28,7 @@ pub struct LocalNode {
     id: String,
     runtime: Runtime,
     metrics: Metrics,
+    prewarmer: Arc<Prewarmer>,
     rpc: Arc<OnceLock<RpcNode>>,
 }
 
@@ -87,6 +89,14 @@ impl LocalWorkers for Shared {
     fn can_host(&self, script_id: &str) -> bool {
         self.0.runtime.can_host(script_id)
     }
+
+    /// A home's answer to `ShardServer.prewarm`: here, within this node's
+    /// prewarm bounds.
+    fn prewarm(&self, script_id: &str) -> BoxFuture<'static, PrewarmOutcome> {
+        let prewarmer = self.0.prewarmer.clone();
+        let id = script_id.to_string();
+        Box::pin(async move { prewarmer.here(&id).await })
+    }
 }
 
 /// What a node needs to be part of a cluster.
@@ -105,13 +115,26 @@ pub struct Node {
 }
 
 impl Node {
-    /// A standalone node over `runtime`: every Worker is served here.
+    /// A standalone node over `runtime`: every Worker is served here. It
+    /// prewarms with the default [`PrewarmConfig`].
     pub fn new(id: impl Into<String>, runtime: Runtime) -> Self {
+        Self::with_prewarm(id, runtime, PrewarmConfig::default())
+    }
+
+    /// [`Node::new`] with its prewarms configured by `prewarm`.
+    pub fn with_prewarm(id: impl Into<String>, runtime: Runtime, prewarm: PrewarmConfig) -> Self {
         let rpc = Arc::new(OnceLock::new());
+        let metrics = Metrics::new(runtime.clone(), rpc.clone());
+        let prewarmer = Arc::new(Prewarmer::new(
+            prewarm,
+            runtime.clone(),
+            metrics.prewarms.clone(),
+        ));
         let node = Node {
             local: Arc::new(LocalNode {
                 id: id.into(),
-                metrics: Metrics::new(runtime.clone(), rpc.clone()),
+                metrics,
+                prewarmer,
                 runtime,
                 rpc,
             }),
@@ -147,6 +170,9 @@ impl Node {
     /// are forwarded through `rpc` (started with [`Node::local_workers`]).
     pub fn join(mut self, link: ClusterLink, rpc: RpcNode) -> Self {
         let _ = self.local.rpc.set(rpc);
+        self.local
+            .metrics
+            .observe_ring(link.self_id.clone(), link.ring.clone());
         self.cluster = Some(Arc::new(link));
         self.install_invoker();
         self
@@ -162,6 +188,11 @@ impl Node {
         &self.local.runtime
     }
 
+    /// The ring this node routes by now, in a cluster.
+    pub fn ring(&self) -> Option<std::sync::Arc<hearth_sharding::ring::Ring>> {
+        self.cluster.as_ref().map(|c| c.ring.load_full())
+    }
+
     /// The node's RPC layer, in a cluster.
     pub fn rpc(&self) -> Option<&RpcNode> {
         self.local.rpc.get()
@@ -170,6 +201,47 @@ impl Node {
     /// The node's metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.local.metrics
+    }
+
+    /// The node's prewarms and their counters.
+    pub fn prewarmer(&self) -> &Arc<Prewarmer> {
+        &self.local.prewarmer
+    }
+
+    /// A TLS ClientHello named `sni`: starts a prewarm of the Worker it
+    /// names (same rule as the Host header) where its request will be
+    /// served, and returns at once. No SNI Worker, or prewarm off: nothing.
+    pub fn prewarm_hint(&self, sni: &str) {
+        if !self.local.prewarmer.config().enabled {
+            return;
+        }
+        let Some(id) = script_id_from_host(sni) else {
+            return;
+        };
+        let node = self.clone();
+        tokio::spawn(async move {
+            node.prewarm(&id).await;
+        });
+    }
+
+    /// Prewarms `script_id` where a request for it would be served now:
+    /// here (warm here, this node is its home, or no cluster) or at its
+    /// home. Returns where, and what was done.
+    pub async fn prewarm(&self, script_id: &str) -> (At, PrewarmOutcome) {
+        let prewarmer = &self.local.prewarmer;
+        let (Some(cluster), Some(rpc)) = (&self.cluster, self.local.rpc.get()) else {
+            return (At::Here, prewarmer.here(script_id).await);
+        };
+        let warm = self.local.runtime.is_warm(script_id);
+        let ring = cluster.ring.load();
+        let home = ring.home(script_id);
+        let home_id = home.map(|n| &n.id).unwrap_or(&cluster.self_id);
+        match (decide(&cluster.self_id, home_id, warm), home) {
+            (Decision::Forward(_), Some(home)) => {
+                (At::Home, prewarmer.at_home(rpc, home, script_id).await)
+            }
+            _ => (At::Here, prewarmer.here(script_id).await),
+        }
     }
 
     /// Serves `req` for `script_id`: here if the Worker is warm here or
@@ -262,40 +334,71 @@ pub fn script_id_from_host(host: &str) -> Option<String> {
     (!rest.is_empty() && hearth_runtime::validate::valid_script_id(&id)).then_some(id)
 }
 
-/// Serves `node`'s front door on `http` and its admin API (accepting
-/// `token`) on `admin`, both under `limits`, until `stop` turns true; each
-/// task then drains its in-flight requests (within the drain timeout).
+/// The listeners of one node.
+pub struct Listeners {
+    /// Plain HTTP/1.1 Worker traffic.
+    pub http: tokio::net::TcpListener,
+    /// HTTPS Worker traffic (HTTP/2 or HTTP/1.1 by ALPN), with SNI prewarm.
+    pub https: Option<(tokio::net::TcpListener, crate::https::TlsFrontDoor)>,
+    /// The admin API.
+    pub admin: tokio::net::TcpListener,
+}
+
+/// Serves `node`'s front doors (plain HTTP, and HTTPS if given) and its
+/// admin API (accepting `token`), all under `limits`, until `stop` turns
+/// true; each task then drains its in-flight requests (within the drain
+/// timeout).
 pub fn spawn_listeners(
     node: &Node,
-    http: tokio::net::TcpListener,
-    admin: tokio::net::TcpListener,
+    listeners: Listeners,
     token: Arc<str>,
     limits: crate::http_util::ServeLimits,
     stop: tokio::sync::watch::Receiver<bool>,
-) -> [tokio::task::JoinHandle<()>; 2] {
+) -> Vec<tokio::task::JoinHandle<()>> {
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let n = node.clone();
-    // A clustered node serves its front door on its RPC threads, where
+    // A clustered node serves its front doors on its RPC threads, where
     // forwards and Workers run too (see `RpcNode::run_on_thread`).
     let runner = node.rpc().map(|rpc| {
         let rpc = rpc.clone();
         Arc::new(move |work| rpc.run_on_thread(work)) as crate::http_util::Runner
     });
-    let front = tokio::spawn(crate::http_util::serve(
-        http,
-        limits,
-        move |req, _| {
-            let n = n.clone();
-            async move { front_door(n, req).await }
-        },
-        stopped(stop.clone()),
-        runner,
-    ));
+    let front = |listener, tls| {
+        let n = node.clone();
+        tokio::spawn(crate::http_util::serve(
+            listener,
+            limits,
+            move |req, _| {
+                let n = n.clone();
+                async move { front_door(n, req).await }
+            },
+            stopped(stop.clone()),
+            runner.clone(),
+            tls,
+        ))
+    };
+    let mut tasks = vec![front(listeners.http, None)];
+    if let Some((listener, door)) = listeners.https {
+        let n = node.clone();
+        let tls = crate::http_util::TlsListener {
+            door,
+            // Prewarms run on this (multi-threaded) runtime, not on the RPC
+            // thread doing the handshake: they overlap it instead of
+            // waiting for it to yield.
+            on_sni: Arc::new({
+                let rt = tokio::runtime::Handle::current();
+                move |sni: &str| {
+                    let _in_rt = rt.enter();
+                    n.prewarm_hint(sni)
+                }
+            }),
+        };
+        tasks.push(front(listener, Some(tls)));
+    }
     let n = node.clone();
-    let adm = tokio::spawn(crate::http_util::serve(
-        admin,
+    tasks.push(tokio::spawn(crate::http_util::serve(
+        listeners.admin,
         limits,
         move |req, _| {
             let (n, t) = (n.clone(), token.clone());
@@ -303,8 +406,9 @@ pub fn spawn_listeners(
         },
         stopped(stop),
         None,
-    ));
-    [front, adm]
+        None,
+    )));
+    tasks
 }
 
 /// The host a request is addressed to: the authority of an absolute-form
@@ -322,15 +426,23 @@ pub fn request_host<B>(req: &http::Request<B>) -> Option<String> {
 }
 
 /// Routes a front-door request to its Worker by the first label of its
-/// host ([`request_host`]).
+/// host ([`request_host`]). Every answer names the node that gave it
+/// (`x-hearth-node`): the serving node's, or this node's for what it
+/// produced itself (a 404, a 502 after a failed hop).
 pub async fn front_door(node: Node, req: http::Request<Body>) -> http::Response<Body> {
-    match request_host(&req).as_deref().and_then(script_id_from_host) {
+    let mut resp = match request_host(&req).as_deref().and_then(script_id_from_host) {
         Some(id) => node.handle(&id, req).await,
         None => crate::http_util::text(
             http::StatusCode::NOT_FOUND,
             "no Worker named: address a Worker as http://<script-id>.<domain>/ (e.g. hello.localhost)\n",
         ),
+    };
+    if !resp.headers().contains_key(NODE_HEADER)
+        && let Ok(v) = http::HeaderValue::from_str(node.id())
+    {
+        resp.headers_mut().insert(NODE_HEADER, v);
     }
+    resp
 }
 
 #[cfg(test)]

@@ -15,7 +15,12 @@
 //! # Ok(()) }
 //! ```
 
+use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -27,6 +32,19 @@ use hearth_runtime::{DeployReport, Plan, StatsSnapshot};
 use hearth_sharding::rpc::RpcStats;
 
 use crate::cluster::{ClusterConfig, LocalCluster};
+
+/// Polls `f` every 5 ms until it is true or `limit` has passed; whether it
+/// became true. For waiting on an asynchronous effect (a Worker warm on
+/// its home, a counter), not for timing anything.
+pub async fn eventually(limit: std::time::Duration, mut f: impl FnMut() -> bool) -> bool {
+    tokio::time::timeout(limit, async {
+        while !f() {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
 
 /// A response read whole.
 #[derive(Debug, Clone)]
@@ -52,6 +70,135 @@ impl TestResponse {
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
+}
+
+/// An HTTPS client for tests and tools: trusts one CA (a cluster's
+/// development CA, [`LocalCluster::tls_ca`]), opens a fresh TLS connection
+/// per call, and speaks HTTP/2 or HTTP/1.1 as asked (by ALPN).
+#[derive(Clone)]
+pub struct HttpsClient {
+    h2: Arc<rustls::ClientConfig>,
+    h1: Arc<rustls::ClientConfig>,
+}
+
+impl HttpsClient {
+    /// A client that trusts the PEM CA certificate at `ca`.
+    pub fn trusting(ca: &Path) -> anyhow::Result<Self> {
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca)
+            .with_context(|| format!("reading {}", ca.display()))?
+        {
+            roots.add(cert.with_context(|| format!("parsing {}", ca.display()))?)?;
+        }
+        let config = |alpn: &[u8]| -> anyhow::Result<Arc<rustls::ClientConfig>> {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let mut c = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()?
+                .with_root_certificates(roots.clone())
+                .with_no_client_auth();
+            c.alpn_protocols = vec![alpn.to_vec()];
+            Ok(Arc::new(c))
+        };
+        Ok(HttpsClient {
+            h2: config(b"h2")?,
+            h1: config(b"http/1.1")?,
+        })
+    }
+
+    async fn connect(
+        &self,
+        addr: SocketAddr,
+        host: &str,
+        http2: bool,
+    ) -> anyhow::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+        let config = if http2 { &self.h2 } else { &self.h1 };
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        let name = rustls::pki_types::ServerName::try_from(host.to_string())?;
+        Ok(tokio_rustls::TlsConnector::from(config.clone())
+            .connect(name, tcp)
+            .await?)
+    }
+
+    /// A TLS handshake naming `host` in its SNI, and nothing else: the
+    /// connection is closed without a request.
+    pub async fn handshake(&self, addr: SocketAddr, host: &str) -> anyhow::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        let mut tls = self.connect(addr, host, false).await?;
+        let _ = tls.shutdown().await;
+        Ok(())
+    }
+
+    /// `GET https://{host}{path}` on a fresh connection to `addr` (SNI and
+    /// Host both `host`), over HTTP/2 if `http2`, else HTTP/1.1. The
+    /// response's `version()` tells which was spoken.
+    pub async fn get(
+        &self,
+        addr: SocketAddr,
+        host: &str,
+        path: &str,
+        http2: bool,
+    ) -> anyhow::Result<(http::Version, TestResponse)> {
+        let r = self.send(addr, host, host, path, http2).await?;
+        Ok((r.version, r.response))
+    }
+
+    /// `GET {path}` for `host` on a fresh TLS connection to `addr` whose
+    /// ClientHello names `sni`, over HTTP/2 if `http2`, else HTTP/1.1,
+    /// timed from the TCP connect to the response head.
+    pub async fn send(
+        &self,
+        addr: SocketAddr,
+        sni: &str,
+        host: &str,
+        path: &str,
+        http2: bool,
+    ) -> anyhow::Result<HttpsResponse> {
+        let started = std::time::Instant::now();
+        let io = hyper_util::rt::TokioIo::new(self.connect(addr, sni, http2).await?);
+        let empty = http_body_util::Empty::<Bytes>::new();
+        let resp = if http2 {
+            let (mut send, conn) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await?;
+            tokio::spawn(conn);
+            let req = http::Request::get(format!("https://{host}{path}")).body(empty)?;
+            send.send_request(req).await?
+        } else {
+            let (mut send, conn) = hyper::client::conn::http1::handshake(io).await?;
+            tokio::spawn(conn);
+            let req = http::Request::get(path)
+                .header(http::header::HOST, host)
+                .body(empty)?;
+            send.send_request(req).await?
+        };
+        let ttfb = started.elapsed();
+        let version = resp.version();
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = resp.into_body().collect().await?.to_bytes();
+        Ok(HttpsResponse {
+            version,
+            ttfb,
+            response: TestResponse {
+                status,
+                headers,
+                body,
+            },
+        })
+    }
+}
+
+/// What [`HttpsClient::send`] got back.
+#[derive(Debug, Clone)]
+pub struct HttpsResponse {
+    /// The HTTP version spoken (by ALPN).
+    pub version: http::Version,
+    /// Time from the TCP connect to the response head: handshake, request,
+    /// and whatever the node did before answering.
+    pub ttfb: std::time::Duration,
+    /// The response, read whole.
+    pub response: TestResponse,
 }
 
 /// Per-node counters.

@@ -143,6 +143,96 @@ async fn deploy_sets_and_reports_the_lifecycle() {
     assert!(body.contains("expected auto, reuse or fresh"), "{body}");
 }
 
+/// The value of metric `name` (no labels) in a Prometheus text exposition.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ring_view_places_a_worker_and_agrees_with_metrics_and_hearth_ring() {
+    let c = TestCluster::start(3).await.expect("cluster");
+    let admin = c.node(1).admin_addr;
+    let (status, body) = call(
+        http::Method::GET,
+        format!("http://{admin}/v1/ring?script=hello"),
+        Some(c.token()),
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let view: hearth::admin::RingView = serde_json::from_str(&body).expect("a RingView");
+    assert_eq!(view.node, "node-2");
+    assert!(view.clustered);
+    let ids: Vec<&str> = view.members.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["node-1", "node-2", "node-3"]);
+    let states: Vec<&str> = view.members.iter().map(|m| m.state.as_str()).collect();
+    assert_eq!(states, ["up", "self", "up"]);
+    let total: f64 = view.members.iter().map(|m| m.ownership).sum();
+    assert!((total - 1.0).abs() < 1e-9, "shares add up to 1: {total}");
+    let placed = view.script.as_ref().expect("hello placed");
+    let home = c.node(c.home_of("hello").expect("home")).node.id();
+    assert_eq!(placed.home.as_deref(), Some(home));
+    assert_eq!(placed.successors.len(), 3);
+    assert_eq!(placed.successors[0], home);
+
+    // /metrics says the same.
+    let (_, metrics) = call(
+        http::Method::GET,
+        format!("http://{admin}/metrics"),
+        None,
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(metric(&metrics, "hearth_ring_members"), 3.0);
+    let mine = view
+        .members
+        .iter()
+        .find(|m| m.state == "self")
+        .expect("self");
+    assert!((metric(&metrics, "hearth_ring_ownership") - mine.ownership).abs() < 1e-9);
+
+    // And so does `hearth ring`.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args([
+            "ring",
+            "--admin",
+            &format!("http://{admin}"),
+            "--script",
+            "hello",
+        ])
+        .env("HEARTH_ADMIN_TOKEN", c.token())
+        .output()
+        .expect("run hearth ring");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.starts_with("ring of node-2 (3 members)"), "{text}");
+    assert!(
+        text.contains(&format!("hello: home {home}, fallback order")),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches(" up").count() + text.matches(" self").count(),
+        3,
+        "{text}"
+    );
+
+    // Without the token: refused.
+    let (status, _) = call(
+        http::Method::GET,
+        format!("http://{admin}/v1/ring"),
+        None,
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(status, 401);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bindings_deploy_through_the_admin_api_and_are_listed() {
     let c = TestCluster::start(1).await.expect("cluster");

@@ -9,16 +9,9 @@ use hearth::runtime::Plan;
 use hearth::sharding::overload::OverloadConfig;
 use hearth::testing::TestCluster;
 
-/// Polls `f` for up to 5 s (a bounded wait for an asynchronous effect, not
-/// a timing assertion); whether it became true.
-async fn eventually(mut f: impl FnMut() -> bool) -> bool {
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while !f() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .is_ok()
+/// Waits up to 5 s for `f` (see [`hearth::testing::eventually`]).
+async fn eventually(f: impl FnMut() -> bool) -> bool {
+    hearth::testing::eventually(Duration::from_secs(5), f).await
 }
 
 fn sample(name: &str) -> Vec<u8> {

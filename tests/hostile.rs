@@ -396,6 +396,138 @@ fn refused_start(store: &Path, extra: &[&str]) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_from_the_config_file_serves_with_the_stores_dev_certificate() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let https = free_port();
+    let node = Serve::start(
+        dir.path(),
+        &["hello"],
+        &format!("tls_listen = \"127.0.0.1:{https}\"\n"),
+    );
+    let ca = dir.path().join("store/tls/dev-ca.pem");
+    let client = hearth::testing::HttpsClient::trusting(&ca).expect("the store's dev CA");
+    let addr: SocketAddr = ([127, 0, 0, 1], https).into();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "no HTTPS listener: {}",
+            node.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for http2 in [true, false] {
+        let (_, r) = client
+            .get(addr, "hello.localhost", "/", http2)
+            .await
+            .unwrap_or_else(|e| panic!("HTTPS request: {e:#}\n{}", node.log()));
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.text(), "hello from hello");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_names_its_node_and_announces_the_idle_close() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Serve::start(dir.path(), &["hello"], "node_id = \"edge-7\"\n");
+    // An unknown Worker is a 404 from the runtime, logged as a warning.
+    for (host, status) in [
+        ("hello.localhost", 200),
+        ("localhost", 404),
+        ("nosuch.localhost", 404),
+    ] {
+        let head = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        let (code, text) = exchange(node.http, None, head.as_bytes())
+            .await
+            .expect("an answer");
+        assert_eq!(code, status, "{text}");
+        let lower = text.to_ascii_lowercase();
+        assert!(lower.contains("\r\nx-hearth-node: edge-7\r\n"), "{text}");
+        assert!(lower.contains("\r\nkeep-alive: timeout=10\r\n"), "{text}");
+    }
+    // Its log went to a file, not a terminal: no colour codes in it.
+    let log = node.log();
+    assert!(log.contains("WARN"), "{log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "ANSI escapes in a log file: {log:?}"
+    );
+}
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hello = hearth_sample_workers::path("hello").expect("sample built");
+    let out = Command::new(BIN)
+        .args([
+            "--log-format",
+            "json",
+            "deploy",
+            "--name",
+            "hello",
+            "--store",
+        ])
+        .arg(dir.path().join("store"))
+        .arg(hello)
+        .output()
+        .expect("run hearth deploy");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty(), "the deploy logs something");
+    for line in lines {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(v["level"].is_string() && v["fields"].is_object(), "{line}");
+    }
+}
+
+#[test]
+fn a_bad_https_certificate_stops_the_node_with_a_clear_message() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    let missing = dir.path().join("no-such-cert.pem");
+    let err = refused_start(
+        &store,
+        &["--tls-listen", "127.0.0.1:0", "--tls-cert", "cert.pem"],
+    );
+    assert!(
+        err.contains("--tls-key"),
+        "a certificate needs its key: {err}"
+    );
+    let with_cert = |path: &Path| {
+        let path = path.to_str().expect("a UTF-8 temporary path");
+        refused_start(
+            &store,
+            &[
+                "--tls-listen",
+                "127.0.0.1:0",
+                "--tls-cert",
+                path,
+                "--tls-key",
+                path,
+            ],
+        )
+    };
+    let err = with_cert(&missing);
+    assert!(
+        err.contains("HTTPS certificate") && err.contains("no-such-cert.pem"),
+        "{err}"
+    );
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "-----BEGIN NOTHING-----\n").expect("write");
+    let err = with_cert(&junk);
+    assert!(
+        err.contains("junk.pem") && err.contains("certificate"),
+        "{err}"
+    );
+}
+
 #[test]
 fn an_unreadable_secret_file_stops_the_node_with_its_name() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -73,7 +73,8 @@ pub use limits::{Plan, PlanLimits};
 pub use manifest::{Manifest, ManifestError};
 pub use nested::{Flow, Invoker, NestedCall};
 pub use runtime::{
-    DeployReport, REQUEST_ID_HEADER, REVALIDATE_MS, Runtime, Served, decorate, error_response,
+    DeployReport, Prewarm, REQUEST_ID_HEADER, REVALIDATE_MS, Runtime, Served, decorate,
+    error_response,
 };
 pub use script_store::{DirStore, ScriptMeta, ScriptStore};
 pub use stats::StatsSnapshot;

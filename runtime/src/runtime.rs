@@ -59,6 +59,19 @@ struct LoadedCode {
     compile: Duration,
 }
 
+/// What [`Runtime::prewarm`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Prewarm {
+    /// The Worker was loaded (and an instance started) for the prewarm.
+    Loaded,
+    /// The Worker was resident already; at most an instance was started.
+    AlreadyWarm,
+    /// Not loaded: it would not fit without evicting a Worker used within
+    /// the busy window (memory pressure drops prewarms first).
+    NoRoom,
+}
+
 /// A served request: the response and how it was produced.
 pub struct Served {
     /// The Worker's response (its body may still be streaming).
@@ -388,6 +401,13 @@ impl Runtime {
             self.learn_size(script_id);
             return true;
         };
+        self.fits(size)
+    }
+
+    /// Whether a Worker with a source of `size` bytes fits without evicting
+    /// a Worker used within the busy window (its resident size estimated
+    /// as twice its source).
+    fn fits(&self, size: u64) -> bool {
         let estimate = size.saturating_mul(2);
         let busy = self.inner.config.busy_window.as_millis() as u64;
         lock(&self.inner.resident).fits_without_evicting_busy(estimate, self.now_ms(), busy)
@@ -544,11 +564,14 @@ impl Runtime {
     }
 
     /// Returns the resident Worker, or loads it (once, however many requests
-    /// wait for it) and makes it resident.
+    /// wait for it) and makes it resident. `by_prewarm`: the caller is a
+    /// prewarm, not a request (a Worker it loads is marked so, and it does
+    /// not take the mark).
     async fn worker(
         &self,
         script_id: &str,
         timing: &mut Timing,
+        by_prewarm: bool,
     ) -> Result<(Arc<Worker>, Start), RuntimeError> {
         let now = self.now_ms();
         let warm = lock(&self.inner.resident)
@@ -556,7 +579,12 @@ impl Runtime {
             .cloned();
         if let Some(w) = warm {
             if self.still_current(&w, now) {
-                return Ok((w, Start::Warm));
+                let start = if !by_prewarm && w.take_prewarmed() {
+                    Start::Prewarmed
+                } else {
+                    Start::Warm
+                };
+                return Ok((w, start));
             }
             // Redeployed (maybe through another node sharing the store).
             self.invalidate(script_id);
@@ -570,6 +598,10 @@ impl Runtime {
             .get_or_try_init(|| async {
                 loaded_here = true;
                 let w = self.load(script_id, timing).await?;
+                if by_prewarm {
+                    w.mark_prewarmed();
+                    Stats::bump(&self.inner.stats.prewarm_loads);
+                }
                 let ev = lock(&self.inner.resident).insert(
                     script_id.to_string(),
                     w.clone(),
@@ -590,7 +622,59 @@ impl Runtime {
                 loading.remove(script_id);
             }
         }
-        Ok((result?, Start::Cold))
+        let w = result?;
+        // A request that waited for a prewarm's load did not load it either.
+        let start = if !loaded_here && !by_prewarm && w.take_prewarmed() {
+            Start::Prewarmed
+        } else {
+            Start::Cold
+        };
+        Ok((w, start))
+    }
+
+    /// Prepares `script_id` for its next request without serving one: what
+    /// a cold start runs before the handler (fetch, compile or load the
+    /// artifact, instantiate with the top-level code under the startup CPU
+    /// budget), leaving the Worker resident with an idle instance. The
+    /// first request after it reports `x-hearth-start: prewarmed` and no
+    /// fetch or compile phase. Concurrent prewarms and requests share one
+    /// load. It takes no request slot (the caller bounds how many run at
+    /// once), and it never evicts a busier Worker: a Worker that does not
+    /// fit without doing so is not loaded ([`Prewarm::NoRoom`]).
+    pub async fn prewarm(&self, script_id: &str) -> Result<Prewarm, RuntimeError> {
+        if !valid_script_id(script_id) {
+            return Err(RuntimeError::UnknownScript(script_id.into()));
+        }
+        if !self.is_warm(script_id) {
+            // Its real size, read off the async path (a prewarm can wait;
+            // unlike `can_host` it never guesses).
+            let rt = self.clone();
+            let id = script_id.to_string();
+            let meta = tokio::task::spawn_blocking(move || rt.inner.store.meta(&id))
+                .await
+                .map_err(|e| RuntimeError::Load {
+                    script_id: script_id.into(),
+                    message: e.to_string(),
+                })?
+                .map_err(|e| RuntimeError::Load {
+                    script_id: script_id.into(),
+                    message: e.to_string(),
+                })?
+                .ok_or_else(|| RuntimeError::UnknownScript(script_id.into()))?;
+            if !self.fits(meta.size) {
+                return Ok(Prewarm::NoRoom);
+            }
+        }
+        let mut timing = Timing::default();
+        let (worker, start) = self.worker(script_id, &mut timing, true).await?;
+        worker.prewarm_instance().await?;
+        let bytes = worker.bytes();
+        let ev = lock(&self.inner.resident).set_bytes(&script_id.to_string(), bytes);
+        self.count(ev);
+        Ok(match start {
+            Start::Cold => Prewarm::Loaded,
+            Start::Warm | Start::Prewarmed => Prewarm::AlreadyWarm,
+        })
     }
 
     /// Serves `req` with Worker `script_id`.
@@ -610,10 +694,11 @@ impl Runtime {
             self.sweep_idle();
         }
         let mut timing = Timing::default();
-        let (worker, start) = self.worker(script_id, &mut timing).await?;
+        let (worker, start) = self.worker(script_id, &mut timing, false).await?;
         Stats::bump(match start {
             Start::Cold => &inner.stats.cold,
             Start::Warm => &inner.stats.warm,
+            Start::Prewarmed => &inner.stats.prewarmed,
         });
         let t = Instant::now();
         let (response, started) = worker.serve(req).await?;

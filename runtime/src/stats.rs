@@ -12,6 +12,8 @@ pub struct Stats {
     pub(crate) requests: AtomicU64,
     pub(crate) warm: AtomicU64,
     pub(crate) cold: AtomicU64,
+    pub(crate) prewarmed: AtomicU64,
+    pub(crate) prewarm_loads: AtomicU64,
     pub(crate) startup_failures: AtomicU64,
     pub(crate) cpu_kills: AtomicU64,
     pub(crate) memory_kills: AtomicU64,
@@ -61,6 +63,11 @@ pub struct StatsSnapshot {
     pub warm: u64,
     /// Requests that had to load their Worker.
     pub cold: u64,
+    /// Requests that found their Worker warm because a prewarm loaded it
+    /// (the first request after each such load).
+    pub prewarmed: u64,
+    /// Workers loaded by a prewarm rather than by a request.
+    pub prewarm_loads: u64,
     /// Instantiations that failed (startup CPU budget, traps in init).
     pub startup_failures: u64,
     /// Requests stopped at their CPU limit.
@@ -135,6 +142,8 @@ impl StatsSnapshot {
             requests: g(&s.requests),
             warm: g(&s.warm),
             cold: g(&s.cold),
+            prewarmed: g(&s.prewarmed),
+            prewarm_loads: g(&s.prewarm_loads),
             startup_failures: g(&s.startup_failures),
             cpu_kills: g(&s.cpu_kills),
             memory_kills: g(&s.memory_kills),

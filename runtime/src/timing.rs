@@ -6,7 +6,9 @@
 //! budget) and the *handler* (the first invocation, until the response head).
 //! A warm request runs only the handler, or instantiate + handler when it
 //! needs a new instance of a warm Worker. Each response carries the phases
-//! that ran as a `server-timing` header and `x-hearth-start: cold|warm`.
+//! that ran as a `server-timing` header and `x-hearth-start: cold|warm`, or
+//! `prewarmed` for the first request to a Worker that a prewarm (from a TLS
+//! ClientHello's SNI) loaded and instantiated ahead of it.
 
 use std::fmt::Write;
 use std::time::Duration;
@@ -26,14 +28,18 @@ pub enum Start {
     Cold,
     /// The Worker was resident.
     Warm,
+    /// The Worker was loaded by a prewarm, not by a request, and this is
+    /// the first request to use it: no fetch or compile phase ran for it.
+    Prewarmed,
 }
 
 impl Start {
-    /// `cold` or `warm`.
+    /// `cold`, `warm` or `prewarmed`.
     pub fn as_str(self) -> &'static str {
         match self {
             Start::Cold => "cold",
             Start::Warm => "warm",
+            Start::Prewarmed => "prewarmed",
         }
     }
 }

@@ -91,6 +91,9 @@ pub(crate) struct Worker {
     /// Set once a reused instance failed to answer: fresh instances only
     /// from then on (see [`crate::lifecycle`]).
     demoted: AtomicBool,
+    /// Set when a prewarm loaded this Worker; the first request to find it
+    /// takes it and reports `prewarmed` ([`crate::Start::Prewarmed`]).
+    prewarmed: AtomicBool,
     idle: Mutex<Vec<Instance>>,
     permits: Arc<Semaphore>,
     instance_bytes: Arc<AtomicU64>,
@@ -137,6 +140,7 @@ impl Worker {
             code_bytes,
             reuse,
             demoted: AtomicBool::new(false),
+            prewarmed: AtomicBool::new(false),
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(reuse.max_concurrency.max(1))),
             instance_bytes: Arc::new(AtomicU64::new(0)),
@@ -161,6 +165,35 @@ impl Worker {
     /// linear memories.
     pub(crate) fn bytes(&self) -> u64 {
         self.code_bytes + self.instance_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Marks this Worker as loaded by a prewarm.
+    pub(crate) fn mark_prewarmed(&self) {
+        self.prewarmed.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a prewarm loaded this Worker and no request has used it
+    /// yet; true once.
+    pub(crate) fn take_prewarmed(&self) -> bool {
+        self.prewarmed.load(Ordering::Relaxed) && self.prewarmed.swap(false, Ordering::Relaxed)
+    }
+
+    /// Starts an instance ahead of any request and parks it idle, so the
+    /// next request skips instantiation (the top-level code runs now,
+    /// under the startup budget). Nothing to do if one is idle already, or
+    /// if instances are not kept between requests.
+    pub(crate) async fn prewarm_instance(&self) -> Result<(), RuntimeError> {
+        let have_idle = !self
+            .idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty();
+        if have_idle || self.reuse.idle_ttl.is_zero() {
+            return Ok(());
+        }
+        let (inst, _) = self.start_instance().await?;
+        self.put_idle(inst);
+        Ok(())
     }
 
     fn take_idle(&self) -> Option<Instance> {
@@ -323,7 +356,9 @@ impl Worker {
             }
             drop(slots);
         });
-        let reused = started.is_none();
+        // An instance that served before (not one just started, nor one a
+        // prewarm parked unused) is a reused one.
+        let reused = inst.served > 0;
         let hooks = crate::nested::Outbound {
             caller: Some(Arc::new(crate::nested::Caller {
                 script_id: self.script_id.clone(),

@@ -158,6 +158,22 @@ interface ShardServer {
   # nothing ran) or `unimplemented` (a home that predates this method).
   call @1 (scriptId :Text, context :ContextStack, lazy :Worker,
            head :RequestHead, body :Data, response :ResponseSink) -> CallAnswer;
+
+  # Asks the home to get `scriptId` ready for a request that is probably on
+  # its way (a client's TLS ClientHello named it in its SNI): what a cold
+  # start runs before the handler, without serving anything. Best effort:
+  # the home bounds its prewarms and may drop this one. Returns when the
+  # Worker is ready or the home gave up.
+  prewarm @2 (scriptId :Text) -> (outcome :PrewarmOutcome);
+}
+
+# What a home did with a `prewarm`.
+enum PrewarmOutcome {
+  loaded @0;        # loaded and instantiated for it
+  alreadyWarm @1;   # it was resident already
+  dropped @2;       # not done: the home's prewarms are at their cap, one for
+                    # this Worker is already running, or memory is short
+  failed @3;        # no such Worker here, or it failed to load or start
 }
 
 # A small complete response, carried whole.

@@ -8,8 +8,11 @@
 //! connections would be dropped: sharding switched off from outside. The
 //! gate keeps three rules:
 //!
-//! * **per source**: one IP address has at most [`MAX_PENDING_PER_SOURCE`]
-//!   handshakes pending; more from it are closed at once;
+//! * **per source**: one source has at most [`MAX_PENDING_PER_SOURCE`]
+//!   handshakes pending; more from it are closed at once. A source is an
+//!   IPv4 address, or an IPv6 /64 prefix: one host or network is handed a
+//!   whole /64, so counting IPv6 addresses one by one would let a single
+//!   attacker have as many shares as it likes;
 //! * **in total**: at most [`MAX_PENDING_HANDSHAKES`] are pending; when a new
 //!   connection arrives at a full gate, the *oldest* pending handshake gives
 //!   way (it is closed), not the newcomer. A member's handshake takes a
@@ -76,6 +79,7 @@ impl HandshakeGate {
     /// A slot for a new connection from `source`, closing the oldest pending
     /// handshake if the gate is full.
     pub fn admit(&self, source: IpAddr) -> Result<Slot, Refusal> {
+        let source = source_of(source);
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let from_source = state.per_source.get(&source).copied().unwrap_or(0);
         if from_source >= MAX_PENDING_PER_SOURCE {
@@ -140,6 +144,20 @@ impl Drop for Slot {
     }
 }
 
+/// The source an address counts against: an IPv4 address (also when it
+/// arrives IPv4-mapped), or the /64 prefix of an IPv6 one.
+fn source_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(
+                u128::from(v6) & !((1u128 << 64) - 1),
+            )),
+        },
+    }
+}
+
 fn release(per_source: &mut HashMap<IpAddr, usize>, source: IpAddr) {
     if let Some(n) = per_source.get_mut(&source) {
         *n -= 1;
@@ -170,6 +188,36 @@ mod tests {
             gate.admit(ip(1)).is_ok(),
             "a finished handshake frees its slot"
         );
+    }
+
+    #[test]
+    fn an_ipv6_source_is_its_64_prefix() {
+        let gate = HandshakeGate::default();
+        let addr = |host: u64| {
+            IpAddr::from(std::net::Ipv6Addr::from(
+                (0x2001_0db8_0000_0001u128 << 64) | u128::from(host),
+            ))
+        };
+        let _slots: Vec<Slot> = (0..MAX_PENDING_PER_SOURCE as u64)
+            .map(|host| gate.admit(addr(host)).expect("within the share"))
+            .collect();
+        assert_eq!(
+            gate.admit(addr(0xdead_beef)).err(),
+            Some(Refusal::SourceBusy),
+            "another address of the same /64 is the same source"
+        );
+        let elsewhere = IpAddr::from(std::net::Ipv6Addr::from(0x2001_0db8_0000_0002u128 << 64));
+        assert!(
+            gate.admit(elsewhere).is_ok(),
+            "another /64 is another source"
+        );
+        // An IPv4-mapped address counts as its IPv4 address.
+        let v4: IpAddr = "192.0.2.7".parse().expect("ip");
+        let mapped: IpAddr = "::ffff:192.0.2.7".parse().expect("ip");
+        let _v4: Vec<Slot> = (0..MAX_PENDING_PER_SOURCE)
+            .map(|_| gate.admit(v4).expect("within the share"))
+            .collect();
+        assert_eq!(gate.admit(mapped).err(), Some(Refusal::SourceBusy));
     }
 
     #[tokio::test]

@@ -34,4 +34,39 @@ pub trait LocalWorkers: Send + Sync + 'static {
     /// Whether this node has memory to host `script_id` without evicting
     /// Workers busier than it (always true when it is already warm).
     fn can_host(&self, script_id: &str) -> bool;
+
+    /// Gets `script_id` ready for a request that is probably coming (load,
+    /// instantiate) without serving one, within the node's own bounds on
+    /// prewarms. A host that does not prewarm drops every hint, which is
+    /// what the default does.
+    fn prewarm(&self, script_id: &str) -> BoxFuture<'static, PrewarmOutcome> {
+        let _ = script_id;
+        Box::pin(std::future::ready(PrewarmOutcome::Dropped))
+    }
+}
+
+/// What a prewarm did (as a home answers `ShardServer.prewarm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrewarmOutcome {
+    /// The Worker was loaded and instantiated for it.
+    Loaded,
+    /// The Worker was resident already.
+    AlreadyWarm,
+    /// Not done: prewarms at their cap, one already running for this
+    /// Worker, or memory short.
+    Dropped,
+    /// No such Worker, or it failed to load or start.
+    Failed,
+}
+
+impl PrewarmOutcome {
+    /// Lowercase name, for logs and metrics labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrewarmOutcome::Loaded => "loaded",
+            PrewarmOutcome::AlreadyWarm => "already_warm",
+            PrewarmOutcome::Dropped => "dropped",
+            PrewarmOutcome::Failed => "failed",
+        }
+    }
 }

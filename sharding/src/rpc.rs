@@ -40,9 +40,11 @@
 //! the oldest giving way to a newcomer ([`crate::handshake_gate`]), so idle
 //! sockets cannot crowd out the members' connections.
 //! A peer's calls left unanswered on a connection are bounded
-//! ([`RpcConfig::max_unanswered_bytes`]): past it the connection stops
-//! reading, so a peer that ignores flow control waits instead of filling
-//! this node's memory.
+//! ([`RpcConfig::max_unanswered_bytes`]), and so are a member's over all
+//! its connections ([`RpcConfig::max_unanswered_bytes_per_member`]): past
+//! either, the connection stops reading, so a peer that ignores flow
+//! control waits instead of filling this node's memory, however many
+//! connections it opens.
 //! Messages larger than [`RpcConfig::max_message_bytes`] are refused before
 //! they are buffered; a malformed message or a protocol error fails that
 //! connection only (capnp-rpc aborts it), and its requests become 502s or
@@ -71,13 +73,13 @@ use tokio_rustls::TlsAcceptor;
 use crate::context_stack::ContextStack;
 use crate::handshake_gate::{HandshakeGate, Refusal, Slot};
 use crate::inline::{Gathered, MAX_INLINE_BODY_BYTES, gather};
-use crate::local::{Body, LocalWorkers};
+use crate::local::{Body, LocalWorkers, PrewarmOutcome};
 use crate::local_fetch::{WorkerHost, closed_signal, full_body};
 use crate::overload::{OverloadConfig, OverloadGate, OverloadStats};
 use crate::shard_client::{self, ClientCounters, ClientEnv, ForwardJob, PeerConn};
 use crate::shard_server::{ServerShared, ShardServerImpl};
 use crate::tls::NodeTls;
-use crate::transport::{self, CountingStream, MessageCounts, PeerTls, WireCounters};
+use crate::transport::{self, CountingStream, MemberBudget, MessageCounts, PeerTls, WireCounters};
 
 pub use crate::byte_stream::BodyStreamError;
 pub use crate::shard_client::{ForwardOutcome, Forwarded, MAX_SPECULATIVE_BODY_BYTES};
@@ -120,6 +122,11 @@ pub struct RpcConfig {
     /// stops reading from that peer (default 64 MiB): the bound on what a
     /// peer that ignores flow control can make this node buffer.
     pub max_unanswered_bytes: usize,
+    /// Bytes of one member's calls all its connections together may hold
+    /// unanswered (default 256 MiB): past it, each of them stops reading,
+    /// so a member gains nothing by opening more connections. A member is
+    /// a cluster certificate.
+    pub max_unanswered_bytes_per_member: usize,
 }
 
 impl RpcConfig {
@@ -136,6 +143,7 @@ impl RpcConfig {
             max_message_bytes: 4 * 1024 * 1024,
             speculative_body_bytes: MAX_SPECULATIVE_BODY_BYTES,
             max_unanswered_bytes: 64 * 1024 * 1024,
+            max_unanswered_bytes_per_member: 256 * 1024 * 1024,
         }
     }
 }
@@ -195,8 +203,14 @@ pub struct RpcStats {
     /// message).
     pub unanswered_peak: u64,
     /// Times a connection stopped reading because its peer's unanswered
-    /// calls reached [`RpcConfig::max_unanswered_bytes`].
+    /// calls reached [`RpcConfig::max_unanswered_bytes`] (or its member's
+    /// reached [`RpcConfig::max_unanswered_bytes_per_member`]).
     pub reads_paused: u64,
+    /// The most bytes one member's calls held unanswered at once over all
+    /// its connections (bounded by
+    /// [`RpcConfig::max_unanswered_bytes_per_member`] plus one message per
+    /// connection).
+    pub member_unanswered_peak: u64,
     /// RPC messages sent on connections this node opened, by kind.
     pub client_messages_sent: MessageCounts,
     /// RPC messages received on connections this node opened, by kind.
@@ -223,12 +237,18 @@ struct NodeCounters {
     handshakes_shed: AtomicU64,
     client_wire: Arc<WireCounters>,
     server_wire: Arc<WireCounters>,
+    member_unanswered_peak: Arc<AtomicU64>,
 }
 
 enum Command {
     Inbound(Box<Inbound>),
     Run(Box<dyn FnOnce() + Send>),
     Forward(Box<ForwardJob>, Reply),
+    Prewarm(
+        crate::ring::Node,
+        String,
+        oneshot::Sender<Result<PrewarmOutcome, String>>,
+    ),
 }
 
 /// A TCP connection from a peer, before its TLS handshake.
@@ -250,6 +270,34 @@ struct NodeShared {
     host: WorkerHost,
     server: Arc<ServerShared>,
     counters: NodeCounters,
+    /// The unanswered-bytes budget of each member connected now, by the
+    /// hash of its certificate (a member is a certificate).
+    members: Mutex<HashMap<[u8; 32], std::sync::Weak<MemberBudget>>>,
+}
+
+impl NodeShared {
+    /// The budget shared by every connection of the member at the other
+    /// end of `tls` (see [`RpcConfig::max_unanswered_bytes_per_member`]).
+    fn member_budget(&self, tls: &PeerTls) -> Arc<MemberBudget> {
+        let key = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .map(|leaf| *blake3::hash(leaf.as_ref()).as_bytes())
+            .unwrap_or_default();
+        let mut members = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(budget) = members.get(&key).and_then(std::sync::Weak::upgrade) {
+            return budget;
+        }
+        members.retain(|_, b| b.strong_count() > 0);
+        let budget = Arc::new(MemberBudget::new(
+            self.config.max_unanswered_bytes_per_member,
+            self.counters.member_unanswered_peak.clone(),
+        ));
+        members.insert(key, Arc::downgrade(&budget));
+        budget
+    }
 }
 
 struct NodeInner {
@@ -318,6 +366,7 @@ impl RpcNode {
             host,
             server,
             counters: NodeCounters::default(),
+            members: Mutex::new(HashMap::new()),
         });
         let (shutdown, _) = watch::channel(false);
         let mut senders = Vec::with_capacity(threads);
@@ -481,6 +530,33 @@ impl RpcNode {
         }
     }
 
+    /// Asks `home` to prewarm `script_id` (`ShardServer.prewarm`) and
+    /// returns what it did, or why it could not be asked (unreachable, or
+    /// no answer within [`PREWARM_TIMEOUT`]). Runs on the RPC thread that
+    /// owns this node's connection to `home`.
+    pub async fn prewarm(
+        &self,
+        home: &crate::ring::Node,
+        script_id: &str,
+    ) -> Result<PrewarmOutcome, String> {
+        let index = current_thread_of(&self.inner.shared)
+            .unwrap_or_else(|| thread_for(&home.id, self.inner.threads.len()));
+        let thread = self
+            .inner
+            .threads
+            .get(index)
+            .ok_or_else(|| "no RPC thread".to_string())?;
+        let (reply, result) = oneshot::channel();
+        thread
+            .send(Command::Prewarm(home.clone(), script_id.to_string(), reply))
+            .map_err(|_| "the RPC layer is shut down".to_string())?;
+        match tokio::time::timeout(PREWARM_TIMEOUT, result).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => Err("the RPC layer stopped".into()),
+            Err(_) => Err(format!("no answer within {PREWARM_TIMEOUT:?}")),
+        }
+    }
+
     async fn serve_here(&self, job: ForwardJob, reason: String) -> Forwarded {
         let hop = job.started.elapsed();
         let mut request = job.request;
@@ -533,6 +609,7 @@ impl RpcNode {
                 .unanswered_peak()
                 .max(c.server_wire.unanswered_peak()),
             reads_paused: c.client_wire.reads_paused() + c.server_wire.reads_paused(),
+            member_unanswered_peak: c.member_unanswered_peak.load(Ordering::Relaxed),
             client_messages_sent: c.client_wire.messages_sent(),
             client_messages_received: c.client_wire.messages_received(),
             server_messages_sent: c.server_wire.messages_sent(),
@@ -566,6 +643,34 @@ impl RpcNode {
         })
         .await;
     }
+}
+
+/// How long [`RpcNode::prewarm`] waits for a home's answer (a compile
+/// from source can take seconds; the answer only feeds counters).
+pub const PREWARM_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Sends `ShardServer.prewarm` for `script_id` to `home` on this RPC
+/// thread.
+async fn send_prewarm(
+    state: Rc<ThreadState>,
+    home: crate::ring::Node,
+    script_id: String,
+) -> Result<PrewarmOutcome, String> {
+    use crate::schema::hearth_capnp::PrewarmOutcome as W;
+    let peer = state.peer(&home).await?;
+    let mut request = peer.shard.prewarm_request();
+    request.get().set_script_id(script_id.as_str());
+    let response = request.send().promise.await.map_err(|e| e.to_string())?;
+    let outcome = response
+        .get()
+        .and_then(|r| r.get_outcome().map_err(capnp::Error::from))
+        .map_err(|e| e.to_string())?;
+    Ok(match outcome {
+        W::Loaded => PrewarmOutcome::Loaded,
+        W::AlreadyWarm => PrewarmOutcome::AlreadyWarm,
+        W::Dropped => PrewarmOutcome::Dropped,
+        W::Failed => PrewarmOutcome::Failed,
+    })
 }
 
 fn thread_for(home: &crate::ring::NodeId, threads: usize) -> usize {
@@ -648,6 +753,12 @@ fn rpc_thread(
                 None => break,
                 Some(Command::Inbound(inbound)) => state.handshake(*inbound),
                 Some(Command::Run(work)) => work(),
+                Some(Command::Prewarm(home, script_id, reply)) => {
+                    let state = state.clone();
+                    tokio::task::spawn_local(async move {
+                        let _ = reply.send(send_prewarm(state, home, script_id).await);
+                    });
+                }
                 Some(Command::Forward(job, reply)) => {
                     let state = state.clone();
                     tokio::task::spawn_local(async move {
@@ -777,12 +888,14 @@ impl ThreadState {
     fn serve_inbound(self: &Rc<Self>, tls: PeerTls) {
         let id = self.new_id();
         self.remember_socket(id, &tls);
+        let member = self.shared.member_budget(&tls);
         let stream = CountingStream::new(tls, self.shared.counters.server_wire.clone());
         let network = transport::two_party(
             stream,
             Side::Server,
             self.shared.config.max_message_bytes,
             self.shared.config.max_unanswered_bytes,
+            Some(member),
             self.shared.counters.server_wire.clone(),
         );
         let (closed_tx, closed) = closed_signal();
@@ -860,6 +973,7 @@ impl ThreadState {
             Side::Client,
             config.max_message_bytes,
             config.max_unanswered_bytes,
+            None,
             self.shared.counters.client_wire.clone(),
         );
         let mut rpc = RpcSystem::new(network, None);

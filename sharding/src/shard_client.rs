@@ -58,12 +58,15 @@
 //!
 //! # Failures (streaming protocol)
 //!
-//! When nothing can have run on the home (connect error, TLS failure, an
-//! error the home raised in `dispatch`), the request is served here like a
-//! refusal: [`ForwardOutcome::Unavailable`], no error for the user. Once
-//! the home may have started the request (it accepted, or `dispatch` and
-//! the pipelined `fetch` were sent and then the connection was lost or no
-//! answer came within [`crate::rpc::RpcConfig::dispatch_timeout`]), it is
+//! When nothing can have run on the home (connect error, TLS failure, a
+//! home without the method), the request is served here like a refusal:
+//! [`ForwardOutcome::Unavailable`], no error for the user. A home that
+//! cannot take a `dispatch` it received (even a malformed one) refuses it
+//! with `lazy`; any error instead of an answer may be the connection
+//! ending after the home read `dispatch` and `fetch`. Once the home may
+//! have started the request (it accepted, or `dispatch` and the pipelined
+//! `fetch` were sent and then an error or no answer came within
+//! [`crate::rpc::RpcConfig::dispatch_timeout`]), it is
 //! not replayed, because requests need not be idempotent: the user gets a
 //! clear 502 ([`ForwardOutcome::FailedAfterAccept`]) and the questions are
 //! dropped, which cancels the request on the home if it is running there.
@@ -105,12 +108,12 @@ pub enum ForwardOutcome {
     /// ([`Route::Fallback`]). The Worker is now warm here: keep serving it
     /// locally until it is evicted.
     Refused,
-    /// Nothing can have run on the home (no connection, a TLS failure, an
-    /// error it raised in `dispatch`), and this node served it
+    /// Nothing can have run on the home (no connection, a TLS failure, a
+    /// home without the method), and this node served it
     /// ([`Route::Fallback`]).
     Unavailable(String),
-    /// The home accepted (or may have: no answer in time, connection lost
-    /// before the answer), then failed before its response head; the user
+    /// The home accepted (or may have: no answer in time, or an error
+    /// instead of the answer, such as a lost connection), then failed before its response head; the user
     /// got a 502, never a second execution ([`Route::Sharded`]: the home
     /// was the one serving).
     FailedAfterAccept(String),
@@ -439,18 +442,22 @@ pub(crate) async fn forward(
         .speculative_bytes_sent
         .fetch_add(spec.sent as u64, Ordering::Relaxed);
 
-    // Only the home's own answer tells that nothing ran there: a refusal,
-    // or an error it raised in `dispatch` (the pipelined `fetch` then fails
-    // unrun). No answer in time, or a connection lost before the answer,
-    // means the home may have started the request: a 502, never a replay.
+    // Only the home's own answer tells that nothing ran there: a refusal
+    // (a home that cannot take a dispatch, for whatever reason, hands back
+    // `lazy`). An error cannot tell: a connection that ends (a crash, a
+    // reset, an end of stream without TLS close, an abort the peer sends)
+    // fails every open question with an error of any kind, and by then the
+    // home may have read `dispatch` and `fetch` and started the request.
+    // So no answer in time, or any error but "unimplemented" (a method the
+    // home does not have never ran), is a 502, never a replay.
     let may_have_started = match &answer {
         Err(_elapsed) => Some(format!(
             "no answer to dispatch within {:?}",
             env.dispatch_timeout
         )),
-        Ok(Err(e)) if e.kind == capnp::ErrorKind::Disconnected => Some(format!(
-            "the connection was lost before the home answered: {e}"
-        )),
+        Ok(Err(e)) if e.kind != capnp::ErrorKind::Unimplemented => {
+            Some(format!("the home's answer to dispatch never came: {e}"))
+        }
         _ => None,
     };
     if let Some(reason) = may_have_started {

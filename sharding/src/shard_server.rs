@@ -78,10 +78,24 @@ impl ShardServerImpl {
         mut results: shard_server::DispatchResults,
     ) -> Result<(), capnp::Error> {
         let p = params.get()?;
-        let script_id = read_script_id(p.get_script_id()?)?;
-        let context = context_stack::read_context(p.get_context()?)
-            .map_err(|e| capnp::Error::failed(e.to_string()))?;
         let lazy = p.get_lazy()?;
+        // What cannot be taken is refused with `lazy`, not failed: an error
+        // would not tell the caller that nothing ran here (see
+        // `shard_client`), a refusal does.
+        let read = || -> Result<(String, ContextStack), capnp::Error> {
+            let script_id = read_script_id(p.get_script_id()?)?;
+            let context = context_stack::read_context(p.get_context()?)
+                .map_err(|e| capnp::Error::failed(e.to_string()))?;
+            Ok((script_id, context))
+        };
+        let (script_id, context) = match read() {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::debug!(error = %e, "refusing a dispatch that cannot be read");
+                results.get().set_worker(lazy);
+                return Ok(());
+            }
+        };
 
         let local = &self.shared.host.local;
         match self
@@ -193,6 +207,33 @@ fn micros_since(t: Instant) -> u64 {
 }
 
 impl shard_server::Server for ShardServerImpl {
+    /// Runs the node's prewarm (bounded by the node, see
+    /// [`crate::local::LocalWorkers::prewarm`]) and answers with what it
+    /// did. A peer that closes the connection cancels nothing: a load that
+    /// has started finishes, as it would for the next request.
+    fn prewarm(
+        self: capnp::capability::Rc<Self>,
+        params: shard_server::PrewarmParams,
+        mut results: shard_server::PrewarmResults,
+    ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
+        let started = params
+            .get()
+            .and_then(|p| read_script_id(p.get_script_id()?))
+            .map(|id| self.shared.host.local.prewarm(&id));
+        async move {
+            use crate::local::PrewarmOutcome as O;
+            use crate::schema::hearth_capnp::PrewarmOutcome as W;
+            let outcome = match started?.await {
+                O::Loaded => W::Loaded,
+                O::AlreadyWarm => W::AlreadyWarm,
+                O::Dropped => W::Dropped,
+                O::Failed => W::Failed,
+            };
+            results.get().set_outcome(outcome);
+            Ok(())
+        }
+    }
+
     fn dispatch(
         self: capnp::capability::Rc<Self>,
         params: shard_server::DispatchParams,

@@ -332,6 +332,7 @@ pub(crate) fn two_party<S>(
     side: Side,
     max_message_bytes: usize,
     max_unanswered_bytes: usize,
+    member: Option<Arc<MemberBudget>>,
     counters: Arc<WireCounters>,
 ) -> Box<dyn capnp_rpc::VatNetwork<Side>>
 where
@@ -350,9 +351,56 @@ where
         urgent,
         unanswered: Rc::new(Unanswered {
             limit: max_unanswered_bytes,
-            ..Unanswered::default()
+            bytes: Default::default(),
+            by_question: Default::default(),
+            freed: tokio::sync::Notify::new(),
+            member,
         }),
     })
+}
+
+/// What one member (one cluster certificate) may hold unanswered over all
+/// its connections to this node: the bound [`Unanswered`] keeps per
+/// connection, kept for the member as a whole, so opening more connections
+/// gives a peer no more room. Shared by that member's connections on every
+/// RPC thread.
+#[derive(Debug)]
+pub(crate) struct MemberBudget {
+    limit: usize,
+    bytes: std::sync::atomic::AtomicUsize,
+    freed: tokio::sync::Notify,
+    /// The node's record of the most any member held at once.
+    peak: Arc<AtomicU64>,
+}
+
+impl MemberBudget {
+    /// A budget of `limit` bytes, reporting its high-water mark to `peak`.
+    pub(crate) fn new(limit: usize, peak: Arc<AtomicU64>) -> Self {
+        MemberBudget {
+            limit,
+            bytes: Default::default(),
+            freed: tokio::sync::Notify::new(),
+            peak,
+        }
+    }
+
+    fn add(&self, size: usize) {
+        let now = self.bytes.fetch_add(size, Ordering::Relaxed) + size;
+        self.peak.fetch_max(now as u64, Ordering::Relaxed);
+    }
+
+    fn sub(&self, size: usize) {
+        let _ = self
+            .bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                Some(b.saturating_sub(size))
+            });
+        self.freed.notify_waiters();
+    }
+
+    fn full(&self) -> bool {
+        self.bytes.load(Ordering::Relaxed) >= self.limit
+    }
 }
 
 /// The calls a peer has sent on one connection that this side has not
@@ -369,12 +417,16 @@ where
 /// this side gives, and some answers wait for the peer's own answers (a
 /// response sent to its sink), so a pause longer than [`MAX_READ_PAUSE`]
 /// fails the connection instead of waiting forever.
-#[derive(Default)]
+///
+/// On a connection a member opened to this node, the same bytes also count
+/// against that member's [`MemberBudget`], and reading pauses while either
+/// is full.
 struct Unanswered {
     limit: usize,
     bytes: std::cell::Cell<usize>,
     by_question: std::cell::RefCell<std::collections::HashMap<u32, usize>>,
     freed: tokio::sync::Notify,
+    member: Option<Arc<MemberBudget>>,
 }
 
 impl Unanswered {
@@ -383,8 +435,14 @@ impl Unanswered {
             // A question ID reused before its answer: a protocol error the
             // RPC system reports; keep the books straight meanwhile.
             self.bytes.set(self.bytes.get().saturating_sub(old));
+            if let Some(m) = &self.member {
+                m.sub(old);
+            }
         }
         self.bytes.set(self.bytes.get() + size);
+        if let Some(m) = &self.member {
+            m.add(size);
+        }
         self.bytes.get()
     }
 
@@ -392,6 +450,9 @@ impl Unanswered {
         if let Some(size) = self.by_question.borrow_mut().remove(&question) {
             self.bytes.set(self.bytes.get().saturating_sub(size));
             self.freed.notify_waiters();
+            if let Some(m) = &self.member {
+                m.sub(size);
+            }
         }
     }
 
@@ -402,19 +463,46 @@ impl Unanswered {
         let mut counted = false;
         loop {
             let freed = self.freed.notified();
-            if self.bytes.get() < self.limit {
+            let member_freed = self.member.as_ref().map(|m| m.freed.notified());
+            let member_full = self.member.as_ref().is_some_and(|m| m.full());
+            if self.bytes.get() < self.limit && !member_full {
                 return Ok(());
             }
             if !counted {
                 counters.reads_paused.fetch_add(1, Ordering::Relaxed);
                 counted = true;
             }
-            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+            let either = async {
+                match member_freed {
+                    Some(m) => {
+                        tokio::select! {
+                            () = freed => {}
+                            () = m => {}
+                        }
+                    }
+                    None => freed.await,
+                }
+            };
+            if tokio::time::timeout_at(deadline, either).await.is_err() {
                 return Err(capnp::Error::overloaded(format!(
-                    "the peer's unanswered calls stayed over {} bytes for {MAX_READ_PAUSE:?}",
-                    self.limit
+                    "the peer's unanswered calls stayed over their limit ({} bytes on this \
+                     connection{}) for {MAX_READ_PAUSE:?}",
+                    self.limit,
+                    self.member
+                        .as_ref()
+                        .map(|m| format!(", {} over all its connections", m.limit))
+                        .unwrap_or_default()
                 )));
             }
+        }
+    }
+}
+
+impl Drop for Unanswered {
+    /// A connection that ends gives its member back what it held.
+    fn drop(&mut self) {
+        if let Some(m) = &self.member {
+            m.sub(self.bytes.get());
         }
     }
 }

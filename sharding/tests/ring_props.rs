@@ -296,3 +296,100 @@ fn shared_ring_swaps_for_every_reader() {
     assert_eq!(*held, three, "an already loaded ring is unaffected");
     assert!(SharedRing::default().load().is_empty());
 }
+
+/// A change of membership in a fuzzed sequence.
+#[derive(Debug, Clone)]
+enum Change {
+    /// A node with this ID (reused IDs rejoin) and weight joins; a node
+    /// already in joins again with its new weight (a restart).
+    Join(String, u32),
+    /// The node at this index of the current membership leaves.
+    Leave(Index),
+}
+
+fn change() -> impl Strategy<Value = Change> {
+    prop_oneof![
+        3 => ("[a-e][0-9]?", 1u32..=3).prop_map(|(id, w)| Change::Join(id, w)),
+        2 => any::<Index>().prop_map(Change::Leave),
+    ]
+}
+
+/// Cases for the fuzz target: `PROPTEST_CASES` for a long run, else 64.
+fn fuzz_cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: fuzz_cases(), ..ProptestConfig::default() })]
+
+    /// Any sequence of joins, rejoins with a new weight and leaves keeps the
+    /// ring's invariants after every step: a home for every key while
+    /// anyone is a member, and only members are homes; the same membership
+    /// learned in another order gives the same homes; successors are
+    /// distinct members, home first; a join moves keys only to the joiner,
+    /// a leave moves only the leaver's keys, each to its old second
+    /// successor; an empty membership is an empty ring, not an error.
+    #[test]
+    fn fuzz_ring_any_sequence_of_joins_and_leaves_keeps_its_invariants(
+        changes in prop::collection::vec(change(), 1..40),
+        vnodes in 1u32..=32,
+        keys in prop::collection::vec("[a-z0-9-]{1,12}", 1..64),
+    ) {
+        let mut members: Vec<Node> = Vec::new();
+        let mut before = ring(Vec::new(), vnodes);
+        for (step, c) in changes.iter().enumerate() {
+            let (joined, left) = match c {
+                Change::Join(id, w) => {
+                    members.retain(|n| n.id.as_str() != id);
+                    members.push(Node::new(id.as_str(), addr(7000 + step as u16)).with_weight(*w));
+                    (Some(NodeId::new(id.as_str())), None)
+                }
+                Change::Leave(i) if !members.is_empty() => {
+                    let gone = members.remove(i.index(members.len()));
+                    (None, Some(gone.id))
+                }
+                Change::Leave(_) => (None, None),
+            };
+            let after = ring(members.clone(), vnodes);
+            let mut reversed = members.clone();
+            reversed.reverse();
+            prop_assert_eq!(&after, &ring(reversed, vnodes));
+            prop_assert_eq!(after.is_empty(), members.is_empty());
+            for key in &keys {
+                let home = home_id(&after, key);
+                prop_assert_eq!(home.is_some(), !members.is_empty());
+                if let Some(h) = &home {
+                    prop_assert!(after.contains(h), "home {} is not a member", h);
+                }
+                let succ = after.successors(key, 3);
+                let distinct: BTreeSet<_> = succ.iter().map(|n| n.id.clone()).collect();
+                prop_assert_eq!(distinct.len(), succ.len());
+                prop_assert_eq!(succ.first().map(|n| n.id.clone()), home.clone());
+                let old = home_id(&before, key);
+                if old != home && old.is_some() {
+                    match (&joined, &left) {
+                        // A pure join (not a reweighting) moves keys only
+                        // to the joiner.
+                        (Some(j), None) if !before.contains(j) => {
+                            prop_assert_eq!(home.as_ref(), Some(j), "key {} moved elsewhere", key);
+                        }
+                        (None, Some(l)) => {
+                            prop_assert_eq!(old.as_ref(), Some(l), "key {} of a staying node moved", key);
+                            let second = before.successors(key, 2).get(1).map(|n| n.id.clone());
+                            prop_assert_eq!(home.clone(), second);
+                        }
+                        // A reweighting moves keys to or from that node.
+                        (Some(j), None) => {
+                            prop_assert!(old.as_ref() == Some(j) || home.as_ref() == Some(j));
+                        }
+                        _ => prop_assert!(false, "key {} moved with no membership change", key),
+                    }
+                }
+            }
+            before = after;
+        }
+    }
+}

@@ -501,3 +501,334 @@ async fn a_member_that_ignores_flow_control_cannot_fill_the_homes_memory() {
     let _ = done_tx.send(());
     member.join().unwrap();
 }
+
+/// More connections give a flooding member no more room: what its calls
+/// hold unanswered is bounded over all its connections together, while
+/// another member is served as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_gains_no_memory_by_opening_more_connections() {
+    const PER_CONNECTION: usize = 1024 * 1024;
+    const PER_MEMBER: usize = 2 * 1024 * 1024;
+    const CONNECTIONS: usize = 4;
+    const CHUNK: usize = 64 * 1024;
+    const WRITES: usize = 24; // 1.5 MiB per connection, 6 MiB in all
+    let pki = Pki::new(&["a", "b", "c"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    let b = start_node(&pki, "b", |c| {
+        c.max_unanswered_bytes = PER_CONNECTION;
+        c.max_unanswered_bytes_per_member = PER_MEMBER;
+    })
+    .await;
+    b.workers
+        .hangs
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let (done_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let mut members = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let tls = transport::connect(
+            &b.home,
+            pki.tls("c").client_config(),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        let mut done = done_tx.subscribe();
+        members.push(hand_written_member(tls, move |shard| async move {
+            let mut dispatch = shard.dispatch_request();
+            dispatch.get().set_script_id("gate");
+            dispatch.get().set_lazy(capnp_rpc::new_client(Dummy));
+            let dispatch = dispatch.send();
+            let mut fetch = dispatch.pipeline.get_worker().fetch_request();
+            {
+                let mut head = fetch.get().init_head();
+                head.set_method("POST");
+                head.set_uri("/gate");
+            }
+            fetch.get().set_response(capnp_rpc::new_client(NoSink));
+            let fetch = fetch.send();
+            let stream = fetch.pipeline.get_request_body();
+            let chunk = vec![7u8; CHUNK];
+            let writes: Vec<_> = (0..WRITES)
+                .map(|_| {
+                    let mut w = stream.write_request();
+                    w.get().set_chunk(&chunk);
+                    w.send()
+                })
+                .collect();
+            let _ = done.recv().await;
+            drop((writes, dispatch.promise, fetch.promise));
+        }));
+    }
+    eventually("the home stops reading the flooding member", || {
+        b.rpc.stats().reads_paused >= 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stats = b.rpc.stats();
+    let held = stats.member_unanswered_peak as usize;
+    assert!(
+        held <= PER_MEMBER + CONNECTIONS * 2 * CHUNK,
+        "{held} bytes held for one member over {CONNECTIONS} connections"
+    );
+    assert!(
+        (stats.unanswered_peak as usize) <= PER_CONNECTION + 2 * CHUNK,
+        "and each connection within its own bound"
+    );
+    assert_echo_sharded(&a, &b, "another member", b"members welcome", 5).await;
+    let _ = done_tx.send(());
+    for m in members {
+        m.join().unwrap();
+    }
+}
+
+/// A home written for the test: it completes the TLS handshake as node `b`
+/// (a real cluster certificate), reads what the caller sends for a while,
+/// so `dispatch` and `fetch` (or `call`) have arrived, then ends the
+/// connection without answering: by closing it (an end of stream without a
+/// TLS close), or by resetting it. Returns its address.
+async fn a_home_that_vanishes_after_reading(pki: &Pki, reset: bool) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(pki.tls("b").server_config());
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut got = 0;
+                let _ = tokio::time::timeout(Duration::from_millis(150), async {
+                    while let Ok(n) = tls.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        got += n;
+                    }
+                })
+                .await;
+                assert!(got > 0, "the caller sent its request");
+                let (tcp, _) = tls.into_inner();
+                if reset {
+                    let _ = tcp.set_zero_linger();
+                }
+                drop(tcp);
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_home_that_vanishes_before_answering_yields_a_502_never_a_second_run() {
+    let pki = Pki::new(&["a", "b"]);
+    let a = start_node(&pki, "a", |_| {}).await;
+    for reset in [false, true] {
+        let home = hearth_sharding::ring::Node::new(
+            "b",
+            a_home_that_vanishes_after_reading(&pki, reset).await,
+        );
+        // The streaming path (dispatch + fetch + body writes) and the
+        // one-call path (a small complete body).
+        for body in [streaming_body(pattern(200_000), 4096), full(b"small")] {
+            let forwarded = guard(
+                "forward to a vanishing home",
+                a.rpc
+                    .forward(&home, "echo", ContextStack::new(), request("/echo", body)),
+            )
+            .await;
+            assert!(
+                matches!(forwarded.outcome, ForwardOutcome::FailedAfterAccept(_)),
+                "reset {reset}: {:?}",
+                forwarded.outcome
+            );
+            assert_eq!(forwarded.response.status(), 502);
+            let text = collect(forwarded.response.into_body()).await.unwrap();
+            assert!(String::from_utf8_lossy(&text).contains("not retried"));
+        }
+    }
+    // The home may have started each of them; this node ran none.
+    assert_eq!(
+        a.workers.served.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+    assert_eq!(a.rpc.stats().failed_after_accept, 4);
+    assert_eq!(a.rpc.stats().home_unavailable, 0);
+}
+
+/// A `dispatch` the home cannot take (here: no script ID, and one of 2 KiB)
+/// is refused with the caller's own `lazy`, not failed: only a refusal
+/// tells the caller that nothing ran, so it may serve the request itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_dispatch_is_refused_with_the_callers_lazy() {
+    let pki = Pki::new(&["b", "c"]);
+    let b = start_node(&pki, "b", |_| {}).await;
+    let tls = transport::connect(
+        &b.home,
+        pki.tls("c").client_config(),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    let (result_tx, result_rx) = tokio::sync::oneshot::channel::<Vec<bool>>();
+    let member = hand_written_member(tls, move |shard| async move {
+        let mut own = capnp_rpc::CapabilityServerSet::<Dummy, worker::Client>::new();
+        let mut answers = Vec::new();
+        for script_id in [String::new(), "x".repeat(2048)] {
+            let mut dispatch = shard.dispatch_request();
+            dispatch.get().set_script_id(script_id.as_str());
+            dispatch.get().set_lazy(own.new_client(Dummy));
+            let answer = dispatch
+                .send()
+                .promise
+                .await
+                .expect("an answer, not an error");
+            let worker = answer.get().unwrap().get_worker().unwrap();
+            let worker = capnp::capability::get_resolved_cap(worker).await;
+            answers.push(own.get_local_server_of_resolved(&worker).is_some());
+        }
+        let _ = result_tx.send(answers);
+    });
+    let answers = guard("the member's dispatches", result_rx).await.unwrap();
+    assert_eq!(
+        answers,
+        [true, true],
+        "each came back as the caller's own lazy"
+    );
+    member.join().unwrap();
+    assert_eq!(
+        b.workers.served.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+}
+
+/// A home written for the test that "accepts" every dispatch with a Worker
+/// of its own (which serves nothing) and keeps the caller's `lazy`
+/// capability, to call it later.
+struct KeepingHome {
+    kept: std::rc::Rc<std::cell::RefCell<Vec<worker::Client>>>,
+}
+
+impl shard_server::Server for KeepingHome {
+    fn dispatch(
+        self: capnp::capability::Rc<Self>,
+        params: shard_server::DispatchParams,
+        mut results: shard_server::DispatchResults,
+    ) -> impl std::future::Future<Output = Result<(), capnp::Error>> + 'static {
+        let kept = params.get().and_then(|p| p.get_lazy());
+        std::future::ready(kept.map(|lazy| {
+            self.kept.borrow_mut().push(lazy);
+            results.get().set_worker(capnp_rpc::new_client(Dummy));
+        }))
+    }
+}
+
+/// Calls `fetch` on `lazy` for `GET /`: Ok if the caller's node admitted
+/// it.
+async fn fetch_on(lazy: &worker::Client) -> Result<(), capnp::Error> {
+    let mut call = lazy.fetch_request();
+    {
+        let mut head = call.get().init_head();
+        head.set_method("GET");
+        head.set_uri("/");
+        head.init_headers(0);
+    }
+    call.get().set_response(capnp_rpc::new_client(NoSink));
+    call.send().promise.await.map(|_| ())
+}
+
+/// A home that accepted keeps the caller's released `lazy` capability and
+/// calls it: each call passes the caller's admission control like any
+/// sharded request, so a peer cannot run Workers there past its limits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_lazy_capability_is_admitted_like_any_sharded_request() {
+    let pki = Pki::new(&["a", "b"]);
+    let a = start_node(&pki, "a", |c| c.overload.max_in_flight_per_worker = 1).await;
+    a.workers
+        .hangs
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let home = hearth_sharding::ring::Node::new("b", listener.local_addr().unwrap());
+    let acceptor = tokio_rustls::TlsAcceptor::from(pki.tls("b").server_config());
+    let (results_tx, results_rx) = tokio::sync::oneshot::channel();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    // The forward goes on (it ends in a 502: the fake Worker serves
+    // nothing) while the home keeps its lazy.
+    let forward = {
+        let (rpc, home) = (a.rpc.clone(), home.clone());
+        tokio::spawn(async move {
+            let forwarded = rpc
+                .forward(
+                    &home,
+                    "gate",
+                    ContextStack::new(),
+                    request("/", streaming_body(b"first".to_vec(), 5)),
+                )
+                .await;
+            forwarded.response.status()
+        })
+    };
+    let (tcp, _) = guard("the caller connects", listener.accept())
+        .await
+        .unwrap();
+    let tls = acceptor.accept(tcp).await.unwrap();
+    let member = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async move {
+            let kept = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+            let bootstrap: shard_server::Client =
+                capnp_rpc::new_client(KeepingHome { kept: kept.clone() });
+            let (read, write) = tokio::io::split(tls);
+            let network = VatNetwork::new(
+                read.compat(),
+                write.compat_write(),
+                Side::Server,
+                capnp::message::ReaderOptions::new(),
+            );
+            tokio::task::spawn_local(RpcSystem::new(Box::new(network), Some(bootstrap.client)));
+            let lazy = loop {
+                if let Some(lazy) = kept.borrow().first().cloned() {
+                    break lazy;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            };
+            // Let the caller see the answer and release its lazy first.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let first = tokio::task::spawn_local({
+                let lazy = lazy.clone();
+                async move { fetch_on(&lazy).await }
+            });
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let second = fetch_on(&lazy).await;
+            let _ = results_tx.send(second.map_err(|e| (e.kind, e.to_string())));
+            let _ = done_rx.await;
+            drop(first);
+        });
+    });
+    a.workers.wait_entered(1).await;
+    let second = guard("the second call on the kept lazy", results_rx)
+        .await
+        .unwrap();
+    let Err((kind, message)) = second else {
+        panic!("a second request past the per-Worker limit was admitted");
+    };
+    assert_eq!(kind, capnp::ErrorKind::Overloaded, "{message}");
+    assert!(message.contains("does not admit"), "{message}");
+    // One invocation ran (the first call, admitted); the forward itself was
+    // not served here.
+    assert_eq!(
+        a.workers
+            .entered_count
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    a.workers.release.notify_waiters();
+    let _ = done_tx.send(());
+    member.join().unwrap();
+    assert_eq!(guard("the forward", forward).await.unwrap(), 502);
+}
