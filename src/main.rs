@@ -159,6 +159,10 @@ enum Command {
     Bench(hearth::bench::BenchArgs),
 }
 
+/// mimalloc: small short-lived allocations dominate a forwarded request.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     match real_main() {
         Ok(()) => std::process::ExitCode::SUCCESS,
