@@ -3,9 +3,10 @@
 //!
 //! | method | path                          | what                          |
 //! |--------|-------------------------------|-------------------------------|
-//! | PUT    | `/v1/scripts/{id}?plan=free&lifecycle=auto` | deploy the body as Worker `id` (bindings: see below) |
+//! | PUT    | `/v1/scripts/{id}?plan=free&lifecycle=auto` | deploy the body as Worker `id` (bindings: see below), and tell every member |
 //! | GET    | `/v1/scripts`                 | list deployed scripts          |
 //! | POST   | `/v1/scripts/{id}/evict`      | evict `id` from this node      |
+//! | POST   | `/v1/scripts/{id}/hand-back`  | prewarm `id` at its home and drop every other node's copy ([`crate::node::HandBack`]) |
 //! | GET    | `/v1/stats`                   | runtime counters (JSON)        |
 //! | GET    | `/v1/ring?script={id}`        | the ring as this node sees it, and `id`'s home and successors ([`RingView`]) |
 //! | GET    | `/metrics`                    | Prometheus metrics             |
@@ -15,6 +16,12 @@
 //! too, each repeatable: `service=<name>:<script>`, `dispatch=<namespace>:<script>`
 //! (one user Worker per parameter), `tail=<script>`, and `outbound=<script>`
 //! once. The deploy report and `GET /v1/scripts` show them under `bindings`.
+//!
+//! A deploy answers once every other member of the cluster has dropped a
+//! stale copy (its `announced` field counts them, see
+//! [`crate::node::Announcement`]). A store that cannot be reached makes a
+//! deploy or a listing fail with 503 and the store's message; nothing is
+//! half-written.
 
 use http::{Method, StatusCode};
 
@@ -74,6 +81,7 @@ pub async fn handle(
         }
         (&Method::GET, ["v1", "scripts"]) => Route::List,
         (&Method::POST, ["v1", "scripts", id, "evict"]) => Route::Evict(id.to_string()),
+        (&Method::POST, ["v1", "scripts", id, "hand-back"]) => Route::HandBack(id.to_string()),
         (&Method::PUT | &Method::POST, ["v1", "scripts", id]) => Route::Deploy(id.to_string()),
         _ => {
             return text(
@@ -85,9 +93,16 @@ pub async fn handle(
     match route {
         Route::Stats => json(StatusCode::OK, &node.runtime().stats()),
         Route::Ring(script) => json(StatusCode::OK, &RingView::of(&node, script.as_deref())),
-        Route::List => match node.runtime().script_store().list() {
+        Route::List => match node.runtime().script_store().list().await {
             Ok(list) => json(StatusCode::OK, &list),
-            Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+            Err(e) => text(store_status(&e), format!("{e}\n")),
+        },
+        Route::HandBack(id) => match node.hand_back(&id).await {
+            Some(done) => json(StatusCode::OK, &done),
+            None => text(
+                StatusCode::CONFLICT,
+                format!("{} is not in a cluster: it serves {id} itself\n", node.id()),
+            ),
         },
         Route::Evict(id) => {
             let was = node.runtime().evict(&id);
@@ -105,14 +120,14 @@ pub async fn handle(
                 Ok(b) => b,
                 Err(e) => return text(StatusCode::PAYLOAD_TOO_LARGE, format!("{e}\n")),
             };
-            match node.runtime().deploy(&id, manifest, bytes).await {
+            match node.deploy(&id, manifest, bytes).await {
                 Ok(report) => json(StatusCode::OK, &report),
                 Err(e) => {
-                    let status = match e {
+                    let status = match &e {
                         DeployError::TooLarge { .. } | DeployError::TooLargeUncompressed { .. } => {
                             StatusCode::PAYLOAD_TOO_LARGE
                         }
-                        DeployError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+                        DeployError::Store(s) => store_status(s),
                         _ => StatusCode::UNPROCESSABLE_ENTITY,
                     };
                     text(status, format!("{e}\n"))
@@ -122,7 +137,17 @@ pub async fn handle(
     }
 }
 
+/// The status for a store failure: 503 when the store is unreachable (try
+/// again later), 500 when what it holds is damaged.
+fn store_status(e: &hearth_runtime::StoreError) -> StatusCode {
+    match e {
+        hearth_runtime::StoreError::Remote { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 enum Route {
+    HandBack(String),
     Stats,
     Ring(Option<String>),
     List,

@@ -45,6 +45,12 @@ pub struct ClusterConfig {
     pub https: bool,
     /// How nodes prewarm from a ClientHello's SNI.
     pub prewarm: crate::prewarm::PrewarmConfig,
+    /// Keep Worker sources and shared artifacts in this S3 store
+    /// (`s3://bucket/prefix` and how to reach it) instead of the shared
+    /// directory; each node then has a directory of its own under
+    /// `store` (`store/node-N`: artifact cache), so nodes share no files
+    /// but the cluster's keys and certificates.
+    pub s3: Option<(String, hearth_runtime::S3Settings)>,
 }
 
 impl ClusterConfig {
@@ -62,6 +68,7 @@ impl ClusterConfig {
             sharding: true,
             https: true,
             prewarm: crate::prewarm::PrewarmConfig::default(),
+            s3: None,
         }
     }
 }
@@ -198,6 +205,15 @@ impl LocalCluster {
             generate_dev_pki(&pki, &refs)?;
         }
         let base = runtime_config(&cfg.store)?;
+        let artifact_key = store_secret(&cfg.store, "artifact.key")?;
+        let s3 = match &cfg.s3 {
+            Some((url, settings)) => {
+                let s = hearth_runtime::S3Store::open(url, settings)?;
+                s.check().await?;
+                Some(Arc::new(s))
+            }
+            None => None,
+        };
         let gossip_key = store_secret(&cfg.store, "gossip.key")?;
         let token: Arc<str> = admin_token(&cfg.store)?.0.into();
         let (door, tls_ca) = if cfg.https {
@@ -227,8 +243,14 @@ impl LocalCluster {
         let mut nodes = Vec::new();
         let mut seeds: Vec<SocketAddr> = Vec::new();
         for (i, (http, admin, rpc_l, https)) in listeners.into_iter().enumerate() {
-            let rcfg = (cfg.runtime)(base.clone());
-            let runtime = Runtime::new(rcfg)?;
+            let runtime = match &s3 {
+                Some(store) => {
+                    let own =
+                        RuntimeConfig::new(cfg.store.join(&names[i])).artifact_key(artifact_key);
+                    Runtime::with_store((cfg.runtime)(own), store.clone())?
+                }
+                None => Runtime::new((cfg.runtime)(base.clone()))?,
+            };
             let mut node = Node::with_prewarm(names[i].clone(), runtime, cfg.prewarm);
             let (mut membership, mut rpc_server) = (None, None);
             if cfg.sharding {

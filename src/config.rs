@@ -10,7 +10,11 @@
 //! tls_key = "./key.pem"      #   a dev cert for *.localhost in <store>/tls/
 //! sni_prewarm = true         # prewarm the Worker a ClientHello names
 //! max_prewarms = 4           # prewarms in flight at once; more are dropped
-//! store = "./hearth-store"
+//! store = "./hearth-store"   # a directory, or "s3://bucket/prefix" (then see [s3])
+//! data = "./hearth-data"     # with an s3:// store: this node's own files
+//!                            #   (artifact cache, admin token, dev certificates)
+//! artifact_key = "…64 hex…"  # required with an s3:// store, the same on every
+//!                            #   node; a directory store keeps it in the store
 //! admin_token = "…"          # generated and saved in the store if absent
 //! memory_budget_mb = 1024
 //! idle_timeout_s = 300
@@ -37,6 +41,15 @@
 //! max_in_flight_per_worker = 64
 //! max_in_flight_node = 1024
 //!
+//! [s3]                       # with an s3:// store; unset fields come from the
+//! endpoint = "http://127.0.0.1:3900"   # standard AWS_* environment variables
+//! region = "garage"
+//! access_key_id = "GK…"
+//! secret_access_key = "…"
+//! allow_http = true          # a plain-HTTP endpoint
+//! timeout_ms = 5000          # one call; then a clear error
+//! max_retries = 2
+//!
 //! [plans.free]               # any field of a plan may be given
 //! max_script_size = 3145728  # bytes, gzip-compressed
 //! startup_cpu = 400          # ms
@@ -52,7 +65,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use hearth_runtime::{Plan, PlanLimits, RuntimeConfig};
+use std::sync::Arc;
+
+use hearth_runtime::{DirStore, Plan, PlanLimits, RuntimeConfig, S3Settings, S3Store, ScriptStore};
 
 use crate::http_util::ServeLimits;
 
@@ -173,9 +188,7 @@ impl ClusterSection {
                 blake3::Hash::from_bytes(fresh).to_hex()
             );
         };
-        let key = blake3::Hash::from_hex(hex.trim())
-            .map_err(|_| anyhow::anyhow!("cluster.gossip_key must be 64 hex digits (32 bytes)"))?;
-        Ok(Some(*key.as_bytes()))
+        parse_key("cluster.gossip_key", hex).map(Some)
     }
 }
 
@@ -199,8 +212,16 @@ pub struct NodeConfig {
     pub sni_prewarm: Option<bool>,
     /// Prewarms in flight at once on the node (default 4).
     pub max_prewarms: Option<usize>,
-    /// Script store directory.
-    pub store: Option<PathBuf>,
+    /// Script store: a directory, or `s3://bucket/prefix`.
+    pub store: Option<String>,
+    /// This node's own files when the store is in S3 (default
+    /// `hearth-data`).
+    pub data: Option<PathBuf>,
+    /// The key that authenticates precompiled artifacts, 64 hex digits,
+    /// the same on every node; required with an S3 store.
+    pub artifact_key: Option<String>,
+    /// How to reach an S3 store.
+    pub s3: Option<S3Settings>,
     /// Admin API token.
     pub admin_token: Option<String>,
     /// Memory budget for warm Workers, MiB.
@@ -360,6 +381,77 @@ fn read_secret(path: &Path) -> anyhow::Result<Option<[u8; 32]>> {
             path.display()
         )),
     }
+}
+
+/// Where a node keeps Worker sources, and its own files.
+#[derive(Clone)]
+pub struct NodeStore {
+    /// The node's own directory: the store itself for a directory store,
+    /// else the data directory (artifact cache, admin token, certificates).
+    pub local: PathBuf,
+    /// The script store.
+    pub scripts: Arc<dyn ScriptStore>,
+    /// The runtime configuration to start from: sources in `scripts`,
+    /// artifacts cached in `local`, authenticated with the cluster's key.
+    pub runtime: RuntimeConfig,
+}
+
+impl NodeStore {
+    /// Opens the store at `location` (a directory, or `s3://bucket/prefix`
+    /// with `file`'s `[s3]`, `data` and `artifact_key`). An S3 store is
+    /// contacted once, so a wrong endpoint or key stops the node at start
+    /// with the store's own message. Must run inside the node's Tokio
+    /// runtime.
+    pub async fn open(location: &str, file: &NodeConfig) -> anyhow::Result<NodeStore> {
+        if !hearth_runtime::s3_store::is_s3_url(location) {
+            let dir = PathBuf::from(location);
+            let mut runtime = runtime_config(&dir)?;
+            if let Some(hex) = &file.artifact_key {
+                runtime = runtime.artifact_key(parse_key("artifact_key", hex)?);
+            }
+            let scripts = DirStore::open(&dir)
+                .map_err(|e| anyhow::anyhow!("cannot open script store: {e}"))?;
+            return Ok(NodeStore {
+                local: dir,
+                scripts: Arc::new(scripts),
+                runtime,
+            });
+        }
+        let Some(hex) = &file.artifact_key else {
+            let fresh: [u8; 32] = rand::random();
+            anyhow::bail!(
+                "store = \"{location}\" shares precompiled artifacts between nodes, so every \
+                 node needs the same artifact_key (nodes with different keys refuse each \
+                 other's artifacts). Put the same key in every node's config, for example \
+                 this fresh one:\n    artifact_key = \"{}\"",
+                blake3::Hash::from_bytes(fresh).to_hex()
+            );
+        };
+        let key = parse_key("artifact_key", hex)?;
+        let local = file
+            .data
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("hearth-data"));
+        std::fs::create_dir_all(&local).map_err(|e| {
+            anyhow::anyhow!("cannot create data directory {}: {e}", local.display())
+        })?;
+        let s3 = S3Store::open(location, &file.s3.clone().unwrap_or_default())?;
+        s3.check()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot use the script store: {e}"))?;
+        Ok(NodeStore {
+            runtime: RuntimeConfig::new(&local).artifact_key(key),
+            local,
+            scripts: Arc::new(s3),
+        })
+    }
+}
+
+/// `hex` as a 32-byte key, or an error naming the setting.
+fn parse_key(name: &str, hex: &str) -> anyhow::Result<[u8; 32]> {
+    let key = blake3::Hash::from_hex(hex.trim())
+        .map_err(|_| anyhow::anyhow!("{name} must be 64 hex digits (32 bytes)"))?;
+    Ok(*key.as_bytes())
 }
 
 /// The runtime configuration every node over `store` starts from: sources

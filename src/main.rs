@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use http_body_util::BodyExt;
 
-use hearth::config::{NodeConfig, admin_token, runtime_config};
+use hearth::config::{NodeConfig, NodeStore, admin_token, runtime_config};
 use hearth::node::{Node, spawn_listeners};
 use hearth::runtime::{Lifecycle, Manifest, Plan, Runtime};
 
@@ -47,9 +47,10 @@ enum Command {
         /// Address of the admin API (deploys, stats, /metrics).
         #[arg(long)]
         admin: Option<SocketAddr>,
-        /// Script store directory.
+        /// Script store: a directory, or s3://bucket/prefix (with the
+        /// config's [s3] section or the AWS_* environment variables).
         #[arg(long)]
-        store: Option<PathBuf>,
+        store: Option<String>,
         /// Address for HTTPS Worker traffic (HTTP/2 or HTTP/1.1 by ALPN).
         /// A ClientHello's SNI starts warming the Worker it names.
         #[arg(long)]
@@ -123,6 +124,20 @@ enum Command {
         /// A script ID to place on the ring.
         #[arg(long)]
         script: Option<String>,
+    },
+    /// Hand a Worker back to its home now: prewarm it there and have every
+    /// other node drop its warm copy (after a crashed home has rejoined,
+    /// its Workers otherwise drift back only as the copies go idle).
+    HandBack {
+        /// Admin URL of any running node of the cluster.
+        #[arg(long)]
+        admin: String,
+        /// Admin token (default: $HEARTH_ADMIN_TOKEN).
+        #[arg(long, env = "HEARTH_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// The Worker's script ID.
+        #[arg(long)]
+        script: String,
     },
     /// List the sample Workers built with hearth, with their paths.
     Samples,
@@ -322,6 +337,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             token,
             script,
         } => ring(&admin, token, script.as_deref()).await,
+        Command::HandBack {
+            admin,
+            token,
+            script,
+        } => hand_back(&admin, token, &script).await,
         Command::Samples => {
             println!("sample Workers (built from sample-workers/ by cargo):");
             for name in hearth_sample_workers::NAMES {
@@ -339,7 +359,7 @@ async fn serve(
     file: NodeConfig,
     listen: Option<SocketAddr>,
     admin: Option<SocketAddr>,
-    store: Option<PathBuf>,
+    store: Option<String>,
 ) -> anyhow::Result<()> {
     let listen = listen
         .or(file.listen)
@@ -347,13 +367,15 @@ async fn serve(
     let admin = admin
         .or(file.admin)
         .unwrap_or_else(|| ([127, 0, 0, 1], 8081).into());
-    let store = store
+    let location = store
         .or(file.store.clone())
-        .unwrap_or_else(|| PathBuf::from("hearth-store"));
+        .unwrap_or_else(|| "hearth-store".into());
+    let opened = NodeStore::open(&location, &file).await?;
+    let store = opened.local.clone();
     // The certificate first: a bad path is a startup error before anything
     // listens.
     let https = https_front_door(&file, &store)?;
-    let runtime = Runtime::new(file.apply(runtime_config(&store)?))?;
+    let runtime = Runtime::with_store(file.apply(opened.runtime), opened.scripts)?;
     let token: Arc<str> = match &file.admin_token {
         Some(t) => t.as_str().into(),
         None => {
@@ -437,7 +459,7 @@ async fn serve(
         }
         None => None,
     };
-    println!("admin API on http://{admin} (store {})", store.display());
+    println!("admin API on http://{admin} (store {location})");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let listeners = hearth::node::Listeners {
         http,
@@ -558,6 +580,60 @@ async fn ring(admin: &str, token: Option<String>, script: Option<&str>) -> anyho
     Ok(())
 }
 
+/// `hearth hand-back`: asks a node to hand a Worker back to its home.
+async fn hand_back(admin: &str, token: Option<String>, script: &str) -> anyhow::Result<()> {
+    let token = token
+        .context("handing a Worker back needs the admin token: --token or HEARTH_ADMIN_TOKEN")?;
+    let uri: http::Uri = format!(
+        "{}/v1/scripts/{script}/hand-back",
+        admin.trim_end_matches('/')
+    )
+    .parse()
+    .context("invalid --admin URL")?;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let req = http::Request::post(uri)
+        .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(http_body_util::Empty::new())?;
+    let resp = client
+        .request(req)
+        .await
+        .context("cannot reach the admin API")?;
+    let status = resp.status();
+    let body = resp.into_body().collect().await?.to_bytes();
+    if !status.is_success() {
+        bail!(
+            "hand-back refused ({status}): {}",
+            String::from_utf8_lossy(&body).trim()
+        );
+    }
+    let r: serde_json::Value = serde_json::from_slice(&body)?;
+    println!(
+        "{script}: home {}, prewarm at home {}",
+        r["home"].as_str().unwrap_or("?"),
+        r["home_prewarm"].as_str().unwrap_or("?")
+    );
+    let dropped: Vec<&str> = r["dropped"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    if dropped.is_empty() {
+        println!("no other node held a warm copy");
+    } else {
+        println!("warm copies dropped on: {}", dropped.join(", "));
+    }
+    if let Some(failed) = r["failed"].as_array().filter(|a| !a.is_empty()) {
+        for f in failed {
+            println!(
+                "could not ask {}: {}",
+                f[0].as_str().unwrap_or("?"),
+                f[1].as_str().unwrap_or("?")
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The manifest at `explicit`, else the one beside `wasm` (same name,
 /// `.toml`) if there is one, else the defaults.
 fn read_manifest(
@@ -617,6 +693,11 @@ async fn deploy(
             serde_json::from_slice(&body)?
         }
         (None, Some(store)) => {
+            if hearth::runtime::s3_store::is_s3_url(&store.to_string_lossy()) {
+                bail!(
+                    "--store takes a directory; deploy into an S3 store through a node (--admin URL)"
+                );
+            }
             let rt = Runtime::new(runtime_config(&store)?)?;
             serde_json::to_value(rt.deploy(&name, manifest, bytes).await?)?
         }
@@ -665,6 +746,22 @@ async fn deploy(
     if let Some(tails) = b["tail"].as_array() {
         let list: Vec<&str> = tails.iter().filter_map(|t| t.as_str()).collect();
         println!("tail Workers: {}", list.join(", "));
+    }
+    let a = &report["announced"];
+    if a["members"].as_u64().unwrap_or(0) > 0 {
+        println!(
+            "announced to {} of {} other nodes (they serve the new version now)",
+            a["acknowledged"], a["members"]
+        );
+        if let Some(failed) = a["failed"].as_array().filter(|f| !f.is_empty()) {
+            for f in failed {
+                println!(
+                    "not told: {} ({}); it revalidates within a second",
+                    f[0].as_str().unwrap_or("?"),
+                    f[1].as_str().unwrap_or("?")
+                );
+            }
+        }
     }
     Ok(())
 }

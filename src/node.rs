@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use futures::future::BoxFuture;
 use hearth_runtime::body::Body;
-use hearth_runtime::{Runtime, error_response};
+use hearth_runtime::{DeployReport, Runtime, error_response};
 use hearth_sharding::context_stack::ContextStack;
 use hearth_sharding::local::{LocalWorkers, PrewarmOutcome};
 use hearth_sharding::ring::{NodeId, SharedRing};
@@ -30,6 +30,9 @@ pub struct LocalNode {
     metrics: Metrics,
     prewarmer: Arc<Prewarmer>,
     rpc: Arc<OnceLock<RpcNode>>,
+    /// The cluster, once joined (for the hand-back rule: a home keeps its
+    /// Workers).
+    link: OnceLock<Arc<ClusterLink>>,
 }
 
 impl LocalNode {
@@ -97,6 +100,72 @@ impl LocalWorkers for Shared {
         let id = script_id.to_string();
         Box::pin(async move { prewarmer.here(&id).await })
     }
+
+    /// A member took a deploy of `script_id`: revalidate a warm copy of
+    /// another version against the store.
+    fn redeployed(&self, script_id: &str, hash: &str) -> BoxFuture<'static, ()> {
+        let runtime = self.0.runtime.clone();
+        let (id, hash) = (script_id.to_string(), hash.to_string());
+        Box::pin(async move {
+            if runtime.revalidate(&id, &hash).await {
+                tracing::debug!(script = %id, "stale copy dropped on a deploy announcement");
+            }
+        })
+    }
+
+    /// Drops the warm copy here unless this node is the Worker's home.
+    fn hand_back(&self, script_id: &str) -> bool {
+        let Some(link) = self.0.link.get() else {
+            return false;
+        };
+        let ring = link.ring.load();
+        match ring.home(script_id) {
+            Some(home) if home.id != link.self_id => self.0.runtime.evict(script_id),
+            _ => false,
+        }
+    }
+}
+
+/// What a deploy through a node did: the runtime's report, and how the
+/// rest of the cluster heard of it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct NodeDeploy {
+    /// The runtime's report (stored metadata, compile time).
+    #[serde(flatten)]
+    pub report: DeployReport,
+    /// The announcement to the other members.
+    pub announced: Announcement,
+}
+
+/// How a deploy's announcement went: every member that acknowledged has
+/// dropped a stale warm copy (or held none) before the deploy returned;
+/// one that did not catches up within [`hearth_runtime::REVALIDATE_MS`].
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Announcement {
+    /// Members told (every ring member but this node).
+    pub members: usize,
+    /// Members that answered.
+    pub acknowledged: usize,
+    /// Milliseconds from the store write until each answering member's
+    /// acknowledgement, by node ID.
+    pub ack_ms: Vec<(String, f64)>,
+    /// Members that could not be told, and why.
+    pub failed: Vec<(String, String)>,
+}
+
+/// What a hand-back did ([`Node::hand_back`]).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HandBack {
+    /// The Worker.
+    pub script_id: String,
+    /// Its home now.
+    pub home: String,
+    /// How the home's prewarm went.
+    pub home_prewarm: &'static str,
+    /// Members that dropped a warm copy.
+    pub dropped: Vec<String>,
+    /// Members that could not be asked, and why.
+    pub failed: Vec<(String, String)>,
 }
 
 /// What a node needs to be part of a cluster.
@@ -137,6 +206,7 @@ impl Node {
                 prewarmer,
                 runtime,
                 rpc,
+                link: OnceLock::new(),
             }),
             cluster: None,
         };
@@ -173,7 +243,9 @@ impl Node {
         self.local
             .metrics
             .observe_ring(link.self_id.clone(), link.ring.clone());
-        self.cluster = Some(Arc::new(link));
+        let link = Arc::new(link);
+        let _ = self.local.link.set(link.clone());
+        self.cluster = Some(link);
         self.install_invoker();
         self
     }
@@ -206,6 +278,109 @@ impl Node {
     /// The node's prewarms and their counters.
     pub fn prewarmer(&self) -> &Arc<Prewarmer> {
         &self.local.prewarmer
+    }
+
+    /// Deploys `source` as `script_id` with `manifest` (see
+    /// [`Runtime::deploy`]), then announces the new version to every other
+    /// member at once and waits for their answers: when this returns, every
+    /// member that acknowledged serves the new version. A member that
+    /// could not be told catches up within [`hearth_runtime::REVALIDATE_MS`]
+    /// by itself.
+    pub async fn deploy(
+        &self,
+        script_id: &str,
+        manifest: impl Into<hearth_runtime::Manifest>,
+        source: Vec<u8>,
+    ) -> Result<NodeDeploy, hearth_runtime::DeployError> {
+        let report = self
+            .local
+            .runtime
+            .deploy(script_id, manifest, source)
+            .await?;
+        let announced = self.announce(script_id, &report.meta.hash).await;
+        if !announced.failed.is_empty() {
+            tracing::warn!(script = script_id, failed = ?announced.failed,
+                "some members were not told of the deploy; they revalidate within a second");
+        }
+        Ok(NodeDeploy { report, announced })
+    }
+
+    /// Tells every other ring member that `script_id` now has source
+    /// `hash`, all at once.
+    async fn announce(&self, script_id: &str, hash: &str) -> Announcement {
+        let (Some(cluster), Some(rpc)) = (&self.cluster, self.local.rpc.get()) else {
+            return Announcement::default();
+        };
+        let ring = cluster.ring.load_full();
+        let others: Vec<_> = ring
+            .nodes()
+            .iter()
+            .filter(|n| n.id != cluster.self_id)
+            .collect();
+        let t = std::time::Instant::now();
+        let answers = futures::future::join_all(others.iter().map(|member| async move {
+            let r = rpc.announce_redeploy(member, script_id, hash).await;
+            (member.id.to_string(), r, t.elapsed())
+        }))
+        .await;
+        let mut a = Announcement {
+            members: others.len(),
+            ..Announcement::default()
+        };
+        for (id, result, took) in answers {
+            match result {
+                Ok(()) => {
+                    a.acknowledged += 1;
+                    a.ack_ms.push((id, took.as_secs_f64() * 1000.0));
+                }
+                Err(e) => a.failed.push((id, e)),
+            }
+        }
+        a
+    }
+
+    /// Hands `script_id` back to its home now (after a crashed home has
+    /// rejoined, say): prewarms it at the home, then asks every other member
+    /// to drop its warm copy, so requests go to the home from the next one
+    /// on. Standalone, there is nothing to hand back.
+    pub async fn hand_back(&self, script_id: &str) -> Option<HandBack> {
+        let (cluster, rpc) = (self.cluster.as_ref()?, self.local.rpc.get()?);
+        let ring = cluster.ring.load_full();
+        let home = ring.home(script_id)?.clone();
+        let home_prewarm = if home.id == cluster.self_id {
+            self.local.prewarmer.here(script_id).await
+        } else {
+            self.local.prewarmer.at_home(rpc, &home, script_id).await
+        };
+        let mut out = HandBack {
+            script_id: script_id.to_string(),
+            home: home.id.to_string(),
+            home_prewarm: home_prewarm.as_str(),
+            dropped: Vec::new(),
+            failed: Vec::new(),
+        };
+        if home.id != cluster.self_id && self.local.runtime.evict(script_id) {
+            out.dropped.push(cluster.self_id.to_string());
+        }
+        let others = ring
+            .nodes()
+            .iter()
+            .filter(|n| n.id != cluster.self_id && n.id != home.id);
+        let answers = futures::future::join_all(others.map(|member| async move {
+            (
+                member.id.to_string(),
+                rpc.hand_back(member, script_id).await,
+            )
+        }))
+        .await;
+        for (id, r) in answers {
+            match r {
+                Ok(true) => out.dropped.push(id),
+                Ok(false) => {}
+                Err(e) => out.failed.push((id, e)),
+            }
+        }
+        Some(out)
     }
 
     /// A TLS ClientHello named `sni`: starts a prewarm of the Worker it

@@ -33,6 +33,9 @@ use hearth_sharding::rpc::RpcStats;
 
 use crate::cluster::{ClusterConfig, LocalCluster};
 
+mod garage;
+pub use garage::Garage;
+
 /// Polls `f` every 5 ms until it is true or `limit` has passed; whether it
 /// became true. For waiting on an asynchronous effect (a Worker warm on
 /// its home, a counter), not for timing anything.
@@ -251,20 +254,15 @@ impl TestCluster {
         })
     }
 
-    /// Deploys through node 0; the shared store makes it available to all.
+    /// Deploys through node 0 (as its admin API does: the store makes it
+    /// available to all, and the other nodes are told at once).
     pub async fn deploy(
         &self,
         id: &str,
         plan: Plan,
         wasm: Vec<u8>,
     ) -> anyhow::Result<DeployReport> {
-        Ok(self
-            .cluster
-            .node(0)
-            .node
-            .runtime()
-            .deploy(id, plan, wasm)
-            .await?)
+        self.deploy_manifest(id, plan.into(), wasm).await
     }
 
     /// Deploys through node 0 with the settings of `manifest` (plan,
@@ -279,9 +277,9 @@ impl TestCluster {
             .cluster
             .node(0)
             .node
-            .runtime()
             .deploy(id, manifest, wasm)
-            .await?)
+            .await?
+            .report)
     }
 
     /// GET `path` of Worker `id` through node `i`'s front door.

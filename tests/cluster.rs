@@ -290,20 +290,110 @@ async fn a_redeploy_through_one_node_reaches_every_node() {
         c.get(home, "app", "/").await.expect("req").text(),
         "hello from app"
     );
-    // Redeploy through a node that is not the home: the home's warm copy
-    // is stale until it revalidates against the shared store.
+    // Redeploy through a node that is not the home: announced to every
+    // member before the deploy returns, so the home's stale copy is gone
+    // and every node serves the new version at once.
     let other = (home + 1) % 3;
-    c.node(other)
+    let d = c
+        .node(other)
         .node
-        .runtime()
         .deploy("app", Plan::Free, sample("wstd-hello"))
         .await
         .expect("redeploy");
-    tokio::time::sleep(Duration::from_millis(hearth::runtime::REVALIDATE_MS + 100)).await;
+    assert_eq!(d.announced.acknowledged, 2, "{:?}", d.announced.failed);
     for i in 0..3 {
         let r = c.get(i, "app", "/").await.expect("req");
         assert_eq!(r.text(), "hello from wstd", "node {i}");
     }
+    // Behind the node's back (straight into the runtime, so nobody is
+    // told): the home's copy is stale until its background check against
+    // the shared store, at most about a second later.
+    c.node(other)
+        .node
+        .runtime()
+        .deploy("app", Plan::Free, sample("hello"))
+        .await
+        .expect("redeploy unannounced");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    for i in 0..3 {
+        loop {
+            let r = c.get(i, "app", "/").await.expect("req");
+            if r.text() == "hello from app" {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "node {i} stayed stale"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_back_returns_a_worker_to_its_home_at_once() {
+    let c = TestCluster::start(3).await.expect("cluster");
+    c.deploy("app", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
+    let home = c.home_of("app").expect("home");
+    let others: Vec<usize> = (0..3).filter(|&i| i != home).collect();
+    // The other nodes hold warm copies (as after serving the Worker while
+    // its home was down): they serve it themselves.
+    for &i in &others {
+        let req = http::Request::get("http://app.localhost/")
+            .body(hearth::runtime::body::full(""))
+            .expect("request");
+        assert_eq!(
+            c.node(i).node.runtime().serve("app", req).await.status(),
+            200
+        );
+        let r = c.get(i, "app", "/").await.expect("req");
+        assert_eq!(r.header("x-hearth-route"), "local", "node {i}");
+    }
+    // Hand it back through any node's admin API.
+    let admin = c.node(others[0]).admin_addr;
+    let out = admin_post(admin, c.token(), "/v1/scripts/app/hand-back").await;
+    assert_eq!(out.0, 200, "{}", out.1);
+    let v: serde_json::Value = serde_json::from_str(&out.1).expect("json");
+    assert_eq!(v["home"], format!("node-{}", home + 1));
+    let mut dropped: Vec<String> = v["dropped"]
+        .as_array()
+        .expect("dropped")
+        .iter()
+        .filter_map(|d| d.as_str().map(str::to_owned))
+        .collect();
+    dropped.sort();
+    let expected: Vec<String> = others.iter().map(|i| format!("node-{}", i + 1)).collect();
+    assert_eq!(dropped, expected);
+    // From the next request on, the others forward to the home, which
+    // holds it warm (prewarmed by the hand-back).
+    assert!(c.node(home).node.runtime().is_warm("app"));
+    for &i in &others {
+        let r = c.get(i, "app", "/").await.expect("req");
+        assert_eq!(r.header("x-hearth-route"), "sharded", "node {i}");
+        assert_eq!(r.header("x-hearth-node"), format!("node-{}", home + 1));
+    }
+    // A home keeps its copy, whoever asks.
+    let home_admin = c.node(home).admin_addr;
+    let out = admin_post(home_admin, c.token(), "/v1/scripts/app/hand-back").await;
+    assert_eq!(out.0, 200);
+    assert!(c.node(home).node.runtime().is_warm("app"));
+}
+
+/// POSTs to a node's admin API with its token; status and body.
+async fn admin_post(addr: std::net::SocketAddr, token: &str, path: &str) -> (u16, String) {
+    use http_body_util::BodyExt;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let req = http::Request::post(format!("http://{addr}{path}"))
+        .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(http_body_util::Empty::new())
+        .expect("request");
+    let resp = client.request(req).await.expect("admin answers");
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

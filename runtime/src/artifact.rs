@@ -126,7 +126,15 @@ impl ArtifactCache {
 
     /// The path of the artifact for source `hash`.
     pub fn path(&self, hash: &str) -> PathBuf {
-        self.dir.join(format!("{hash}-{}.cwasm", self.engine_id))
+        self.dir.join(self.file_name(hash))
+    }
+
+    /// The file name of the artifact for source `hash`: the source hash
+    /// and the engine fingerprint, so that builds that cannot load each
+    /// other's code never share an artifact (also its name in a store
+    /// that shares artifacts).
+    pub fn file_name(&self, hash: &str) -> String {
+        format!("{hash}-{}.cwasm", self.engine_id)
     }
 
     fn mac(&self, hash: &str, bytes: &[u8]) -> blake3::Hash {

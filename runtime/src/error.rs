@@ -94,6 +94,22 @@ pub enum StoreError {
         /// What is wrong with it.
         message: String,
     },
+    /// An object store call failed (unreachable, refused, timed out).
+    #[error("script store error at {key}: {message}")]
+    Remote {
+        /// The object (or store URL) involved.
+        key: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The store's location or settings are unusable.
+    #[error("cannot open script store {location}: {message}")]
+    Config {
+        /// The location as given.
+        location: String,
+        /// What is wrong.
+        message: String,
+    },
     /// The stored source does not match its recorded hash.
     #[error("stored source of {script_id} does not match its hash {hash}")]
     HashMismatch {
@@ -164,6 +180,15 @@ pub enum RuntimeError {
         /// What failed.
         message: String,
     },
+    /// The Worker is not warm here and the script store cannot be reached
+    /// to load it (a warm Worker never needs the store).
+    #[error("Worker {script_id} could not be loaded: the script store is unreachable ({message})")]
+    StoreUnavailable {
+        /// The Worker.
+        script_id: String,
+        /// The store's error.
+        message: String,
+    },
     /// No instance slot came free in time (the Worker's own, or the node's).
     #[error(
         "Worker {script_id} is busy: no instance slot came free within {waited:?}; retry shortly"
@@ -216,6 +241,7 @@ impl RuntimeError {
             RuntimeError::WallTimeExceeded { .. } => S::GATEWAY_TIMEOUT,
             RuntimeError::StartupCpuExceeded { .. }
             | RuntimeError::Busy { .. }
+            | RuntimeError::StoreUnavailable { .. }
             | RuntimeError::CpuExceeded { .. }
             | RuntimeError::MemoryExceeded { .. } => S::SERVICE_UNAVAILABLE,
             RuntimeError::Trap { .. } | RuntimeError::NoResponse(_) | RuntimeError::Load { .. } => {
@@ -227,7 +253,11 @@ impl RuntimeError {
     /// Seconds a client should wait before retrying (`retry-after`), for
     /// the errors that are about load rather than the request.
     pub fn retry_after(&self) -> Option<u64> {
-        matches!(self, RuntimeError::Busy { .. }).then_some(1)
+        matches!(
+            self,
+            RuntimeError::Busy { .. } | RuntimeError::StoreUnavailable { .. }
+        )
+        .then_some(1)
     }
 
     /// What an end user may see: the kind of failure and the limit involved,
@@ -240,6 +270,11 @@ impl RuntimeError {
             }
             RuntimeError::Load { script_id, .. } => {
                 format!("Worker {script_id} could not be loaded")
+            }
+            RuntimeError::StoreUnavailable { script_id, .. } => {
+                format!(
+                    "Worker {script_id} could not be loaded: its store is unreachable; retry shortly"
+                )
             }
             RuntimeError::BadRequest { script_id, .. } => {
                 format!("bad request for Worker {script_id}")

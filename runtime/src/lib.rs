@@ -7,7 +7,9 @@
 //! The model, in the order a request meets it:
 //!
 //! * [`script_store`]: sources live in a [`ScriptStore`] (default
-//!   [`DirStore`], content-addressed by blake3). A deploy checks the
+//!   [`DirStore`], content-addressed by blake3; [`S3Store`] keeps the same
+//!   layout, and the artifacts, in an S3-compatible bucket for nodes that
+//!   share no disk). A deploy checks the
 //!   compressed size against the plan ([`limits`]), validates the component
 //!   ([`validate`]), compiles it and caches the compiled artifact
 //!   ([`artifact`], authenticated by a keyed MAC).
@@ -55,6 +57,7 @@ pub mod limits;
 pub mod manifest;
 pub mod nested;
 mod runtime;
+pub mod s3_store;
 pub mod script_store;
 pub mod slow_client;
 pub mod stats;
@@ -76,6 +79,7 @@ pub use runtime::{
     DeployReport, Prewarm, REQUEST_ID_HEADER, REVALIDATE_MS, Runtime, Served, decorate,
     error_response,
 };
+pub use s3_store::{S3Settings, S3Store};
 pub use script_store::{DirStore, ScriptMeta, ScriptStore};
 pub use stats::StatsSnapshot;
 pub use timing::{Start, Timing};

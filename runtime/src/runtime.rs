@@ -29,7 +29,10 @@ use crate::worker::{NodeShared, Worker, link};
 /// Source sizes [`Runtime::can_host`] remembers before it starts over.
 const MAX_CACHED_SIZES: usize = 100_000;
 
-/// How often a warm Worker is checked against the store for a redeploy.
+/// How often a warm Worker is checked against the store for a redeploy
+/// (in the background: the request that notices goes on with the copy it
+/// has). A backstop: a deploy through a node announces itself to every
+/// member at once ([`Runtime::revalidate`]).
 pub const REVALIDATE_MS: u64 = 1000;
 
 /// What a successful deploy reports.
@@ -48,6 +51,18 @@ pub struct DeployReport {
 
 fn ser_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64() * 1000.0)
+}
+
+/// What a deploy checked and compiled, before it is stored.
+struct Checked {
+    plan: crate::Plan,
+    limit: u64,
+    compressed: u64,
+    lifecycle: crate::LifecycleChoice,
+    bindings: crate::Bindings,
+    hash: String,
+    compile_time: Duration,
+    code_source: CodeSource,
 }
 
 /// A Worker's code as [`Runtime::load_code`] found it.
@@ -109,7 +124,7 @@ struct Inner {
     config: RuntimeConfig,
     resident: Mutex<Residency<String, Arc<Worker>>>,
     loading: Mutex<HashMap<String, Arc<OnceCell<Arc<Worker>>>>>,
-    deploying: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    deploying: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Source sizes of scripts, for [`Runtime::can_host`].
     sizes: Mutex<HashMap<String, u64>>,
     stats: Arc<Stats>,
@@ -204,7 +219,9 @@ impl Runtime {
     /// Validates, compiles and stores `source` as `script_id` with the
     /// settings of `manifest` (a [`Manifest`], or just a [`crate::Plan`]),
     /// replacing any earlier version atomically. Runs the CPU-heavy parts on
-    /// the blocking pool.
+    /// the blocking pool. A store that shares artifacts gets the compiled
+    /// one before the new version is visible, so other nodes load it
+    /// instead of compiling.
     pub async fn deploy(
         &self,
         script_id: &str,
@@ -214,18 +231,53 @@ impl Runtime {
         let rt = self.clone();
         let id = script_id.to_string();
         let manifest = manifest.into();
-        tokio::task::spawn_blocking(move || rt.deploy_blocking(&id, &manifest, &source))
-            .await
-            .map_err(|e| DeployError::Compile(format!("deploy task failed: {e}")))?
+        let (checked, source) =
+            tokio::task::spawn_blocking(move || rt.check_and_compile(&id, &manifest, source))
+                .await
+                .map_err(|e| DeployError::Compile(format!("deploy task failed: {e}")))??;
+        if self.inner.store.keeps_artifacts() {
+            self.share_artifact(&checked.hash).await;
+        }
+        // Concurrent deploys of one name are serialised from here: the
+        // deploy time is taken under the lock, so the version stored last
+        // is the one with the latest time, and each caller is told what it
+        // wrote.
+        let name_lock = self.deploy_lock(script_id);
+        let _serial = name_lock.lock().await;
+        let meta = ScriptMeta {
+            script_id: script_id.into(),
+            plan: checked.plan,
+            size: source.len() as u64,
+            compressed_size: checked.compressed,
+            hash: checked.hash,
+            deployed_at_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+            lifecycle: checked.lifecycle,
+            bindings: checked.bindings,
+        };
+        self.inner.store.put(&meta, &source).await?;
+        self.invalidate(script_id);
+        tracing::info!(script = script_id, plan = %meta.plan, size = meta.size,
+            compressed = meta.compressed_size, hash = %meta.hash,
+            lifecycle = %meta.lifecycle.chosen, compile_time = ?checked.compile_time, "deployed");
+        Ok(DeployReport {
+            meta,
+            limit: checked.limit,
+            compile_time: checked.compile_time,
+            code_source: checked.code_source,
+        })
     }
 
-    /// [`Runtime::deploy`] on the calling thread.
-    pub fn deploy_blocking(
+    /// The CPU-bound part of a deploy: every check on `source`, then the
+    /// compile (or the artifact of an identical source).
+    fn check_and_compile(
         &self,
         script_id: &str,
         manifest: &Manifest,
-        source: &[u8],
-    ) -> Result<DeployReport, DeployError> {
+        source: Vec<u8>,
+    ) -> Result<(Checked, Vec<u8>), DeployError> {
         if !valid_script_id(script_id) {
             return Err(DeployError::InvalidScriptId(script_id.into()));
         }
@@ -239,7 +291,7 @@ impl Runtime {
                 limit: limits.max_uncompressed_size,
             });
         }
-        let compressed = compressed_size(source);
+        let compressed = compressed_size(&source);
         if compressed > limit {
             return Err(DeployError::TooLarge {
                 plan,
@@ -248,48 +300,68 @@ impl Runtime {
                 limit,
             });
         }
-        validate_component(source)?;
+        validate_component(&source)?;
         let bindings = manifest.bindings();
         bindings.validate()?;
-        let hash = blake3::hash(source).to_hex().to_string();
+        let hash = blake3::hash(&source).to_hex().to_string();
         let t = Instant::now();
-        let (component, code_source) = self.compile(&hash, source).map_err(DeployError::Compile)?;
+        let (component, code_source) =
+            self.compile(&hash, &source).map_err(DeployError::Compile)?;
         link(&self.inner.linker, &component).map_err(DeployError::Compile)?;
-        let compile_time = t.elapsed();
-        // Concurrent deploys of one name are serialised from here: the
-        // deploy time is taken under the lock, so the version stored last
-        // is the one with the latest time, and each caller is told what it
-        // wrote.
-        let name_lock = self.deploy_lock(script_id);
-        let _serial = lock(&name_lock);
-        let meta = ScriptMeta {
-            script_id: script_id.into(),
+        let checked = Checked {
             plan,
-            size: source.len() as u64,
-            compressed_size: compressed,
-            hash,
-            deployed_at_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0),
-            lifecycle: lifecycle::decide(manifest.lifecycle, source),
-            bindings,
-        };
-        self.inner.store.put(&meta, source)?;
-        self.invalidate(script_id);
-        tracing::info!(script = script_id, %plan, size = meta.size, compressed, hash = %meta.hash,
-            lifecycle = %meta.lifecycle.chosen, ?compile_time, "deployed");
-        Ok(DeployReport {
-            meta,
             limit,
-            compile_time,
+            compressed,
+            lifecycle: lifecycle::decide(manifest.lifecycle, &source),
+            bindings,
+            hash,
+            compile_time: t.elapsed(),
             code_source,
+        };
+        Ok((checked, source))
+    }
+
+    /// Uploads the local artifact of source `hash` to the store, for the
+    /// other nodes (a failure is logged: they compile instead).
+    async fn share_artifact(&self, hash: &str) {
+        let path = self.inner.artifacts.path(hash);
+        let name = self.inner.artifacts.file_name(hash);
+        let bytes = match tokio::fs::read(&path).await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(hash, error = %e, "no local artifact to share");
+                return;
+            }
+        };
+        if let Err(e) = self.inner.store.put_artifact(&name, bytes.into()).await {
+            tracing::warn!(hash, error = %e, "could not share the precompiled artifact");
+        }
+    }
+
+    /// Fetches the shared artifact of source `hash` from the store into the
+    /// local cache (unauthenticated yet: loading checks it); whether one
+    /// was there.
+    async fn fetch_artifact(&self, hash: &str) -> bool {
+        let name = self.inner.artifacts.file_name(hash);
+        let bytes = match self.inner.store.get_artifact(&name).await {
+            Ok(Some(b)) => b,
+            Ok(None) => return false,
+            Err(e) => {
+                tracing::warn!(hash, error = %e, "could not fetch the shared artifact");
+                return false;
+            }
+        };
+        let path = self.inner.artifacts.path(hash);
+        let written = tokio::task::spawn_blocking(move || {
+            crate::script_store::write_atomic(&path, &bytes).map(|_| ())
         })
+        .await;
+        matches!(written, Ok(Ok(())))
     }
 
     /// The lock that serialises deploys of `script_id` on this node (the
     /// store serialises across nodes).
-    fn deploy_lock(&self, script_id: &str) -> Arc<Mutex<()>> {
+    fn deploy_lock(&self, script_id: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = lock(&self.inner.deploying);
         locks.retain(|_, l| Arc::strong_count(l) > 1);
         locks.entry(script_id.to_string()).or_default().clone()
@@ -421,8 +493,8 @@ impl Runtime {
         };
         let rt = self.clone();
         let id = script_id.to_string();
-        handle.spawn_blocking(move || {
-            if let Ok(Some(m)) = rt.inner.store.meta(&id) {
+        handle.spawn(async move {
+            if let Ok(Some(m)) = rt.inner.store.meta(&id).await {
                 let mut sizes = lock(&rt.inner.sizes);
                 if sizes.len() >= MAX_CACHED_SIZES {
                     sizes.clear();
@@ -461,11 +533,7 @@ impl Runtime {
             script_id: script_id.into(),
             message,
         };
-        let rt = self.clone();
-        let id = script_id.to_string();
-        let loaded = tokio::task::spawn_blocking(move || rt.load_code(&id))
-            .await
-            .map_err(|e| load_err(e.to_string()))??;
+        let loaded = self.load_code(script_id).await?;
         timing.fetch = Some(loaded.fetch);
         timing.compile = Some(loaded.compile);
         timing.code_source = Some(loaded.code_source);
@@ -488,24 +556,43 @@ impl Runtime {
         Ok(Arc::new(worker))
     }
 
-    /// The blocking part of [`Runtime::load`], timed by phase: reading from
-    /// the store is *fetch*, loading the artifact or compiling is *compile*.
-    fn load_code(&self, script_id: &str) -> Result<LoadedCode, RuntimeError> {
+    /// The code of [`Runtime::load`], timed by phase: reading from the
+    /// store (and fetching a shared artifact) is *fetch*, loading the
+    /// artifact or compiling is *compile*.
+    async fn load_code(&self, script_id: &str) -> Result<LoadedCode, RuntimeError> {
         let inner = &self.inner;
         let load_err = |message: String| RuntimeError::Load {
             script_id: script_id.into(),
             message,
         };
+        let store_err = |e: crate::StoreError| match e {
+            crate::StoreError::Remote { .. } => RuntimeError::StoreUnavailable {
+                script_id: script_id.into(),
+                message: e.to_string(),
+            },
+            e => load_err(e.to_string()),
+        };
         let t = Instant::now();
         let meta = inner
             .store
             .meta(script_id)
-            .map_err(|e| load_err(e.to_string()))?
+            .await
+            .map_err(store_err)?
             .ok_or_else(|| RuntimeError::UnknownScript(script_id.into()))?;
         let mut fetch = t.elapsed();
         let t = Instant::now();
-        let found = self.load_artifact(&meta.hash);
+        let mut found = self.load_artifact_async(&meta.hash).await;
         let mut compile = t.elapsed();
+        if found.is_none() && inner.store.keeps_artifacts() {
+            let t = Instant::now();
+            let fetched = self.fetch_artifact(&meta.hash).await;
+            fetch += t.elapsed();
+            if fetched {
+                let t = Instant::now();
+                found = self.load_artifact_async(&meta.hash).await;
+                compile += t.elapsed();
+            }
+        }
         if let Some(component) = &found
             && meta.lifecycle.chosen != Lifecycle::Auto
         {
@@ -524,7 +611,8 @@ impl Runtime {
         let (mut meta, source) = inner
             .store
             .get(script_id)
-            .map_err(|e| load_err(e.to_string()))?
+            .await
+            .map_err(store_err)?
             .ok_or_else(|| RuntimeError::UnknownScript(script_id.into()))?;
         if meta.lifecycle.chosen == Lifecycle::Auto {
             meta.lifecycle = lifecycle::decide(meta.lifecycle.requested, &source);
@@ -534,8 +622,20 @@ impl Runtime {
             Some(c) => (c, CodeSource::Artifact),
             None => {
                 let t = Instant::now();
-                let c = self.compile_source(&meta.hash, &source).map_err(load_err)?;
+                let rt = self.clone();
+                let hash = meta.hash.clone();
+                let c = tokio::task::spawn_blocking(move || rt.compile_source(&hash, &source))
+                    .await
+                    .map_err(|e| load_err(e.to_string()))?
+                    .map_err(load_err)?;
                 compile += t.elapsed();
+                if inner.store.keeps_artifacts() {
+                    // Shared in the background: this cold start does not
+                    // wait for the upload.
+                    let rt = self.clone();
+                    let hash = meta.hash.clone();
+                    tokio::spawn(async move { rt.share_artifact(&hash).await });
+                }
                 (c, CodeSource::Compiled)
             }
         };
@@ -548,18 +648,82 @@ impl Runtime {
         })
     }
 
-    /// Whether `w` is still the deployed version. The store is consulted at
-    /// most once per [`REVALIDATE_MS`] per Worker, so a redeploy through any
-    /// node sharing the store reaches every node within that time.
-    fn still_current(&self, w: &Worker, now: u64) -> bool {
+    /// [`Runtime::load_artifact`] on the blocking pool.
+    async fn load_artifact_async(&self, hash: &str) -> Option<Component> {
+        let rt = self.clone();
+        let hash = hash.to_string();
+        tokio::task::spawn_blocking(move || rt.load_artifact(&hash))
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// Checks a warm Worker against the store at most once per
+    /// [`REVALIDATE_MS`], in the background (the caller goes on with `w`):
+    /// a redeploy through a node that could not announce it still reaches
+    /// this one within about that time.
+    fn revalidate_in_background(&self, w: &Arc<Worker>, now: u64) {
         if !w.due_for_check(now, REVALIDATE_MS) {
-            return true;
+            return;
         }
-        match self.inner.store.meta(&w.meta.script_id) {
-            Ok(Some(m)) => m.hash == w.meta.hash,
-            Ok(None) => false,
-            // A store hiccup is no reason to drop a working Worker.
-            Err(_) => true,
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let rt = self.clone();
+        let w = w.clone();
+        handle.spawn(async move {
+            rt.check_against_store(&w).await;
+        });
+    }
+
+    /// Drops `w` if the store holds another version of it (or none); a
+    /// store that cannot be read is no reason to drop a working Worker.
+    /// Whether it was dropped.
+    async fn check_against_store(&self, w: &Arc<Worker>) -> bool {
+        let id = &w.meta.script_id;
+        match self.inner.store.meta(id).await {
+            Ok(Some(m)) if m.hash == w.meta.hash => false,
+            Ok(_) => self.invalidate_worker(w),
+            Err(e) => {
+                tracing::debug!(script = %id, error = %e, "revalidation skipped: store unreadable");
+                false
+            }
+        }
+    }
+
+    /// Drops `w` if it is still the resident copy of its script (a newer
+    /// copy loaded meanwhile stays); whether it was dropped.
+    fn invalidate_worker(&self, w: &Arc<Worker>) -> bool {
+        let id = w.meta.script_id.clone();
+        lock(&self.inner.sizes).remove(&id);
+        let ev = {
+            let mut r = lock(&self.inner.resident);
+            if r.peek(&id).is_some_and(|cur| Arc::ptr_eq(cur, w)) {
+                r.remove(&id, EvictionCause::Replaced)
+            } else {
+                None
+            }
+        };
+        let dropped = ev.is_some();
+        self.count(ev);
+        dropped
+    }
+
+    /// A deploy of `script_id` with source `hash` was announced (by
+    /// another node of the cluster): a warm copy of another version is
+    /// checked against the store and dropped if the store agrees it is
+    /// stale, so the next request loads the new version. The store is read
+    /// only when this node holds a copy that differs from the announced
+    /// hash, so a member cannot make a node drop a current Worker, nor read
+    /// the store for Workers it does not hold. Whether a copy was dropped.
+    pub async fn revalidate(&self, script_id: &str, hash: &str) -> bool {
+        lock(&self.inner.sizes).remove(script_id);
+        let warm = lock(&self.inner.resident)
+            .peek(&script_id.to_string())
+            .cloned();
+        match warm {
+            Some(w) if w.meta.hash != hash => self.check_against_store(&w).await,
+            _ => false,
         }
     }
 
@@ -578,16 +742,13 @@ impl Runtime {
             .get(&script_id.to_string(), now)
             .cloned();
         if let Some(w) = warm {
-            if self.still_current(&w, now) {
-                let start = if !by_prewarm && w.take_prewarmed() {
-                    Start::Prewarmed
-                } else {
-                    Start::Warm
-                };
-                return Ok((w, start));
-            }
-            // Redeployed (maybe through another node sharing the store).
-            self.invalidate(script_id);
+            self.revalidate_in_background(&w, now);
+            let start = if !by_prewarm && w.take_prewarmed() {
+                Start::Prewarmed
+            } else {
+                Start::Warm
+            };
+            return Ok((w, start));
         }
         let cell = lock(&self.inner.loading)
             .entry(script_id.to_string())
@@ -648,14 +809,11 @@ impl Runtime {
         if !self.is_warm(script_id) {
             // Its real size, read off the async path (a prewarm can wait;
             // unlike `can_host` it never guesses).
-            let rt = self.clone();
-            let id = script_id.to_string();
-            let meta = tokio::task::spawn_blocking(move || rt.inner.store.meta(&id))
+            let meta = self
+                .inner
+                .store
+                .meta(script_id)
                 .await
-                .map_err(|e| RuntimeError::Load {
-                    script_id: script_id.into(),
-                    message: e.to_string(),
-                })?
                 .map_err(|e| RuntimeError::Load {
                     script_id: script_id.into(),
                     message: e.to_string(),

@@ -1,5 +1,11 @@
 //! Where Worker sources live: the [`ScriptStore`] trait and its default, a
-//! local directory content-addressed by blake3.
+//! local directory content-addressed by blake3. For nodes that share no
+//! disk, [`crate::s3_store::S3Store`] keeps the same layout in an
+//! S3-compatible bucket.
+//!
+//! The trait is async: a store may be across the network. Nothing on a
+//! warm request's path waits for it (a warm Worker is revalidated in the
+//! background, see [`crate::Runtime`]).
 //!
 //! Layout of a [`DirStore`]:
 //!
@@ -57,20 +63,42 @@ pub struct ScriptMeta {
 }
 
 /// A place to keep Worker sources. Implementations must make [`put`]
-/// atomic per script ID.
+/// atomic per script ID: a reader sees the old version or the new one.
 ///
 /// [`put`]: ScriptStore::put
+#[async_trait::async_trait]
 pub trait ScriptStore: Send + Sync + 'static {
     /// Stores `source` under `meta.script_id`, replacing any earlier version
     /// atomically.
-    fn put(&self, meta: &ScriptMeta, source: &[u8]) -> Result<(), StoreError>;
+    async fn put(&self, meta: &ScriptMeta, source: &[u8]) -> Result<(), StoreError>;
     /// The metadata of `script_id`, if deployed.
-    fn meta(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError>;
+    async fn meta(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError>;
     /// The metadata and source of `script_id`, if deployed; the source is
     /// checked against its hash.
-    fn get(&self, script_id: &str) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError>;
+    async fn get(&self, script_id: &str) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError>;
     /// Every deployed script's metadata.
-    fn list(&self) -> Result<Vec<ScriptMeta>, StoreError>;
+    async fn list(&self) -> Result<Vec<ScriptMeta>, StoreError>;
+    /// The shared precompiled artifact `name`, for a store that keeps
+    /// artifacts for every node (`None` if it has none, or keeps none).
+    /// Whatever comes back is authenticated before use
+    /// ([`crate::artifact`]).
+    async fn get_artifact(&self, _name: &str) -> Result<Option<bytes::Bytes>, StoreError> {
+        Ok(None)
+    }
+    /// Shares precompiled artifact `name` with every node (a no-op for a
+    /// store that keeps none: nodes sharing a directory share its
+    /// artifact cache already).
+    async fn put_artifact(&self, _name: &str, _bytes: bytes::Bytes) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// Whether [`ScriptStore::get_artifact`] and
+    /// [`ScriptStore::put_artifact`] share anything (so a deploy uploads
+    /// its artifact and a cold start looks there before compiling).
+    fn keeps_artifacts(&self) -> bool {
+        false
+    }
+    /// Where the store is, for logs and errors (a directory or a URL).
+    fn location(&self) -> String;
 }
 
 /// A [`ScriptStore`] in a local directory.
@@ -191,8 +219,11 @@ impl DirStore {
     }
 }
 
-impl ScriptStore for DirStore {
-    fn put(&self, meta: &ScriptMeta, source: &[u8]) -> Result<(), StoreError> {
+/// The blocking operations behind [`DirStore`]'s [`ScriptStore`] methods,
+/// which run them on Tokio's blocking pool.
+impl DirStore {
+    /// [`ScriptStore::put`] on the calling thread.
+    pub fn put_blocking(&self, meta: &ScriptMeta, source: &[u8]) -> Result<(), StoreError> {
         let blob = self.blob_path(&meta.hash);
         // A blob already in place is reused only if it is intact (it was
         // written the same durable way, but disks do fail).
@@ -213,15 +244,20 @@ impl ScriptStore for DirStore {
         Ok(())
     }
 
-    fn meta(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError> {
+    /// [`ScriptStore::meta`] on the calling thread.
+    pub fn meta_blocking(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError> {
         if !crate::validate::valid_script_id(script_id) {
             return Ok(None);
         }
         Self::read_meta(&self.meta_path(script_id))
     }
 
-    fn get(&self, script_id: &str) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError> {
-        let Some(meta) = self.meta(script_id)? else {
+    /// [`ScriptStore::get`] on the calling thread.
+    pub fn get_blocking(
+        &self,
+        script_id: &str,
+    ) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError> {
+        let Some(meta) = self.meta_blocking(script_id)? else {
             return Ok(None);
         };
         let path = self.blob_path(&meta.hash);
@@ -235,7 +271,8 @@ impl ScriptStore for DirStore {
         Ok(Some((meta, source)))
     }
 
-    fn list(&self) -> Result<Vec<ScriptMeta>, StoreError> {
+    /// [`ScriptStore::list`] on the calling thread.
+    pub fn list_blocking(&self) -> Result<Vec<ScriptMeta>, StoreError> {
         let dir = self.root.join("scripts");
         let mut out = Vec::new();
         for entry in fs::read_dir(&dir).map_err(io(&dir))? {
@@ -248,6 +285,46 @@ impl ScriptStore for DirStore {
         }
         out.sort_by(|a, b| a.script_id.cmp(&b.script_id));
         Ok(out)
+    }
+
+    /// Runs `f` on this store on Tokio's blocking pool.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&DirStore) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || f(&me))
+            .await
+            .map_err(|e| StoreError::Io {
+                path: self.root.clone(),
+                source: std::io::Error::other(format!("store task failed: {e}")),
+            })?
+    }
+}
+
+#[async_trait::async_trait]
+impl ScriptStore for DirStore {
+    async fn put(&self, meta: &ScriptMeta, source: &[u8]) -> Result<(), StoreError> {
+        let (meta, source) = (meta.clone(), source.to_vec());
+        self.blocking(move |s| s.put_blocking(&meta, &source)).await
+    }
+
+    async fn meta(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError> {
+        let id = script_id.to_string();
+        self.blocking(move |s| s.meta_blocking(&id)).await
+    }
+
+    async fn get(&self, script_id: &str) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError> {
+        let id = script_id.to_string();
+        self.blocking(move |s| s.get_blocking(&id)).await
+    }
+
+    async fn list(&self) -> Result<Vec<ScriptMeta>, StoreError> {
+        self.blocking(|s| s.list_blocking()).await
+    }
+
+    fn location(&self) -> String {
+        self.root.display().to_string()
     }
 }
 
@@ -272,19 +349,19 @@ mod tests {
     fn put_replaces_and_get_verifies_hash() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = DirStore::open(dir.path()).expect("open");
-        store.put(&meta("a", b"one"), b"one").expect("put");
-        store.put(&meta("a", b"two"), b"two").expect("put");
-        let (m, src) = store.get("a").expect("get").expect("present");
+        store.put_blocking(&meta("a", b"one"), b"one").expect("put");
+        store.put_blocking(&meta("a", b"two"), b"two").expect("put");
+        let (m, src) = store.get_blocking("a").expect("get").expect("present");
         assert_eq!(src, b"two");
         assert_eq!(m.hash, blake3::hash(b"two").to_hex().to_string());
-        assert_eq!(store.list().expect("list").len(), 1);
+        assert_eq!(store.list_blocking().expect("list").len(), 1);
         // Damage the blob: the store refuses to hand it out.
         fs::write(store.blob_path(&m.hash), b"evil").expect("write");
         assert!(matches!(
-            store.get("a"),
+            store.get_blocking("a"),
             Err(StoreError::HashMismatch { .. })
         ));
-        assert!(store.get("missing").expect("get").is_none());
-        assert!(store.get("../etc").expect("get").is_none());
+        assert!(store.get_blocking("missing").expect("get").is_none());
+        assert!(store.get_blocking("../etc").expect("get").is_none());
     }
 }

@@ -148,6 +148,7 @@ async fn concurrent_deploys_of_one_name_are_serialised() {
     let stored = rt
         .script_store()
         .meta("app")
+        .await
         .expect("meta")
         .expect("stored");
     let last = reports
@@ -202,7 +203,7 @@ async fn the_uncompressed_size_is_bounded_too() {
         }
         other => panic!("a 60 MiB script must be refused on free: {other:?}"),
     }
-    assert!(rt.script_store().meta("pad").expect("meta").is_none());
+    assert!(rt.script_store().meta("pad").await.expect("meta").is_none());
     // Under the limit, the same padding is accepted: it is the size, not
     // the section, that was refused.
     let small = with_padding(sample("hello"), 1 << 20);

@@ -144,7 +144,7 @@ async fn size_limit_is_per_plan_and_measured_compressed() {
         other => panic!("big must be refused on free, got {other:?}"),
     }
     assert!(
-        rt.script_store().meta("big").expect("meta").is_none(),
+        rt.script_store().meta("big").await.expect("meta").is_none(),
         "nothing stored"
     );
     let report = rt

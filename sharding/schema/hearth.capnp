@@ -165,6 +165,19 @@ interface ShardServer {
   # the home bounds its prewarms and may drop this one. Returns when the
   # Worker is ready or the home gave up.
   prewarm @2 (scriptId :Text) -> (outcome :PrewarmOutcome);
+
+  # Tells a member that `scriptId` was just redeployed with the source whose
+  # blake3 is `hash` (hex). A warm copy of another version is checked
+  # against the store and dropped if the store agrees it is stale; a member
+  # never drops a current copy on anyone's word. Returns once done, so the
+  # deploying node knows that every member that answered serves the new
+  # version from then on.
+  redeployed @3 (scriptId :Text, hash :Text);
+
+  # Asks a member that is not `scriptId`'s home to drop its warm copy now,
+  # so requests go to the home again (after a crashed home has rejoined).
+  # The home keeps its copy. Returns whether a copy was dropped.
+  handBack @4 (scriptId :Text) -> (dropped :Bool);
 }
 
 # What a home did with a `prewarm`.

@@ -43,6 +43,22 @@ pub trait LocalWorkers: Send + Sync + 'static {
         let _ = script_id;
         Box::pin(std::future::ready(PrewarmOutcome::Dropped))
     }
+
+    /// `script_id` was redeployed with source `hash` (announced by the
+    /// node that took the deploy): a warm copy of another version is
+    /// revalidated against the store. Resolves when that is done. The
+    /// default holds no copies, so does nothing.
+    fn redeployed(&self, script_id: &str, hash: &str) -> BoxFuture<'static, ()> {
+        let _ = (script_id, hash);
+        Box::pin(std::future::ready(()))
+    }
+
+    /// Drops this node's warm copy of `script_id` if this node is not its
+    /// home, so requests go to the home again; whether one was dropped.
+    fn hand_back(&self, script_id: &str) -> bool {
+        let _ = script_id;
+        false
+    }
 }
 
 /// What a prewarm did (as a home answers `ShardServer.prewarm`).

@@ -244,11 +244,16 @@ enum Command {
     Inbound(Box<Inbound>),
     Run(Box<dyn FnOnce() + Send>),
     Forward(Box<ForwardJob>, Reply),
-    Prewarm(
-        crate::ring::Node,
-        String,
-        oneshot::Sender<Result<PrewarmOutcome, String>>,
-    ),
+    /// A call to one member's shard server.
+    Peer(crate::ring::Node, PeerCall),
+}
+
+/// The small calls a node makes to one member's shard server, with where
+/// each answer goes.
+enum PeerCall {
+    Prewarm(String, oneshot::Sender<Result<PrewarmOutcome, String>>),
+    Redeployed(String, String, oneshot::Sender<Result<(), String>>),
+    HandBack(String, oneshot::Sender<Result<bool, String>>),
 }
 
 /// A TCP connection from a peer, before its TLS handshake.
@@ -539,8 +544,52 @@ impl RpcNode {
         home: &crate::ring::Node,
         script_id: &str,
     ) -> Result<PrewarmOutcome, String> {
+        let id = script_id.to_string();
+        self.call_peer(home, PREWARM_TIMEOUT, |reply| PeerCall::Prewarm(id, reply))
+            .await
+    }
+
+    /// Tells `member` that `script_id` was redeployed with source `hash`
+    /// (`ShardServer.redeployed`); returns when it has revalidated its
+    /// warm copy, or why it could not be told within
+    /// [`ANNOUNCE_TIMEOUT`].
+    pub async fn announce_redeploy(
+        &self,
+        member: &crate::ring::Node,
+        script_id: &str,
+        hash: &str,
+    ) -> Result<(), String> {
+        let (id, hash) = (script_id.to_string(), hash.to_string());
+        self.call_peer(member, ANNOUNCE_TIMEOUT, |reply| {
+            PeerCall::Redeployed(id, hash, reply)
+        })
+        .await
+    }
+
+    /// Asks `member` to drop its warm copy of `script_id` unless it is the
+    /// Worker's home (`ShardServer.handBack`); whether it dropped one.
+    pub async fn hand_back(
+        &self,
+        member: &crate::ring::Node,
+        script_id: &str,
+    ) -> Result<bool, String> {
+        let id = script_id.to_string();
+        self.call_peer(member, ANNOUNCE_TIMEOUT, |reply| {
+            PeerCall::HandBack(id, reply)
+        })
+        .await
+    }
+
+    /// Sends the call `make` builds to `member` on the RPC thread that owns
+    /// this node's connection to it, and waits up to `limit` for the answer.
+    async fn call_peer<T>(
+        &self,
+        member: &crate::ring::Node,
+        limit: Duration,
+        make: impl FnOnce(oneshot::Sender<Result<T, String>>) -> PeerCall,
+    ) -> Result<T, String> {
         let index = current_thread_of(&self.inner.shared)
-            .unwrap_or_else(|| thread_for(&home.id, self.inner.threads.len()));
+            .unwrap_or_else(|| thread_for(&member.id, self.inner.threads.len()));
         let thread = self
             .inner
             .threads
@@ -548,12 +597,12 @@ impl RpcNode {
             .ok_or_else(|| "no RPC thread".to_string())?;
         let (reply, result) = oneshot::channel();
         thread
-            .send(Command::Prewarm(home.clone(), script_id.to_string(), reply))
+            .send(Command::Peer(member.clone(), make(reply)))
             .map_err(|_| "the RPC layer is shut down".to_string())?;
-        match tokio::time::timeout(PREWARM_TIMEOUT, result).await {
+        match tokio::time::timeout(limit, result).await {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(_)) => Err("the RPC layer stopped".into()),
-            Err(_) => Err(format!("no answer within {PREWARM_TIMEOUT:?}")),
+            Err(_) => Err(format!("no answer within {limit:?}")),
         }
     }
 
@@ -648,6 +697,59 @@ impl RpcNode {
 /// How long [`RpcNode::prewarm`] waits for a home's answer (a compile
 /// from source can take seconds; the answer only feeds counters).
 pub const PREWARM_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long [`RpcNode::announce_redeploy`] and [`RpcNode::hand_back`]
+/// wait for a member's answer (one store read at most). A member that does
+/// not answer in time still catches up by itself within
+/// `hearth_runtime::REVALIDATE_MS`.
+pub const ANNOUNCE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Makes `call` to `member` on this RPC thread and sends the answer where
+/// the call says.
+async fn send_peer_call(state: Rc<ThreadState>, member: crate::ring::Node, call: PeerCall) {
+    match call {
+        PeerCall::Prewarm(id, reply) => {
+            let _ = reply.send(send_prewarm(state, member, id).await);
+        }
+        PeerCall::Redeployed(id, hash, reply) => {
+            let _ = reply.send(send_redeployed(state, member, id, hash).await);
+        }
+        PeerCall::HandBack(id, reply) => {
+            let _ = reply.send(send_hand_back(state, member, id).await);
+        }
+    }
+}
+
+/// Sends `ShardServer.redeployed` to `member`.
+async fn send_redeployed(
+    state: Rc<ThreadState>,
+    member: crate::ring::Node,
+    script_id: String,
+    hash: String,
+) -> Result<(), String> {
+    let peer = state.peer(&member).await?;
+    let mut request = peer.shard.redeployed_request();
+    request.get().set_script_id(script_id.as_str());
+    request.get().set_hash(hash.as_str());
+    request.send().promise.await.map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Sends `ShardServer.handBack` to `member`.
+async fn send_hand_back(
+    state: Rc<ThreadState>,
+    member: crate::ring::Node,
+    script_id: String,
+) -> Result<bool, String> {
+    let peer = state.peer(&member).await?;
+    let mut request = peer.shard.hand_back_request();
+    request.get().set_script_id(script_id.as_str());
+    let response = request.send().promise.await.map_err(|e| e.to_string())?;
+    response
+        .get()
+        .map(|r| r.get_dropped())
+        .map_err(|e| e.to_string())
+}
 
 /// Sends `ShardServer.prewarm` for `script_id` to `home` on this RPC
 /// thread.
@@ -753,11 +855,8 @@ fn rpc_thread(
                 None => break,
                 Some(Command::Inbound(inbound)) => state.handshake(*inbound),
                 Some(Command::Run(work)) => work(),
-                Some(Command::Prewarm(home, script_id, reply)) => {
-                    let state = state.clone();
-                    tokio::task::spawn_local(async move {
-                        let _ = reply.send(send_prewarm(state, home, script_id).await);
-                    });
+                Some(Command::Peer(member, call)) => {
+                    tokio::task::spawn_local(send_peer_call(state.clone(), member, call));
                 }
                 Some(Command::Forward(job, reply)) => {
                     let state = state.clone();

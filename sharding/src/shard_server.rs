@@ -234,6 +234,40 @@ impl shard_server::Server for ShardServerImpl {
         }
     }
 
+    /// Revalidates this node's warm copy against the store (see
+    /// [`crate::local::LocalWorkers::redeployed`]) and answers when done.
+    fn redeployed(
+        self: capnp::capability::Rc<Self>,
+        params: shard_server::RedeployedParams,
+        _results: shard_server::RedeployedResults,
+    ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
+        let started = params.get().and_then(|p| {
+            let id = read_script_id(p.get_script_id()?)?;
+            let hash = p
+                .get_hash()?
+                .to_str()
+                .map_err(|e| capnp::Error::failed(format!("hash is not UTF-8: {e}")))?;
+            Ok(self.shared.host.local.redeployed(&id, hash))
+        });
+        async move {
+            started?.await;
+            Ok(())
+        }
+    }
+
+    /// Drops this node's warm copy if it is not the Worker's home.
+    fn hand_back(
+        self: capnp::capability::Rc<Self>,
+        params: shard_server::HandBackParams,
+        mut results: shard_server::HandBackResults,
+    ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
+        let dropped = params
+            .get()
+            .and_then(|p| read_script_id(p.get_script_id()?))
+            .map(|id| self.shared.host.local.hand_back(&id));
+        std::future::ready(dropped.map(|d| results.get().set_dropped(d)))
+    }
+
     fn dispatch(
         self: capnp::capability::Rc<Self>,
         params: shard_server::DispatchParams,
