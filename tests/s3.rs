@@ -18,6 +18,21 @@ use hearth::runtime::{
 };
 use hearth::testing::{Garage, TestCluster};
 
+/// A Garage server for this test, or `None` (the test is skipped, and says
+/// so) when Garage is not installed and `HEARTH_REQUIRE_GARAGE` is unset.
+/// CI installs Garage and sets it, so there these tests always run.
+async fn garage() -> Option<Garage> {
+    if Garage::binary().is_none() && std::env::var_os("HEARTH_REQUIRE_GARAGE").is_none() {
+        eprintln!(
+            "skipped: no Garage server to test against (cargo install garage --locked \
+             --version 2.5.0 --debug --no-default-features --features bundled-libs,sqlite; \
+             CI installs it and sets HEARTH_REQUIRE_GARAGE=1)"
+        );
+        return None;
+    }
+    Some(Garage::start().await.expect("garage"))
+}
+
 fn sample(name: &str) -> Vec<u8> {
     hearth_sample_workers::bytes(name).expect("sample built")
 }
@@ -56,7 +71,9 @@ async fn get(rt: &Runtime, id: &str) -> (u16, String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deploy_through_one_node_serves_from_another_with_no_shared_disk() {
-    let garage = Garage::start().await.expect("garage");
+    let Some(garage) = garage().await else {
+        return;
+    };
     let (da, db) = (
         tempfile::tempdir().expect("dir"),
         tempfile::tempdir().expect("dir"),
@@ -106,7 +123,9 @@ async fn a_deploy_through_one_node_serves_from_another_with_no_shared_disk() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redeploy_reaches_a_node_that_was_not_told_within_the_revalidation_period() {
-    let garage = Garage::start().await.expect("garage");
+    let Some(garage) = garage().await else {
+        return;
+    };
     let (da, db) = (
         tempfile::tempdir().expect("dir"),
         tempfile::tempdir().expect("dir"),
@@ -123,7 +142,7 @@ async fn a_redeploy_reaches_a_node_that_was_not_told_within_the_revalidation_per
     // No announcement: B's background revalidation (once a second per
     // Worker, off the request path) finds the new version by itself.
     let mut seen = String::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while tokio::time::Instant::now() < deadline {
         seen = get(&b, "app").await.2;
         if seen == "hello from wstd" {
@@ -131,12 +150,14 @@ async fn a_redeploy_reaches_a_node_that_was_not_told_within_the_revalidation_per
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(seen, "hello from wstd");
+    assert_eq!(seen, "hello from wstd", "{:?}", b.stats());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_artifact_tampered_with_in_the_bucket_is_refused_and_recompiled() {
-    let garage = Garage::start().await.expect("garage");
+    let Some(garage) = garage().await else {
+        return;
+    };
     let (da, db) = (
         tempfile::tempdir().expect("dir"),
         tempfile::tempdir().expect("dir"),
@@ -188,7 +209,9 @@ async fn an_artifact_tampered_with_in_the_bucket_is_refused_and_recompiled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_store_keeps_warm_workers_serving_and_half_writes_nothing() {
-    let mut garage = Garage::start().await.expect("garage");
+    let Some(mut garage) = garage().await else {
+        return;
+    };
     let (da, db) = (
         tempfile::tempdir().expect("dir"),
         tempfile::tempdir().expect("dir"),
@@ -221,7 +244,7 @@ async fn an_unreachable_store_keeps_warm_workers_serving_and_half_writes_nothing
         matches!(err, DeployError::Store(StoreError::Remote { .. })),
         "{err}"
     );
-    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
     // A cold start says why it cannot load.
     let (status, _, text) = get(&b, "other").await;
     assert_eq!(status, 503, "{text}");
@@ -240,7 +263,9 @@ async fn an_unreachable_store_keeps_warm_workers_serving_and_half_writes_nothing
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_over_the_bucket_serves_a_redeploy_everywhere_as_soon_as_it_returns() {
-    let garage = Garage::start().await.expect("garage");
+    let Some(garage) = garage().await else {
+        return;
+    };
     let dir = tempfile::tempdir().expect("dir");
     let mut cfg = ClusterConfig::new(3, dir.path());
     cfg.s3 = Some((garage.url("cluster"), garage.settings()));
@@ -392,7 +417,9 @@ mod processes {
     #[test]
     fn a_cluster_over_the_bucket_loses_nothing_but_what_had_started_on_a_killed_node() {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
-        let garage = rt.block_on(Garage::start()).expect("garage");
+        let Some(garage) = rt.block_on(super::garage()) else {
+            return;
+        };
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
         let out = Command::new(BIN)

@@ -239,8 +239,11 @@ api_bind_addr = "{admin}"
             access_key_id: Some(KEY_ID.into()),
             secret_access_key: Some(SECRET.into()),
             allow_http: Some(true),
-            timeout_ms: Some(2000),
-            max_retries: Some(1),
+            // Generous: a debug build of Garage on a busy 2-core machine
+            // can be slow; an unreachable server still fails at once
+            // (connection refused).
+            timeout_ms: Some(10_000),
+            max_retries: Some(2),
         }
     }
 
@@ -248,7 +251,7 @@ api_bind_addr = "{admin}"
     pub fn toml_section(&self) -> String {
         format!(
             "[s3]\nendpoint = \"{}\"\nregion = \"{REGION}\"\naccess_key_id = \"{KEY_ID}\"\n\
-             secret_access_key = \"{SECRET}\"\nallow_http = true\ntimeout_ms = 2000\nmax_retries = 1\n",
+             secret_access_key = \"{SECRET}\"\nallow_http = true\ntimeout_ms = 10000\nmax_retries = 2\n",
             self.endpoint()
         )
     }
