@@ -414,6 +414,54 @@ mod processes {
             .collect()
     }
 
+    /// Runs `hearth serve` with `config`, which must make it exit with an
+    /// error; its stderr.
+    fn serve_fails(dir: &Path, config: &str) -> String {
+        let path = dir.join("node.toml");
+        std::fs::write(&path, config).expect("write config");
+        let out = Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(&path)
+            .stdin(Stdio::null())
+            .output()
+            .expect("hearth serve");
+        assert!(!out.status.success(), "it started");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    #[test]
+    fn a_node_whose_bucket_it_cannot_use_refuses_to_start_and_says_why() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let (http, admin) = (free_port(), free_port());
+        let base = format!(
+            "listen = \"127.0.0.1:{http}\"\nadmin = \"127.0.0.1:{admin}\"\n\
+             store = \"s3://hearth/x\"\ndata = \"{}\"\n",
+            d.join("data").display()
+        );
+        // No artifact key: the node offers one.
+        let err = serve_fails(d, &base);
+        assert!(
+            err.contains("artifact_key") && err.contains("artifact_key = \""),
+            "{err}"
+        );
+        // A key, but nothing listening at the endpoint: the store's error,
+        // promptly.
+        let closed = free_port();
+        let err = serve_fails(
+            d,
+            &format!(
+                "{base}artifact_key = \"{ARTIFACT_KEY}\"\n[s3]\nendpoint = \"http://127.0.0.1:{closed}\"\n\
+                 region = \"garage\"\naccess_key_id = \"GKx\"\nsecret_access_key = \"y\"\n\
+                 allow_http = true\nmax_retries = 0\n"
+            ),
+        );
+        assert!(err.contains("cannot use the script store"), "{err}");
+        // A key of the wrong length is named as such.
+        let err = serve_fails(d, &format!("{base}artifact_key = \"abc\"\n"));
+        assert!(err.contains("artifact_key must be 64 hex digits"), "{err}");
+    }
+
     #[test]
     fn a_cluster_over_the_bucket_loses_nothing_but_what_had_started_on_a_killed_node() {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
