@@ -467,3 +467,33 @@ pub fn admin_token(store: &Path) -> anyhow::Result<(String, bool)> {
     let key = store_secret(store, "admin.token")?;
     Ok((blake3::Hash::from_bytes(key).to_hex().to_string(), !existed))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_three_example_configs_of_the_readme_parse_and_agree() {
+        let texts = [
+            include_str!("../docs/operator/node-1.toml"),
+            include_str!("../docs/operator/node-2.toml"),
+            include_str!("../docs/operator/node-3.toml"),
+        ];
+        let mut rpcs = Vec::new();
+        for (i, text) in texts.iter().enumerate() {
+            let c: NodeConfig = toml::from_str(text).expect("example config parses");
+            assert_eq!(
+                c.node_id.as_deref(),
+                Some(format!("node-{}", i + 1).as_str())
+            );
+            assert_eq!(c.store.as_deref(), Some("s3://hearth/prod"));
+            let key = c.artifact_key.as_deref().expect("artifact_key");
+            parse_key("artifact_key", key).expect("artifact_key is 64 hex digits");
+            let cluster = c.cluster.as_ref().expect("[cluster]");
+            assert!(cluster.gossip_key().expect("gossip_key").is_some());
+            rpcs.push(cluster.rpc);
+        }
+        rpcs.dedup();
+        assert_eq!(rpcs.len(), 3, "each node its own RPC address");
+    }
+}
