@@ -175,9 +175,14 @@ fn main() -> std::process::ExitCode {
 
 fn real_main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,cranelift=warn,wasmtime=warn")
-    });
+    // A tool's default output is its progress and its result; the node's
+    // info logs (e.g. a demo's hundreds of deploys) show only with RUST_LOG.
+    let default_filter = match cli.command {
+        Command::Demo(_) | Command::Simulate(_) | Command::Bench(_) => "warn",
+        _ => "info,cranelift=warn,wasmtime=warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
