@@ -151,12 +151,13 @@ enum Command {
         base_port: Option<u16>,
     },
     /// The main job: sharding off vs on, on the same power-law traffic.
+    #[cfg(feature = "demo")]
     Demo(hearth::demo::DemoArgs),
     /// Simulate one data center, sharded vs unsharded.
-    Simulate(hearth::simulate::SimulateArgs),
+    Simulate(hearth_simulate::SimulateArgs),
     /// Load generator against a running cluster: Zipf or trace traffic,
     /// open loop, or cold vs warm latency of one Worker.
-    Bench(hearth::bench::BenchArgs),
+    Bench(hearth_bench::BenchArgs),
 }
 
 /// mimalloc: small short-lived allocations dominate a forwarded request.
@@ -178,7 +179,9 @@ fn real_main() -> anyhow::Result<()> {
     // A tool's default output is its progress and its result; the node's
     // info logs (e.g. a demo's hundreds of deploys) show only with RUST_LOG.
     let default_filter = match cli.command {
-        Command::Demo(_) | Command::Simulate(_) | Command::Bench(_) => "warn",
+        Command::Simulate(_) | Command::Bench(_) => "warn",
+        #[cfg(feature = "demo")]
+        Command::Demo(_) => "warn",
         _ => "info,cranelift=warn,wasmtime=warn",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -310,15 +313,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        #[cfg(feature = "demo")]
         Command::Demo(args) => hearth::demo::run(args).await.map(|_| ()),
         Command::Bench(args) => {
-            let r = hearth::bench::run(args).await?;
+            let r = hearth_bench::run(args).await?;
             println!("{}", r.table());
             Ok(())
         }
         Command::Simulate(args) => {
-            let report =
-                tokio::task::spawn_blocking(move || hearth::simulate::run(&args)).await??;
+            let report = tokio::task::spawn_blocking(move || hearth_simulate::run(&args)).await??;
             println!("{}", report.table());
             Ok(())
         }

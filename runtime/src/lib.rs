@@ -47,7 +47,7 @@ pub mod config;
 pub mod cpu;
 mod engine;
 pub mod error;
-pub mod eviction;
+pub use hearth_residency as eviction;
 mod host;
 mod instance;
 pub mod lifecycle;

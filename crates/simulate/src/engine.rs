@@ -30,7 +30,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use hearth_runtime::eviction::{Evicted, EvictionCause, Residency};
+use hearth_residency::{Evicted, EvictionCause, Residency};
 use hearth_sharding::overload::{self, OverloadConfig, RefusalReason};
 use hearth_sharding::routing::{Decision, HomeAnswer, Route, after_forward, decide};
 use serde::Serialize;

@@ -1,3 +1,5 @@
+//! # hearth-bench
+//!
 //! `hearth bench`: a load generator against a running cluster — one started
 //! with `hearth cluster`, or real nodes — that reports the same measures as
 //! `hearth demo` plus the cold and warm latency distributions.
@@ -28,10 +30,10 @@
 //!
 //! * **Zipf** (default): `--requests N` (or `--rate × --duration-s`)
 //!   requests, the Worker of each drawn from
-//!   [`Zipf`](crate::simulate::Zipf) with `--exponent` over the Workers in
+//!   [`Zipf`] with `--exponent` over the Workers in
 //!   the order listed (discovered ones sorted by ID: the first is the most
 //!   popular).
-//! * **Trace replay** (`--trace FILE`, read by [`crate::trace::load`] in the
+//! * **Trace replay** (`--trace FILE`, read by [`hearth_simulate::trace::load`] in the
 //!   formats of `hearth simulate`): each invocation is sent at its trace
 //!   time (from the first invocation) divided by `--speedup`. If every
 //!   Worker the trace names is among the Workers driven, they are used by
@@ -51,9 +53,10 @@
 //! than [`LATE_MS`] after its time (the client could not keep up) as
 //! *late*.
 //!
-//! Latency percentiles are nearest-rank over the requests' latencies, per
-//! start (cold or warm); the histogram has logarithmic buckets
-//! ([`BUCKETS_MS`]).
+//! Latency is summarised per start (cold or warm) by the tools' one
+//! latency summary ([`Distribution`], from `hearth-report`: nearest-rank
+//! percentiles from an HDR histogram, and a histogram in logarithmic
+//! buckets, [`BUCKETS_MS`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -67,23 +70,18 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::simulate::Zipf;
-use crate::trace::TraceFormat;
+pub use hearth_report::latency::{BUCKETS_MS, Bucket, Distribution};
+use hearth_report::table::Table;
+use hearth_simulate::Zipf;
+use hearth_simulate::trace::{self, TraceFormat};
 
 /// A request sent more than this many milliseconds after its scheduled time
 /// is counted as late.
 pub const LATE_MS: f64 = 5.0;
-
-/// Upper bounds (ms) of the latency histogram's buckets; one more bucket
-/// holds everything above the last.
-pub const BUCKETS_MS: [f64; 16] = [
-    0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0,
-    10000.0,
-];
 
 /// How requests are spread over the `--target` front doors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize)]
@@ -204,109 +202,6 @@ impl BenchArgs {
     }
 }
 
-/// A latency distribution, in milliseconds.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Distribution {
-    /// Number of samples.
-    pub count: u64,
-    /// Mean.
-    pub mean_ms: f64,
-    /// Smallest.
-    pub min_ms: f64,
-    /// Median (nearest rank).
-    pub p50_ms: f64,
-    /// 90th percentile.
-    pub p90_ms: f64,
-    /// 99th percentile.
-    pub p99_ms: f64,
-    /// Largest.
-    pub max_ms: f64,
-    /// Samples per bucket of [`BUCKETS_MS`] (upper bound inclusive), the
-    /// last bucket (`le_ms: None`) above the largest bound.
-    pub histogram: Vec<Bucket>,
-}
-
-/// One histogram bucket.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Bucket {
-    /// Upper bound in ms (inclusive); `None` for the overflow bucket.
-    pub le_ms: Option<f64>,
-    /// Samples in the bucket.
-    pub count: u64,
-}
-
-impl Distribution {
-    /// The distribution of `samples` (ms; order does not matter).
-    pub fn of(samples: &[f64]) -> Self {
-        let mut v: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
-        v.sort_by(f64::total_cmp);
-        let mut histogram: Vec<Bucket> = BUCKETS_MS
-            .iter()
-            .map(|&b| Bucket {
-                le_ms: Some(b),
-                count: 0,
-            })
-            .chain(std::iter::once(Bucket {
-                le_ms: None,
-                count: 0,
-            }))
-            .collect();
-        for &x in &v {
-            let i = BUCKETS_MS.partition_point(|&b| b < x);
-            if let Some(b) = histogram.get_mut(i) {
-                b.count += 1;
-            }
-        }
-        let (Some(&min), Some(&max)) = (v.first(), v.last()) else {
-            return Distribution {
-                histogram,
-                ..Distribution::default()
-            };
-        };
-        let rank = |p: f64| {
-            let r = (p * v.len() as f64).ceil() as usize;
-            v[r.clamp(1, v.len()) - 1]
-        };
-        Distribution {
-            count: v.len() as u64,
-            mean_ms: v.iter().sum::<f64>() / v.len() as f64,
-            min_ms: min,
-            p50_ms: rank(0.50),
-            p90_ms: rank(0.90),
-            p99_ms: rank(0.99),
-            max_ms: max,
-            histogram,
-        }
-    }
-
-    /// A text histogram, one line per bucket from the first non-empty one
-    /// to the last, bars scaled to the fullest bucket.
-    pub fn text_histogram(&self) -> String {
-        const WIDTH: u64 = 40;
-        let first = self.histogram.iter().position(|b| b.count > 0);
-        let last = self.histogram.iter().rposition(|b| b.count > 0);
-        let (Some(first), Some(last)) = (first, last) else {
-            return "  (no samples)\n".to_string();
-        };
-        let top = self.histogram.iter().map(|b| b.count).max().unwrap_or(1);
-        let mut out = String::new();
-        for b in &self.histogram[first..=last] {
-            let label = match b.le_ms {
-                Some(le) => format!("<= {le:>7} ms"),
-                None => format!(" > {:>7} ms", BUCKETS_MS[BUCKETS_MS.len() - 1]),
-            };
-            let len = (b.count * WIDTH).div_ceil(top.max(1)) as usize;
-            out.push_str(&format!(
-                "  {label} |{:<w$}| {}\n",
-                "#".repeat(len),
-                b.count,
-                w = WIDTH as usize
-            ));
-        }
-        out
-    }
-}
-
 /// One request of a `--cold` run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Sample {
@@ -421,8 +316,8 @@ impl BenchReport {
                 "resident memory (KiB)",
                 opt(self.resident_bytes.map(|b| b / 1024)),
             ),
-            ("warm p50 / p99 (ms)", p50_p99(&self.warm_latency)),
-            ("cold p50 / p99 (ms)", p50_p99(&self.cold_latency)),
+            ("warm p50 / p99 (ms)", self.warm_latency.p50_p99()),
+            ("cold p50 / p99 (ms)", self.cold_latency.p50_p99()),
         ];
         if self.mode != "cold" {
             rows.push(("not sent (outstanding cap)", self.not_sent.to_string()));
@@ -462,10 +357,11 @@ impl BenchReport {
         ));
         rows.push(("wall time (s)", format!("{:.1}", self.seconds)));
 
-        let mut out = format!("{}\n\n| measure | value |\n|---|---|\n", self.description);
+        let mut table = Table::new(["measure", "value"]);
         for (k, v) in rows {
-            out.push_str(&format!("| {k} | {v} |\n"));
+            table.row([k.to_string(), v]);
         }
+        let mut out = format!("{}\n\n{table}", self.description);
         if let Some(e) = &self.first_error {
             out.push_str(&format!("\nfirst error: {e}\n"));
         }
@@ -496,15 +392,6 @@ impl BenchReport {
             }
         }
         out
-    }
-}
-
-/// `p50 / p99` of `d` in ms, or `-` without samples.
-fn p50_p99(d: &Distribution) -> String {
-    if d.count == 0 {
-        "-".to_string()
-    } else {
-        format!("{:.2} / {:.2}", d.p50_ms, d.p99_ms)
     }
 }
 
@@ -836,7 +723,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<BenchReport> {
     }
     let trace = match &args.trace {
         Some(p) => Some(
-            crate::trace::load(p, args.trace_format, args.seed)
+            trace::load(p, args.trace_format, args.seed)
                 .with_context(|| format!("cannot use trace {}", p.display()))?,
         ),
         None => None,
@@ -903,7 +790,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<BenchReport> {
 fn schedule(
     args: &BenchArgs,
     ctx: &Ctx,
-    trace: Option<&crate::trace::Trace>,
+    trace: Option<&trace::Trace>,
 ) -> anyhow::Result<(Vec<Planned>, String, String)> {
     let mut rng = StdRng::seed_from_u64(args.seed);
     let n_targets = ctx.targets.len();
@@ -1130,40 +1017,6 @@ async fn cold_run(args: &BenchArgs, ctx: &Ctx, admin: &Admin) -> anyhow::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn percentiles_are_nearest_rank() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        let d = Distribution::of(&v);
-        assert_eq!(d.count, 100);
-        assert_eq!(
-            (d.p50_ms, d.p90_ms, d.p99_ms, d.max_ms),
-            (50.0, 90.0, 99.0, 100.0)
-        );
-        assert_eq!(d.min_ms, 1.0);
-        assert_eq!(d.histogram.iter().map(|b| b.count).sum::<u64>(), 100);
-        let empty = Distribution::of(&[]);
-        assert_eq!(empty.count, 0);
-        assert!(empty.text_histogram().contains("no samples"));
-    }
-
-    #[test]
-    fn histogram_buckets_are_inclusive_upper_bounds() {
-        let d = Distribution::of(&[0.1, 0.15, 1.0, 20000.0]);
-        let count = |le: Option<f64>| {
-            d.histogram
-                .iter()
-                .find(|b| b.le_ms == le)
-                .map(|b| b.count)
-                .unwrap_or(0)
-        };
-        assert_eq!(count(Some(0.1)), 1);
-        assert_eq!(count(Some(0.2)), 1);
-        assert_eq!(count(Some(1.0)), 1);
-        assert_eq!(count(None), 1);
-        let text = d.text_histogram();
-        assert_eq!(text.lines().count(), BUCKETS_MS.len() + 1);
-    }
 
     #[test]
     fn reads_prometheus_samples() {

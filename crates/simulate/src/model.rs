@@ -26,7 +26,7 @@
 //! order at the same servers.
 
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{Rng, RngExt, SeedableRng};
 
 use crate::trace::TraceEvent;
 

@@ -1,10 +1,12 @@
+//! # hearth-simulate
+//!
 //! `hearth simulate`: a discrete-event simulator of one data center, run
 //! with and without Worker sharding on the same traffic.
 //!
 //! # Model
 //!
 //! A data center is `servers` servers behind a load balancer, each holding
-//! warm Workers in a [`Residency`](hearth_runtime::eviction::Residency) with
+//! warm Workers in a [`Residency`](hearth_residency::Residency) with
 //! a `memory_mb` budget — the very type, LRU order, pressure eviction and
 //! idle sweep of the live runtime. Requests for `workers` Workers arrive at
 //! random servers (see [`model`] for popularity, sizes, durations and
@@ -66,7 +68,7 @@
 //! # Example
 //!
 //! ```
-//! use hearth::simulate::{run, SimulateArgs};
+//! use hearth_simulate::{run, SimulateArgs};
 //!
 //! let args = SimulateArgs {
 //!     servers: 4,
@@ -83,6 +85,7 @@
 
 pub mod engine;
 pub mod model;
+pub mod trace;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -91,11 +94,12 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, bail, ensure};
+use hearth_report::table::{Align, Table};
 use hearth_sharding::overload::OverloadConfig;
 use hearth_sharding::ring::{Node, NodeId, Ring, RingConfig};
 use serde::Serialize;
 
-use crate::trace::{self, TraceFormat};
+use crate::trace::TraceFormat;
 pub use engine::{ColdCauses, ModeReport, Refusals, RouteCounts};
 use engine::{Mode, World, run_mode};
 use model::{Arrivals, WorkerModel};
@@ -325,7 +329,7 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<SimReport> {
     let started = Instant::now();
     validate(args)?;
     let trace = match &args.trace {
-        Some(path) => Some(trace::load(path, args.trace_format, args.seed)?),
+        Some(path) => Some(crate::trace::load(path, args.trace_format, args.seed)?),
         None => None,
     };
     let ids: Vec<String> = match &trace {
@@ -587,13 +591,10 @@ impl SimReport {
             a.seed,
             options(a),
         );
-        let _ = writeln!(
-            out,
-            "| measure | unsharded | sharded | sharded / unsharded |"
-        );
-        let _ = writeln!(out, "|---|---:|---:|---:|");
+        let mut table = Table::new(["measure", "unsharded", "sharded", "sharded / unsharded"])
+            .align([Align::Left, Align::Right, Align::Right, Align::Right]);
         let mut row = |name: &str, x: String, y: String, r: String| {
-            let _ = writeln!(out, "| {name} | {x} | {y} | {r} |");
+            table.row([name.to_string(), x, y, r]);
         };
         let ratio = |x: f64, y: f64| {
             if x == 0.0 {
@@ -713,6 +714,7 @@ impl SimReport {
                 s.mean_resident_workers_per_server,
             ),
         );
+        out.push_str(&table.to_string());
         let _ = writeln!(
             out,
             "\nwall time: {:.1} s (setup {:.1} s, unsharded {:.1} s, sharded {:.1} s, in parallel)",
