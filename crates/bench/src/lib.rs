@@ -672,6 +672,62 @@ fn normalize_url(raw: &str, flag: &str) -> anyhow::Result<String> {
 /// `--json`, also writes the report there.
 pub async fn run(args: BenchArgs) -> anyhow::Result<BenchReport> {
     // Check the flags and read the trace before touching the network.
+    validate(&args)?;
+    let targets = args
+        .targets
+        .iter()
+        .map(|t| normalize_url(t, "--target"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let admins = args
+        .admins
+        .iter()
+        .map(|t| normalize_url(t, "--admin"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if args.cold {
+        ensure!(
+            !admins.is_empty(),
+            "--cold evicts the Worker through the admin API: give --admin URL (every node)"
+        );
+    }
+    let trace = match &args.trace {
+        Some(p) => Some(
+            trace::load(p, args.trace_format, args.seed)
+                .with_context(|| format!("cannot use trace {}", p.display()))?,
+        ),
+        None => None,
+    };
+
+    let (ctx, admin) = connect(&args, targets, admins).await?;
+    let before = admin.counters().await?;
+    let mut report = if args.cold {
+        cold_run(&args, &ctx, &admin).await?
+    } else {
+        let (plan, mode, description) = schedule(&args, &ctx, trace.as_ref())?;
+        let mut r = open_loop(&args, &ctx, plan).await?;
+        r.mode = mode;
+        r.description = description;
+        r
+    };
+    let after = match admin.counters().await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "cannot read the node counters after the run");
+            None
+        }
+    };
+    if let (Some(b), Some(a)) = (before, after) {
+        report.count_node_changes(&b, &a);
+    }
+    report.workers = ctx.workers.clone();
+    if let Some(p) = &args.json {
+        let bytes = serde_json::to_vec_pretty(&report)?;
+        std::fs::write(p, bytes).with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    Ok(report)
+}
+
+/// Refuses flags that cannot describe a run.
+fn validate(args: &BenchArgs) -> anyhow::Result<()> {
     ensure!(
         args.rate.is_finite() && args.rate > 0.0,
         "--rate must be a positive number of requests per second"
@@ -705,30 +761,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<BenchReport> {
         !args.targets.is_empty(),
         "say where to send requests: --target URL (a node's front door)"
     );
-    let targets = args
-        .targets
-        .iter()
-        .map(|t| normalize_url(t, "--target"))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let admins = args
-        .admins
-        .iter()
-        .map(|t| normalize_url(t, "--admin"))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    if args.cold {
-        ensure!(
-            !admins.is_empty(),
-            "--cold evicts the Worker through the admin API: give --admin URL (every node)"
-        );
-    }
-    let trace = match &args.trace {
-        Some(p) => Some(
-            trace::load(p, args.trace_format, args.seed)
-                .with_context(|| format!("cannot use trace {}", p.display()))?,
-        ),
-        None => None,
-    };
+    Ok(())
+}
 
+/// The HTTP client, the admin APIs, and the Workers to drive (discovered
+/// from the first admin API unless named).
+async fn connect(
+    args: &BenchArgs,
+    targets: Vec<String>,
+    admins: Vec<String>,
+) -> anyhow::Result<(Arc<Ctx>, Admin)> {
     let timeout = Duration::from_secs_f64(args.timeout_s);
     let client: HttpClient = Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(args.max_outstanding)
@@ -752,38 +794,24 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<BenchReport> {
         host_suffix: args.host_suffix.trim_start_matches('.').to_string(),
         timeout,
     });
+    Ok((ctx, admin))
+}
 
-    let before = admin.counters().await?;
-    let mut report = if args.cold {
-        cold_run(&args, &ctx, &admin).await?
-    } else {
-        let (plan, mode, description) = schedule(&args, &ctx, trace.as_ref())?;
-        let mut r = open_loop(&args, &ctx, plan).await?;
-        r.mode = mode;
-        r.description = description;
-        r
-    };
-    let after = match admin.counters().await {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::warn!(error = %format!("{e:#}"), "cannot read the node counters after the run");
-            None
-        }
-    };
-    if let (Some(b), Some(a)) = (before, after) {
-        let evictions = a.evictions.saturating_sub(b.evictions);
-        report.evictions = Some(evictions);
-        report.evictions_per_1k = Some(evictions as f64 * 1000.0 / report.requests.max(1) as f64);
-        report.manual_evictions = Some(a.manual.saturating_sub(b.manual));
-        report.resident_bytes = Some(a.resident_bytes);
-        report.refusals = a.refusals.zip(b.refusals).map(|(a, b)| a.saturating_sub(b));
+impl BenchReport {
+    /// What the nodes counted during the run: the differences between
+    /// their counters `before` and `after` (resident memory as it is at the
+    /// end).
+    fn count_node_changes(&mut self, before: &Counters, after: &Counters) {
+        let evictions = after.evictions.saturating_sub(before.evictions);
+        self.evictions = Some(evictions);
+        self.evictions_per_1k = Some(evictions as f64 * 1000.0 / self.requests.max(1) as f64);
+        self.manual_evictions = Some(after.manual.saturating_sub(before.manual));
+        self.resident_bytes = Some(after.resident_bytes);
+        self.refusals = after
+            .refusals
+            .zip(before.refusals)
+            .map(|(a, b)| a.saturating_sub(b));
     }
-    report.workers = ctx.workers.clone();
-    if let Some(p) = &args.json {
-        let bytes = serde_json::to_vec_pretty(&report)?;
-        std::fs::write(p, bytes).with_context(|| format!("cannot write {}", p.display()))?;
-    }
-    Ok(report)
 }
 
 /// The schedule of a Zipf or trace run, its mode and a description.

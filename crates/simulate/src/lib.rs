@@ -325,6 +325,11 @@ pub struct SimReport {
 
 /// Runs the simulation described by `args` in both modes (on two threads),
 /// and writes the JSON report to `args.json` if set.
+///
+/// The phases: the Workers (from the trace, or `worker-0`, …) with their
+/// homes on the ring and their drawn sizes and durations; the workload and
+/// the `World` both modes share; the two modes over the same request
+/// stream (`run_both`); the report.
 pub fn run(args: &SimulateArgs) -> anyhow::Result<SimReport> {
     let started = Instant::now();
     validate(args)?;
@@ -346,77 +351,13 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<SimReport> {
     };
     let (size, mean_duration) = model.draw(ids.len(), args.seed);
 
-    let workload = match &trace {
-        Some(t) => {
-            let n = args.requests.map_or(t.events.len(), |r| {
-                usize::try_from(r).unwrap_or(usize::MAX).min(t.events.len())
-            });
-            Workload::Trace(&t.events[..n])
-        }
-        None => Workload::Poisson(Zipf::new(ids.len(), args.exponent)),
-    };
-    let requests = match &workload {
-        Workload::Trace(e) => e.len() as u64,
-        Workload::Poisson(_) => args.requests.unwrap_or(DEFAULT_REQUESTS),
-    };
+    let workload = Workload::new(args, trace.as_ref(), ids.len());
+    let requests = workload.requests(args);
     let warmup_requests = (args.warmup * requests as f64).floor() as u64;
-    let span_s = match &workload {
-        Workload::Trace(e) => match (e.first(), e.last()) {
-            (Some(a), Some(b)) => (b.t_ms - a.t_ms) as f64 / 1000.0,
-            _ => 0.0,
-        },
-        Workload::Poisson(_) => requests as f64 / args.rate,
-    };
-
-    let memory_bytes = args.memory_mb.saturating_mul(1 << 20);
-    let world = World {
-        home: &home,
-        size: &size,
-        servers: args.servers,
-        memory_bytes,
-        idle_ms: args.idle_timeout_s.saturating_mul(1000),
-        busy_ms: args.busy_window_ms,
-        cold_start_ms: args.cold_start_ms,
-        overload: OverloadConfig {
-            max_in_flight_per_worker: args.max_in_flight_per_worker,
-            max_in_flight_node: args.max_in_flight_node,
-        },
-        prewarm_home: args.prewarm_home,
-        idle_sweep_above: (args.idle_sweep_above * memory_bytes as f64).ceil() as u64,
-        warmup_requests,
-    };
-    let arrivals = || match &workload {
-        Workload::Trace(events) => Arrivals::trace(
-            events,
-            args.seed,
-            args.balancer,
-            args.servers,
-            &mean_duration,
-        ),
-        Workload::Poisson(zipf) => Arrivals::poisson(
-            zipf,
-            args.rate,
-            requests,
-            args.seed,
-            args.balancer,
-            args.servers,
-            &mean_duration,
-        ),
-    };
+    let world = world(args, &home, &size, warmup_requests);
+    let arrivals = || workload.arrivals(args, requests, &mean_duration);
     let setup_s = started.elapsed().as_secs_f64();
-    let timed = |mode| {
-        let t = Instant::now();
-        let report = run_mode(mode, &world, arrivals());
-        (report, t.elapsed().as_secs_f64())
-    };
-    let ((unsharded, unsharded_s), (sharded, sharded_s)) = std::thread::scope(|scope| {
-        let other = scope.spawn(|| timed(Mode::Unsharded));
-        let sharded = timed(Mode::Sharded);
-        other
-            .join()
-            .map(|unsharded| (unsharded, sharded))
-            .map_err(|_| anyhow::anyhow!("the unsharded simulation panicked"))
-    })?;
+    let ((unsharded, unsharded_s), (sharded, sharded_s)) = run_both(&world, arrivals)?;
 
     let total_bytes: u64 = size.iter().sum();
     let report = SimReport {
@@ -428,7 +369,7 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<SimReport> {
             mean_worker_mb: total_bytes as f64 / ids.len() as f64 / MIB,
             all_workers_gib: total_bytes as f64 / GIB,
             dc_memory_gib: world.memory_bytes as f64 * f64::from(args.servers) / GIB,
-            span_s,
+            span_s: workload.span_s(args, requests),
         },
         unsharded,
         sharded,
@@ -447,12 +388,124 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<SimReport> {
     Ok(report)
 }
 
+/// What both modes share: the Workers and the policy parameters of `args`.
+fn world<'a>(
+    args: &SimulateArgs,
+    home: &'a [u32],
+    size: &'a [u64],
+    warmup_requests: u64,
+) -> World<'a> {
+    let memory_bytes = args.memory_mb.saturating_mul(1 << 20);
+    World {
+        home,
+        size,
+        servers: args.servers,
+        memory_bytes,
+        idle_ms: args.idle_timeout_s.saturating_mul(1000),
+        busy_ms: args.busy_window_ms,
+        cold_start_ms: args.cold_start_ms,
+        overload: OverloadConfig {
+            max_in_flight_per_worker: args.max_in_flight_per_worker,
+            max_in_flight_node: args.max_in_flight_node,
+        },
+        prewarm_home: args.prewarm_home,
+        idle_sweep_above: (args.idle_sweep_above * memory_bytes as f64).ceil() as u64,
+        warmup_requests,
+    }
+}
+
+/// A mode's report and its wall time, s.
+type Timed = (ModeReport, f64);
+
+/// Runs the unsharded mode on another thread and the sharded one on this
+/// one, each over its own copy of the same request stream.
+fn run_both<I: Iterator<Item = model::Request>>(
+    world: &World<'_>,
+    arrivals: impl Fn() -> I + Sync,
+) -> anyhow::Result<(Timed, Timed)> {
+    let timed = |mode| {
+        let t = Instant::now();
+        let report = run_mode(mode, world, arrivals());
+        (report, t.elapsed().as_secs_f64())
+    };
+    std::thread::scope(|scope| {
+        let other = scope.spawn(|| timed(Mode::Unsharded));
+        let sharded = timed(Mode::Sharded);
+        other
+            .join()
+            .map(|unsharded| (unsharded, sharded))
+            .map_err(|_| anyhow::anyhow!("the unsharded simulation panicked"))
+    })
+}
+
 /// Where the requests come from.
 enum Workload<'a> {
     /// A trace's invocations (possibly cut to `--requests`).
     Trace(&'a [crate::trace::TraceEvent]),
     /// Poisson arrivals with Zipf popularity.
     Poisson(Zipf),
+}
+
+impl<'a> Workload<'a> {
+    /// The trace's invocations, cut to `--requests`; else Zipf over
+    /// `workers`.
+    fn new(args: &SimulateArgs, trace: Option<&'a trace::Trace>, workers: usize) -> Self {
+        match trace {
+            Some(t) => {
+                let n = args.requests.map_or(t.events.len(), |r| {
+                    usize::try_from(r).unwrap_or(usize::MAX).min(t.events.len())
+                });
+                Workload::Trace(&t.events[..n])
+            }
+            None => Workload::Poisson(Zipf::new(workers, args.exponent)),
+        }
+    }
+
+    /// Requests simulated, warm-up included.
+    fn requests(&self, args: &SimulateArgs) -> u64 {
+        match self {
+            Workload::Trace(e) => e.len() as u64,
+            Workload::Poisson(_) => args.requests.unwrap_or(DEFAULT_REQUESTS),
+        }
+    }
+
+    /// Virtual time from the first request to the last, s.
+    fn span_s(&self, args: &SimulateArgs, requests: u64) -> f64 {
+        match self {
+            Workload::Trace(e) => match (e.first(), e.last()) {
+                (Some(a), Some(b)) => (b.t_ms - a.t_ms) as f64 / 1000.0,
+                _ => 0.0,
+            },
+            Workload::Poisson(_) => requests as f64 / args.rate,
+        }
+    }
+
+    /// The request stream (the same each time it is asked for).
+    fn arrivals<'s>(
+        &'s self,
+        args: &SimulateArgs,
+        requests: u64,
+        mean_duration: &'s [f32],
+    ) -> Arrivals<'s> {
+        match self {
+            Workload::Trace(events) => Arrivals::trace(
+                events,
+                args.seed,
+                args.balancer,
+                args.servers,
+                mean_duration,
+            ),
+            Workload::Poisson(zipf) => Arrivals::poisson(
+                zipf,
+                args.rate,
+                requests,
+                args.seed,
+                args.balancer,
+                args.servers,
+                mean_duration,
+            ),
+        }
+    }
 }
 
 const MIB: f64 = (1u64 << 20) as f64;
@@ -565,7 +618,18 @@ impl SimReport {
     /// The two modes side by side as a markdown table, preceded by a line
     /// with the parameters and followed by the wall times.
     pub fn table(&self) -> String {
-        let (u, s) = (&self.unsharded, &self.sharded);
+        let mut out = self.parameters();
+        out.push_str(&self.comparison().to_string());
+        let _ = writeln!(
+            out,
+            "\nwall time: {:.1} s (setup {:.1} s, unsharded {:.1} s, sharded {:.1} s, in parallel)",
+            self.wall.total_s, self.wall.setup_s, self.wall.unsharded_s, self.wall.sharded_s
+        );
+        out
+    }
+
+    /// The line (and blank line) that says what was simulated.
+    fn parameters(&self) -> String {
         let a = &self.args;
         let d = &self.derived;
         let mut out = String::new();
@@ -591,6 +655,12 @@ impl SimReport {
             a.seed,
             options(a),
         );
+        out
+    }
+
+    /// The measures of both modes, with their ratio where it means something.
+    fn comparison(&self) -> Table {
+        let (u, s) = (&self.unsharded, &self.sharded);
         let mut table = Table::new(["measure", "unsharded", "sharded", "sharded / unsharded"])
             .align([Align::Left, Align::Right, Align::Right, Align::Right]);
         let mut row = |name: &str, x: String, y: String, r: String| {
@@ -682,7 +752,7 @@ impl SimReport {
             causes(&s.cold_start_causes),
             String::new(),
         );
-        if a.prewarm_home {
+        if self.args.prewarm_home {
             row(
                 "prewarm loads",
                 int(u.prewarm_loads),
@@ -714,12 +784,6 @@ impl SimReport {
                 s.mean_resident_workers_per_server,
             ),
         );
-        out.push_str(&table.to_string());
-        let _ = writeln!(
-            out,
-            "\nwall time: {:.1} s (setup {:.1} s, unsharded {:.1} s, sharded {:.1} s, in parallel)",
-            self.wall.total_s, self.wall.setup_s, self.wall.unsharded_s, self.wall.sharded_s
-        );
-        out
+        table
     }
 }
