@@ -171,7 +171,7 @@ fn fuzz_gossip_datagrams_harm_no_node() {
             sent.set(sent.get() + 1);
             // Let the nodes keep up: a flood would overflow their socket
             // buffers, and a datagram the kernel drops tests nothing.
-            if sent.get() % 32 == 0 {
+            if sent.get().is_multiple_of(32) {
                 caught_up(&keyed, before, forged.get()).await;
             }
         });
