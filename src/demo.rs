@@ -300,15 +300,17 @@ pub fn plot(r: &DemoReport, path: &std::path::Path) -> std::io::Result<()> {
         path,
         &[
             Panel {
-                title: "warm rate (%) per slice".into(),
+                title: "warm rate per slice of requests".into(),
+                y_label: "warm rate (%)".into(),
                 series: series(&|p| p.warm_rate),
             },
             Panel {
-                title: "evictions so far (all nodes)".into(),
+                title: "evictions so far, all nodes".into(),
+                y_label: "evictions".into(),
                 series: series(&|p| p.evictions as f64),
             },
         ],
-        "requests",
+        "requests sent",
     )
 }
 
