@@ -93,10 +93,9 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, bail, ensure};
 use hearth_report::table::{Align, Table};
 use hearth_sharding::overload::OverloadConfig;
-use hearth_sharding::ring::{Node, NodeId, Ring, RingConfig};
+use hearth_sharding::ring::{Node, NodeId, Ring, RingConfig, RingError};
 use serde::Serialize;
 
 use crate::trace::TraceFormat;
@@ -330,7 +329,7 @@ pub struct SimReport {
 /// homes on the ring and their drawn sizes and durations; the workload and
 /// the `World` both modes share; the two modes over the same request
 /// stream (`run_both`); the report.
-pub fn run(args: &SimulateArgs) -> anyhow::Result<SimReport> {
+pub fn run(args: &SimulateArgs) -> Result<SimReport, SimulateError> {
     let started = Instant::now();
     validate(args)?;
     let trace = match &args.trace {
@@ -341,7 +340,9 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<SimReport> {
         Some(t) => t.workers.clone(),
         None => (0..args.workers).map(|i| format!("worker-{i}")).collect(),
     };
-    ensure!(!ids.is_empty(), "no Workers to simulate");
+    if ids.is_empty() {
+        return Err(SimulateError::NoWorkers);
+    }
     let home = homes(&ids, args.servers)?;
     let model = WorkerModel {
         size_median_mb: args.size_median_mb,
@@ -382,8 +383,10 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<SimReport> {
     };
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&report)?;
-        std::fs::write(path, json + "\n")
-            .with_context(|| format!("writing the report to {}", path.display()))?;
+        std::fs::write(path, json + "\n").map_err(|source| SimulateError::WriteReport {
+            path: path.clone(),
+            source,
+        })?;
     }
     Ok(report)
 }
@@ -422,7 +425,7 @@ type Timed = (ModeReport, f64);
 fn run_both<I: Iterator<Item = model::Request>>(
     world: &World<'_>,
     arrivals: impl Fn() -> I + Sync,
-) -> anyhow::Result<(Timed, Timed)> {
+) -> Result<(Timed, Timed), SimulateError> {
     let timed = |mode| {
         let t = Instant::now();
         let report = run_mode(mode, world, arrivals());
@@ -434,7 +437,7 @@ fn run_both<I: Iterator<Item = model::Request>>(
         other
             .join()
             .map(|unsharded| (unsharded, sharded))
-            .map_err(|_| anyhow::anyhow!("the unsharded simulation panicked"))
+            .map_err(|_| SimulateError::Panicked)
     })
 }
 
@@ -508,64 +511,108 @@ impl<'a> Workload<'a> {
     }
 }
 
+/// Why a simulation could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    /// A flag out of its range; the message names the flag.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The trace could not be read (or says nothing).
+    #[error(transparent)]
+    Trace(#[from] crate::trace::TraceError),
+    /// No Workers: `--workers 0`, or a trace with none.
+    #[error("no Workers to simulate")]
+    NoWorkers,
+    /// The ring over the simulated servers could not be built.
+    #[error("building the ring: {0}")]
+    Ring(#[from] RingError),
+    /// The ring gave a Worker no home.
+    #[error("no home for {0}")]
+    NoHome(String),
+    /// The unsharded mode's thread panicked.
+    #[error("the unsharded simulation panicked")]
+    Panicked,
+    /// The report could not be turned into JSON.
+    #[error("the report as JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The JSON report could not be written.
+    #[error("writing the report to {}: {source}", path.display())]
+    WriteReport {
+        /// Where it was to go (`--json`).
+        path: PathBuf,
+        /// Why it could not.
+        source: std::io::Error,
+    },
+}
+
 const MIB: f64 = (1u64 << 20) as f64;
 const GIB: f64 = (1u64 << 30) as f64;
 
-fn validate(args: &SimulateArgs) -> anyhow::Result<()> {
-    ensure!(args.servers >= 1, "--servers must be at least 1");
-    ensure!(args.memory_mb >= 1, "--memory-mb must be at least 1");
-    ensure!(
+/// Refuses a run whose flag breaks `cond`, with the message that names it.
+macro_rules! ensure_arg {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err(SimulateError::InvalidArgument(format!($($msg)+)));
+        }
+    };
+}
+
+fn validate(args: &SimulateArgs) -> Result<(), SimulateError> {
+    ensure_arg!(args.servers >= 1, "--servers must be at least 1");
+    ensure_arg!(args.memory_mb >= 1, "--memory-mb must be at least 1");
+    ensure_arg!(
         (0.0..1.0).contains(&args.warmup),
         "--warmup must be in [0, 1), got {}",
         args.warmup
     );
-    ensure!(
+    ensure_arg!(
         args.size_median_mb.is_finite() && args.size_median_mb > 0.0,
         "--size-median-mb must be positive"
     );
-    ensure!(
+    ensure_arg!(
         args.size_sigma.is_finite() && args.size_sigma >= 0.0,
         "--size-sigma must be at least 0"
     );
-    ensure!(
+    ensure_arg!(
         args.duration_ms.is_finite() && args.duration_ms > 0.0,
         "--duration-ms must be positive"
     );
-    ensure!(
+    ensure_arg!(
         args.duration_sigma.is_finite() && args.duration_sigma >= 0.0,
         "--duration-sigma must be at least 0"
     );
-    ensure!(
+    ensure_arg!(
         (0.0..=1.0).contains(&args.idle_sweep_above),
         "--idle-sweep-above must be in [0, 1]"
     );
     if args.trace.is_none() {
-        ensure!(args.workers >= 1, "--workers must be at least 1");
-        ensure!(
+        ensure_arg!(args.workers >= 1, "--workers must be at least 1");
+        ensure_arg!(
             args.exponent.is_finite() && args.exponent >= 0.0,
             "--exponent must be at least 0"
         );
-        ensure!(
+        ensure_arg!(
             args.rate.is_finite() && args.rate > 0.0,
             "--rate must be positive"
         );
     }
     if args.requests == Some(0) {
-        bail!("--requests must be at least 1");
+        return Err(SimulateError::InvalidArgument(
+            "--requests must be at least 1".into(),
+        ));
     }
     Ok(())
 }
 
 /// The home server index of each Worker, from the live node's ring over
 /// servers `server-0000`, `server-0001`, ….
-fn homes(ids: &[String], servers: u32) -> anyhow::Result<Vec<u32>> {
+fn homes(ids: &[String], servers: u32) -> Result<Vec<u32>, SimulateError> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
     let names: Vec<String> = (0..servers).map(server_name).collect();
     let ring = Ring::new(
         names.iter().map(|n| Node::new(n.as_str(), addr)),
         RingConfig::default(),
-    )
-    .context("building the ring")?;
+    )?;
     let index: HashMap<NodeId, u32> = (0u32..)
         .zip(&names)
         .map(|(i, n)| (NodeId::from(n.as_str()), i))
@@ -574,7 +621,7 @@ fn homes(ids: &[String], servers: u32) -> anyhow::Result<Vec<u32>> {
         .map(|id| {
             ring.home(id)
                 .and_then(|node| index.get(&node.id).copied())
-                .with_context(|| format!("no home for {id}"))
+                .ok_or_else(|| SimulateError::NoHome(id.clone()))
         })
         .collect()
 }
