@@ -11,6 +11,7 @@ use http_body_util::BodyExt;
 use hearth::config::{NodeConfig, admin_token, runtime_config};
 use hearth::node::{Node, spawn_listeners};
 use hearth::runtime::{Lifecycle, Manifest, Plan, Runtime};
+use hearth_admin_client::{AdminClient, AdminError, DeployReport};
 
 #[derive(Parser)]
 #[command(
@@ -592,87 +593,59 @@ async fn deploy(
     file: PathBuf,
 ) -> anyhow::Result<()> {
     let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
-    let report: serde_json::Value = match (admin, store) {
+    let report: DeployReport = match (admin, store) {
         (Some(url), _) => {
             let token = token.context(
                 "deploying to a node needs its admin token: --token or HEARTH_ADMIN_TOKEN",
             )?;
-            let uri: http::Uri = format!(
-                "{}/v1/scripts/{name}?{}",
-                url.trim_end_matches('/'),
-                hearth::admin::manifest_query(&manifest)
-            )
-            .parse()
-            .context("invalid --admin URL")?;
-            let client =
-                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                    .build_http::<http_body_util::Full<bytes::Bytes>>();
-            let req = http::Request::put(uri)
-                .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
-                .body(http_body_util::Full::new(bytes::Bytes::from(bytes)))?;
-            let resp = client
-                .request(req)
-                .await
-                .context("cannot reach the admin API")?;
-            let status = resp.status();
-            let body = resp.into_body().collect().await?.to_bytes();
-            if !status.is_success() {
-                bail!(
-                    "deploy refused ({status}): {}",
-                    String::from_utf8_lossy(&body).trim()
-                );
+            let admin = AdminClient::new(&url, Some(token))?;
+            let query = hearth::admin::manifest_query(&manifest);
+            match admin.deploy(&name, &query, bytes).await {
+                Err(AdminError::Refused { status, body, .. }) => {
+                    bail!("deploy refused ({status}): {body}")
+                }
+                other => other?,
             }
-            serde_json::from_slice(&body)?
         }
         (None, Some(store)) => {
             let rt = Runtime::new(runtime_config(&store)?)?;
-            serde_json::to_value(rt.deploy(&name, manifest, bytes).await?)?
+            let report = rt.deploy(&name, manifest, bytes).await?;
+            // The same report the admin API answers, read the same way.
+            serde_json::from_value(serde_json::to_value(report)?)?
         }
         (None, None) => bail!("say where to deploy: --admin URL (a running node) or --store DIR"),
     };
-    let meta = &report["meta"];
+    let meta = &report.meta;
     println!(
         "deployed {name}: plan {}, {} bytes ({} gzip-compressed, limit {}), hash {}, compile {:.1} ms ({})",
-        meta["plan"].as_str().unwrap_or("?"),
-        meta["size"],
-        meta["compressed_size"],
-        report["limit"],
-        meta["hash"].as_str().unwrap_or("?"),
-        report["compile_time"].as_f64().unwrap_or(0.0),
-        report["code_source"].as_str().unwrap_or("?"),
+        meta.plan,
+        meta.size,
+        meta.compressed_size,
+        report.limit,
+        meta.hash,
+        report.compile_time,
+        report.code_source,
     );
     println!(
         "lifecycle: {} ({})",
-        meta["lifecycle"]["chosen"].as_str().unwrap_or("?"),
-        meta["lifecycle"]["reason"].as_str().unwrap_or("?"),
+        meta.lifecycle.chosen, meta.lifecycle.reason
     );
-    let b = &meta["bindings"];
-    if let Some(services) = b["services"].as_object() {
-        for (name, target) in services {
-            println!(
-                "service binding: http://{name}.internal/ -> {}",
-                target.as_str().unwrap_or("?")
-            );
-        }
+    let b = &meta.bindings;
+    for (name, target) in &b.services {
+        println!("service binding: http://{name}.internal/ -> {target}");
     }
-    if let Some(namespaces) = b["dispatch"].as_object() {
-        for (ns, workers) in namespaces {
-            let list: Vec<&str> = workers
-                .as_array()
-                .map(|a| a.iter().filter_map(|w| w.as_str()).collect())
-                .unwrap_or_default();
-            println!(
-                "dispatch namespace {ns}: http://<worker>.{ns}.dispatch.internal/ for {}",
-                list.join(", ")
-            );
-        }
+    for (ns, workers) in &b.dispatch {
+        let list: Vec<&str> = workers.iter().map(String::as_str).collect();
+        println!(
+            "dispatch namespace {ns}: http://<worker>.{ns}.dispatch.internal/ for {}",
+            list.join(", ")
+        );
     }
-    if let Some(o) = b["outbound"].as_str() {
+    if let Some(o) = &b.outbound {
         println!("outbound Worker: {o}");
     }
-    if let Some(tails) = b["tail"].as_array() {
-        let list: Vec<&str> = tails.iter().filter_map(|t| t.as_str()).collect();
-        println!("tail Workers: {}", list.join(", "));
+    if !b.tail.is_empty() {
+        println!("tail Workers: {}", b.tail.join(", "));
     }
     Ok(())
 }

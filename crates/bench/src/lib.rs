@@ -71,9 +71,10 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio::time::Instant;
 
+use hearth_admin_client::{AdminClient, NodeStats};
 pub use hearth_report::latency::{BUCKETS_MS, Bucket, Distribution};
 use hearth_report::table::Table;
 use hearth_simulate::Zipf;
@@ -494,155 +495,73 @@ struct Counters {
     refusals: Option<u64>,
 }
 
-/// The fields of a node's `GET /v1/stats` the bench uses.
-#[derive(Debug, Default, Deserialize)]
-struct StatsFields {
-    #[serde(default)]
-    evicted_pressure: u64,
-    #[serde(default)]
-    evicted_idle: u64,
-    #[serde(default)]
-    evicted_manual: u64,
-    #[serde(default)]
-    resident_bytes: u64,
-}
-
-/// An admin client over the `--admin` URLs.
+/// The admin APIs of the `--admin` nodes.
 struct Admin {
-    client: HttpClient,
-    urls: Vec<String>,
-    token: Option<String>,
-    timeout: Duration,
+    nodes: Vec<AdminClient>,
 }
 
 impl Admin {
-    async fn call(
-        &self,
-        method: http::Method,
-        url: &str,
-        path: &str,
-        auth: bool,
-    ) -> anyhow::Result<Bytes> {
-        let mut req = http::Request::builder()
-            .method(method.clone())
-            .uri(format!("{url}{path}"));
-        if auth {
-            let token = self
-                .token
-                .as_deref()
-                .context("the admin API needs the admin token: --token or HEARTH_ADMIN_TOKEN")?;
-            req = req.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
-        }
-        let req = req.body(Full::new(Bytes::new()))?;
-        let fut = async {
-            let resp = self.client.request(req).await?;
-            let status = resp.status();
-            let body = resp.into_body().collect().await?.to_bytes();
-            anyhow::Ok((status, body))
-        };
-        let (status, body) = tokio::time::timeout(self.timeout, fut)
-            .await
-            .map_err(|_| anyhow::anyhow!("no answer within {:?}", self.timeout))?
-            .with_context(|| format!("cannot reach the admin API at {url}"))?;
-        if !status.is_success() {
-            bail!(
-                "{method} {url}{path}: {status}: {}",
-                String::from_utf8_lossy(&body).trim()
-            );
-        }
-        Ok(body)
-    }
-
     /// The script IDs deployed, as listed by the first admin URL, sorted.
     async fn discover(&self) -> anyhow::Result<Vec<String>> {
-        let url = self.urls.first().context(
+        let node = self.nodes.first().context(
             "no Workers to drive: name them with --workers, or give --admin to discover them",
         )?;
-        let body = self
-            .call(http::Method::GET, url, "/v1/scripts", true)
-            .await?;
-        let list: Vec<serde_json::Value> = serde_json::from_slice(&body)
-            .with_context(|| format!("{url}/v1/scripts did not return a JSON array"))?;
-        let mut ids: Vec<String> = list
-            .iter()
-            .filter_map(|m| m.get("script_id")?.as_str().map(str::to_owned))
+        let mut ids: Vec<String> = node
+            .list()
+            .await?
+            .into_iter()
+            .map(|s| s.script_id)
             .collect();
         ids.sort();
         ids.dedup();
-        ensure!(!ids.is_empty(), "no Workers are deployed (listed by {url})");
+        ensure!(
+            !ids.is_empty(),
+            "no Workers are deployed (listed by {})",
+            node.url()
+        );
         Ok(ids)
     }
 
     /// Evicts `id` on every admin node.
     async fn evict_everywhere(&self, id: &str) -> anyhow::Result<()> {
-        for url in &self.urls {
-            self.call(
-                http::Method::POST,
-                url,
-                &format!("/v1/scripts/{id}/evict"),
-                true,
-            )
-            .await?;
+        for node in &self.nodes {
+            node.evict(id).await?;
         }
         Ok(())
     }
 
     /// The counters summed over the admin nodes; `None` without any.
     async fn counters(&self) -> anyhow::Result<Option<Counters>> {
-        if self.urls.is_empty() {
+        if self.nodes.is_empty() {
             return Ok(None);
         }
         let mut sum = Counters {
             refusals: Some(0),
             ..Counters::default()
         };
-        for url in &self.urls {
-            let metrics = self.call(http::Method::GET, url, "/metrics", false).await?;
-            let metrics = String::from_utf8_lossy(&metrics);
-            let stats = if self.token.is_some() {
-                let body = self.call(http::Method::GET, url, "/v1/stats", true).await?;
-                serde_json::from_slice::<StatsFields>(&body)
-                    .with_context(|| format!("{url}/v1/stats: not a stats object"))?
+        for node in &self.nodes {
+            let metrics = node.metrics().await?;
+            let stats = if node.has_token() {
+                node.stats().await?
             } else {
                 // No token: the same counters from the Prometheus page.
-                let m = |name: &str, labels: &str| metric(&metrics, name, labels).unwrap_or(0.0);
-                StatsFields {
+                let m = |name: &str, labels: &str| metrics.sample(name, labels).unwrap_or(0.0);
+                NodeStats {
                     evicted_pressure: m("hearth_evictions_total", "cause=\"pressure\"") as u64,
                     evicted_idle: m("hearth_evictions_total", "cause=\"idle\"") as u64,
                     evicted_manual: m("hearth_evictions_total", "cause=\"manual\"") as u64,
                     resident_bytes: m("hearth_resident_bytes", "") as u64,
+                    ..NodeStats::default()
                 }
             };
             sum.evictions += stats.evicted_pressure + stats.evicted_idle;
             sum.manual += stats.evicted_manual;
             sum.resident_bytes += stats.resident_bytes;
-            let refusals = metric(&metrics, "hearth_refusals_received_total", "");
+            let refusals = metrics.sample("hearth_refusals_received_total", "");
             sum.refusals = sum.refusals.zip(refusals).map(|(a, b)| a + b as u64);
         }
         Ok(Some(sum))
     }
-}
-
-/// The value of sample `name` whose label set contains `labels` (e.g.
-/// `cause="idle"`; "" for a sample without labels) in a Prometheus text page.
-pub fn metric(page: &str, name: &str, labels: &str) -> Option<f64> {
-    page.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|line| {
-            let rest = line.strip_prefix(name)?;
-            let (set, value) = match rest.strip_prefix('{') {
-                Some(r) => {
-                    let (set, value) = r.split_once('}')?;
-                    (set, value)
-                }
-                None if rest.starts_with(' ') => ("", rest),
-                None => return None,
-            };
-            if !labels.is_empty() && !set.split(',').any(|l| l.trim() == labels) {
-                return None;
-            }
-            value.split_whitespace().next()?.parse().ok()
-        })
 }
 
 /// A front door or admin URL without its trailing `/`; `host:port` gets
@@ -776,10 +695,10 @@ async fn connect(
         .pool_max_idle_per_host(args.max_outstanding)
         .build_http();
     let admin = Admin {
-        client: client.clone(),
-        urls: admins,
-        token: args.token.clone().filter(|t| !t.is_empty()),
-        timeout,
+        nodes: admins
+            .iter()
+            .map(|url| AdminClient::new(url, args.token.clone()).map(|c| c.with_timeout(timeout)))
+            .collect::<Result<_, _>>()?,
     };
     let workers = match (&args.worker, args.workers.is_empty()) {
         (Some(w), _) => vec![w.clone()],
@@ -1001,7 +920,7 @@ async fn cold_run(args: &BenchArgs, ctx: &Ctx, admin: &Admin) -> anyhow::Result<
         description: format!(
             "hearth bench: cold vs warm latency of {id}: {} cold requests (evicted on {} nodes before each), then {} warm, {} targets",
             args.repeat,
-            admin.urls.len(),
+            admin.nodes.len(),
             args.repeat,
             ctx.targets.len()
         ),
@@ -1045,26 +964,6 @@ async fn cold_run(args: &BenchArgs, ctx: &Ctx, admin: &Admin) -> anyhow::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reads_prometheus_samples() {
-        let page = "# TYPE hearth_refusals_received counter\n\
-                    hearth_refusals_received_total 7\n\
-                    hearth_evictions_total{cause=\"pressure\"} 3\n\
-                    hearth_evictions_total{cause=\"idle\"} 2\n\
-                    hearth_resident_bytes 4096\n";
-        assert_eq!(
-            metric(page, "hearth_refusals_received_total", ""),
-            Some(7.0)
-        );
-        assert_eq!(
-            metric(page, "hearth_evictions_total", "cause=\"idle\""),
-            Some(2.0)
-        );
-        assert_eq!(metric(page, "hearth_resident_bytes", ""), Some(4096.0));
-        assert_eq!(metric(page, "hearth_resident", ""), None);
-        assert_eq!(metric(page, "hearth_missing_total", ""), None);
-    }
 
     #[test]
     fn urls_are_checked() {
