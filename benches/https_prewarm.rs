@@ -27,11 +27,11 @@
 
 use std::time::Duration;
 
-use hearth::bench::Distribution;
 use hearth::cluster::ClusterConfig;
 use hearth::prewarm::PrewarmConfig;
 use hearth::runtime::Plan;
 use hearth::testing::{HttpsClient, TestCluster};
+use hearth_report::latency::Distribution;
 
 mod support;
 use support::env_or;

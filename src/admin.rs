@@ -297,7 +297,7 @@ fn manifest_from_query(uri: &http::Uri) -> Result<Manifest, String> {
 }
 
 /// The query parameters that deploy `m`'s settings (what
-/// [`manifest_from_query`] reads back).
+/// `manifest_from_query` reads back).
 pub fn manifest_query(m: &Manifest) -> String {
     let mut q = format!("plan={}&lifecycle={}", m.plan, m.lifecycle);
     for (name, target) in &m.services {

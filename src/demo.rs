@@ -7,15 +7,17 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use serde::Serialize;
 
+use hearth_report::latency::Distribution;
+use hearth_report::table::Table;
 use hearth_runtime::Plan;
 
 use crate::cluster::ClusterConfig;
 use crate::plot::{Panel, Series};
-use crate::simulate::Zipf;
 use crate::testing::TestCluster;
+use hearth_simulate::Zipf;
 
 /// Flags of `hearth demo`.
 #[derive(clap::Args, Debug, Clone)]
@@ -82,7 +84,7 @@ pub struct ModeReport {
     pub refusals: u64,
     /// Bytes resident over all nodes at the end.
     pub resident_bytes: u64,
-    /// Warm request latency p50/p99, ms.
+    /// Warm request latency p50 ([`Distribution`], as `hearth bench`), ms.
     pub warm_p50_ms: f64,
     /// Warm p99, ms.
     pub warm_p99_ms: f64,
@@ -103,14 +105,6 @@ pub struct DemoReport {
     pub unsharded: ModeReport,
     /// Sharding on.
     pub sharded: ModeReport,
-}
-
-fn pct(v: &mut [f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
 async fn run_mode(
@@ -211,10 +205,9 @@ async fn run_mode(
         report.resident_bytes += s.runtime.resident_bytes;
     }
     report.evictions_per_1k = report.evictions as f64 * 1000.0 / report.requests.max(1) as f64;
-    report.warm_p50_ms = pct(&mut warm_ms, 0.5);
-    report.warm_p99_ms = pct(&mut warm_ms, 0.99);
-    report.cold_p50_ms = pct(&mut cold_ms, 0.5);
-    report.cold_p99_ms = pct(&mut cold_ms, 0.99);
+    let (warm, cold) = (Distribution::of(&warm_ms), Distribution::of(&cold_ms));
+    (report.warm_p50_ms, report.warm_p99_ms) = (warm.p50_ms, warm.p99_ms);
+    (report.cold_p50_ms, report.cold_p99_ms) = (cold.p50_ms, cold.p99_ms);
     if let Ok(c) = std::sync::Arc::try_unwrap(c) {
         tokio::time::timeout(Duration::from_secs(5), async move { drop(c) })
             .await
@@ -307,15 +300,17 @@ pub fn plot(r: &DemoReport, path: &std::path::Path) -> std::io::Result<()> {
         path,
         &[
             Panel {
-                title: "warm rate (%) per slice".into(),
+                title: "warm rate per slice of requests".into(),
+                y_label: "warm rate (%)".into(),
                 series: series(&|p| p.warm_rate),
             },
             Panel {
-                title: "evictions so far (all nodes)".into(),
+                title: "evictions so far, all nodes".into(),
+                y_label: "evictions".into(),
                 series: series(&|p| p.evictions as f64),
             },
         ],
-        "requests",
+        "requests sent",
     )
 }
 
@@ -323,7 +318,6 @@ pub fn plot(r: &DemoReport, path: &std::path::Path) -> std::io::Result<()> {
 pub fn table(r: &DemoReport) -> String {
     let (u, s) = (&r.unsharded, &r.sharded);
     let rate = |m: &ModeReport| 100.0 * m.warm as f64 / m.requests.max(1) as f64;
-    let mut out = String::from("| measure | sharding off | sharding on |\n|---|---|---|\n");
     let rows: Vec<(&str, String, String)> = vec![
         ("requests", u.requests.to_string(), s.requests.to_string()),
         (
@@ -376,8 +370,9 @@ pub fn table(r: &DemoReport) -> String {
             format!("{:.1}", s.seconds),
         ),
     ];
+    let mut table = Table::new(["measure", "sharding off", "sharding on"]);
     for (k, a, b) in rows {
-        out.push_str(&format!("| {k} | {a} | {b} |\n"));
+        table.row([k.to_string(), a, b]);
     }
-    out
+    table.to_string()
 }

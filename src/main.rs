@@ -11,6 +11,7 @@ use http_body_util::BodyExt;
 use hearth::config::{NodeConfig, NodeStore, admin_token, runtime_config};
 use hearth::node::{Node, spawn_listeners};
 use hearth::runtime::{Lifecycle, Manifest, Plan, Runtime};
+use hearth_admin_client::{AdminClient, AdminError, DeployReport};
 
 #[derive(Parser)]
 #[command(
@@ -166,12 +167,13 @@ enum Command {
         base_port: Option<u16>,
     },
     /// The main job: sharding off vs on, on the same power-law traffic.
+    #[cfg(feature = "demo")]
     Demo(hearth::demo::DemoArgs),
     /// Simulate one data center, sharded vs unsharded.
-    Simulate(hearth::simulate::SimulateArgs),
+    Simulate(hearth_simulate::SimulateArgs),
     /// Load generator against a running cluster: Zipf or trace traffic,
     /// open loop, or cold vs warm latency of one Worker.
-    Bench(hearth::bench::BenchArgs),
+    Bench(hearth_bench::BenchArgs),
 }
 
 /// mimalloc: small short-lived allocations dominate a forwarded request.
@@ -190,9 +192,16 @@ fn main() -> std::process::ExitCode {
 
 fn real_main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,cranelift=warn,wasmtime=warn")
-    });
+    // A tool's default output is its progress and its result; the node's
+    // info logs (e.g. a demo's hundreds of deploys) show only with RUST_LOG.
+    let default_filter = match cli.command {
+        Command::Simulate(_) | Command::Bench(_) => "warn",
+        #[cfg(feature = "demo")]
+        Command::Demo(_) => "warn",
+        _ => "info,cranelift=warn,wasmtime=warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -320,15 +329,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        #[cfg(feature = "demo")]
         Command::Demo(args) => hearth::demo::run(args).await.map(|_| ()),
         Command::Bench(args) => {
-            let r = hearth::bench::run(args).await?;
+            let r = hearth_bench::run(args).await?;
             println!("{}", r.table());
             Ok(())
         }
         Command::Simulate(args) => {
-            let report =
-                tokio::task::spawn_blocking(move || hearth::simulate::run(&args)).await??;
+            let report = tokio::task::spawn_blocking(move || hearth_simulate::run(&args)).await??;
             println!("{}", report.table());
             Ok(())
         }
@@ -584,52 +593,24 @@ async fn ring(admin: &str, token: Option<String>, script: Option<&str>) -> anyho
 async fn hand_back(admin: &str, token: Option<String>, script: &str) -> anyhow::Result<()> {
     let token = token
         .context("handing a Worker back needs the admin token: --token or HEARTH_ADMIN_TOKEN")?;
-    let uri: http::Uri = format!(
-        "{}/v1/scripts/{script}/hand-back",
-        admin.trim_end_matches('/')
-    )
-    .parse()
-    .context("invalid --admin URL")?;
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<http_body_util::Empty<bytes::Bytes>>();
-    let req = http::Request::post(uri)
-        .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
-        .body(http_body_util::Empty::new())?;
-    let resp = client
-        .request(req)
-        .await
-        .context("cannot reach the admin API")?;
-    let status = resp.status();
-    let body = resp.into_body().collect().await?.to_bytes();
-    if !status.is_success() {
-        bail!(
-            "hand-back refused ({status}): {}",
-            String::from_utf8_lossy(&body).trim()
-        );
-    }
-    let r: serde_json::Value = serde_json::from_slice(&body)?;
+    let admin = AdminClient::new(admin, Some(token))?;
+    let r = match admin.hand_back(script).await {
+        Err(AdminError::Refused { status, body, .. }) => {
+            bail!("hand-back refused ({status}): {body}")
+        }
+        other => other?,
+    };
     println!(
         "{script}: home {}, prewarm at home {}",
-        r["home"].as_str().unwrap_or("?"),
-        r["home_prewarm"].as_str().unwrap_or("?")
+        r.home, r.home_prewarm
     );
-    let dropped: Vec<&str> = r["dropped"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
-        .unwrap_or_default();
-    if dropped.is_empty() {
+    if r.dropped.is_empty() {
         println!("no other node held a warm copy");
     } else {
-        println!("warm copies dropped on: {}", dropped.join(", "));
+        println!("warm copies dropped on: {}", r.dropped.join(", "));
     }
-    if let Some(failed) = r["failed"].as_array().filter(|a| !a.is_empty()) {
-        for f in failed {
-            println!(
-                "could not ask {}: {}",
-                f[0].as_str().unwrap_or("?"),
-                f[1].as_str().unwrap_or("?")
-            );
-        }
+    for (node, why) in &r.failed {
+        println!("could not ask {node}: {why}");
     }
     Ok(())
 }
@@ -660,37 +641,19 @@ async fn deploy(
     file: PathBuf,
 ) -> anyhow::Result<()> {
     let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
-    let report: serde_json::Value = match (admin, store) {
+    let report: DeployReport = match (admin, store) {
         (Some(url), _) => {
             let token = token.context(
                 "deploying to a node needs its admin token: --token or HEARTH_ADMIN_TOKEN",
             )?;
-            let uri: http::Uri = format!(
-                "{}/v1/scripts/{name}?{}",
-                url.trim_end_matches('/'),
-                hearth::admin::manifest_query(&manifest)
-            )
-            .parse()
-            .context("invalid --admin URL")?;
-            let client =
-                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                    .build_http::<http_body_util::Full<bytes::Bytes>>();
-            let req = http::Request::put(uri)
-                .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
-                .body(http_body_util::Full::new(bytes::Bytes::from(bytes)))?;
-            let resp = client
-                .request(req)
-                .await
-                .context("cannot reach the admin API")?;
-            let status = resp.status();
-            let body = resp.into_body().collect().await?.to_bytes();
-            if !status.is_success() {
-                bail!(
-                    "deploy refused ({status}): {}",
-                    String::from_utf8_lossy(&body).trim()
-                );
+            let admin = AdminClient::new(&url, Some(token))?;
+            let query = hearth::admin::manifest_query(&manifest);
+            match admin.deploy(&name, &query, bytes).await {
+                Err(AdminError::Refused { status, body, .. }) => {
+                    bail!("deploy refused ({status}): {body}")
+                }
+                other => other?,
             }
-            serde_json::from_slice(&body)?
         }
         (None, Some(store)) => {
             if hearth::runtime::s3_store::is_s3_url(&store.to_string_lossy()) {
@@ -699,68 +662,52 @@ async fn deploy(
                 );
             }
             let rt = Runtime::new(runtime_config(&store)?)?;
-            serde_json::to_value(rt.deploy(&name, manifest, bytes).await?)?
+            let report = rt.deploy(&name, manifest, bytes).await?;
+            // The same report the admin API answers, read the same way.
+            serde_json::from_value(serde_json::to_value(report)?)?
         }
         (None, None) => bail!("say where to deploy: --admin URL (a running node) or --store DIR"),
     };
-    let meta = &report["meta"];
+    let meta = &report.meta;
     println!(
         "deployed {name}: plan {}, {} bytes ({} gzip-compressed, limit {}), hash {}, compile {:.1} ms ({})",
-        meta["plan"].as_str().unwrap_or("?"),
-        meta["size"],
-        meta["compressed_size"],
-        report["limit"],
-        meta["hash"].as_str().unwrap_or("?"),
-        report["compile_time"].as_f64().unwrap_or(0.0),
-        report["code_source"].as_str().unwrap_or("?"),
+        meta.plan,
+        meta.size,
+        meta.compressed_size,
+        report.limit,
+        meta.hash,
+        report.compile_time,
+        report.code_source,
     );
     println!(
         "lifecycle: {} ({})",
-        meta["lifecycle"]["chosen"].as_str().unwrap_or("?"),
-        meta["lifecycle"]["reason"].as_str().unwrap_or("?"),
+        meta.lifecycle.chosen, meta.lifecycle.reason
     );
-    let b = &meta["bindings"];
-    if let Some(services) = b["services"].as_object() {
-        for (name, target) in services {
-            println!(
-                "service binding: http://{name}.internal/ -> {}",
-                target.as_str().unwrap_or("?")
-            );
-        }
+    let b = &meta.bindings;
+    for (name, target) in &b.services {
+        println!("service binding: http://{name}.internal/ -> {target}");
     }
-    if let Some(namespaces) = b["dispatch"].as_object() {
-        for (ns, workers) in namespaces {
-            let list: Vec<&str> = workers
-                .as_array()
-                .map(|a| a.iter().filter_map(|w| w.as_str()).collect())
-                .unwrap_or_default();
-            println!(
-                "dispatch namespace {ns}: http://<worker>.{ns}.dispatch.internal/ for {}",
-                list.join(", ")
-            );
-        }
+    for (ns, workers) in &b.dispatch {
+        let list: Vec<&str> = workers.iter().map(String::as_str).collect();
+        println!(
+            "dispatch namespace {ns}: http://<worker>.{ns}.dispatch.internal/ for {}",
+            list.join(", ")
+        );
     }
-    if let Some(o) = b["outbound"].as_str() {
+    if let Some(o) = &b.outbound {
         println!("outbound Worker: {o}");
     }
-    if let Some(tails) = b["tail"].as_array() {
-        let list: Vec<&str> = tails.iter().filter_map(|t| t.as_str()).collect();
-        println!("tail Workers: {}", list.join(", "));
+    if !b.tail.is_empty() {
+        println!("tail Workers: {}", b.tail.join(", "));
     }
-    let a = &report["announced"];
-    if a["members"].as_u64().unwrap_or(0) > 0 {
+    let a = &report.announced;
+    if a.members > 0 {
         println!(
             "announced to {} of {} other nodes (they serve the new version now)",
-            a["acknowledged"], a["members"]
+            a.acknowledged, a.members
         );
-        if let Some(failed) = a["failed"].as_array().filter(|f| !f.is_empty()) {
-            for f in failed {
-                println!(
-                    "not told: {} ({}); it revalidates within a second",
-                    f[0].as_str().unwrap_or("?"),
-                    f[1].as_str().unwrap_or("?")
-                );
-            }
+        for (node, why) in &a.failed {
+            println!("not told: {node} ({why}); it revalidates within a second");
         }
     }
     Ok(())

@@ -5,7 +5,7 @@
 //! A Worker calls a Worker with a plain wasi:http request to a name of its
 //! [bindings](hearth_runtime::bindings); the runtime resolves the name,
 //! checks the depth limit and hands the call to this node's
-//! [`NodeInvoker`] ([`hearth_runtime::nested`]). The invoker:
+//! `NodeInvoker` ([`hearth_runtime::nested`]). The invoker:
 //!
 //! 1. takes the caller's **context stack** (the [`ContextStack`] in the
 //!    caller's request; a flow's entry Worker has none yet, so its own frame

@@ -1,11 +1,16 @@
-//! A small PNG line-chart writer for the demo's report: stacked panels,
-//! each with an axis box, y-axis range labels and one line per series, text
-//! drawn with an embedded 8×8 bitmap font (`font8x8`) so no system fonts are
-//! needed. Encoded with the `png` crate.
+//! The demo's chart: stacked panels sharing the x axis, each a line chart
+//! with axes, ticks and units, a caption and a legend, drawn with
+//! [`plotters`] into an RGB buffer and encoded as PNG with the `png` crate.
+//!
+//! Text is drawn with DejaVu Sans, embedded in the binary
+//! (`assets/fonts/DejaVuSans.ttf`, under its own free licence: see
+//! `assets/fonts/LICENSE`), so the chart needs no system fonts.
 
 use std::path::Path;
+use std::sync::OnceLock;
 
-use font8x8::UnicodeFonts;
+use plotters::prelude::*;
+use plotters::style::FontStyle;
 
 /// An RGB colour.
 pub type Rgb = [u8; 3];
@@ -24,168 +29,157 @@ pub struct Series {
 pub struct Panel {
     /// Title drawn above the panel.
     pub title: String,
+    /// What the y axis measures, with its unit, e.g. `warm rate (%)`.
+    pub y_label: String,
     /// The lines.
     pub series: Vec<Series>,
 }
 
-struct Canvas {
-    w: usize,
-    h: usize,
-    px: Vec<u8>,
-}
+/// Width of the chart, pixels.
+const WIDTH: u32 = 900;
+/// Height of one panel, pixels.
+const PANEL_HEIGHT: u32 = 320;
+/// The family the embedded font is registered under.
+const FONT: &str = "sans-serif";
 
-impl Canvas {
-    fn new(w: usize, h: usize) -> Self {
-        Canvas {
-            w,
-            h,
-            px: vec![255; w * h * 3],
-        }
-    }
+static FONT_BYTES: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
 
-    fn set(&mut self, x: i64, y: i64, c: Rgb) {
-        if x >= 0 && y >= 0 && (x as usize) < self.w && (y as usize) < self.h {
-            let i = (y as usize * self.w + x as usize) * 3;
-            self.px[i..i + 3].copy_from_slice(&c);
-        }
-    }
-
-    /// A line 2 px thick (Bresenham, doubled vertically).
-    fn line(&mut self, (x0, y0): (i64, i64), (x1, y1): (i64, i64), c: Rgb) {
-        let (dx, dy) = ((x1 - x0).abs(), -(y1 - y0).abs());
-        let (sx, sy) = (if x0 < x1 { 1 } else { -1 }, if y0 < y1 { 1 } else { -1 });
-        let (mut x, mut y, mut err) = (x0, y0, dx + dy);
-        loop {
-            self.set(x, y, c);
-            self.set(x, y + 1, c);
-            if x == x1 && y == y1 {
-                break;
-            }
-            let e2 = 2 * err;
-            if e2 >= dy {
-                err += dy;
-                x += sx;
-            }
-            if e2 <= dx {
-                err += dx;
-                y += sy;
-            }
-        }
-    }
-
-    fn rect(&mut self, x0: i64, y0: i64, x1: i64, y1: i64, c: Rgb) {
-        for x in x0..=x1 {
-            self.set(x, y0, c);
-            self.set(x, y1, c);
-        }
-        for y in y0..=y1 {
-            self.set(x0, y, c);
-            self.set(x1, y, c);
-        }
-    }
-
-    /// Text at (x, y) top-left, each font pixel drawn `scale`×`scale`.
-    fn text(&mut self, x: i64, y: i64, s: &str, scale: i64, c: Rgb) {
-        for (i, ch) in s.chars().enumerate() {
-            let Some(glyph) = font8x8::BASIC_FONTS.get(ch) else {
-                continue;
-            };
-            for (row, bits) in glyph.iter().enumerate() {
-                for col in 0..8 {
-                    if bits & (1 << col) != 0 {
-                        for dy in 0..scale {
-                            for dx in 0..scale {
-                                self.set(
-                                    x + (i as i64 * 8 + col) * scale + dx,
-                                    y + row as i64 * scale + dy,
-                                    c,
-                                );
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-fn fmt_num(v: f64) -> String {
-    if v.abs() >= 1000.0 || v == v.trunc() {
-        format!("{v:.0}")
+/// Registers the embedded font with plotters once.
+fn font() -> std::io::Result<()> {
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    let ok = *REGISTERED.get_or_init(|| {
+        plotters::style::register_font(FONT, FontStyle::Normal, FONT_BYTES).is_ok()
+    });
+    if ok {
+        Ok(())
     } else {
-        format!("{v:.2}")
+        Err(std::io::Error::other(
+            "the embedded chart font cannot be read",
+        ))
     }
 }
 
-/// Writes `panels` stacked vertically as a PNG at `path`, with `x_label`
-/// under the last panel.
+/// Writes `panels` stacked vertically as a PNG at `path`, the shared x axis
+/// labelled `x_label`.
 pub fn write_png(path: &Path, panels: &[Panel], x_label: &str) -> std::io::Result<()> {
-    let (w, panel_h) = (960usize, 300usize);
-    let h = panel_h * panels.len().max(1) + 40;
-    let mut cv = Canvas::new(w, h);
-    let (left, right) = (90i64, w as i64 - 20);
-    let ink = [40, 40, 40];
-    let x_max = panels
-        .iter()
-        .flat_map(|p| p.series.iter().flat_map(|s| s.points.iter().map(|p| p.0)))
-        .fold(0.0f64, f64::max)
-        .max(1.0);
-    for (pi, panel) in panels.iter().enumerate() {
-        let top = (pi * panel_h) as i64 + 40;
-        let bottom = top + panel_h as i64 - 70;
-        cv.text(left, top - 30, &panel.title, 2, ink);
-        let ys = panel
-            .series
-            .iter()
-            .flat_map(|s| s.points.iter().map(|p| p.1));
-        let (mut lo, mut hi) = ys.fold((f64::MAX, f64::MIN), |(a, b), y| (a.min(y), b.max(y)));
-        if lo > hi {
-            (lo, hi) = (0.0, 1.0);
-        }
-        if (hi - lo).abs() < 1e-9 {
-            hi = lo + 1.0;
-        }
-        cv.rect(left, top, right, bottom, ink);
-        cv.text(4, top, &fmt_num(hi), 1, ink);
-        cv.text(4, bottom - 8, &fmt_num(lo), 1, ink);
-        let to_px = |(x, y): (f64, f64)| {
-            let px = left + ((x / x_max) * (right - left) as f64) as i64;
-            let py = bottom - (((y - lo) / (hi - lo)) * (bottom - top) as f64) as i64;
-            (px, py)
-        };
-        for (si, s) in panel.series.iter().enumerate() {
-            for pair in s.points.windows(2) {
-                cv.line(to_px(pair[0]), to_px(pair[1]), s.color);
-            }
-            let ly = bottom + 12 + si as i64 * 14;
-            for dx in 0..20 {
-                cv.set(left + dx, ly + 4, s.color);
-                cv.set(left + dx, ly + 5, s.color);
-            }
-            cv.text(left + 28, ly, &s.name, 1, ink);
-        }
-    }
-    cv.text(
-        right - 8 * x_label.len() as i64,
-        h as i64 - 14,
-        x_label,
-        1,
-        ink,
-    );
-    cv.text(
-        left,
-        h as i64 - 14,
-        &format!("0 .. {}", fmt_num(x_max)),
-        1,
-        ink,
-    );
+    font()?;
+    let height = PANEL_HEIGHT * panels.len().max(1) as u32;
+    let mut rgb = vec![255u8; WIDTH as usize * height as usize * 3];
+    draw(&mut rgb, (WIDTH, height), panels, x_label).map_err(std::io::Error::other)?;
     let file = std::io::BufWriter::new(std::fs::File::create(path)?);
-    let mut enc = png::Encoder::new(file, w as u32, h as u32);
-    enc.set_color(png::ColorType::Rgb);
-    enc.set_depth(png::BitDepth::Eight);
-    let mut writer = enc.write_header().map_err(std::io::Error::other)?;
+    let mut encoder = png::Encoder::new(file, WIDTH, height);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder.write_header().map_err(std::io::Error::other)?;
     writer
-        .write_image_data(&cv.px)
+        .write_image_data(&rgb)
         .map_err(std::io::Error::other)?;
     writer.finish().map_err(std::io::Error::other)
+}
+
+type DrawResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+fn draw(rgb: &mut [u8], size: (u32, u32), panels: &[Panel], x_label: &str) -> DrawResult {
+    let root = BitMapBackend::with_buffer(rgb, size).into_drawing_area();
+    root.fill(&WHITE)?;
+    let areas = root.split_evenly((panels.len().max(1), 1));
+    let x_max = panels
+        .iter()
+        .flat_map(|p| &p.series)
+        .flat_map(|s| &s.points)
+        .map(|&(x, _)| x)
+        .fold(1.0, f64::max);
+    for (panel, area) in panels.iter().zip(&areas) {
+        let y_max = panel
+            .series
+            .iter()
+            .flat_map(|s| &s.points)
+            .map(|&(_, y)| y)
+            .fold(0.0, f64::max);
+        // Headroom above the highest point, and a visible range when all
+        // points are 0.
+        let y_top = if y_max > 0.0 { y_max * 1.08 } else { 1.0 };
+        let mut chart = ChartBuilder::on(area)
+            .caption(&panel.title, (FONT, 20))
+            .margin(12)
+            .margin_right(36)
+            .x_label_area_size(42)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0.0..x_max, 0.0..y_top)?;
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_desc(&panel.y_label)
+            .x_labels(10)
+            .y_labels(6)
+            .label_style((FONT, 14))
+            .axis_desc_style((FONT, 15))
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| {
+                if y_top >= 10.0 {
+                    format!("{y:.0}")
+                } else {
+                    format!("{y:.1}")
+                }
+            })
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()?;
+        for s in &panel.series {
+            let color = RGBColor(s.color[0], s.color[1], s.color[2]);
+            chart
+                .draw_series(LineSeries::new(
+                    s.points.iter().copied(),
+                    color.stroke_width(2),
+                ))?
+                .label(s.name.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .label_font((FONT, 14))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_a_png_with_the_embedded_font() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("chart.png");
+        let line = |name: &str, color, k: f64| Series {
+            name: name.into(),
+            color,
+            points: (1..=10)
+                .map(|i| (f64::from(i) * 100.0, k * f64::from(i)))
+                .collect(),
+        };
+        let panels = [
+            Panel {
+                title: "a panel".into(),
+                y_label: "value (%)".into(),
+                series: vec![
+                    line("one", [200, 60, 40], 1.0),
+                    line("two", [30, 110, 200], 2.0),
+                ],
+            },
+            Panel {
+                title: "all zero".into(),
+                y_label: "count".into(),
+                series: vec![line("zero", [0, 0, 0], 0.0)],
+            },
+        ];
+        write_png(&path, &panels, "requests").expect("plot");
+        let png = std::fs::read(&path).expect("read");
+        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"));
+    }
 }

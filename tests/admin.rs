@@ -7,6 +7,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use hearth::testing::TestCluster;
+use hearth_admin_client::AdminClient;
 
 async fn call(
     method: http::Method,
@@ -235,44 +236,59 @@ async fn the_ring_view_places_a_worker_and_agrees_with_metrics_and_hearth_ring()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bindings_deploy_through_the_admin_api_and_are_listed() {
+    // Through the typed admin client, as `hearth deploy` and `hearth bench`
+    // use the API.
     let c = TestCluster::start(1).await.expect("cluster");
-    let admin = c.node(0).admin_addr;
-    let relay = hearth_sample_workers::bytes("relay").expect("relay");
-    let url = format!(
-        "http://{admin}/v1/scripts/front?service=next:back&dispatch=users:user-a\
-         &dispatch=users:user-b&outbound=egress&tail=traces"
-    );
-    let (status, body) = call(http::Method::PUT, url, Some(c.token()), relay.clone()).await;
-    assert_eq!(status, 200, "{body}");
-    let report: serde_json::Value = serde_json::from_str(&body).expect("json report");
-    let b = &report["meta"]["bindings"];
-    assert_eq!(b["services"]["next"], "back");
-    assert_eq!(
-        b["dispatch"]["users"],
-        serde_json::json!(["user-a", "user-b"])
-    );
-    assert_eq!(b["outbound"], "egress");
-    assert_eq!(b["tail"], serde_json::json!(["traces"]));
-
-    let (status, body) = call(
-        http::Method::GET,
-        format!("http://{admin}/v1/scripts"),
-        Some(c.token()),
-        Vec::new(),
+    let admin = AdminClient::new(
+        &format!("http://{}", c.node(0).admin_addr),
+        Some(c.token().to_string()),
     )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    let list: serde_json::Value = serde_json::from_str(&body).expect("json list");
-    assert_eq!(list[0]["bindings"]["services"]["next"], "back");
+    .expect("admin URL");
+    let relay = hearth_sample_workers::bytes("relay").expect("relay");
+    let report = admin
+        .deploy(
+            "front",
+            "service=next:back&dispatch=users:user-a&dispatch=users:user-b\
+             &outbound=egress&tail=traces",
+            relay.clone(),
+        )
+        .await
+        .expect("deploy");
+    let b = &report.meta.bindings;
+    assert_eq!(b.services["next"], "back");
+    assert_eq!(
+        b.dispatch["users"].iter().collect::<Vec<_>>(),
+        ["user-a", "user-b"]
+    );
+    assert_eq!(b.outbound.as_deref(), Some("egress"));
+    assert_eq!(b.tail, ["traces"]);
+
+    let list = admin.list().await.expect("list");
+    assert_eq!(list[0].script_id, "front");
+    assert_eq!(list[0].bindings.services["next"], "back");
 
     // Bindings that cannot name a Worker are refused at deploy.
-    let (status, body) = call(
-        http::Method::PUT,
-        format!("http://{admin}/v1/scripts/front?service=Bad_Name:back"),
-        Some(c.token()),
-        relay,
-    )
-    .await;
-    assert_eq!(status, 422, "{body}");
-    assert!(body.contains("invalid bindings"), "{body}");
+    let refused = admin
+        .deploy("front", "service=Bad_Name:back", relay)
+        .await
+        .expect_err("refused");
+    assert_eq!(refused.status().map(|s| s.as_u16()), Some(422), "{refused}");
+    assert!(
+        refused.to_string().contains("invalid bindings"),
+        "{refused}"
+    );
+
+    // Evict and stats: a warm Worker taken out of memory by hand.
+    let hello = hearth_sample_workers::bytes("hello").expect("hello");
+    admin
+        .deploy("plain", "plan=free", hello)
+        .await
+        .expect("deploy");
+    let r = c.get(0, "plain", "/").await.expect("request");
+    assert_eq!(r.status, 200);
+    let before = admin.stats().await.expect("stats");
+    admin.evict("plain").await.expect("evict");
+    let after = admin.stats().await.expect("stats");
+    assert_eq!(after.evicted_manual, before.evicted_manual + 1);
+    assert!(after.requests >= 1);
 }

@@ -1,9 +1,9 @@
 //! `hearth bench` against real nodes (TestCluster): Zipf traffic open loop,
 //! trace replay, cold vs warm latency of one Worker, and bad trace input.
 
-use hearth::bench::{self, BenchArgs};
 use hearth::runtime::Plan;
 use hearth::testing::TestCluster;
+use hearth_bench::{self as bench, BenchArgs};
 
 fn sample(name: &str) -> Vec<u8> {
     hearth_sample_workers::bytes(name).expect("sample built")

@@ -7,7 +7,7 @@
 //! CI runs the default number of cases; a long run:
 //! `PROPTEST_CASES=100000 cargo test --release --test fuzz_parsers`.
 
-use hearth::trace::{self, TraceFormat};
+use hearth_simulate::trace::{self, TraceFormat};
 use proptest::prelude::*;
 
 /// Lines that look like trace rows often enough to get past the header.

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 /// The `hearth` binary under test: `$HEARTH_BENCH_BIN` (to compare two
 /// builds side by side), else the one cargo just built.
-pub fn bin() -> PathBuf {
+pub(crate) fn bin() -> PathBuf {
     std::env::var_os("HEARTH_BENCH_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_hearth")))
 }
 
-pub struct Proc(pub Child);
+pub(crate) struct Proc(pub Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -24,13 +24,13 @@ impl Drop for Proc {
     }
 }
 
-pub fn free_addr() -> SocketAddr {
+pub(crate) fn free_addr() -> SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
 }
 
-pub fn env_or(name: &str, default: u64) -> u64 {
+pub(crate) fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
@@ -38,7 +38,7 @@ pub fn env_or(name: &str, default: u64) -> u64 {
 }
 
 /// The wasmtime CLI: `$WASMTIME`, else `wasmtime` on PATH.
-pub fn wasmtime_cli() -> PathBuf {
+pub(crate) fn wasmtime_cli() -> PathBuf {
     let candidate = std::env::var_os("WASMTIME")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("wasmtime"));
@@ -63,7 +63,7 @@ pub fn wasmtime_cli() -> PathBuf {
 }
 
 /// Sends one GET with `host` and returns the status (None if unreachable).
-pub fn get(addr: SocketAddr, host: &str) -> Option<u16> {
+pub(crate) fn get(addr: SocketAddr, host: &str) -> Option<u16> {
     use std::io::{Read, Write};
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(60))).ok()?;
@@ -79,7 +79,7 @@ pub fn get(addr: SocketAddr, host: &str) -> Option<u16> {
 }
 
 /// Waits (up to `limit`) until `addr` answers 200 for `host`.
-pub fn wait_ready(addr: SocketAddr, host: &str, limit: Duration) {
+pub(crate) fn wait_ready(addr: SocketAddr, host: &str, limit: Duration) {
     let t = Instant::now();
     while t.elapsed() < limit {
         if get(addr, host) == Some(200) {
@@ -91,14 +91,14 @@ pub fn wait_ready(addr: SocketAddr, host: &str, limit: Duration) {
 }
 
 /// One autocannon run's figures.
-pub struct Load {
+pub(crate) struct Load {
     pub rps: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub errors: u64,
 }
 
-pub fn autocannon(addr: SocketAddr, host: &str, connections: u64, seconds: u64) -> Load {
+pub(crate) fn autocannon(addr: SocketAddr, host: &str, connections: u64, seconds: u64) -> Load {
     let out = Command::new("npx")
         .args(["--yes", "autocannon@8", "--json", "-c"])
         .arg(connections.to_string())

@@ -45,18 +45,18 @@ pub(crate) struct Host {
 }
 
 /// Resources (WASI and wasi:http handles) one instance may hold at once.
-pub const MAX_RESOURCES: usize = 1024;
+pub(crate) const MAX_RESOURCES: usize = 1024;
 
 /// Bytes a header map a Worker builds may hold (in memory, which is about
 /// twice its wire size).
-pub const FIELD_SIZE_LIMIT: usize = 16 * 1024;
+pub(crate) const FIELD_SIZE_LIMIT: usize = 16 * 1024;
 
 /// The most host memory an instance's resources can take (every resource a
 /// full header map), reserved against the node-wide cap per live instance.
-pub const HOST_RESERVE: u64 = (MAX_RESOURCES * FIELD_SIZE_LIMIT) as u64;
+pub(crate) const HOST_RESERVE: u64 = (MAX_RESOURCES * FIELD_SIZE_LIMIT) as u64;
 
 /// What one table element is counted as against the memory limit.
-pub const TABLE_ELEMENT_BYTES: usize = 16;
+pub(crate) const TABLE_ELEMENT_BYTES: usize = 16;
 
 /// The node-wide cap on memory held by live instances (linear memories and
 /// tables of every instance of every Worker), shared by all their limiters.

@@ -31,13 +31,21 @@
 //!   hands them to the tail Workers in one invocation ([`tail`]).
 //! * Every outcome is counted ([`stats`]).
 //!
-//! ```no_run
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! One runtime in a few lines: deploy the `hello` sample Worker (built by the
+//! `hearth-sample-workers` crate) into a fresh store and serve a request
+//! through it; the first request is a cold start, with its phases in
+//! `server-timing`.
+//!
+//! ```
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use hearth_runtime::{Plan, Runtime, RuntimeConfig, body};
-//! let rt = Runtime::new(RuntimeConfig::new("/tmp/hearth-store"))?;
-//! rt.deploy("hello", Plan::Free, std::fs::read("hello.wasm")?).await?;
+//! let store = tempfile::tempdir()?;
+//! let rt = Runtime::new(RuntimeConfig::new(store.path()))?;
+//! rt.deploy("hello", Plan::Free, hearth_sample_workers::bytes("hello")?).await?;
 //! let req = http::Request::get("http://hello.localhost/").body(body::full(""))?;
 //! let resp = rt.serve("hello", req).await;
+//! assert_eq!(resp.status(), 200);
+//! assert_eq!(resp.headers()["x-hearth-start"], "cold");
 //! println!("{:?}", resp.headers()["server-timing"]);
 //! # Ok(()) }
 //! ```
@@ -49,7 +57,7 @@ pub mod config;
 pub mod cpu;
 mod engine;
 pub mod error;
-pub mod eviction;
+pub use hearth_residency as eviction;
 mod host;
 mod instance;
 pub mod lifecycle;

@@ -16,7 +16,7 @@
 //!    in `worker` and `instance` (503 with `retry-after`, 504).
 //! 4. **Cancel on disconnect.** The task running an invocation is aborted
 //!    when the request's future or its response body is dropped before the
-//!    body ended ([`Cancel`], [`CancelOnDrop`]): a client that goes away
+//!    body ended (`Cancel`, `CancelOnDrop`): a client that goes away
 //!    stops its Worker at the next epoch tick, and the instance is
 //!    discarded. A response streamed to its end disarms the guard, so a
 //!    Worker that finishes normally is never cut short.

@@ -35,7 +35,7 @@ use crate::local::{Body, BoxError};
 use crate::schema::hearth_capnp::{byte_stream, response_sink};
 
 /// Largest chunk sent in one `write` call.
-pub const MAX_WRITE_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_WRITE_BYTES: usize = 64 * 1024;
 /// Chunks buffered between a stream's capability and its consumer.
 const CHANNEL_CHUNKS: usize = 16;
 

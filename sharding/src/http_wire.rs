@@ -16,13 +16,13 @@ use http::{HeaderMap, Method, StatusCode, Uri};
 use crate::schema::hearth_capnp::{header, request_head, response_head};
 
 /// Most headers a head may carry.
-pub const MAX_HEADERS: usize = 512;
+pub(crate) const MAX_HEADERS: usize = 512;
 /// Most bytes of method, URI, names and values in one head.
-pub const MAX_HEAD_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_HEAD_BYTES: usize = 256 * 1024;
 
 /// A head from a peer that cannot be turned back into HTTP.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum HeadError {
+pub(crate) enum HeadError {
     /// Cap'n Proto could not read it.
     #[error("malformed head: {0}")]
     Malformed(String),
@@ -41,7 +41,7 @@ impl From<capnp::Error> for HeadError {
 }
 
 /// Whether `name` is a hop-by-hop header that a proxy must not forward.
-pub fn is_hop_by_hop(name: &HeaderName) -> bool {
+pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
     matches!(
         name.as_str(),
         "connection"
@@ -76,12 +76,12 @@ fn headers_size(headers: &HeaderMap) -> usize {
 
 /// Bytes of a request head as [`read_request_head`] counts them against
 /// [`MAX_HEAD_BYTES`]: check before sending, since a peer refuses more.
-pub fn request_head_size(parts: &http::request::Parts) -> usize {
+pub(crate) fn request_head_size(parts: &http::request::Parts) -> usize {
     parts.method.as_str().len() + parts.uri.to_string().len() + headers_size(&parts.headers)
 }
 
 /// Bytes of a response head as [`read_response_head`] counts them.
-pub fn response_head_size(parts: &http::response::Parts) -> usize {
+pub(crate) fn response_head_size(parts: &http::response::Parts) -> usize {
     headers_size(&parts.headers)
 }
 
@@ -90,7 +90,7 @@ fn header_count(headers: &HeaderMap) -> u32 {
 }
 
 /// Writes a request head.
-pub fn write_request_head(parts: &http::request::Parts, mut b: request_head::Builder<'_>) {
+pub(crate) fn write_request_head(parts: &http::request::Parts, mut b: request_head::Builder<'_>) {
     b.set_method(parts.method.as_str());
     let uri = parts.uri.to_string();
     b.set_uri(uri.as_str());
@@ -98,7 +98,10 @@ pub fn write_request_head(parts: &http::request::Parts, mut b: request_head::Bui
 }
 
 /// Writes a response head.
-pub fn write_response_head(parts: &http::response::Parts, mut b: response_head::Builder<'_>) {
+pub(crate) fn write_response_head(
+    parts: &http::response::Parts,
+    mut b: response_head::Builder<'_>,
+) {
     b.set_status(parts.status.as_u16());
     write_headers(&parts.headers, b.init_headers(header_count(&parts.headers)));
 }
@@ -144,7 +147,9 @@ fn read_headers(
 }
 
 /// Reads a request head from a peer into the parts of an HTTP request.
-pub fn read_request_head(r: request_head::Reader<'_>) -> Result<http::request::Parts, HeadError> {
+pub(crate) fn read_request_head(
+    r: request_head::Reader<'_>,
+) -> Result<http::request::Parts, HeadError> {
     let mut budget = Budget(MAX_HEAD_BYTES);
     let method = r.get_method()?;
     let uri = r.get_uri()?;
@@ -161,7 +166,7 @@ pub fn read_request_head(r: request_head::Reader<'_>) -> Result<http::request::P
 }
 
 /// Reads a response head from a peer into the parts of an HTTP response.
-pub fn read_response_head(
+pub(crate) fn read_response_head(
     r: response_head::Reader<'_>,
 ) -> Result<http::response::Parts, HeadError> {
     let mut budget = Budget(MAX_HEAD_BYTES);

@@ -16,7 +16,7 @@
 //!
 //! What is small: a body that is complete, at most [`MAX_INLINE_BODY_BYTES`]
 //! long, and fully arrived within [`INLINE_PATIENCE`] of being looked at.
-//! [`gather`] decides that without losing a byte: a body that does not
+//! `gather` decides that without losing a byte: a body that does not
 //! qualify comes back as a [`Body`] that replays what was read and then
 //! streams the rest, so the caller falls back to streaming (the request to
 //! `dispatch`/`fetch`, the response to the `ResponseSink`). A streaming
@@ -36,7 +36,7 @@ use crate::local::{Body, BoxError};
 /// The largest body carried inside a call or its return.
 pub const MAX_INLINE_BODY_BYTES: usize = 64 * 1024;
 
-/// How long [`gather`] waits for the rest of a body before it streams it.
+/// How long `gather` waits for the rest of a body before it streams it.
 pub const INLINE_PATIENCE: Duration = Duration::from_millis(2);
 
 /// A body as [`gather`] found it.

@@ -84,8 +84,7 @@
 //! then it stays off the ring; a member that fails is warned about and
 //! checked again every [`IDENTITY_RETRY`] while it keeps gossiping.
 
-use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::SocketAddr;
 use std::num::{NonZeroU8, NonZeroUsize};
@@ -94,12 +93,15 @@ use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use foca::{AccumulatingRuntime, Foca, NoCustomBroadcast, OwnedNotification, PostcardCodec, Timer};
+use futures::{FutureExt as _, StreamExt as _};
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
+use tokio_util::time::DelayQueue;
+use tokio_util::time::delay_queue::Expired;
 
 use crate::ring::{
     Node, NodeId, Ring, RingConfig, RingError, SharedRing, rehomed_fraction, sample_keys,
@@ -684,42 +686,36 @@ impl foca::Identity for Member {
     }
 }
 
-/// A timer foca asked for, ordered by due time then submission order.
+/// A timer foca asked for, numbered in submission order: timers due at the
+/// same instant are handed to foca in the order it asked for them.
 struct Due {
-    at: Instant,
     seq: u64,
     timer: Timer<Member>,
-}
-
-impl PartialEq for Due {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
-}
-impl Eq for Due {}
-impl PartialOrd for Due {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Due {
-    fn cmp(&self, other: &Self) -> Ordering {
-        (self.at, self.seq).cmp(&(other.at, other.seq))
-    }
 }
 
 type Swim = Foca<Member, PostcardCodec, StdRng, NoCustomBroadcast>;
 
 /// Drives foca: one task owns the SWIM state machine, the socket and the
 /// timers, so events are handled strictly one at a time and in order.
+///
+/// [`Driver::run`] waits for the next [`Event`] and hands it to its handler:
+/// a command from the handle ([`Driver::on_command`]), an identity check's
+/// verdict ([`Driver::verdict`]), a datagram ([`Driver::on_datagram`]),
+/// foca's due timers ([`Driver::on_timers`]), the announce tick
+/// ([`Driver::on_announce`]) or the drain deadline. After each, what foca
+/// asked for is carried out ([`Driver::flush`]).
 struct Driver {
     view: View,
     me: Member,
     foca: Swim,
     out: AccumulatingRuntime<Member>,
     socket: UdpSocket,
-    timers: BinaryHeap<Reverse<Due>>,
+    /// foca's timers, by due time.
+    timers: DelayQueue<Due>,
     seq: u64,
+    /// A drain waiting for the draining state to be gossiped out, and its
+    /// deadline.
+    pending_drain: Option<(oneshot::Sender<()>, Instant)>,
     seeds: Vec<SocketAddr>,
     timing: FailureDetection,
     /// Set once we said goodbye: our own "down" is expected from then on.
@@ -755,9 +751,15 @@ enum Event {
     Command(Option<Command>),
     Verdict(Option<Verdict>),
     Datagram(io::Result<(usize, SocketAddr)>),
-    Timer,
+    Timer(Expired<Due>),
     Announce,
     DrainDeadline,
+}
+
+/// Whether the driver goes on after an event.
+enum Flow {
+    Continue,
+    Stop,
 }
 
 impl Driver {
@@ -810,8 +812,9 @@ impl Driver {
             foca,
             out: AccumulatingRuntime::new(),
             socket,
-            timers: BinaryHeap::new(),
+            timers: DelayQueue::new(),
             seq: 0,
+            pending_drain: None,
             seeds,
             timing,
             leaving: false,
@@ -830,100 +833,34 @@ impl Driver {
         let mut buf = vec![0u8; MAX_PACKET];
         let mut announce = tokio::time::interval(self.timing.announce_interval);
         announce.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut pending_drain: Option<(oneshot::Sender<()>, Instant)> = None;
         loop {
-            let next_timer = self
-                .timers
-                .peek()
-                .map_or_else(far_future, |Reverse(due)| due.at);
-            let drain_deadline = pending_drain.as_ref().map_or_else(far_future, |p| p.1);
+            let drain_deadline = self.pending_drain.as_ref().map_or_else(far_future, |p| p.1);
             let event = tokio::select! {
                 command = commands.recv() => Event::Command(command),
                 verdict = self.verdicts.recv() => Event::Verdict(verdict),
                 received = self.socket.recv_from(&mut buf) => {
                     Event::Datagram(received)
                 }
-                _ = sleep_until(next_timer) => Event::Timer,
+                // Disabled while no timer is set (the queue yields `None`).
+                Some(due) = self.timers.next() => Event::Timer(due),
                 _ = announce.tick() => Event::Announce,
                 _ = sleep_until(drain_deadline) => Event::DrainDeadline,
             };
             match event {
                 Event::Command(None) => return,
-                Event::Command(Some(Command::Shutdown(reply))) => {
-                    self.leaving = true;
-                    if self.foca.num_members() > 0 {
-                        let left = self.foca.leave_cluster(&mut self.out);
-                        log_foca("leave", left);
-                        self.flush().await;
-                    }
-                    if let Some((drained, _)) = pending_drain.take() {
-                        let _ = drained.send(());
-                    }
-                    let _ = reply.send(());
-                    return;
-                }
-                Event::Command(Some(Command::Drain(reply))) => {
-                    if self.me.draining {
-                        let _ = reply.send(());
-                    } else {
-                        tracing::info!(node = %self.me.id, "draining: leaving the ring");
-                        self.me.draining = true;
-                        self.view.draining = true;
-                        let changed = self.foca.change_identity(self.me.clone(), &mut self.out);
-                        log_foca("drain", changed);
-                        self.rebuild();
-                        let deadline = Instant::now() + self.timing.drain_timeout;
-                        pending_drain = Some((reply, deadline));
+                Event::Command(Some(command)) => {
+                    if let Flow::Stop = self.on_command(command).await {
+                        return;
                     }
                 }
                 // The sender half lives in `self`: never closed.
                 Event::Verdict(None) => {}
                 Event::Verdict(Some(verdict)) => self.verdict(verdict),
-                Event::Datagram(Ok((len, from))) => match open(self.key.as_ref(), &buf[..len]) {
-                    Some(payload) => {
-                        let handled = self.foca.handle_data(payload, &mut self.out);
-                        log_foca("datagram", handled);
-                    }
-                    None => self.unauthenticated(from),
-                },
-                Event::Datagram(Err(error)) => {
-                    // ICMP errors from peers that went away surface here on
-                    // some platforms; they are not ours to handle.
-                    tracing::debug!(%error, "gossip receive error");
-                    if !matches!(
-                        error.kind(),
-                        io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset
-                    ) {
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
-                }
-                Event::Timer => {
-                    let now = Instant::now();
-                    while self.timers.peek().is_some_and(|Reverse(due)| due.at <= now) {
-                        if let Some(Reverse(due)) = self.timers.pop() {
-                            let handled = self.foca.handle_timer(due.timer, &mut self.out);
-                            log_foca("timer", handled);
-                        }
-                    }
-                }
-                Event::Announce => {
-                    let now = Instant::now();
-                    if self
-                        .identities
-                        .values()
-                        .any(|i| matches!(i, Identity::Refused { retry_at } if *retry_at <= now))
-                    {
-                        self.rebuild();
-                    }
-                    if self.foca.num_members() == 0 {
-                        for seed in &self.seeds {
-                            let sent = self.foca.announce(Member::seed(*seed), &mut self.out);
-                            log_foca("announce", sent);
-                        }
-                    }
-                }
+                Event::Datagram(received) => self.on_datagram(received, &buf).await,
+                Event::Timer(first) => self.on_timers(first),
+                Event::Announce => self.on_announce(),
                 Event::DrainDeadline => {
-                    if let Some((drained, _)) = pending_drain.take() {
+                    if let Some((drained, _)) = self.pending_drain.take() {
                         tracing::warn!(node = %self.me.id, "drain: gossip not fully sent before the timeout");
                         let _ = drained.send(());
                     }
@@ -933,8 +870,103 @@ impl Driver {
             // Drained once the draining state has been gossiped out (or
             // there is nobody to tell).
             let announced = self.foca.updates_backlog() == 0 || self.foca.num_members() == 0;
-            if announced && let Some((drained, _)) = pending_drain.take() {
+            if announced && let Some((drained, _)) = self.pending_drain.take() {
                 let _ = drained.send(());
+            }
+        }
+    }
+
+    /// A command from the [`Membership`] handle: shut down (say goodbye,
+    /// then stop) or drain (leave the ring, answer once that is gossiped).
+    async fn on_command(&mut self, command: Command) -> Flow {
+        match command {
+            Command::Shutdown(reply) => {
+                self.leaving = true;
+                if self.foca.num_members() > 0 {
+                    let left = self.foca.leave_cluster(&mut self.out);
+                    log_foca("leave", left);
+                    self.flush().await;
+                }
+                if let Some((drained, _)) = self.pending_drain.take() {
+                    let _ = drained.send(());
+                }
+                let _ = reply.send(());
+                Flow::Stop
+            }
+            Command::Drain(reply) => {
+                if self.me.draining {
+                    let _ = reply.send(());
+                } else {
+                    tracing::info!(node = %self.me.id, "draining: leaving the ring");
+                    self.me.draining = true;
+                    self.view.draining = true;
+                    let changed = self.foca.change_identity(self.me.clone(), &mut self.out);
+                    log_foca("drain", changed);
+                    self.rebuild();
+                    let deadline = Instant::now() + self.timing.drain_timeout;
+                    self.pending_drain = Some((reply, deadline));
+                }
+                Flow::Continue
+            }
+        }
+    }
+
+    /// A datagram (or a receive error): authenticated gossip goes to foca,
+    /// the rest is counted.
+    async fn on_datagram(&mut self, received: io::Result<(usize, SocketAddr)>, buf: &[u8]) {
+        match received {
+            Ok((len, from)) => match open(self.key.as_ref(), &buf[..len]) {
+                Some(payload) => {
+                    let handled = self.foca.handle_data(payload, &mut self.out);
+                    log_foca("datagram", handled);
+                }
+                None => self.unauthenticated(from),
+            },
+            Err(error) => {
+                // ICMP errors from peers that went away surface here on
+                // some platforms; they are not ours to handle.
+                tracing::debug!(%error, "gossip receive error");
+                if !matches!(
+                    error.kind(),
+                    io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset
+                ) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+    }
+
+    /// `first` and every other timer already due, handed to foca in due
+    /// order, and in the order foca set them when due together.
+    fn on_timers(&mut self, first: Expired<Due>) {
+        let mut due = vec![first];
+        while let Some(Some(more)) = self.timers.next().now_or_never() {
+            due.push(more);
+        }
+        due.sort_by_key(|e| (e.deadline(), e.get_ref().seq));
+        for expired in due {
+            let handled = self
+                .foca
+                .handle_timer(expired.into_inner().timer, &mut self.out);
+            log_foca("timer", handled);
+        }
+    }
+
+    /// The announce tick: retry refused identities that are due, and
+    /// announce to the seeds while no peer is known.
+    fn on_announce(&mut self) {
+        let now = Instant::now();
+        if self
+            .identities
+            .values()
+            .any(|i| matches!(i, Identity::Refused { retry_at } if *retry_at <= now))
+        {
+            self.rebuild();
+        }
+        if self.foca.num_members() == 0 {
+            for seed in &self.seeds {
+                let sent = self.foca.announce(Member::seed(*seed), &mut self.out);
+                log_foca("announce", sent);
             }
         }
     }
@@ -976,11 +1008,13 @@ impl Driver {
         let now = Instant::now();
         while let Some((after, timer)) = self.out.to_schedule() {
             self.seq += 1;
-            self.timers.push(Reverse(Due {
-                at: now + after,
-                seq: self.seq,
-                timer,
-            }));
+            self.timers.insert_at(
+                Due {
+                    seq: self.seq,
+                    timer,
+                },
+                now + after,
+            );
         }
         let mut changed = false;
         while let Some(notification) = self.out.to_notify() {

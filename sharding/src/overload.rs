@@ -20,6 +20,10 @@
 //!
 //! Admission returns a [`Permit`] that counts the request as in flight until
 //! it is dropped, so the counters cannot leak however a request ends.
+//!
+//! The rule itself is [`admit`], a pure function of the counters: the live
+//! gate ([`OverloadGate::try_admit`]) and the data-center simulator both
+//! call it, as they both call [`crate::routing::decide`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -36,6 +40,30 @@ pub struct OverloadConfig {
     /// Sharded requests the home may have in flight over all Workers
     /// (default 1024).
     pub max_in_flight_node: usize,
+}
+
+/// The admission rule: whether a home admits one more sharded request for a
+/// Worker that has `worker_in_flight` of them in flight, on a node with
+/// `node_in_flight`, and if not, why.
+///
+/// The checks run in this order: the node limit, the Worker's limit, then
+/// `can_host`, which is asked only when the counters allow the request since
+/// it may cost more than a counter check.
+pub fn admit(
+    config: &OverloadConfig,
+    node_in_flight: usize,
+    worker_in_flight: usize,
+    can_host: impl FnOnce() -> bool,
+) -> Result<(), RefusalReason> {
+    if node_in_flight >= config.max_in_flight_node {
+        Err(RefusalReason::NodeBusy)
+    } else if worker_in_flight >= config.max_in_flight_per_worker {
+        Err(RefusalReason::WorkerBusy)
+    } else if !can_host() {
+        Err(RefusalReason::NoMemory)
+    } else {
+        Ok(())
+    }
 }
 
 impl Default for OverloadConfig {
@@ -131,28 +159,22 @@ impl OverloadGate {
         self.config
     }
 
-    /// Admits a request for `script_id`, or says why not. `can_host` is asked
-    /// only when the counters allow the request, since it may cost more than
-    /// a counter check.
+    /// Admits a request for `script_id` by the rule of [`admit`], or says
+    /// why not. `can_host` is asked only when the counters allow the
+    /// request, since it may cost more than a counter check.
     pub fn try_admit(
         self: &Arc<Self>,
         script_id: &str,
         can_host: impl FnOnce() -> bool,
     ) -> Result<Permit, RefusalReason> {
         let mut per_worker = self.lock();
-        let reason =
-            if self.node_in_flight.load(Ordering::Acquire) >= self.config.max_in_flight_node {
-                Some(RefusalReason::NodeBusy)
-            } else if per_worker.get(script_id).copied().unwrap_or(0)
-                >= self.config.max_in_flight_per_worker
-            {
-                Some(RefusalReason::WorkerBusy)
-            } else if !can_host() {
-                Some(RefusalReason::NoMemory)
-            } else {
-                None
-            };
-        if let Some(reason) = reason {
+        let verdict = admit(
+            &self.config,
+            self.node_in_flight.load(Ordering::Acquire),
+            per_worker.get(script_id).copied().unwrap_or(0),
+            can_host,
+        );
+        if let Err(reason) = verdict {
             drop(per_worker);
             self.counter(reason).fetch_add(1, Ordering::Relaxed);
             return Err(reason);
@@ -293,6 +315,18 @@ mod tests {
             RefusalReason::NoMemory
         );
         assert_eq!(g.stats().refused(), 1);
+    }
+
+    #[test]
+    fn the_rule_checks_node_then_worker_then_memory() {
+        let c = OverloadConfig {
+            max_in_flight_per_worker: 2,
+            max_in_flight_node: 4,
+        };
+        assert_eq!(admit(&c, 4, 2, || false), Err(RefusalReason::NodeBusy));
+        assert_eq!(admit(&c, 3, 2, || false), Err(RefusalReason::WorkerBusy));
+        assert_eq!(admit(&c, 3, 1, || false), Err(RefusalReason::NoMemory));
+        assert_eq!(admit(&c, 3, 1, || true), Ok(()));
     }
 
     #[test]

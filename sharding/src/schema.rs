@@ -7,7 +7,9 @@
 #[allow(
     clippy::all,
     clippy::pedantic,
+    clippy::unwrap_used,
     missing_docs,
+    unreachable_pub,
     unused_qualifications,
     unsafe_op_in_unsafe_fn,
     dead_code

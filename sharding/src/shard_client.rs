@@ -315,6 +315,14 @@ impl Speculation {
 
 /// Forwards `job` to its home over `peer` (or serves it here if `peer` is
 /// an error), and returns how it was served. Runs on an RPC thread.
+///
+/// The phases, as the module docs name them: a request that cannot be
+/// forwarded is served here untouched ([`serve_unforwarded`]); a small
+/// complete one travels in one `call` ([`forward_inline`]); any other is
+/// sent pipelined ([`send_pipelined`]), its body speculated up to the
+/// budget while the home answers ([`speculate`]), and then, by the answer
+/// ([`judge`]), failed with a 502, replayed here from the kept copy
+/// ([`replay_here`]), or streamed on to the home ([`stream_to_home`]).
 pub(crate) async fn forward(
     env: Rc<ClientEnv>,
     peer: Result<PeerConn, String>,
@@ -343,17 +351,7 @@ pub(crate) async fn forward(
     let conn = match peer {
         Ok(conn) => conn,
         Err(reason) => {
-            // Nothing was sent; serve the untouched request here.
-            let hop = started.elapsed();
-            let mut request = request;
-            request.extensions_mut().insert(context);
-            let response = env.host.serve(&script_id, request).await;
-            env.counters.unavailable.fetch_add(1, Ordering::Relaxed);
-            return Forwarded {
-                response,
-                outcome: ForwardOutcome::Unavailable(reason),
-                hop,
-            };
+            return serve_unforwarded(&env, &script_id, context, request, reason, started).await;
         }
     };
 
@@ -370,14 +368,186 @@ pub(crate) async fn forward(
         }
         _ => request,
     };
+    forward_streaming(&env, &conn, script_id, context, request, started).await
+}
 
+/// Nothing was sent: serves the untouched request here.
+async fn serve_unforwarded(
+    env: &ClientEnv,
+    script_id: &str,
+    context: ContextStack,
+    mut request: http::Request<Body>,
+    reason: String,
+    started: Instant,
+) -> Forwarded {
+    let hop = started.elapsed();
+    request.extensions_mut().insert(context);
+    let response = env.host.serve(script_id, request).await;
+    env.counters.unavailable.fetch_add(1, Ordering::Relaxed);
+    Forwarded {
+        response,
+        outcome: ForwardOutcome::Unavailable(reason),
+        hop,
+    }
+}
+
+/// The questions of one forward, all sent before any answer.
+struct Pipelined {
+    /// `dispatch`: the home's Worker, or `lazy` handed back.
+    dispatch: capnp::capability::Promise<
+        capnp::capability::Response<shard_server::dispatch_results::Owned>,
+        capnp::Error,
+    >,
+    /// `fetch` on the dispatched Worker; open while the request is wanted.
+    fetch: capnp::capability::RemotePromise<worker::fetch_results::Owned>,
+    /// Where the request body goes (pipelined on `fetch`).
+    stream: wire_stream::Client,
+    /// Where the response head arrives.
+    response_rx: byte_stream::ResponseReceiver,
+}
+
+/// Sends `dispatch(scriptId, context, lazy)` and, pipelined on its answer,
+/// `fetch(head, responseSink)`, without waiting for anything.
+fn send_pipelined(
+    conn: &PeerConn,
+    script_id: &str,
+    context: &ContextStack,
+    parts: &http::request::Parts,
+    lazy_cap: worker::Client,
+) -> Pipelined {
+    let (sink, response_rx) = ResponseSinkServer::new_pair();
+    let mut dispatch = conn.shard.dispatch_request();
+    {
+        let mut p = dispatch.get();
+        p.set_script_id(script_id);
+        context_stack::write_context(context, p.reborrow().init_context());
+        p.set_lazy(lazy_cap);
+    }
+    let dispatch = dispatch.send();
+    let mut fetch = dispatch.pipeline.get_worker().fetch_request();
+    {
+        let mut p = fetch.get();
+        http_wire::write_request_head(parts, p.reborrow().init_head());
+        p.set_response(sink);
+    }
+    let fetch = fetch.send();
+    let stream = fetch.pipeline.get_request_body();
+    Pipelined {
+        dispatch: dispatch.promise,
+        fetch,
+        stream,
+        response_rx,
+    }
+}
+
+/// The home's answer to `dispatch`, resolved to the capability it names,
+/// or the deadline passed.
+async fn home_answer(
+    dispatch: capnp::capability::Promise<
+        capnp::capability::Response<shard_server::dispatch_results::Owned>,
+        capnp::Error,
+    >,
+    deadline: tokio::time::Instant,
+) -> Result<Result<worker::Client, capnp::Error>, tokio::time::error::Elapsed> {
+    let answer = async {
+        let response = dispatch.await?;
+        let worker = response.get()?.get_worker()?;
+        Ok::<_, capnp::Error>(capnp::capability::get_resolved_cap(worker).await)
+    };
+    tokio::time::timeout_at(deadline, answer).await
+}
+
+/// Sends body bytes within the speculative budget until the home answers
+/// (or the whole body, or the budget, went out; or a write failed), and
+/// returns the answer.
+async fn speculate<F: std::future::Future>(
+    mut answer: std::pin::Pin<&mut F>,
+    spec: &mut Speculation,
+    source: &mut Source,
+    stream: &wire_stream::Client,
+    budget: usize,
+) -> F::Output {
+    let mut speculating = true;
+    loop {
+        if !speculating || spec.done(budget) {
+            return answer.await;
+        }
+        tokio::select! {
+            biased;
+            a = &mut answer => return a,
+            step = spec.step(source, stream, budget) => {
+                if let Err(e) = step {
+                    tracing::debug!(error = %e, "speculative body write failed; waiting for the home's answer");
+                    speculating = false;
+                }
+            }
+        }
+    }
+}
+
+/// What the home's answer to `dispatch` means for the request.
+enum Judged {
+    /// The home may have started it: a 502, never a replay.
+    MayHaveStarted(String),
+    /// Nothing ran there (`Refused`, or `Unavailable`): serve it here.
+    Back(ForwardOutcome),
+    /// The home's own Worker took it.
+    Accepted,
+}
+
+/// Reads the home's answer. Only the home's own answer tells that nothing
+/// ran there: a refusal (a home that cannot take a dispatch, for whatever
+/// reason, hands back `lazy`). An error cannot tell: a connection that ends
+/// (a crash, a reset, an end of stream without TLS close, an abort the peer
+/// sends) fails every open question with an error of any kind, and by then
+/// the home may have read `dispatch` and `fetch` and started the request.
+/// So no answer in time, or any error but "unimplemented" (a method the
+/// home does not have never ran), is a 502, never a replay.
+fn judge(
+    env: &ClientEnv,
+    answer: Result<Result<worker::Client, capnp::Error>, tokio::time::error::Elapsed>,
+    lazy: &Rc<LazyInstance>,
+) -> Judged {
+    match answer {
+        Err(_elapsed) => Judged::MayHaveStarted(format!(
+            "no answer to dispatch within {:?}",
+            env.dispatch_timeout
+        )),
+        Ok(Err(e)) if e.kind != capnp::ErrorKind::Unimplemented => {
+            Judged::MayHaveStarted(format!("the home's answer to dispatch never came: {e}"))
+        }
+        Ok(Err(e)) => Judged::Back(ForwardOutcome::Unavailable(format!("dispatch failed: {e}"))),
+        Ok(Ok(worker)) => {
+            let own = env
+                .lazies
+                .borrow()
+                .get_local_server_of_resolved(&worker)
+                .is_some_and(|server| Rc::ptr_eq(&server, lazy));
+            if own {
+                Judged::Back(ForwardOutcome::Refused)
+            } else {
+                Judged::Accepted
+            }
+        }
+    }
+}
+
+/// The dispatch/fetch protocol: send pipelined, speculate, then fail,
+/// replay here or stream to the home by the answer.
+async fn forward_streaming(
+    env: &Rc<ClientEnv>,
+    conn: &PeerConn,
+    script_id: String,
+    context: ContextStack,
+    request: http::Request<Body>,
+    started: Instant,
+) -> Forwarded {
     let (parts, body) = request.into_parts();
     let mut source = Source {
         front: VecDeque::new(),
         rx: Some(byte_stream::spawn_reader(body)),
         terminal: None,
     };
-
     let lazy = Rc::new(LazyInstance::new(
         &script_id,
         env.host.clone(),
@@ -385,33 +555,16 @@ pub(crate) async fn forward(
         context.clone(),
     ));
     let lazy_cap: worker::Client = env.lazies.borrow_mut().new_client_from_rc(lazy.clone());
-    let (sink, response_rx) = ResponseSinkServer::new_pair();
 
     // Everything is sent now, without waiting for any answer.
-    let mut dispatch = conn.shard.dispatch_request();
-    {
-        let mut p = dispatch.get();
-        p.set_script_id(script_id.as_str());
-        context_stack::write_context(&context, p.reborrow().init_context());
-        p.set_lazy(lazy_cap);
-    }
-    let dispatch = dispatch.send();
-    let mut fetch = dispatch.pipeline.get_worker().fetch_request();
-    {
-        let mut p = fetch.get();
-        http_wire::write_request_head(&parts, p.reborrow().init_head());
-        p.set_response(sink);
-    }
-    let fetch = fetch.send();
-    let stream = fetch.pipeline.get_request_body();
-
-    let answer = async {
-        let response = dispatch.promise.await?;
-        let worker = response.get()?.get_worker()?;
-        Ok::<_, capnp::Error>(capnp::capability::get_resolved_cap(worker).await)
-    };
+    let Pipelined {
+        dispatch,
+        fetch,
+        stream,
+        response_rx,
+    } = send_pipelined(conn, &script_id, &context, &parts, lazy_cap);
     let deadline = tokio::time::Instant::now() + env.dispatch_timeout;
-    let answer = tokio::time::timeout_at(deadline, answer);
+    let answer = home_answer(dispatch, deadline);
     tokio::pin!(answer);
 
     let budget = env.speculative_budget;
@@ -421,96 +574,99 @@ pub(crate) async fn forward(
         terminal_sent: None,
         finish_call: None,
     };
-    let mut speculating = true;
-    let answer = loop {
-        if !speculating || spec.done(budget) {
-            break answer.await;
-        }
-        tokio::select! {
-            biased;
-            a = &mut answer => break a,
-            step = spec.step(&mut source, &stream, budget) => {
-                if let Err(e) = step {
-                    tracing::debug!(error = %e, "speculative body write failed; waiting for the home's answer");
-                    speculating = false;
-                }
-            }
-        }
-    };
+    let answer = speculate(answer, &mut spec, &mut source, &stream, budget).await;
     let hop = started.elapsed();
     env.counters
         .speculative_bytes_sent
         .fetch_add(spec.sent as u64, Ordering::Relaxed);
 
-    // Only the home's own answer tells that nothing ran there: a refusal
-    // (a home that cannot take a dispatch, for whatever reason, hands back
-    // `lazy`). An error cannot tell: a connection that ends (a crash, a
-    // reset, an end of stream without TLS close, an abort the peer sends)
-    // fails every open question with an error of any kind, and by then the
-    // home may have read `dispatch` and `fetch` and started the request.
-    // So no answer in time, or any error but "unimplemented" (a method the
-    // home does not have never ran), is a 502, never a replay.
-    let may_have_started = match &answer {
-        Err(_elapsed) => Some(format!(
-            "no answer to dispatch within {:?}",
-            env.dispatch_timeout
-        )),
-        Ok(Err(e)) if e.kind != capnp::ErrorKind::Unimplemented => {
-            Some(format!("the home's answer to dispatch never came: {e}"))
+    match judge(env, answer, &lazy) {
+        Judged::MayHaveStarted(reason) => {
+            // Dropping the questions cancels the request there, if it started.
+            drop(stream);
+            drop(fetch);
+            drop(spec.finish_call.take());
+            lazy.release();
+            gc(env);
+            failed_after_accept(env, hop, reason)
         }
-        _ => None,
-    };
-    if let Some(reason) = may_have_started {
-        // Dropping the questions cancels the request there, if it started.
-        drop(stream);
-        drop(fetch);
-        drop(spec.finish_call.take());
-        lazy.release();
-        gc(&env);
-        return failed_after_accept(&env, hop, reason);
-    }
-    let refused_or_failed = match answer {
-        Err(_) => None,
-        Ok(Err(e)) => Some(ForwardOutcome::Unavailable(format!("dispatch failed: {e}"))),
-        Ok(Ok(worker)) => {
-            let own = env
-                .lazies
-                .borrow()
-                .get_local_server_of_resolved(&worker)
-                .is_some_and(|server| Rc::ptr_eq(&server, &lazy));
-            own.then_some(ForwardOutcome::Refused)
+        Judged::Back(outcome) => {
+            // Stop talking to the home about this request: dropping the
+            // questions cancels them there.
+            drop(stream);
+            drop(fetch);
+            drop(spec.finish_call.take());
+            let mut request = http::Request::from_parts(parts, source.into_replay(spec.kept));
+            request.extensions_mut().insert(context);
+            replay_here(env, &lazy, request, outcome, hop).await
         }
-    };
-
-    if let Some(outcome) = refused_or_failed {
-        // Stop talking to the home about this request: dropping the
-        // questions cancels them there.
-        drop(stream);
-        drop(fetch);
-        drop(spec.finish_call.take());
-        let mut request = http::Request::from_parts(parts, source.into_replay(spec.kept));
-        request.extensions_mut().insert(context);
-        let response = match lazy.take_back(request) {
-            Some(serving) => serving.await,
-            None => error_response(
-                http::StatusCode::INTERNAL_SERVER_ERROR,
-                "the lazy instance was already used",
-            ),
-        };
-        let counter = match outcome {
-            ForwardOutcome::Refused => &env.counters.refusals_received,
-            _ => &env.counters.unavailable,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        gc(&env);
-        return Forwarded {
-            response,
-            outcome,
-            hop,
-        };
+        Judged::Accepted => {
+            let open = OpenForward {
+                spec,
+                source,
+                stream,
+                fetch,
+                response_rx,
+            };
+            stream_to_home(env, conn, &lazy, open, hop).await
+        }
     }
+}
 
-    // Accepted: the rest of the body goes to the home.
+/// A refusal (or a home without the method): serves `request`, whose body
+/// is the kept copy followed by the unsent rest, here through `lazy`.
+async fn replay_here(
+    env: &ClientEnv,
+    lazy: &LazyInstance,
+    request: http::Request<Body>,
+    outcome: ForwardOutcome,
+    hop: Duration,
+) -> Forwarded {
+    let response = match lazy.take_back(request) {
+        Some(serving) => serving.await,
+        None => error_response(
+            http::StatusCode::INTERNAL_SERVER_ERROR,
+            "the lazy instance was already used",
+        ),
+    };
+    let counter = match outcome {
+        ForwardOutcome::Refused => &env.counters.refusals_received,
+        _ => &env.counters.unavailable,
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+    gc(env);
+    Forwarded {
+        response,
+        outcome,
+        hop,
+    }
+}
+
+/// A forward the home accepted: what was sent and what is still open.
+struct OpenForward {
+    spec: Speculation,
+    source: Source,
+    stream: wire_stream::Client,
+    fetch: capnp::capability::RemotePromise<worker::fetch_results::Owned>,
+    response_rx: byte_stream::ResponseReceiver,
+}
+
+/// Accepted: the rest of the body goes to the home, and its response
+/// streams back.
+async fn stream_to_home(
+    env: &ClientEnv,
+    conn: &PeerConn,
+    lazy: &LazyInstance,
+    open: OpenForward,
+    hop: Duration,
+) -> Forwarded {
+    let OpenForward {
+        mut spec,
+        mut source,
+        stream,
+        fetch,
+        response_rx,
+    } = open;
     lazy.release();
     drop(spec.kept);
     let finish_call = spec.finish_call.take();
@@ -546,7 +702,7 @@ pub(crate) async fn forward(
         head = response_rx => head.ok(),
         () = closed => None,
     };
-    gc(&env);
+    gc(env);
     match head {
         Some(Ok(response)) => {
             env.counters.sharded.fetch_add(1, Ordering::Relaxed);
@@ -563,10 +719,10 @@ pub(crate) async fn forward(
             }
         }
         Some(Err(head_error)) => {
-            failed_after_accept(&env, hop, format!("bad response head: {head_error}"))
+            failed_after_accept(env, hop, format!("bad response head: {head_error}"))
         }
         None => failed_after_accept(
-            &env,
+            env,
             hop,
             "the connection to the home closed before its response".into(),
         ),

@@ -56,7 +56,7 @@ impl WireCounters {
     }
 
     /// The most bytes of a peer's calls one connection held unanswered at
-    /// once (see [`Unanswered`]).
+    /// once (see `Unanswered`).
     pub fn unanswered_peak(&self) -> u64 {
         self.unanswered_peak.load(Ordering::Relaxed)
     }

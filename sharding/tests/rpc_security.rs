@@ -1,5 +1,9 @@
 //! Who may call a node's RPC port, and what a bad peer can do to it.
 
+// Test helpers: a panic is the failure report (clippy's allow-unwrap-in-tests
+// covers #[test] functions only).
+#![allow(clippy::unwrap_used)]
+
 mod rpc_support;
 
 use std::sync::Arc;

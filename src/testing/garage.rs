@@ -26,9 +26,9 @@ use anyhow::{Context, bail};
 use hearth_runtime::S3Settings;
 
 /// The bucket every [`Garage`] creates.
-pub const BUCKET: &str = "hearth";
+const BUCKET: &str = "hearth";
 /// Garage's region name in the config it is started with.
-pub const REGION: &str = "garage";
+const REGION: &str = "garage";
 /// The access key the test server accepts (Garage key IDs are `GK` and 24
 /// hex digits).
 const KEY_ID: &str = "GK0123456789abcdef01234567";
@@ -36,7 +36,7 @@ const KEY_ID: &str = "GK0123456789abcdef01234567";
 const SECRET: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
 /// A one-node Garage server in a temporary directory, with bucket
-/// [`BUCKET`] readable and writable by the key in [`Garage::settings`].
+/// `hearth` readable and writable by the key in [`Garage::settings`].
 /// Killed when dropped.
 pub struct Garage {
     child: Option<Child>,

@@ -1,6 +1,9 @@
 //! Shared by the `rpc_*` integration tests: real nodes on 127.0.0.1 with
 //! mTLS, serving fake Workers.
 #![allow(dead_code)]
+// Test helpers: a panic is the failure report (clippy's allow-unwrap-in-tests
+// covers #[test] functions only).
+#![allow(clippy::unwrap_used)]
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -19,12 +22,12 @@ use http_body_util::{BodyExt, StreamBody};
 use tokio::sync::Notify;
 
 /// How long the `block` Worker holds its thread.
-pub const BLOCK: Duration = Duration::from_millis(800);
+pub(crate) const BLOCK: Duration = Duration::from_millis(800);
 
 /// A generous guard so a broken test fails instead of hanging.
-pub const GUARD: Duration = Duration::from_secs(60);
+pub(crate) const GUARD: Duration = Duration::from_secs(60);
 
-pub async fn guard<T>(what: &str, f: impl Future<Output = T>) -> T {
+pub(crate) async fn guard<T>(what: &str, f: impl Future<Output = T>) -> T {
     match tokio::time::timeout(GUARD, f).await {
         Ok(v) => v,
         Err(_) => panic!("{what}: no result within {GUARD:?}"),
@@ -32,18 +35,18 @@ pub async fn guard<T>(what: &str, f: impl Future<Output = T>) -> T {
 }
 
 /// A development cluster's certificates in a temporary directory.
-pub struct Pki {
+pub(crate) struct Pki {
     pub dir: tempfile::TempDir,
 }
 
 impl Pki {
-    pub fn new(nodes: &[&str]) -> Pki {
+    pub(crate) fn new(nodes: &[&str]) -> Pki {
         let dir = tempfile::tempdir().unwrap();
         generate_dev_pki(dir.path(), nodes).unwrap();
         Pki { dir }
     }
 
-    pub fn tls(&self, node: &str) -> NodeTls {
+    pub(crate) fn tls(&self, node: &str) -> NodeTls {
         NodeTls::load(self.dir.path(), node).unwrap()
     }
 }
@@ -59,7 +62,7 @@ impl Pki {
 ///   through it, answers 200 `traced`.
 ///
 /// Every response carries `x-served-by: <node name>`.
-pub struct FakeWorkers {
+pub(crate) struct FakeWorkers {
     pub name: String,
     pub can_host: AtomicBool,
     pub hangs: AtomicBool,
@@ -72,7 +75,7 @@ pub struct FakeWorkers {
 }
 
 impl FakeWorkers {
-    pub fn new(name: &str) -> Arc<FakeWorkers> {
+    pub(crate) fn new(name: &str) -> Arc<FakeWorkers> {
         Arc::new(FakeWorkers {
             name: name.to_string(),
             can_host: AtomicBool::new(true),
@@ -87,7 +90,7 @@ impl FakeWorkers {
     }
 
     /// Waits until `n` `gate` invocations have started here.
-    pub async fn wait_entered(&self, n: usize) {
+    pub(crate) async fn wait_entered(&self, n: usize) {
         guard("waiting for a gate invocation", async {
             loop {
                 let notified = self.entered.notified();
@@ -119,14 +122,14 @@ fn respond(name: &str, body: Body) -> http::Response<Body> {
     response
 }
 
-pub fn full(bytes: &'static [u8]) -> Body {
+pub(crate) fn full(bytes: &'static [u8]) -> Body {
     http_body_util::Full::new(Bytes::from_static(bytes))
         .map_err(|never| match never {})
         .boxed_unsync()
 }
 
 /// The [`LocalWorkers`] a node is started with.
-pub struct Fake(pub Arc<FakeWorkers>);
+pub(crate) struct Fake(pub Arc<FakeWorkers>);
 
 impl LocalWorkers for Fake {
     fn serve(
@@ -211,7 +214,7 @@ impl LocalWorkers for Fake {
 }
 
 /// A running node.
-pub struct Node {
+pub(crate) struct Node {
     pub rpc: RpcNode,
     pub addr: SocketAddr,
     /// The node as a ring names it: its ID (`name`) at `addr`.
@@ -220,7 +223,7 @@ pub struct Node {
     pub server: ServerHandle,
 }
 
-pub async fn start_node(pki: &Pki, name: &str, tweak: impl FnOnce(&mut RpcConfig)) -> Node {
+pub(crate) async fn start_node(pki: &Pki, name: &str, tweak: impl FnOnce(&mut RpcConfig)) -> Node {
     let workers = FakeWorkers::new(name);
     let mut config = RpcConfig::new(pki.tls(name));
     tweak(&mut config);
@@ -237,7 +240,7 @@ pub async fn start_node(pki: &Pki, name: &str, tweak: impl FnOnce(&mut RpcConfig
 }
 
 /// Deterministic, non-repeating-looking test data.
-pub fn pattern(len: usize) -> Vec<u8> {
+pub(crate) fn pattern(len: usize) -> Vec<u8> {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     (0..len)
         .map(|_| {
@@ -250,7 +253,7 @@ pub fn pattern(len: usize) -> Vec<u8> {
 }
 
 /// A streaming body of `data` in `chunk`-byte frames.
-pub fn streaming_body(data: Vec<u8>, chunk: usize) -> Body {
+pub(crate) fn streaming_body(data: Vec<u8>, chunk: usize) -> Body {
     let data = Bytes::from(data);
     let frames: Vec<Result<http_body::Frame<Bytes>, BoxError>> = (0..data.len())
         .step_by(chunk)
@@ -263,7 +266,7 @@ pub fn streaming_body(data: Vec<u8>, chunk: usize) -> Body {
     StreamBody::new(futures::stream::iter(frames)).boxed_unsync()
 }
 
-pub fn request(uri: &str, body: Body) -> http::Request<Body> {
+pub(crate) fn request(uri: &str, body: Body) -> http::Request<Body> {
     http::Request::builder()
         .method("POST")
         .uri(uri)
@@ -272,11 +275,11 @@ pub fn request(uri: &str, body: Body) -> http::Request<Body> {
         .unwrap()
 }
 
-pub async fn collect(body: Body) -> Result<Bytes, BoxError> {
+pub(crate) async fn collect(body: Body) -> Result<Bytes, BoxError> {
     Ok(body.collect().await?.to_bytes())
 }
 
-pub fn served_by(response: &http::Response<Body>) -> String {
+pub(crate) fn served_by(response: &http::Response<Body>) -> String {
     response
         .headers()
         .get("x-served-by")
@@ -287,7 +290,7 @@ pub fn served_by(response: &http::Response<Body>) -> String {
 
 /// Polls `f` until it is true (a bounded wait for an asynchronous effect,
 /// not a timing assertion).
-pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+pub(crate) async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     guard(what, async {
         while !f() {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -297,7 +300,7 @@ pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 }
 
 /// Waits until `read` returns the same value twice, 100 ms apart.
-pub async fn settled<T: PartialEq + Copy>(mut read: impl FnMut() -> T) -> T {
+pub(crate) async fn settled<T: PartialEq + Copy>(mut read: impl FnMut() -> T) -> T {
     guard("waiting for counters to settle", async {
         let mut last = read();
         loop {
@@ -314,7 +317,13 @@ pub async fn settled<T: PartialEq + Copy>(mut read: impl FnMut() -> T) -> T {
 
 /// Forwards `payload` from `from` to the echo Worker on `to` and asserts the
 /// home served it and echoed it back intact.
-pub async fn assert_echo_sharded(from: &Node, to: &Node, what: &str, payload: &[u8], chunk: usize) {
+pub(crate) async fn assert_echo_sharded(
+    from: &Node,
+    to: &Node,
+    what: &str,
+    payload: &[u8],
+    chunk: usize,
+) {
     let ok = guard(
         what,
         from.rpc.forward(

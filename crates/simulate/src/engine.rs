@@ -13,8 +13,7 @@
 //! * **unsharded** — served on `r`;
 //! * **sharded** — [`decide`]`(r, home(w), r has w resident)`:
 //!   `Serve(route)` is served on `r`; `Forward(h)` asks `h`'s admission
-//!   control (the order and thresholds of
-//!   [`hearth_sharding::overload::OverloadGate::try_admit`], with
+//!   control (the live gate's rule, [`hearth_sharding::overload::admit`], with
 //!   `can_host` = resident or [`Residency::fits_without_evicting_busy`] as in
 //!   the runtime), and [`after_forward`] of the answer gives
 //!   [`Route::Sharded`] (served on `h`, counted in flight there until it
@@ -31,8 +30,8 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use hearth_runtime::eviction::{Evicted, EvictionCause, Residency};
-use hearth_sharding::overload::{OverloadConfig, RefusalReason};
+use hearth_residency::{Evicted, EvictionCause, Residency};
+use hearth_sharding::overload::{self, OverloadConfig, RefusalReason};
 use hearth_sharding::routing::{Decision, HomeAnswer, Route, after_forward, decide};
 use serde::Serialize;
 
@@ -372,22 +371,23 @@ impl<'w> Sim<'w> {
         }
     }
 
-    /// The home's admission control, in the order of `OverloadGate::try_admit`.
+    /// The home's admission control: the live gate's rule
+    /// ([`hearth_sharding::overload::admit`]) on the simulated counters.
     fn admit(&self, home: u32, worker: u32, now: u64) -> Result<(), RefusalReason> {
-        let limits = self.w.overload;
-        if self.node_in_flight[home as usize] >= limits.max_in_flight_node {
-            return Err(RefusalReason::NodeBusy);
-        }
-        if self.worker_in_flight[worker as usize] >= limits.max_in_flight_per_worker {
-            return Err(RefusalReason::WorkerBusy);
-        }
         let r = &self.resident[home as usize];
-        let can_host = r.contains(&worker)
-            || r.fits_without_evicting_busy(self.w.size[worker as usize], now, self.w.busy_ms);
-        if !can_host {
-            return Err(RefusalReason::NoMemory);
-        }
-        Ok(())
+        overload::admit(
+            &self.w.overload,
+            self.node_in_flight[home as usize],
+            self.worker_in_flight[worker as usize],
+            || {
+                r.contains(&worker)
+                    || r.fits_without_evicting_busy(
+                        self.w.size[worker as usize],
+                        now,
+                        self.w.busy_ms,
+                    )
+            },
+        )
     }
 
     /// Serves a request for `worker` on `server`; `route` is `None` when

@@ -42,7 +42,7 @@
 //! # Example
 //!
 //! ```
-//! use hearth::trace::{parse, TraceFormat};
+//! use hearth_simulate::trace::{parse, TraceFormat};
 //!
 //! let text = "timestamp,script_id\n0.5,shop\n0.25,blog\n1,shop\n";
 //! let trace = parse(text.as_bytes(), TraceFormat::Auto, 0).unwrap();
@@ -58,7 +58,7 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 
 /// Most invocations a trace may hold (2^27, about 2 GiB of events): larger
 /// traces are refused with [`TraceError::TooLarge`] instead of exhausting

@@ -5,9 +5,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use hearth::sharding::ring::{Node, Ring, RingConfig};
-use hearth::simulate::{Balancer, ModeReport, SimulateArgs, run, server_name};
-use hearth::trace::{self, TraceError, TraceFormat};
+use hearth_sharding::ring::{Node, Ring, RingConfig};
+use hearth_simulate::trace::{self, TraceError, TraceFormat};
+use hearth_simulate::{Balancer, ModeReport, SimulateArgs, run, server_name};
 
 /// `SimulateArgs` from a command line, exactly as `hearth simulate` parses it.
 #[derive(Parser)]

@@ -1,3 +1,5 @@
+//! # hearth-bench
+//!
 //! `hearth bench`: a load generator against a running cluster — one started
 //! with `hearth cluster`, or real nodes — that reports the same measures as
 //! `hearth demo` plus the cold and warm latency distributions.
@@ -28,10 +30,10 @@
 //!
 //! * **Zipf** (default): `--requests N` (or `--rate × --duration-s`)
 //!   requests, the Worker of each drawn from
-//!   [`Zipf`](crate::simulate::Zipf) with `--exponent` over the Workers in
+//!   [`Zipf`] with `--exponent` over the Workers in
 //!   the order listed (discovered ones sorted by ID: the first is the most
 //!   popular).
-//! * **Trace replay** (`--trace FILE`, read by [`crate::trace::load`] in the
+//! * **Trace replay** (`--trace FILE`, read by [`hearth_simulate::trace::load`] in the
 //!   formats of `hearth simulate`): each invocation is sent at its trace
 //!   time (from the first invocation) divided by `--speedup`. If every
 //!   Worker the trace names is among the Workers driven, they are used by
@@ -51,9 +53,10 @@
 //! than [`LATE_MS`] after its time (the client could not keep up) as
 //! *late*.
 //!
-//! Latency percentiles are nearest-rank over the requests' latencies, per
-//! start (cold or warm); the histogram has logarithmic buckets
-//! ([`BUCKETS_MS`]).
+//! Latency is summarised per start (cold or warm) by the tools' one
+//! latency summary ([`Distribution`], from `hearth-report`: nearest-rank
+//! percentiles from an HDR histogram, and a histogram in logarithmic
+//! buckets, [`BUCKETS_MS`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -67,23 +70,19 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
-use serde::{Deserialize, Serialize};
+use rand::{RngExt, SeedableRng};
+use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::simulate::Zipf;
-use crate::trace::TraceFormat;
+use hearth_admin_client::{AdminClient, NodeStats};
+pub use hearth_report::latency::{BUCKETS_MS, Bucket, Distribution};
+use hearth_report::table::Table;
+use hearth_simulate::Zipf;
+use hearth_simulate::trace::{self, TraceFormat};
 
 /// A request sent more than this many milliseconds after its scheduled time
 /// is counted as late.
 pub const LATE_MS: f64 = 5.0;
-
-/// Upper bounds (ms) of the latency histogram's buckets; one more bucket
-/// holds everything above the last.
-pub const BUCKETS_MS: [f64; 16] = [
-    0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0,
-    10000.0,
-];
 
 /// How requests are spread over the `--target` front doors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize)]
@@ -204,109 +203,6 @@ impl BenchArgs {
     }
 }
 
-/// A latency distribution, in milliseconds.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Distribution {
-    /// Number of samples.
-    pub count: u64,
-    /// Mean.
-    pub mean_ms: f64,
-    /// Smallest.
-    pub min_ms: f64,
-    /// Median (nearest rank).
-    pub p50_ms: f64,
-    /// 90th percentile.
-    pub p90_ms: f64,
-    /// 99th percentile.
-    pub p99_ms: f64,
-    /// Largest.
-    pub max_ms: f64,
-    /// Samples per bucket of [`BUCKETS_MS`] (upper bound inclusive), the
-    /// last bucket (`le_ms: None`) above the largest bound.
-    pub histogram: Vec<Bucket>,
-}
-
-/// One histogram bucket.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Bucket {
-    /// Upper bound in ms (inclusive); `None` for the overflow bucket.
-    pub le_ms: Option<f64>,
-    /// Samples in the bucket.
-    pub count: u64,
-}
-
-impl Distribution {
-    /// The distribution of `samples` (ms; order does not matter).
-    pub fn of(samples: &[f64]) -> Self {
-        let mut v: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
-        v.sort_by(f64::total_cmp);
-        let mut histogram: Vec<Bucket> = BUCKETS_MS
-            .iter()
-            .map(|&b| Bucket {
-                le_ms: Some(b),
-                count: 0,
-            })
-            .chain(std::iter::once(Bucket {
-                le_ms: None,
-                count: 0,
-            }))
-            .collect();
-        for &x in &v {
-            let i = BUCKETS_MS.partition_point(|&b| b < x);
-            if let Some(b) = histogram.get_mut(i) {
-                b.count += 1;
-            }
-        }
-        let (Some(&min), Some(&max)) = (v.first(), v.last()) else {
-            return Distribution {
-                histogram,
-                ..Distribution::default()
-            };
-        };
-        let rank = |p: f64| {
-            let r = (p * v.len() as f64).ceil() as usize;
-            v[r.clamp(1, v.len()) - 1]
-        };
-        Distribution {
-            count: v.len() as u64,
-            mean_ms: v.iter().sum::<f64>() / v.len() as f64,
-            min_ms: min,
-            p50_ms: rank(0.50),
-            p90_ms: rank(0.90),
-            p99_ms: rank(0.99),
-            max_ms: max,
-            histogram,
-        }
-    }
-
-    /// A text histogram, one line per bucket from the first non-empty one
-    /// to the last, bars scaled to the fullest bucket.
-    pub fn text_histogram(&self) -> String {
-        const WIDTH: u64 = 40;
-        let first = self.histogram.iter().position(|b| b.count > 0);
-        let last = self.histogram.iter().rposition(|b| b.count > 0);
-        let (Some(first), Some(last)) = (first, last) else {
-            return "  (no samples)\n".to_string();
-        };
-        let top = self.histogram.iter().map(|b| b.count).max().unwrap_or(1);
-        let mut out = String::new();
-        for b in &self.histogram[first..=last] {
-            let label = match b.le_ms {
-                Some(le) => format!("<= {le:>7} ms"),
-                None => format!(" > {:>7} ms", BUCKETS_MS[BUCKETS_MS.len() - 1]),
-            };
-            let len = (b.count * WIDTH).div_ceil(top.max(1)) as usize;
-            out.push_str(&format!(
-                "  {label} |{:<w$}| {}\n",
-                "#".repeat(len),
-                b.count,
-                w = WIDTH as usize
-            ));
-        }
-        out
-    }
-}
-
 /// One request of a `--cold` run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Sample {
@@ -421,8 +317,8 @@ impl BenchReport {
                 "resident memory (KiB)",
                 opt(self.resident_bytes.map(|b| b / 1024)),
             ),
-            ("warm p50 / p99 (ms)", p50_p99(&self.warm_latency)),
-            ("cold p50 / p99 (ms)", p50_p99(&self.cold_latency)),
+            ("warm p50 / p99 (ms)", self.warm_latency.p50_p99()),
+            ("cold p50 / p99 (ms)", self.cold_latency.p50_p99()),
         ];
         if self.mode != "cold" {
             rows.push(("not sent (outstanding cap)", self.not_sent.to_string()));
@@ -462,10 +358,11 @@ impl BenchReport {
         ));
         rows.push(("wall time (s)", format!("{:.1}", self.seconds)));
 
-        let mut out = format!("{}\n\n| measure | value |\n|---|---|\n", self.description);
+        let mut table = Table::new(["measure", "value"]);
         for (k, v) in rows {
-            out.push_str(&format!("| {k} | {v} |\n"));
+            table.row([k.to_string(), v]);
         }
+        let mut out = format!("{}\n\n{table}", self.description);
         if let Some(e) = &self.first_error {
             out.push_str(&format!("\nfirst error: {e}\n"));
         }
@@ -496,15 +393,6 @@ impl BenchReport {
             }
         }
         out
-    }
-}
-
-/// `p50 / p99` of `d` in ms, or `-` without samples.
-fn p50_p99(d: &Distribution) -> String {
-    if d.count == 0 {
-        "-".to_string()
-    } else {
-        format!("{:.2} / {:.2}", d.p50_ms, d.p99_ms)
     }
 }
 
@@ -607,155 +495,73 @@ struct Counters {
     refusals: Option<u64>,
 }
 
-/// The fields of a node's `GET /v1/stats` the bench uses.
-#[derive(Debug, Default, Deserialize)]
-struct StatsFields {
-    #[serde(default)]
-    evicted_pressure: u64,
-    #[serde(default)]
-    evicted_idle: u64,
-    #[serde(default)]
-    evicted_manual: u64,
-    #[serde(default)]
-    resident_bytes: u64,
-}
-
-/// An admin client over the `--admin` URLs.
+/// The admin APIs of the `--admin` nodes.
 struct Admin {
-    client: HttpClient,
-    urls: Vec<String>,
-    token: Option<String>,
-    timeout: Duration,
+    nodes: Vec<AdminClient>,
 }
 
 impl Admin {
-    async fn call(
-        &self,
-        method: http::Method,
-        url: &str,
-        path: &str,
-        auth: bool,
-    ) -> anyhow::Result<Bytes> {
-        let mut req = http::Request::builder()
-            .method(method.clone())
-            .uri(format!("{url}{path}"));
-        if auth {
-            let token = self
-                .token
-                .as_deref()
-                .context("the admin API needs the admin token: --token or HEARTH_ADMIN_TOKEN")?;
-            req = req.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
-        }
-        let req = req.body(Full::new(Bytes::new()))?;
-        let fut = async {
-            let resp = self.client.request(req).await?;
-            let status = resp.status();
-            let body = resp.into_body().collect().await?.to_bytes();
-            anyhow::Ok((status, body))
-        };
-        let (status, body) = tokio::time::timeout(self.timeout, fut)
-            .await
-            .map_err(|_| anyhow::anyhow!("no answer within {:?}", self.timeout))?
-            .with_context(|| format!("cannot reach the admin API at {url}"))?;
-        if !status.is_success() {
-            bail!(
-                "{method} {url}{path}: {status}: {}",
-                String::from_utf8_lossy(&body).trim()
-            );
-        }
-        Ok(body)
-    }
-
     /// The script IDs deployed, as listed by the first admin URL, sorted.
     async fn discover(&self) -> anyhow::Result<Vec<String>> {
-        let url = self.urls.first().context(
+        let node = self.nodes.first().context(
             "no Workers to drive: name them with --workers, or give --admin to discover them",
         )?;
-        let body = self
-            .call(http::Method::GET, url, "/v1/scripts", true)
-            .await?;
-        let list: Vec<serde_json::Value> = serde_json::from_slice(&body)
-            .with_context(|| format!("{url}/v1/scripts did not return a JSON array"))?;
-        let mut ids: Vec<String> = list
-            .iter()
-            .filter_map(|m| m.get("script_id")?.as_str().map(str::to_owned))
+        let mut ids: Vec<String> = node
+            .list()
+            .await?
+            .into_iter()
+            .map(|s| s.script_id)
             .collect();
         ids.sort();
         ids.dedup();
-        ensure!(!ids.is_empty(), "no Workers are deployed (listed by {url})");
+        ensure!(
+            !ids.is_empty(),
+            "no Workers are deployed (listed by {})",
+            node.url()
+        );
         Ok(ids)
     }
 
     /// Evicts `id` on every admin node.
     async fn evict_everywhere(&self, id: &str) -> anyhow::Result<()> {
-        for url in &self.urls {
-            self.call(
-                http::Method::POST,
-                url,
-                &format!("/v1/scripts/{id}/evict"),
-                true,
-            )
-            .await?;
+        for node in &self.nodes {
+            node.evict(id).await?;
         }
         Ok(())
     }
 
     /// The counters summed over the admin nodes; `None` without any.
     async fn counters(&self) -> anyhow::Result<Option<Counters>> {
-        if self.urls.is_empty() {
+        if self.nodes.is_empty() {
             return Ok(None);
         }
         let mut sum = Counters {
             refusals: Some(0),
             ..Counters::default()
         };
-        for url in &self.urls {
-            let metrics = self.call(http::Method::GET, url, "/metrics", false).await?;
-            let metrics = String::from_utf8_lossy(&metrics);
-            let stats = if self.token.is_some() {
-                let body = self.call(http::Method::GET, url, "/v1/stats", true).await?;
-                serde_json::from_slice::<StatsFields>(&body)
-                    .with_context(|| format!("{url}/v1/stats: not a stats object"))?
+        for node in &self.nodes {
+            let metrics = node.metrics().await?;
+            let stats = if node.has_token() {
+                node.stats().await?
             } else {
                 // No token: the same counters from the Prometheus page.
-                let m = |name: &str, labels: &str| metric(&metrics, name, labels).unwrap_or(0.0);
-                StatsFields {
+                let m = |name: &str, labels: &str| metrics.sample(name, labels).unwrap_or(0.0);
+                NodeStats {
                     evicted_pressure: m("hearth_evictions_total", "cause=\"pressure\"") as u64,
                     evicted_idle: m("hearth_evictions_total", "cause=\"idle\"") as u64,
                     evicted_manual: m("hearth_evictions_total", "cause=\"manual\"") as u64,
                     resident_bytes: m("hearth_resident_bytes", "") as u64,
+                    ..NodeStats::default()
                 }
             };
             sum.evictions += stats.evicted_pressure + stats.evicted_idle;
             sum.manual += stats.evicted_manual;
             sum.resident_bytes += stats.resident_bytes;
-            let refusals = metric(&metrics, "hearth_refusals_received_total", "");
+            let refusals = metrics.sample("hearth_refusals_received_total", "");
             sum.refusals = sum.refusals.zip(refusals).map(|(a, b)| a + b as u64);
         }
         Ok(Some(sum))
     }
-}
-
-/// The value of sample `name` whose label set contains `labels` (e.g.
-/// `cause="idle"`; "" for a sample without labels) in a Prometheus text page.
-pub fn metric(page: &str, name: &str, labels: &str) -> Option<f64> {
-    page.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|line| {
-            let rest = line.strip_prefix(name)?;
-            let (set, value) = match rest.strip_prefix('{') {
-                Some(r) => {
-                    let (set, value) = r.split_once('}')?;
-                    (set, value)
-                }
-                None if rest.starts_with(' ') => ("", rest),
-                None => return None,
-            };
-            if !labels.is_empty() && !set.split(',').any(|l| l.trim() == labels) {
-                return None;
-            }
-            value.split_whitespace().next()?.parse().ok()
-        })
 }
 
 /// A front door or admin URL without its trailing `/`; `host:port` gets
@@ -785,6 +591,62 @@ fn normalize_url(raw: &str, flag: &str) -> anyhow::Result<String> {
 /// `--json`, also writes the report there.
 pub async fn run(args: BenchArgs) -> anyhow::Result<BenchReport> {
     // Check the flags and read the trace before touching the network.
+    validate(&args)?;
+    let targets = args
+        .targets
+        .iter()
+        .map(|t| normalize_url(t, "--target"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let admins = args
+        .admins
+        .iter()
+        .map(|t| normalize_url(t, "--admin"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if args.cold {
+        ensure!(
+            !admins.is_empty(),
+            "--cold evicts the Worker through the admin API: give --admin URL (every node)"
+        );
+    }
+    let trace = match &args.trace {
+        Some(p) => Some(
+            trace::load(p, args.trace_format, args.seed)
+                .with_context(|| format!("cannot use trace {}", p.display()))?,
+        ),
+        None => None,
+    };
+
+    let (ctx, admin) = connect(&args, targets, admins).await?;
+    let before = admin.counters().await?;
+    let mut report = if args.cold {
+        cold_run(&args, &ctx, &admin).await?
+    } else {
+        let (plan, mode, description) = schedule(&args, &ctx, trace.as_ref())?;
+        let mut r = open_loop(&args, &ctx, plan).await?;
+        r.mode = mode;
+        r.description = description;
+        r
+    };
+    let after = match admin.counters().await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "cannot read the node counters after the run");
+            None
+        }
+    };
+    if let (Some(b), Some(a)) = (before, after) {
+        report.count_node_changes(&b, &a);
+    }
+    report.workers = ctx.workers.clone();
+    if let Some(p) = &args.json {
+        let bytes = serde_json::to_vec_pretty(&report)?;
+        std::fs::write(p, bytes).with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    Ok(report)
+}
+
+/// Refuses flags that cannot describe a run.
+fn validate(args: &BenchArgs) -> anyhow::Result<()> {
     ensure!(
         args.rate.is_finite() && args.rate > 0.0,
         "--rate must be a positive number of requests per second"
@@ -818,39 +680,25 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<BenchReport> {
         !args.targets.is_empty(),
         "say where to send requests: --target URL (a node's front door)"
     );
-    let targets = args
-        .targets
-        .iter()
-        .map(|t| normalize_url(t, "--target"))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let admins = args
-        .admins
-        .iter()
-        .map(|t| normalize_url(t, "--admin"))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    if args.cold {
-        ensure!(
-            !admins.is_empty(),
-            "--cold evicts the Worker through the admin API: give --admin URL (every node)"
-        );
-    }
-    let trace = match &args.trace {
-        Some(p) => Some(
-            crate::trace::load(p, args.trace_format, args.seed)
-                .with_context(|| format!("cannot use trace {}", p.display()))?,
-        ),
-        None => None,
-    };
+    Ok(())
+}
 
+/// The HTTP client, the admin APIs, and the Workers to drive (discovered
+/// from the first admin API unless named).
+async fn connect(
+    args: &BenchArgs,
+    targets: Vec<String>,
+    admins: Vec<String>,
+) -> anyhow::Result<(Arc<Ctx>, Admin)> {
     let timeout = Duration::from_secs_f64(args.timeout_s);
     let client: HttpClient = Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(args.max_outstanding)
         .build_http();
     let admin = Admin {
-        client: client.clone(),
-        urls: admins,
-        token: args.token.clone().filter(|t| !t.is_empty()),
-        timeout,
+        nodes: admins
+            .iter()
+            .map(|url| AdminClient::new(url, args.token.clone()).map(|c| c.with_timeout(timeout)))
+            .collect::<Result<_, _>>()?,
     };
     let workers = match (&args.worker, args.workers.is_empty()) {
         (Some(w), _) => vec![w.clone()],
@@ -865,45 +713,31 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<BenchReport> {
         host_suffix: args.host_suffix.trim_start_matches('.').to_string(),
         timeout,
     });
+    Ok((ctx, admin))
+}
 
-    let before = admin.counters().await?;
-    let mut report = if args.cold {
-        cold_run(&args, &ctx, &admin).await?
-    } else {
-        let (plan, mode, description) = schedule(&args, &ctx, trace.as_ref())?;
-        let mut r = open_loop(&args, &ctx, plan).await?;
-        r.mode = mode;
-        r.description = description;
-        r
-    };
-    let after = match admin.counters().await {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::warn!(error = %format!("{e:#}"), "cannot read the node counters after the run");
-            None
-        }
-    };
-    if let (Some(b), Some(a)) = (before, after) {
-        let evictions = a.evictions.saturating_sub(b.evictions);
-        report.evictions = Some(evictions);
-        report.evictions_per_1k = Some(evictions as f64 * 1000.0 / report.requests.max(1) as f64);
-        report.manual_evictions = Some(a.manual.saturating_sub(b.manual));
-        report.resident_bytes = Some(a.resident_bytes);
-        report.refusals = a.refusals.zip(b.refusals).map(|(a, b)| a.saturating_sub(b));
+impl BenchReport {
+    /// What the nodes counted during the run: the differences between
+    /// their counters `before` and `after` (resident memory as it is at the
+    /// end).
+    fn count_node_changes(&mut self, before: &Counters, after: &Counters) {
+        let evictions = after.evictions.saturating_sub(before.evictions);
+        self.evictions = Some(evictions);
+        self.evictions_per_1k = Some(evictions as f64 * 1000.0 / self.requests.max(1) as f64);
+        self.manual_evictions = Some(after.manual.saturating_sub(before.manual));
+        self.resident_bytes = Some(after.resident_bytes);
+        self.refusals = after
+            .refusals
+            .zip(before.refusals)
+            .map(|(a, b)| a.saturating_sub(b));
     }
-    report.workers = ctx.workers.clone();
-    if let Some(p) = &args.json {
-        let bytes = serde_json::to_vec_pretty(&report)?;
-        std::fs::write(p, bytes).with_context(|| format!("cannot write {}", p.display()))?;
-    }
-    Ok(report)
 }
 
 /// The schedule of a Zipf or trace run, its mode and a description.
 fn schedule(
     args: &BenchArgs,
     ctx: &Ctx,
-    trace: Option<&crate::trace::Trace>,
+    trace: Option<&trace::Trace>,
 ) -> anyhow::Result<(Vec<Planned>, String, String)> {
     let mut rng = StdRng::seed_from_u64(args.seed);
     let n_targets = ctx.targets.len();
@@ -1086,7 +920,7 @@ async fn cold_run(args: &BenchArgs, ctx: &Ctx, admin: &Admin) -> anyhow::Result<
         description: format!(
             "hearth bench: cold vs warm latency of {id}: {} cold requests (evicted on {} nodes before each), then {} warm, {} targets",
             args.repeat,
-            admin.urls.len(),
+            admin.nodes.len(),
             args.repeat,
             ctx.targets.len()
         ),
@@ -1130,60 +964,6 @@ async fn cold_run(args: &BenchArgs, ctx: &Ctx, admin: &Admin) -> anyhow::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn percentiles_are_nearest_rank() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        let d = Distribution::of(&v);
-        assert_eq!(d.count, 100);
-        assert_eq!(
-            (d.p50_ms, d.p90_ms, d.p99_ms, d.max_ms),
-            (50.0, 90.0, 99.0, 100.0)
-        );
-        assert_eq!(d.min_ms, 1.0);
-        assert_eq!(d.histogram.iter().map(|b| b.count).sum::<u64>(), 100);
-        let empty = Distribution::of(&[]);
-        assert_eq!(empty.count, 0);
-        assert!(empty.text_histogram().contains("no samples"));
-    }
-
-    #[test]
-    fn histogram_buckets_are_inclusive_upper_bounds() {
-        let d = Distribution::of(&[0.1, 0.15, 1.0, 20000.0]);
-        let count = |le: Option<f64>| {
-            d.histogram
-                .iter()
-                .find(|b| b.le_ms == le)
-                .map(|b| b.count)
-                .unwrap_or(0)
-        };
-        assert_eq!(count(Some(0.1)), 1);
-        assert_eq!(count(Some(0.2)), 1);
-        assert_eq!(count(Some(1.0)), 1);
-        assert_eq!(count(None), 1);
-        let text = d.text_histogram();
-        assert_eq!(text.lines().count(), BUCKETS_MS.len() + 1);
-    }
-
-    #[test]
-    fn reads_prometheus_samples() {
-        let page = "# TYPE hearth_refusals_received counter\n\
-                    hearth_refusals_received_total 7\n\
-                    hearth_evictions_total{cause=\"pressure\"} 3\n\
-                    hearth_evictions_total{cause=\"idle\"} 2\n\
-                    hearth_resident_bytes 4096\n";
-        assert_eq!(
-            metric(page, "hearth_refusals_received_total", ""),
-            Some(7.0)
-        );
-        assert_eq!(
-            metric(page, "hearth_evictions_total", "cause=\"idle\""),
-            Some(2.0)
-        );
-        assert_eq!(metric(page, "hearth_resident_bytes", ""), Some(4096.0));
-        assert_eq!(metric(page, "hearth_resident", ""), None);
-        assert_eq!(metric(page, "hearth_missing_total", ""), None);
-    }
 
     #[test]
     fn urls_are_checked() {

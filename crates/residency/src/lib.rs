@@ -1,3 +1,5 @@
+//! # hearth-residency
+//!
 //! Residency and eviction: which Workers stay warm in a node's memory.
 //!
 //! A warm Worker costs real bytes: its compiled code plus the linear

@@ -1,10 +1,12 @@
+//! # hearth-simulate
+//!
 //! `hearth simulate`: a discrete-event simulator of one data center, run
 //! with and without Worker sharding on the same traffic.
 //!
 //! # Model
 //!
 //! A data center is `servers` servers behind a load balancer, each holding
-//! warm Workers in a [`Residency`](hearth_runtime::eviction::Residency) with
+//! warm Workers in a [`Residency`](hearth_residency::Residency) with
 //! a `memory_mb` budget — the very type, LRU order, pressure eviction and
 //! idle sweep of the live runtime. Requests for `workers` Workers arrive at
 //! random servers (see [`model`] for popularity, sizes, durations and
@@ -66,7 +68,7 @@
 //! # Example
 //!
 //! ```
-//! use hearth::simulate::{run, SimulateArgs};
+//! use hearth_simulate::{run, SimulateArgs};
 //!
 //! let args = SimulateArgs {
 //!     servers: 4,
@@ -83,6 +85,7 @@
 
 pub mod engine;
 pub mod model;
+pub mod trace;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -90,12 +93,12 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, bail, ensure};
+use hearth_report::table::{Align, Table};
 use hearth_sharding::overload::OverloadConfig;
-use hearth_sharding::ring::{Node, NodeId, Ring, RingConfig};
+use hearth_sharding::ring::{Node, NodeId, Ring, RingConfig, RingError};
 use serde::Serialize;
 
-use crate::trace::{self, TraceFormat};
+use crate::trace::TraceFormat;
 pub use engine::{ColdCauses, ModeReport, Refusals, RouteCounts};
 use engine::{Mode, World, run_mode};
 use model::{Arrivals, WorkerModel};
@@ -321,18 +324,25 @@ pub struct SimReport {
 
 /// Runs the simulation described by `args` in both modes (on two threads),
 /// and writes the JSON report to `args.json` if set.
-pub fn run(args: &SimulateArgs) -> anyhow::Result<SimReport> {
+///
+/// The phases: the Workers (from the trace, or `worker-0`, …) with their
+/// homes on the ring and their drawn sizes and durations; the workload and
+/// the `World` both modes share; the two modes over the same request
+/// stream (`run_both`); the report.
+pub fn run(args: &SimulateArgs) -> Result<SimReport, SimulateError> {
     let started = Instant::now();
     validate(args)?;
     let trace = match &args.trace {
-        Some(path) => Some(trace::load(path, args.trace_format, args.seed)?),
+        Some(path) => Some(crate::trace::load(path, args.trace_format, args.seed)?),
         None => None,
     };
     let ids: Vec<String> = match &trace {
         Some(t) => t.workers.clone(),
         None => (0..args.workers).map(|i| format!("worker-{i}")).collect(),
     };
-    ensure!(!ids.is_empty(), "no Workers to simulate");
+    if ids.is_empty() {
+        return Err(SimulateError::NoWorkers);
+    }
     let home = homes(&ids, args.servers)?;
     let model = WorkerModel {
         size_median_mb: args.size_median_mb,
@@ -342,77 +352,13 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<SimReport> {
     };
     let (size, mean_duration) = model.draw(ids.len(), args.seed);
 
-    let workload = match &trace {
-        Some(t) => {
-            let n = args.requests.map_or(t.events.len(), |r| {
-                usize::try_from(r).unwrap_or(usize::MAX).min(t.events.len())
-            });
-            Workload::Trace(&t.events[..n])
-        }
-        None => Workload::Poisson(Zipf::new(ids.len(), args.exponent)),
-    };
-    let requests = match &workload {
-        Workload::Trace(e) => e.len() as u64,
-        Workload::Poisson(_) => args.requests.unwrap_or(DEFAULT_REQUESTS),
-    };
+    let workload = Workload::new(args, trace.as_ref(), ids.len());
+    let requests = workload.requests(args);
     let warmup_requests = (args.warmup * requests as f64).floor() as u64;
-    let span_s = match &workload {
-        Workload::Trace(e) => match (e.first(), e.last()) {
-            (Some(a), Some(b)) => (b.t_ms - a.t_ms) as f64 / 1000.0,
-            _ => 0.0,
-        },
-        Workload::Poisson(_) => requests as f64 / args.rate,
-    };
-
-    let memory_bytes = args.memory_mb.saturating_mul(1 << 20);
-    let world = World {
-        home: &home,
-        size: &size,
-        servers: args.servers,
-        memory_bytes,
-        idle_ms: args.idle_timeout_s.saturating_mul(1000),
-        busy_ms: args.busy_window_ms,
-        cold_start_ms: args.cold_start_ms,
-        overload: OverloadConfig {
-            max_in_flight_per_worker: args.max_in_flight_per_worker,
-            max_in_flight_node: args.max_in_flight_node,
-        },
-        prewarm_home: args.prewarm_home,
-        idle_sweep_above: (args.idle_sweep_above * memory_bytes as f64).ceil() as u64,
-        warmup_requests,
-    };
-    let arrivals = || match &workload {
-        Workload::Trace(events) => Arrivals::trace(
-            events,
-            args.seed,
-            args.balancer,
-            args.servers,
-            &mean_duration,
-        ),
-        Workload::Poisson(zipf) => Arrivals::poisson(
-            zipf,
-            args.rate,
-            requests,
-            args.seed,
-            args.balancer,
-            args.servers,
-            &mean_duration,
-        ),
-    };
+    let world = world(args, &home, &size, warmup_requests);
+    let arrivals = || workload.arrivals(args, requests, &mean_duration);
     let setup_s = started.elapsed().as_secs_f64();
-    let timed = |mode| {
-        let t = Instant::now();
-        let report = run_mode(mode, &world, arrivals());
-        (report, t.elapsed().as_secs_f64())
-    };
-    let ((unsharded, unsharded_s), (sharded, sharded_s)) = std::thread::scope(|scope| {
-        let other = scope.spawn(|| timed(Mode::Unsharded));
-        let sharded = timed(Mode::Sharded);
-        other
-            .join()
-            .map(|unsharded| (unsharded, sharded))
-            .map_err(|_| anyhow::anyhow!("the unsharded simulation panicked"))
-    })?;
+    let ((unsharded, unsharded_s), (sharded, sharded_s)) = run_both(&world, arrivals)?;
 
     let total_bytes: u64 = size.iter().sum();
     let report = SimReport {
@@ -424,7 +370,7 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<SimReport> {
             mean_worker_mb: total_bytes as f64 / ids.len() as f64 / MIB,
             all_workers_gib: total_bytes as f64 / GIB,
             dc_memory_gib: world.memory_bytes as f64 * f64::from(args.servers) / GIB,
-            span_s,
+            span_s: workload.span_s(args, requests),
         },
         unsharded,
         sharded,
@@ -437,10 +383,62 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<SimReport> {
     };
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&report)?;
-        std::fs::write(path, json + "\n")
-            .with_context(|| format!("writing the report to {}", path.display()))?;
+        std::fs::write(path, json + "\n").map_err(|source| SimulateError::WriteReport {
+            path: path.clone(),
+            source,
+        })?;
     }
     Ok(report)
+}
+
+/// What both modes share: the Workers and the policy parameters of `args`.
+fn world<'a>(
+    args: &SimulateArgs,
+    home: &'a [u32],
+    size: &'a [u64],
+    warmup_requests: u64,
+) -> World<'a> {
+    let memory_bytes = args.memory_mb.saturating_mul(1 << 20);
+    World {
+        home,
+        size,
+        servers: args.servers,
+        memory_bytes,
+        idle_ms: args.idle_timeout_s.saturating_mul(1000),
+        busy_ms: args.busy_window_ms,
+        cold_start_ms: args.cold_start_ms,
+        overload: OverloadConfig {
+            max_in_flight_per_worker: args.max_in_flight_per_worker,
+            max_in_flight_node: args.max_in_flight_node,
+        },
+        prewarm_home: args.prewarm_home,
+        idle_sweep_above: (args.idle_sweep_above * memory_bytes as f64).ceil() as u64,
+        warmup_requests,
+    }
+}
+
+/// A mode's report and its wall time, s.
+type Timed = (ModeReport, f64);
+
+/// Runs the unsharded mode on another thread and the sharded one on this
+/// one, each over its own copy of the same request stream.
+fn run_both<I: Iterator<Item = model::Request>>(
+    world: &World<'_>,
+    arrivals: impl Fn() -> I + Sync,
+) -> Result<(Timed, Timed), SimulateError> {
+    let timed = |mode| {
+        let t = Instant::now();
+        let report = run_mode(mode, world, arrivals());
+        (report, t.elapsed().as_secs_f64())
+    };
+    std::thread::scope(|scope| {
+        let other = scope.spawn(|| timed(Mode::Unsharded));
+        let sharded = timed(Mode::Sharded);
+        other
+            .join()
+            .map(|unsharded| (unsharded, sharded))
+            .map_err(|_| SimulateError::Panicked)
+    })
 }
 
 /// Where the requests come from.
@@ -451,64 +449,170 @@ enum Workload<'a> {
     Poisson(Zipf),
 }
 
+impl<'a> Workload<'a> {
+    /// The trace's invocations, cut to `--requests`; else Zipf over
+    /// `workers`.
+    fn new(args: &SimulateArgs, trace: Option<&'a trace::Trace>, workers: usize) -> Self {
+        match trace {
+            Some(t) => {
+                let n = args.requests.map_or(t.events.len(), |r| {
+                    usize::try_from(r).unwrap_or(usize::MAX).min(t.events.len())
+                });
+                Workload::Trace(&t.events[..n])
+            }
+            None => Workload::Poisson(Zipf::new(workers, args.exponent)),
+        }
+    }
+
+    /// Requests simulated, warm-up included.
+    fn requests(&self, args: &SimulateArgs) -> u64 {
+        match self {
+            Workload::Trace(e) => e.len() as u64,
+            Workload::Poisson(_) => args.requests.unwrap_or(DEFAULT_REQUESTS),
+        }
+    }
+
+    /// Virtual time from the first request to the last, s.
+    fn span_s(&self, args: &SimulateArgs, requests: u64) -> f64 {
+        match self {
+            Workload::Trace(e) => match (e.first(), e.last()) {
+                (Some(a), Some(b)) => (b.t_ms - a.t_ms) as f64 / 1000.0,
+                _ => 0.0,
+            },
+            Workload::Poisson(_) => requests as f64 / args.rate,
+        }
+    }
+
+    /// The request stream (the same each time it is asked for).
+    fn arrivals<'s>(
+        &'s self,
+        args: &SimulateArgs,
+        requests: u64,
+        mean_duration: &'s [f32],
+    ) -> Arrivals<'s> {
+        match self {
+            Workload::Trace(events) => Arrivals::trace(
+                events,
+                args.seed,
+                args.balancer,
+                args.servers,
+                mean_duration,
+            ),
+            Workload::Poisson(zipf) => Arrivals::poisson(
+                zipf,
+                args.rate,
+                requests,
+                args.seed,
+                args.balancer,
+                args.servers,
+                mean_duration,
+            ),
+        }
+    }
+}
+
+/// Why a simulation could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    /// A flag out of its range; the message names the flag.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The trace could not be read (or says nothing).
+    #[error(transparent)]
+    Trace(#[from] crate::trace::TraceError),
+    /// No Workers: `--workers 0`, or a trace with none.
+    #[error("no Workers to simulate")]
+    NoWorkers,
+    /// The ring over the simulated servers could not be built.
+    #[error("building the ring: {0}")]
+    Ring(#[from] RingError),
+    /// The ring gave a Worker no home.
+    #[error("no home for {0}")]
+    NoHome(String),
+    /// The unsharded mode's thread panicked.
+    #[error("the unsharded simulation panicked")]
+    Panicked,
+    /// The report could not be turned into JSON.
+    #[error("the report as JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The JSON report could not be written.
+    #[error("writing the report to {}: {source}", path.display())]
+    WriteReport {
+        /// Where it was to go (`--json`).
+        path: PathBuf,
+        /// Why it could not.
+        source: std::io::Error,
+    },
+}
+
 const MIB: f64 = (1u64 << 20) as f64;
 const GIB: f64 = (1u64 << 30) as f64;
 
-fn validate(args: &SimulateArgs) -> anyhow::Result<()> {
-    ensure!(args.servers >= 1, "--servers must be at least 1");
-    ensure!(args.memory_mb >= 1, "--memory-mb must be at least 1");
-    ensure!(
+/// Refuses a run whose flag breaks `cond`, with the message that names it.
+macro_rules! ensure_arg {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err(SimulateError::InvalidArgument(format!($($msg)+)));
+        }
+    };
+}
+
+fn validate(args: &SimulateArgs) -> Result<(), SimulateError> {
+    ensure_arg!(args.servers >= 1, "--servers must be at least 1");
+    ensure_arg!(args.memory_mb >= 1, "--memory-mb must be at least 1");
+    ensure_arg!(
         (0.0..1.0).contains(&args.warmup),
         "--warmup must be in [0, 1), got {}",
         args.warmup
     );
-    ensure!(
+    ensure_arg!(
         args.size_median_mb.is_finite() && args.size_median_mb > 0.0,
         "--size-median-mb must be positive"
     );
-    ensure!(
+    ensure_arg!(
         args.size_sigma.is_finite() && args.size_sigma >= 0.0,
         "--size-sigma must be at least 0"
     );
-    ensure!(
+    ensure_arg!(
         args.duration_ms.is_finite() && args.duration_ms > 0.0,
         "--duration-ms must be positive"
     );
-    ensure!(
+    ensure_arg!(
         args.duration_sigma.is_finite() && args.duration_sigma >= 0.0,
         "--duration-sigma must be at least 0"
     );
-    ensure!(
+    ensure_arg!(
         (0.0..=1.0).contains(&args.idle_sweep_above),
         "--idle-sweep-above must be in [0, 1]"
     );
     if args.trace.is_none() {
-        ensure!(args.workers >= 1, "--workers must be at least 1");
-        ensure!(
+        ensure_arg!(args.workers >= 1, "--workers must be at least 1");
+        ensure_arg!(
             args.exponent.is_finite() && args.exponent >= 0.0,
             "--exponent must be at least 0"
         );
-        ensure!(
+        ensure_arg!(
             args.rate.is_finite() && args.rate > 0.0,
             "--rate must be positive"
         );
     }
     if args.requests == Some(0) {
-        bail!("--requests must be at least 1");
+        return Err(SimulateError::InvalidArgument(
+            "--requests must be at least 1".into(),
+        ));
     }
     Ok(())
 }
 
 /// The home server index of each Worker, from the live node's ring over
 /// servers `server-0000`, `server-0001`, ….
-fn homes(ids: &[String], servers: u32) -> anyhow::Result<Vec<u32>> {
+fn homes(ids: &[String], servers: u32) -> Result<Vec<u32>, SimulateError> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
     let names: Vec<String> = (0..servers).map(server_name).collect();
     let ring = Ring::new(
         names.iter().map(|n| Node::new(n.as_str(), addr)),
         RingConfig::default(),
-    )
-    .context("building the ring")?;
+    )?;
     let index: HashMap<NodeId, u32> = (0u32..)
         .zip(&names)
         .map(|(i, n)| (NodeId::from(n.as_str()), i))
@@ -517,7 +621,7 @@ fn homes(ids: &[String], servers: u32) -> anyhow::Result<Vec<u32>> {
         .map(|id| {
             ring.home(id)
                 .and_then(|node| index.get(&node.id).copied())
-                .with_context(|| format!("no home for {id}"))
+                .ok_or_else(|| SimulateError::NoHome(id.clone()))
         })
         .collect()
 }
@@ -561,7 +665,18 @@ impl SimReport {
     /// The two modes side by side as a markdown table, preceded by a line
     /// with the parameters and followed by the wall times.
     pub fn table(&self) -> String {
-        let (u, s) = (&self.unsharded, &self.sharded);
+        let mut out = self.parameters();
+        out.push_str(&self.comparison().to_string());
+        let _ = writeln!(
+            out,
+            "\nwall time: {:.1} s (setup {:.1} s, unsharded {:.1} s, sharded {:.1} s, in parallel)",
+            self.wall.total_s, self.wall.setup_s, self.wall.unsharded_s, self.wall.sharded_s
+        );
+        out
+    }
+
+    /// The line (and blank line) that says what was simulated.
+    fn parameters(&self) -> String {
         let a = &self.args;
         let d = &self.derived;
         let mut out = String::new();
@@ -587,13 +702,16 @@ impl SimReport {
             a.seed,
             options(a),
         );
-        let _ = writeln!(
-            out,
-            "| measure | unsharded | sharded | sharded / unsharded |"
-        );
-        let _ = writeln!(out, "|---|---:|---:|---:|");
+        out
+    }
+
+    /// The measures of both modes, with their ratio where it means something.
+    fn comparison(&self) -> Table {
+        let (u, s) = (&self.unsharded, &self.sharded);
+        let mut table = Table::new(["measure", "unsharded", "sharded", "sharded / unsharded"])
+            .align([Align::Left, Align::Right, Align::Right, Align::Right]);
         let mut row = |name: &str, x: String, y: String, r: String| {
-            let _ = writeln!(out, "| {name} | {x} | {y} | {r} |");
+            table.row([name.to_string(), x, y, r]);
         };
         let ratio = |x: f64, y: f64| {
             if x == 0.0 {
@@ -681,7 +799,7 @@ impl SimReport {
             causes(&s.cold_start_causes),
             String::new(),
         );
-        if a.prewarm_home {
+        if self.args.prewarm_home {
             row(
                 "prewarm loads",
                 int(u.prewarm_loads),
@@ -713,11 +831,6 @@ impl SimReport {
                 s.mean_resident_workers_per_server,
             ),
         );
-        let _ = writeln!(
-            out,
-            "\nwall time: {:.1} s (setup {:.1} s, unsharded {:.1} s, sharded {:.1} s, in parallel)",
-            self.wall.total_s, self.wall.setup_s, self.wall.unsharded_s, self.wall.sharded_s
-        );
-        out
+        table
     }
 }

@@ -14,9 +14,9 @@
 //!   (median `duration_ms`, shape `duration_sigma`); each request's duration
 //!   is exponential around its Worker's mean, at least 1 ms. Durations only
 //!   matter for in-flight accounting (the home's admission control).
-//! * **Arrivals** — [`Arrivals`]: a Poisson process at a fixed rate over
+//! * **Arrivals** — `Arrivals`: a Poisson process at a fixed rate over
 //!   virtual time with the Worker drawn from [`Zipf`] (the independent
-//!   reference model), or the invocations of a [`Trace`]. Each request is
+//!   reference model), or the invocations of a [`Trace`](crate::trace::Trace). Each request is
 //!   received by a server chosen by the load balancer (uniform random, or
 //!   round-robin for hand-checkable scenarios).
 //!
@@ -26,7 +26,7 @@
 //! order at the same servers.
 
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{Rng, RngExt, SeedableRng};
 
 use crate::trace::TraceEvent;
 
@@ -41,11 +41,11 @@ const MAX_DURATION_MS: f64 = 300_000.0;
 /// Distinct seeds for the independent random streams of a run.
 pub(crate) mod stream {
     /// Worker sizes and mean durations.
-    pub const WORKERS: u64 = 0x776f_726b_6572_7300;
+    pub(crate) const WORKERS: u64 = 0x776f_726b_6572_7300;
     /// Arrival times and popularity draws.
-    pub const ARRIVALS: u64 = 0x6172_7269_7661_6c00;
+    pub(crate) const ARRIVALS: u64 = 0x6172_7269_7661_6c00;
     /// Receiving server and request duration.
-    pub const REQUESTS: u64 = 0x7265_7175_6573_7400;
+    pub(crate) const REQUESTS: u64 = 0x7265_7175_6573_7400;
 }
 
 /// A generator for stream `stream` of the run seeded with `seed`.
@@ -139,7 +139,7 @@ pub(crate) struct WorkerModel {
 
 impl WorkerModel {
     /// Draws `(bytes, mean duration in ms)` for `n` Workers.
-    pub fn draw(&self, n: usize, seed: u64) -> (Vec<u64>, Vec<f32>) {
+    pub(crate) fn draw(&self, n: usize, seed: u64) -> (Vec<u64>, Vec<f32>) {
         let mut rng = rng_for(seed, stream::WORKERS);
         let mut sizes = Vec::with_capacity(n);
         let mut durations = Vec::with_capacity(n);
@@ -208,7 +208,7 @@ pub(crate) struct Arrivals<'a> {
 
 impl<'a> Arrivals<'a> {
     /// `count` Poisson arrivals at `rate` per second, Workers from `zipf`.
-    pub fn poisson(
+    pub(crate) fn poisson(
         zipf: &'a Zipf,
         rate: f64,
         count: u64,
@@ -234,7 +234,7 @@ impl<'a> Arrivals<'a> {
     }
 
     /// The invocations in `events`, in order.
-    pub fn trace(
+    pub(crate) fn trace(
         events: &'a [TraceEvent],
         seed: u64,
         balancer: Balancer,

@@ -1,0 +1,518 @@
+//! # hearth-admin-client
+//!
+//! A typed client of one hearth node's admin API (`hearth serve --admin`),
+//! in place of hand-built HTTP requests with a bearer token and untyped
+//! JSON: [`AdminClient::deploy`] (`PUT /v1/scripts/{id}`),
+//! [`AdminClient::list`] (`GET /v1/scripts`), [`AdminClient::evict`]
+//! (`POST /v1/scripts/{id}/evict`), [`AdminClient::stats`] (`GET
+//! /v1/stats`) and [`AdminClient::metrics`] (`GET /metrics`, the one route
+//! that needs no token).
+//!
+//! The answers are typed with the fields a client reads ([`DeployReport`],
+//! [`ScriptInfo`], [`NodeStats`], [`Metrics`]); fields a node adds later are
+//! ignored, so an older client keeps working. Every failure is an
+//! [`AdminError`] that says what to do.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), hearth_admin_client::AdminError> {
+//! use hearth_admin_client::AdminClient;
+//! let admin = AdminClient::new("http://127.0.0.1:8081", Some("token".into()))?;
+//! for script in admin.list().await? {
+//!     println!("{} ({} bytes)", script.script_id, script.size);
+//! }
+//! admin.evict("hello").await?;
+//! println!("evicted under pressure: {}", admin.stats().await?.evicted_pressure);
+//! # Ok(()) }
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde::Deserialize;
+
+/// How long a call waits for its answer unless told otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why an admin call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The URL is not an `http://host:port` address.
+    #[error("invalid admin URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The route needs the admin token and none was given.
+    #[error("the admin API needs the admin token: --token or HEARTH_ADMIN_TOKEN")]
+    NoToken,
+    /// The node could not be reached (refused, reset, closed).
+    #[error("cannot reach the admin API at {url}: {source}")]
+    Unreachable {
+        /// The node's admin URL.
+        url: String,
+        /// What the connection said.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// No answer in time.
+    #[error("no answer from {url} within {timeout:?}")]
+    Timeout {
+        /// The node's admin URL.
+        url: String,
+        /// How long the call waited.
+        timeout: Duration,
+    },
+    /// The node answered with an error status; `body` is its message.
+    #[error("{method} {url}{path}: {status}: {body}")]
+    Refused {
+        /// The call's method.
+        method: Method,
+        /// The node's admin URL.
+        url: String,
+        /// The route.
+        path: String,
+        /// The status the node answered.
+        status: StatusCode,
+        /// The node's message (trimmed).
+        body: String,
+    },
+    /// The answer is not what this client reads.
+    #[error("{url}{path}: not the expected answer: {source}")]
+    Malformed {
+        /// The node's admin URL.
+        url: String,
+        /// The route.
+        path: String,
+        /// What the JSON parser said.
+        source: serde_json::Error,
+    },
+}
+
+impl AdminError {
+    /// The status the node answered, if it answered with an error.
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            AdminError::Refused { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// A script as `GET /v1/scripts` lists it (and a deploy reports it).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ScriptInfo {
+    /// Its script ID.
+    pub script_id: String,
+    /// The plan whose limits apply (`free`, `paid`).
+    #[serde(default)]
+    pub plan: String,
+    /// Bytes as uploaded.
+    #[serde(default)]
+    pub size: u64,
+    /// Bytes gzip-compressed, as the size limit measures them.
+    #[serde(default)]
+    pub compressed_size: u64,
+    /// Content hash of the source.
+    #[serde(default)]
+    pub hash: String,
+    /// When it was deployed, ms since the Unix epoch.
+    #[serde(default)]
+    pub deployed_at_ms: u64,
+    /// The instance lifecycle chosen for it, and why.
+    #[serde(default)]
+    pub lifecycle: LifecycleInfo,
+    /// What it may call.
+    #[serde(default)]
+    pub bindings: BindingsInfo,
+}
+
+/// The lifecycle of a [`ScriptInfo`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct LifecycleInfo {
+    /// `reuse` or `fresh`.
+    #[serde(default)]
+    pub chosen: String,
+    /// Why.
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// The bindings of a [`ScriptInfo`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct BindingsInfo {
+    /// Service bindings: name → script.
+    #[serde(default)]
+    pub services: BTreeMap<String, String>,
+    /// Dispatch namespaces: namespace → scripts.
+    #[serde(default)]
+    pub dispatch: BTreeMap<String, BTreeSet<String>>,
+    /// The outbound Worker of the user Workers it dispatches to.
+    #[serde(default)]
+    pub outbound: Option<String>,
+    /// Tail Workers of the flows it starts.
+    #[serde(default)]
+    pub tail: Vec<String>,
+}
+
+/// What a deploy reports.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct DeployReport {
+    /// The script as stored.
+    pub meta: ScriptInfo,
+    /// The compressed size limit of its plan, bytes.
+    #[serde(default)]
+    pub limit: u64,
+    /// How long compiling (or loading the artifact) took, ms.
+    #[serde(default)]
+    pub compile_time: f64,
+    /// `compiled` or `artifact`.
+    #[serde(default)]
+    pub code_source: String,
+    /// How the other members heard of it.
+    #[serde(default)]
+    pub announced: Announcement,
+}
+
+/// How a deploy was announced to the other members of a cluster (absent
+/// or empty for a standalone node).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct Announcement {
+    /// Members told (every ring member but the deploying node).
+    #[serde(default)]
+    pub members: usize,
+    /// Members that acknowledged: they serve the new version.
+    #[serde(default)]
+    pub acknowledged: usize,
+    /// Milliseconds from the store write to each member's acknowledgement.
+    #[serde(default)]
+    pub ack_ms: Vec<(String, f64)>,
+    /// Members that could not be told, and why (they revalidate within a
+    /// second by themselves).
+    #[serde(default)]
+    pub failed: Vec<(String, String)>,
+}
+
+/// What `POST /v1/scripts/{id}/hand-back` did.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct HandBack {
+    /// The Worker.
+    pub script_id: String,
+    /// Its home.
+    pub home: String,
+    /// How the prewarm at the home went (`loaded`, `already_warm`, ...).
+    pub home_prewarm: String,
+    /// Nodes that dropped a warm copy.
+    #[serde(default)]
+    pub dropped: Vec<String>,
+    /// Nodes that could not be asked, and why.
+    #[serde(default)]
+    pub failed: Vec<(String, String)>,
+}
+
+/// The node counters of `GET /v1/stats` that clients read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct NodeStats {
+    /// Requests served.
+    #[serde(default)]
+    pub requests: u64,
+    /// Requests that found their Worker warm.
+    #[serde(default)]
+    pub warm: u64,
+    /// Requests that cold-started their Worker.
+    #[serde(default)]
+    pub cold: u64,
+    /// Evictions under memory pressure.
+    #[serde(default)]
+    pub evicted_pressure: u64,
+    /// Evictions after the idle timeout.
+    #[serde(default)]
+    pub evicted_idle: u64,
+    /// Evictions asked for (`POST /v1/scripts/{id}/evict`).
+    #[serde(default)]
+    pub evicted_manual: u64,
+    /// Bytes resident now.
+    #[serde(default)]
+    pub resident_bytes: u64,
+}
+
+/// A node's Prometheus page (`GET /metrics`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Metrics(pub String);
+
+impl Metrics {
+    /// The value of sample `name` whose label set contains `labels` (e.g.
+    /// `cause="idle"`; "" for a sample without labels).
+    pub fn sample(&self, name: &str, labels: &str) -> Option<f64> {
+        self.0
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .find_map(|line| {
+                let rest = line.strip_prefix(name)?;
+                let (set, value) = match rest.strip_prefix('{') {
+                    Some(r) => r.split_once('}')?,
+                    None if rest.starts_with(' ') => ("", rest),
+                    None => return None,
+                };
+                if !labels.is_empty() && !set.split(',').any(|l| l.trim() == labels) {
+                    return None;
+                }
+                value.split_whitespace().next()?.parse().ok()
+            })
+    }
+}
+
+/// A client of one node's admin API. Cheap to clone (the connection pool
+/// is shared).
+#[derive(Clone)]
+pub struct AdminClient {
+    http: Client<HttpConnector, Full<Bytes>>,
+    url: String,
+    token: Option<String>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for AdminClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token.
+        f.debug_struct("AdminClient")
+            .field("url", &self.url)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AdminClient {
+    /// A client of the admin API at `url` (`http://host:port`, a trailing
+    /// `/` ignored), authenticating with `token` (an empty token is none).
+    pub fn new(url: &str, token: Option<String>) -> Result<Self, AdminError> {
+        let url = url.trim_end_matches('/').to_string();
+        let uri: http::Uri =
+            url.parse()
+                .map_err(|e: http::uri::InvalidUri| AdminError::InvalidUrl {
+                    url: url.clone(),
+                    reason: e.to_string(),
+                })?;
+        if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+            return Err(AdminError::InvalidUrl {
+                url,
+                reason: "expected http://host:port".into(),
+            });
+        }
+        Ok(AdminClient {
+            http: Client::builder(TokioExecutor::new()).build_http(),
+            url,
+            token: token.filter(|t| !t.is_empty()),
+            timeout: DEFAULT_TIMEOUT,
+        })
+    }
+
+    /// The same client, waiting at most `timeout` for each answer.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The admin URL, without a trailing `/`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Whether a token was given (the routes under `/v1` need one).
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// Deploys `component` as `script_id` with the settings of `query`
+    /// (the query string of `PUT /v1/scripts/{id}`, e.g. `plan=paid`).
+    pub async fn deploy(
+        &self,
+        script_id: &str,
+        query: &str,
+        component: Vec<u8>,
+    ) -> Result<DeployReport, AdminError> {
+        let path = format!("/v1/scripts/{script_id}?{query}");
+        let body = self
+            .call(Method::PUT, &path, true, Bytes::from(component))
+            .await?;
+        self.parse(&path, &body)
+    }
+
+    /// The scripts deployed, as the node lists them.
+    pub async fn list(&self) -> Result<Vec<ScriptInfo>, AdminError> {
+        let path = "/v1/scripts";
+        let body = self.call(Method::GET, path, true, Bytes::new()).await?;
+        self.parse(path, &body)
+    }
+
+    /// Evicts `script_id` from the node's memory (its next request is a
+    /// cold start there).
+    pub async fn evict(&self, script_id: &str) -> Result<(), AdminError> {
+        let path = format!("/v1/scripts/{script_id}/evict");
+        self.call(Method::POST, &path, true, Bytes::new()).await?;
+        Ok(())
+    }
+
+    /// Hands `script_id` back to its home: prewarmed there, every other
+    /// node's warm copy dropped.
+    pub async fn hand_back(&self, script_id: &str) -> Result<HandBack, AdminError> {
+        let path = format!("/v1/scripts/{script_id}/hand-back");
+        let body = self.call(Method::POST, &path, true, Bytes::new()).await?;
+        self.parse(&path, &body)
+    }
+
+    /// The node's counters.
+    pub async fn stats(&self) -> Result<NodeStats, AdminError> {
+        let path = "/v1/stats";
+        let body = self.call(Method::GET, path, true, Bytes::new()).await?;
+        self.parse(path, &body)
+    }
+
+    /// The node's Prometheus page (no token needed).
+    pub async fn metrics(&self) -> Result<Metrics, AdminError> {
+        let body = self
+            .call(Method::GET, "/metrics", false, Bytes::new())
+            .await?;
+        Ok(Metrics(String::from_utf8_lossy(&body).into_owned()))
+    }
+
+    fn parse<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &[u8],
+    ) -> Result<T, AdminError> {
+        serde_json::from_slice(body).map_err(|source| AdminError::Malformed {
+            url: self.url.clone(),
+            path: path.to_string(),
+            source,
+        })
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        auth: bool,
+        body: Bytes,
+    ) -> Result<Bytes, AdminError> {
+        let mut req = http::Request::builder()
+            .method(method.clone())
+            .uri(format!("{}{path}", self.url));
+        if auth {
+            let token = self.token.as_deref().ok_or(AdminError::NoToken)?;
+            req = req.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let req = req
+            .body(Full::new(body))
+            .map_err(|e| AdminError::InvalidUrl {
+                url: format!("{}{path}", self.url),
+                reason: e.to_string(),
+            })?;
+        let unreachable =
+            |source: Box<dyn std::error::Error + Send + Sync>| AdminError::Unreachable {
+                url: self.url.clone(),
+                source,
+            };
+        let exchange = async {
+            let resp = self
+                .http
+                .request(req)
+                .await
+                .map_err(|e| unreachable(e.into()))?;
+            let status = resp.status();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| unreachable(e.into()))?
+                .to_bytes();
+            Ok::<_, AdminError>((status, body))
+        };
+        let (status, body) = tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| AdminError::Timeout {
+                url: self.url.clone(),
+                timeout: self.timeout,
+            })??;
+        if !status.is_success() {
+            return Err(AdminError::Refused {
+                method,
+                url: self.url.clone(),
+                path: path.to_string(),
+                status,
+                body: String::from_utf8_lossy(&body).trim().to_string(),
+            });
+        }
+        Ok(body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_prometheus_samples() {
+        let page = Metrics(
+            "# TYPE hearth_refusals_received counter\n\
+             hearth_refusals_received_total 7\n\
+             hearth_evictions_total{cause=\"pressure\"} 3\n\
+             hearth_evictions_total{cause=\"idle\"} 2\n\
+             hearth_resident_bytes 4096\n"
+                .to_string(),
+        );
+        assert_eq!(page.sample("hearth_refusals_received_total", ""), Some(7.0));
+        assert_eq!(
+            page.sample("hearth_evictions_total", "cause=\"idle\""),
+            Some(2.0)
+        );
+        assert_eq!(page.sample("hearth_resident_bytes", ""), Some(4096.0));
+        assert_eq!(page.sample("hearth_resident", ""), None);
+        assert_eq!(page.sample("hearth_missing_total", ""), None);
+    }
+
+    #[test]
+    fn urls_and_tokens_are_checked() {
+        assert!(AdminClient::new("http://127.0.0.1:8081/", None).is_ok());
+        assert!(AdminClient::new("https://127.0.0.1:8081", None).is_err());
+        assert!(AdminClient::new("not a url", None).is_err());
+        let c = AdminClient::new("http://127.0.0.1:8081/", Some(String::new())).expect("url");
+        assert_eq!(c.url(), "http://127.0.0.1:8081");
+        assert!(!c.has_token());
+        assert!(!format!("{c:?}").contains("Bearer"));
+    }
+
+    #[test]
+    fn answers_parse_and_ignore_unknown_fields() {
+        let report: DeployReport = serde_json::from_str(
+            r#"{"meta":{"script_id":"hello","plan":"free","size":10,"compressed_size":5,
+                "hash":"ab","deployed_at_ms":1,"lifecycle":{"requested":"auto","chosen":"reuse",
+                "reason":"Rust"},"bindings":{"services":{"auth":"a"}},"new_field":1},
+                "limit":3145728,"compile_time":1.5,"code_source":"compiled"}"#,
+        )
+        .expect("report");
+        assert_eq!(report.meta.lifecycle.chosen, "reuse");
+        assert_eq!(report.meta.bindings.services["auth"], "a");
+        let stats: NodeStats =
+            serde_json::from_str(r#"{"requests":3,"evicted_idle":2,"other":{"x":1}}"#)
+                .expect("stats");
+        assert_eq!((stats.requests, stats.evicted_idle), (3, 2));
+    }
+
+    #[tokio::test]
+    async fn a_node_that_is_not_there_is_unreachable_and_no_token_is_said() {
+        let c = AdminClient::new("http://127.0.0.1:1", None).expect("url");
+        assert!(matches!(c.list().await, Err(AdminError::NoToken)));
+        let c = c.with_timeout(Duration::from_secs(5));
+        assert!(matches!(
+            c.metrics().await,
+            Err(AdminError::Unreachable { .. })
+        ));
+    }
+}
