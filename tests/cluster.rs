@@ -352,17 +352,16 @@ async fn hand_back_returns_a_worker_to_its_home_at_once() {
         assert_eq!(r.header("x-hearth-route"), "local", "node {i}");
     }
     // Hand it back through any node's admin API.
-    let admin = c.node(others[0]).admin_addr;
-    let out = admin_post(admin, c.token(), "/v1/scripts/app/hand-back").await;
-    assert_eq!(out.0, 200, "{}", out.1);
-    let v: serde_json::Value = serde_json::from_str(&out.1).expect("json");
-    assert_eq!(v["home"], format!("node-{}", home + 1));
-    let mut dropped: Vec<String> = v["dropped"]
-        .as_array()
-        .expect("dropped")
-        .iter()
-        .filter_map(|d| d.as_str().map(str::to_owned))
-        .collect();
+    let admin = |i: usize| {
+        hearth_admin_client::AdminClient::new(
+            &format!("http://{}", c.node(i).admin_addr),
+            Some(c.token().to_string()),
+        )
+        .expect("admin client")
+    };
+    let done = admin(others[0]).hand_back("app").await.expect("hand-back");
+    assert_eq!(done.home, format!("node-{}", home + 1));
+    let mut dropped = done.dropped.clone();
     dropped.sort();
     let expected: Vec<String> = others.iter().map(|i| format!("node-{}", i + 1)).collect();
     assert_eq!(dropped, expected);
@@ -375,25 +374,9 @@ async fn hand_back_returns_a_worker_to_its_home_at_once() {
         assert_eq!(r.header("x-hearth-node"), format!("node-{}", home + 1));
     }
     // A home keeps its copy, whoever asks.
-    let home_admin = c.node(home).admin_addr;
-    let out = admin_post(home_admin, c.token(), "/v1/scripts/app/hand-back").await;
-    assert_eq!(out.0, 200);
+    let again = admin(home).hand_back("app").await.expect("hand-back");
+    assert!(again.dropped.is_empty(), "{again:?}");
     assert!(c.node(home).node.runtime().is_warm("app"));
-}
-
-/// POSTs to a node's admin API with its token; status and body.
-async fn admin_post(addr: std::net::SocketAddr, token: &str, path: &str) -> (u16, String) {
-    use http_body_util::BodyExt;
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<http_body_util::Empty<bytes::Bytes>>();
-    let req = http::Request::post(format!("http://{addr}{path}"))
-        .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
-        .body(http_body_util::Empty::new())
-        .expect("request");
-    let resp = client.request(req).await.expect("admin answers");
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await.expect("body").to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
