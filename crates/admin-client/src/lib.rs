@@ -39,7 +39,8 @@ use serde::Deserialize;
 /// How long a call waits for its answer unless told otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Why an admin call failed.
+/// Why an admin call failed. A cause is in the message, not also a
+/// `source` (which would print it twice in an error chain).
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
     /// The URL is not an `http://host:port` address.
@@ -54,12 +55,12 @@ pub enum AdminError {
     #[error("the admin API needs the admin token: --token or HEARTH_ADMIN_TOKEN")]
     NoToken,
     /// The node could not be reached (refused, reset, closed).
-    #[error("cannot reach the admin API at {url}: {source}")]
+    #[error("cannot reach the admin API at {url}: {error}")]
     Unreachable {
         /// The node's admin URL.
         url: String,
-        /// What the connection said.
-        source: Box<dyn std::error::Error + Send + Sync>,
+        /// What the connection said, with its causes.
+        error: String,
     },
     /// No answer in time.
     #[error("no answer from {url} within {timeout:?}")]
@@ -84,14 +85,14 @@ pub enum AdminError {
         body: String,
     },
     /// The answer is not what this client reads.
-    #[error("{url}{path}: not the expected answer: {source}")]
+    #[error("{url}{path}: not the expected answer: {error}")]
     Malformed {
         /// The node's admin URL.
         url: String,
         /// The route.
         path: String,
         /// What the JSON parser said.
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
 }
 
@@ -387,10 +388,10 @@ impl AdminClient {
         path: &str,
         body: &[u8],
     ) -> Result<T, AdminError> {
-        serde_json::from_slice(body).map_err(|source| AdminError::Malformed {
+        serde_json::from_slice(body).map_err(|error| AdminError::Malformed {
             url: self.url.clone(),
             path: path.to_string(),
-            source,
+            error,
         })
     }
 
@@ -414,23 +415,18 @@ impl AdminClient {
                 url: format!("{}{path}", self.url),
                 reason: e.to_string(),
             })?;
-        let unreachable =
-            |source: Box<dyn std::error::Error + Send + Sync>| AdminError::Unreachable {
-                url: self.url.clone(),
-                source,
-            };
+        let unreachable = |error: &dyn std::error::Error| AdminError::Unreachable {
+            url: self.url.clone(),
+            error: with_causes(error),
+        };
         let exchange = async {
-            let resp = self
-                .http
-                .request(req)
-                .await
-                .map_err(|e| unreachable(e.into()))?;
+            let resp = self.http.request(req).await.map_err(|e| unreachable(&e))?;
             let status = resp.status();
             let body = resp
                 .into_body()
                 .collect()
                 .await
-                .map_err(|e| unreachable(e.into()))?
+                .map_err(|e| unreachable(&e))?
                 .to_bytes();
             Ok::<_, AdminError>((status, body))
         };
@@ -451,6 +447,19 @@ impl AdminClient {
         }
         Ok(body)
     }
+}
+
+/// `error` and its causes, `: `-separated (hyper's connect error says
+/// only "client error (Connect)"; the cause says what happened).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
 }
 
 #[cfg(test)]

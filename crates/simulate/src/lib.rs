@@ -382,10 +382,10 @@ pub fn run(args: &SimulateArgs) -> Result<SimReport, SimulateError> {
         },
     };
     if let Some(path) = &args.json {
-        let json = serde_json::to_string_pretty(&report)?;
-        std::fs::write(path, json + "\n").map_err(|source| SimulateError::WriteReport {
+        let json = serde_json::to_string_pretty(&report).map_err(SimulateError::Json)?;
+        std::fs::write(path, json + "\n").map_err(|error| SimulateError::WriteReport {
             path: path.clone(),
-            source,
+            error,
         })?;
     }
     Ok(report)
@@ -511,7 +511,9 @@ impl<'a> Workload<'a> {
     }
 }
 
-/// Why a simulation could not run.
+/// Why a simulation could not run. A cause is in the message, not also a
+/// `source` (which would print it twice in an error chain), as in
+/// [`trace::TraceError`].
 #[derive(Debug, thiserror::Error)]
 pub enum SimulateError {
     /// A flag out of its range; the message names the flag.
@@ -525,7 +527,7 @@ pub enum SimulateError {
     NoWorkers,
     /// The ring over the simulated servers could not be built.
     #[error("building the ring: {0}")]
-    Ring(#[from] RingError),
+    Ring(RingError),
     /// The ring gave a Worker no home.
     #[error("no home for {0}")]
     NoHome(String),
@@ -534,14 +536,14 @@ pub enum SimulateError {
     Panicked,
     /// The report could not be turned into JSON.
     #[error("the report as JSON: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(serde_json::Error),
     /// The JSON report could not be written.
-    #[error("writing the report to {}: {source}", path.display())]
+    #[error("writing the report to {}: {error}", path.display())]
     WriteReport {
         /// Where it was to go (`--json`).
         path: PathBuf,
         /// Why it could not.
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -612,7 +614,8 @@ fn homes(ids: &[String], servers: u32) -> Result<Vec<u32>, SimulateError> {
     let ring = Ring::new(
         names.iter().map(|n| Node::new(n.as_str(), addr)),
         RingConfig::default(),
-    )?;
+    )
+    .map_err(SimulateError::Ring)?;
     let index: HashMap<NodeId, u32> = (0u32..)
         .zip(&names)
         .map(|(i, n)| (NodeId::from(n.as_str()), i))
