@@ -333,7 +333,7 @@ impl Node {
                     a.acknowledged += 1;
                     a.ack_ms.push((id, took.as_secs_f64() * 1000.0));
                 }
-                Err(e) => a.failed.push((id, e)),
+                Err(e) => a.failed.push((id, e.to_string())),
             }
         }
         a
@@ -377,7 +377,7 @@ impl Node {
             match r {
                 Ok(true) => out.dropped.push(id),
                 Ok(false) => {}
-                Err(e) => out.failed.push((id, e)),
+                Err(e) => out.failed.push((id, e.to_string())),
             }
         }
         Some(out)

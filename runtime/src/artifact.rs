@@ -227,13 +227,15 @@ impl ArtifactCache {
     }
 
     /// Serializes `component` (compiled from source `hash`) into the cache.
-    pub fn store(&self, hash: &str, component: &Component) -> Result<(), String> {
-        let mut bytes = component.serialize().map_err(|e| e.to_string())?;
+    pub fn store(&self, hash: &str, component: &Component) -> Result<(), ArtifactWriteError> {
+        let mut bytes = component
+            .serialize()
+            .map_err(ArtifactWriteError::Serialize)?;
         let tag = self.mac(hash, &bytes);
         bytes.extend_from_slice(tag.as_bytes());
         bytes.extend_from_slice(MAGIC);
         let path = self.path(hash);
-        let file = write_atomic(&path, &bytes).map_err(|e| e.to_string())?;
+        let file = write_atomic(&path, &bytes).map_err(ArtifactWriteError::Write)?;
         if let Ok(m) = file.metadata() {
             self.verified().insert(path, Stamp::of(&m));
         }
@@ -244,4 +246,16 @@ impl ArtifactCache {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// Why [`ArtifactCache::store`] could not write an artifact (the Worker
+/// still runs; the next cold start compiles again).
+#[derive(Debug, thiserror::Error)]
+pub enum ArtifactWriteError {
+    /// wasmtime could not serialize the compiled component.
+    #[error("{0}")]
+    Serialize(wasmtime::Error),
+    /// The file could not be written.
+    #[error(transparent)]
+    Write(#[from] crate::error::StoreError),
 }

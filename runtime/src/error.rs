@@ -53,6 +53,18 @@ pub enum DeployError {
     Bindings(#[from] crate::bindings::BindingsError),
 }
 
+/// Why wasmtime could not turn a component into a Worker's code. The
+/// message is wasmtime's, with its whole chain of causes.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    /// The component does not compile.
+    #[error("{0:#}")]
+    Compile(wasmtime::Error),
+    /// The compiled component does not link against the host's imports.
+    #[error("{0:#}")]
+    Link(wasmtime::Error),
+}
+
 /// Why bytes are not a Worker: a wasi:http proxy component.
 #[derive(Debug, thiserror::Error)]
 pub enum ValidationError {

@@ -78,7 +78,9 @@ pub use bindings::Bindings;
 pub use body::{Body, BoxError};
 pub use config::{ReusePolicy, RuntimeConfig};
 pub use engine::EPOCH_TICK;
-pub use error::{ConfigError, DeployError, RuntimeError, StoreError, ValidationError};
+pub use error::{
+    CompileError, ConfigError, DeployError, RuntimeError, StoreError, ValidationError,
+};
 pub use lifecycle::{Lifecycle, LifecycleChoice};
 pub use limits::{Plan, PlanLimits};
 pub use manifest::{Manifest, ManifestError};

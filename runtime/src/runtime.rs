@@ -15,7 +15,7 @@ use crate::artifact::{ArtifactCache, Lookup};
 use crate::body::{self, Body};
 use crate::config::RuntimeConfig;
 use crate::engine::{EpochTicker, build_engine, build_linker};
-use crate::error::{ConfigError, DeployError, RuntimeError};
+use crate::error::{CompileError, ConfigError, DeployError, RuntimeError};
 use crate::eviction::{Evicted, EvictionCause, Residency};
 use crate::host::Host;
 use crate::lifecycle::{self, Lifecycle};
@@ -305,9 +305,10 @@ impl Runtime {
         bindings.validate()?;
         let hash = blake3::hash(&source).to_hex().to_string();
         let t = Instant::now();
-        let (component, code_source) =
-            self.compile(&hash, &source).map_err(DeployError::Compile)?;
-        link(&self.inner.linker, &component).map_err(DeployError::Compile)?;
+        let (component, code_source) = self
+            .compile(&hash, &source)
+            .map_err(|e| DeployError::Compile(e.to_string()))?;
+        link(&self.inner.linker, &component).map_err(|e| DeployError::Compile(e.to_string()))?;
         let checked = Checked {
             plan,
             limit,
@@ -387,7 +388,7 @@ impl Runtime {
 
     /// Compiles `source`, or loads its authenticated artifact; a new
     /// compile is written to the artifact cache.
-    fn compile(&self, hash: &str, source: &[u8]) -> Result<(Component, CodeSource), String> {
+    fn compile(&self, hash: &str, source: &[u8]) -> Result<(Component, CodeSource), CompileError> {
         if let Some(c) = self.load_artifact(hash) {
             return Ok((c, CodeSource::Artifact));
         }
@@ -395,9 +396,9 @@ impl Runtime {
     }
 
     /// Compiles `source` and writes its artifact to the cache.
-    fn compile_source(&self, hash: &str, source: &[u8]) -> Result<Component, String> {
+    fn compile_source(&self, hash: &str, source: &[u8]) -> Result<Component, CompileError> {
         let inner = &self.inner;
-        let component = Component::new(&inner.engine, source).map_err(|e| format!("{e:#}"))?;
+        let component = Component::new(&inner.engine, source).map_err(CompileError::Compile)?;
         Stats::bump(&inner.stats.compiles);
         if let Err(e) = inner.artifacts.store(hash, &component) {
             tracing::warn!(hash, error = %e, "could not write precompiled artifact");
@@ -552,7 +553,7 @@ impl Runtime {
             reuse,
             self.inner.node.clone(),
         )
-        .map_err(load_err)?;
+        .map_err(|e| load_err(e.to_string()))?;
         Ok(Arc::new(worker))
     }
 
@@ -627,7 +628,7 @@ impl Runtime {
                 let c = tokio::task::spawn_blocking(move || rt.compile_source(&hash, &source))
                     .await
                     .map_err(|e| load_err(e.to_string()))?
-                    .map_err(load_err)?;
+                    .map_err(|e| load_err(e.to_string()))?;
                 compile += t.elapsed();
                 if inner.store.keeps_artifacts() {
                     // Shared in the background: this cold start does not

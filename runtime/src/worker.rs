@@ -16,7 +16,7 @@ use wasmtime_wasi_http::p2::bindings::ProxyPre;
 
 use crate::body::{Body, BoxError};
 use crate::config::{ReusePolicy, RuntimeConfig};
-use crate::error::RuntimeError;
+use crate::error::{CompileError, RuntimeError};
 use crate::host::{Host, NodeMemory};
 use crate::instance::{Instance, OnDone};
 use crate::limits::PlanLimits;
@@ -117,7 +117,7 @@ impl Worker {
         limits: PlanLimits,
         reuse: ReusePolicy,
         node: Arc<NodeShared>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, CompileError> {
         let pre = link(linker, component)?;
         let init = component
             .component_type()
@@ -521,9 +521,12 @@ async fn finish_failed(level: Option<crate::tail::Level>, e: RuntimeError) -> Ru
 /// Links `component` against the WASI + wasi:http linker, with a clear
 /// message naming what is missing when it imports something hearth does not
 /// provide.
-pub(crate) fn link(linker: &Linker<Host>, component: &Component) -> Result<ProxyPre<Host>, String> {
+pub(crate) fn link(
+    linker: &Linker<Host>,
+    component: &Component,
+) -> Result<ProxyPre<Host>, CompileError> {
     let ipre = linker
         .instantiate_pre(component)
-        .map_err(|e| format!("{e:#}"))?;
-    ProxyPre::new(ipre).map_err(|e| format!("{e:#}"))
+        .map_err(CompileError::Link)?;
+    ProxyPre::new(ipre).map_err(CompileError::Link)
 }

@@ -162,6 +162,33 @@ pub enum RpcError {
     Listener(std::io::Error),
 }
 
+/// Why a call to a member's shard server ([`RpcNode::prewarm`],
+/// [`RpcNode::announce_redeploy`], [`RpcNode::hand_back`]) or a connection
+/// to it failed. Cheap to clone: one failed connection attempt is shared by
+/// every call that waited for it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PeerError {
+    /// The member could not be reached: TCP, TLS, its identity, or the
+    /// connect timeout ([`transport::ConnectError`] says which).
+    #[error(transparent)]
+    Connect(Arc<transport::ConnectError>),
+    /// The connection was open but the call failed on it.
+    #[error(transparent)]
+    Rpc(#[from] capnp::Error),
+    /// The node has no RPC thread to make the call on.
+    #[error("no RPC thread")]
+    NoThread,
+    /// The RPC layer was shut down before the call was made.
+    #[error("the RPC layer is shut down")]
+    ShutDown,
+    /// The RPC layer stopped while the call was under way.
+    #[error("the RPC layer stopped")]
+    Stopped,
+    /// The member did not answer within the call's limit.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+}
+
 /// A snapshot of a node's RPC counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RpcStats {
@@ -251,9 +278,9 @@ enum Command {
 /// The small calls a node makes to one member's shard server, with where
 /// each answer goes.
 enum PeerCall {
-    Prewarm(String, oneshot::Sender<Result<PrewarmOutcome, String>>),
-    Redeployed(String, String, oneshot::Sender<Result<(), String>>),
-    HandBack(String, oneshot::Sender<Result<bool, String>>),
+    Prewarm(String, oneshot::Sender<Result<PrewarmOutcome, PeerError>>),
+    Redeployed(String, String, oneshot::Sender<Result<(), PeerError>>),
+    HandBack(String, oneshot::Sender<Result<bool, PeerError>>),
 }
 
 /// A TCP connection from a peer, before its TLS handshake.
@@ -543,7 +570,7 @@ impl RpcNode {
         &self,
         home: &crate::ring::Node,
         script_id: &str,
-    ) -> Result<PrewarmOutcome, String> {
+    ) -> Result<PrewarmOutcome, PeerError> {
         let id = script_id.to_string();
         self.call_peer(home, PREWARM_TIMEOUT, |reply| PeerCall::Prewarm(id, reply))
             .await
@@ -558,7 +585,7 @@ impl RpcNode {
         member: &crate::ring::Node,
         script_id: &str,
         hash: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), PeerError> {
         let (id, hash) = (script_id.to_string(), hash.to_string());
         self.call_peer(member, ANNOUNCE_TIMEOUT, |reply| {
             PeerCall::Redeployed(id, hash, reply)
@@ -572,7 +599,7 @@ impl RpcNode {
         &self,
         member: &crate::ring::Node,
         script_id: &str,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, PeerError> {
         let id = script_id.to_string();
         self.call_peer(member, ANNOUNCE_TIMEOUT, |reply| {
             PeerCall::HandBack(id, reply)
@@ -586,23 +613,19 @@ impl RpcNode {
         &self,
         member: &crate::ring::Node,
         limit: Duration,
-        make: impl FnOnce(oneshot::Sender<Result<T, String>>) -> PeerCall,
-    ) -> Result<T, String> {
+        make: impl FnOnce(oneshot::Sender<Result<T, PeerError>>) -> PeerCall,
+    ) -> Result<T, PeerError> {
         let index = current_thread_of(&self.inner.shared)
             .unwrap_or_else(|| thread_for(&member.id, self.inner.threads.len()));
-        let thread = self
-            .inner
-            .threads
-            .get(index)
-            .ok_or_else(|| "no RPC thread".to_string())?;
+        let thread = self.inner.threads.get(index).ok_or(PeerError::NoThread)?;
         let (reply, result) = oneshot::channel();
         thread
             .send(Command::Peer(member.clone(), make(reply)))
-            .map_err(|_| "the RPC layer is shut down".to_string())?;
+            .map_err(|_| PeerError::ShutDown)?;
         match tokio::time::timeout(limit, result).await {
             Ok(Ok(outcome)) => outcome,
-            Ok(Err(_)) => Err("the RPC layer stopped".into()),
-            Err(_) => Err(format!("no answer within {limit:?}")),
+            Ok(Err(_)) => Err(PeerError::Stopped),
+            Err(_) => Err(PeerError::Timeout(limit)),
         }
     }
 
@@ -726,12 +749,12 @@ async fn send_redeployed(
     member: crate::ring::Node,
     script_id: String,
     hash: String,
-) -> Result<(), String> {
+) -> Result<(), PeerError> {
     let peer = state.peer(&member).await?;
     let mut request = peer.shard.redeployed_request();
     request.get().set_script_id(script_id.as_str());
     request.get().set_hash(hash.as_str());
-    request.send().promise.await.map_err(|e| e.to_string())?;
+    request.send().promise.await?;
     Ok(())
 }
 
@@ -740,15 +763,12 @@ async fn send_hand_back(
     state: Rc<ThreadState>,
     member: crate::ring::Node,
     script_id: String,
-) -> Result<bool, String> {
+) -> Result<bool, PeerError> {
     let peer = state.peer(&member).await?;
     let mut request = peer.shard.hand_back_request();
     request.get().set_script_id(script_id.as_str());
-    let response = request.send().promise.await.map_err(|e| e.to_string())?;
-    response
-        .get()
-        .map(|r| r.get_dropped())
-        .map_err(|e| e.to_string())
+    let response = request.send().promise.await?;
+    Ok(response.get().map(|r| r.get_dropped())?)
 }
 
 /// Sends `ShardServer.prewarm` for `script_id` to `home` on this RPC
@@ -757,16 +777,15 @@ async fn send_prewarm(
     state: Rc<ThreadState>,
     home: crate::ring::Node,
     script_id: String,
-) -> Result<PrewarmOutcome, String> {
+) -> Result<PrewarmOutcome, PeerError> {
     use crate::schema::hearth_capnp::PrewarmOutcome as W;
     let peer = state.peer(&home).await?;
     let mut request = peer.shard.prewarm_request();
     request.get().set_script_id(script_id.as_str());
-    let response = request.send().promise.await.map_err(|e| e.to_string())?;
+    let response = request.send().promise.await?;
     let outcome = response
         .get()
-        .and_then(|r| r.get_outcome().map_err(capnp::Error::from))
-        .map_err(|e| e.to_string())?;
+        .and_then(|r| r.get_outcome().map_err(capnp::Error::from))?;
     Ok(match outcome {
         W::Loaded => PrewarmOutcome::Loaded,
         W::AlreadyWarm => PrewarmOutcome::AlreadyWarm,
@@ -783,12 +802,12 @@ fn thread_for(home: &crate::ring::NodeId, threads: usize) -> usize {
 
 type PeerKey = (crate::ring::NodeId, SocketAddr);
 
-type Connecting = Shared<LocalBoxFuture<'static, Result<PeerConn, String>>>;
+type Connecting = Shared<LocalBoxFuture<'static, Result<PeerConn, PeerError>>>;
 
 enum PeerSlot {
     Connecting(Connecting),
     Ready(PeerConn),
-    Down { until: Instant, reason: String },
+    Down { until: Instant, reason: PeerError },
 }
 
 /// One RPC thread's state. Lives in its `LocalSet`.
@@ -863,7 +882,7 @@ fn rpc_thread(
                     tokio::task::spawn_local(async move {
                         let mut reply = reply;
                         let forward = async {
-                            let peer = state.peer(&job.home).await;
+                            let peer = state.peer(&job.home).await.map_err(|e| e.to_string());
                             shard_client::forward(state.client.clone(), peer, *job).await
                         };
                         // A requester that went away (its client left) drops
@@ -1011,7 +1030,7 @@ impl ThreadState {
     }
 
     /// A connection to `home`: the open one, one being opened, or a new one.
-    async fn peer(self: &Rc<Self>, home: &crate::ring::Node) -> Result<PeerConn, String> {
+    async fn peer(self: &Rc<Self>, home: &crate::ring::Node) -> Result<PeerConn, PeerError> {
         let key: PeerKey = (home.id.clone(), home.rpc_addr);
         let connecting = {
             let mut peers = self.peers.borrow_mut();
@@ -1055,11 +1074,11 @@ impl ThreadState {
         result
     }
 
-    async fn connect(self: Rc<Self>, home: crate::ring::Node) -> Result<PeerConn, String> {
+    async fn connect(self: Rc<Self>, home: crate::ring::Node) -> Result<PeerConn, PeerError> {
         let config = &self.shared.config;
         let tls = transport::connect(&home, config.tls.client_config(), config.connect_timeout)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| PeerError::Connect(Arc::new(e)))?;
         self.shared
             .counters
             .connections_opened
