@@ -63,7 +63,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail, ensure};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -74,7 +73,7 @@ use rand::{RngExt, SeedableRng};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use hearth_admin_client::{AdminClient, NodeStats};
+use hearth_admin_client::{AdminClient, AdminError, NodeStats};
 pub use hearth_report::latency::{BUCKETS_MS, Bucket, Distribution};
 use hearth_report::table::Table;
 use hearth_simulate::Zipf;
@@ -201,6 +200,76 @@ impl BenchArgs {
         let matches = cmd.try_get_matches_from(args)?;
         <Self as clap::FromArgMatches>::from_arg_matches(&matches)
     }
+}
+
+/// Why a bench could not run. A cause is in the message, not also a
+/// `source` (which would print it twice in an error chain).
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The flags cannot describe a run, or there is nothing to drive.
+    #[error("{0}")]
+    Usage(String),
+    /// The `--trace` file could not be read.
+    #[error("cannot use trace {}: {error}", path.display())]
+    Trace {
+        /// The trace file.
+        path: PathBuf,
+        /// What the trace reader said.
+        error: Box<trace::TraceError>,
+    },
+    /// A call to an admin API failed.
+    #[error(transparent)]
+    Admin(Box<AdminError>),
+    /// A `--cold` run could not evict its Worker.
+    #[error("cannot evict {id}: {error}")]
+    Evict {
+        /// The Worker.
+        id: String,
+        /// What the admin API said.
+        error: Box<AdminError>,
+    },
+    /// A request to a target failed; the message carries its causes.
+    #[error("{0}")]
+    Request(String),
+    /// The report could not be serialized.
+    #[error(transparent)]
+    Report(#[from] serde_json::Error),
+    /// The `--json` report could not be written.
+    #[error("cannot write {}: {error}", path.display())]
+    Write {
+        /// The report file.
+        path: PathBuf,
+        /// What the file system said.
+        error: std::io::Error,
+    },
+}
+
+impl From<AdminError> for BenchError {
+    fn from(error: AdminError) -> Self {
+        BenchError::Admin(Box::new(error))
+    }
+}
+
+/// Fails with [`BenchError::Usage`] saying `message` unless `ok`.
+fn ensure(ok: bool, message: impl FnOnce() -> String) -> Result<(), BenchError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(BenchError::Usage(message()))
+    }
+}
+
+/// `error` and its causes, `: `-separated (hyper's connect error says
+/// only "client error (Connect)"; the cause says what happened).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
 }
 
 /// One request of a `--cold` run.
@@ -462,17 +531,21 @@ impl Ctx {
         &self,
         worker: usize,
         target: usize,
-    ) -> anyhow::Result<(u16, http::HeaderMap)> {
+    ) -> Result<(u16, http::HeaderMap), BenchError> {
+        let failed = |e: &dyn std::error::Error| BenchError::Request(with_causes(e));
         let (Some(base), Some(id)) = (self.targets.get(target), self.workers.get(worker)) else {
-            bail!("no target {target} or Worker {worker}");
+            return Err(BenchError::Request(format!(
+                "no target {target} or Worker {worker}"
+            )));
         };
         let req = http::Request::get(format!("{base}{}", self.path))
             .header(http::header::HOST, format!("{id}.{}", self.host_suffix))
-            .body(Full::new(Bytes::new()))?;
-        let resp = self.client.request(req).await?;
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| failed(&e))?;
+        let resp = self.client.request(req).await.map_err(|e| failed(&e))?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
-        resp.into_body().collect().await?;
+        resp.into_body().collect().await.map_err(|e| failed(&e))?;
         Ok((status, headers))
     }
 }
@@ -502,10 +575,13 @@ struct Admin {
 
 impl Admin {
     /// The script IDs deployed, as listed by the first admin URL, sorted.
-    async fn discover(&self) -> anyhow::Result<Vec<String>> {
-        let node = self.nodes.first().context(
-            "no Workers to drive: name them with --workers, or give --admin to discover them",
-        )?;
+    async fn discover(&self) -> Result<Vec<String>, BenchError> {
+        let node = self.nodes.first().ok_or_else(|| {
+            BenchError::Usage(
+                "no Workers to drive: name them with --workers, or give --admin to discover them"
+                    .into(),
+            )
+        })?;
         let mut ids: Vec<String> = node
             .list()
             .await?
@@ -514,16 +590,14 @@ impl Admin {
             .collect();
         ids.sort();
         ids.dedup();
-        ensure!(
-            !ids.is_empty(),
-            "no Workers are deployed (listed by {})",
-            node.url()
-        );
+        ensure(!ids.is_empty(), || {
+            format!("no Workers are deployed (listed by {})", node.url())
+        })?;
         Ok(ids)
     }
 
     /// Evicts `id` on every admin node.
-    async fn evict_everywhere(&self, id: &str) -> anyhow::Result<()> {
+    async fn evict_everywhere(&self, id: &str) -> Result<(), AdminError> {
         for node in &self.nodes {
             node.evict(id).await?;
         }
@@ -531,7 +605,7 @@ impl Admin {
     }
 
     /// The counters summed over the admin nodes; `None` without any.
-    async fn counters(&self) -> anyhow::Result<Option<Counters>> {
+    async fn counters(&self) -> Result<Option<Counters>, AdminError> {
         if self.nodes.is_empty() {
             return Ok(None);
         }
@@ -566,52 +640,51 @@ impl Admin {
 
 /// A front door or admin URL without its trailing `/`; `host:port` gets
 /// `http://`.
-fn normalize_url(raw: &str, flag: &str) -> anyhow::Result<String> {
+fn normalize_url(raw: &str, flag: &str) -> Result<String, BenchError> {
     let raw = raw.trim();
     let url = if raw.contains("://") {
         raw.to_string()
     } else {
         format!("http://{raw}")
     };
-    let uri: http::Uri = url
-        .parse()
-        .with_context(|| format!("{flag} {raw:?} is not a URL"))?;
-    ensure!(
-        uri.scheme_str() == Some("http"),
-        "{flag} {raw:?}: only http:// is supported"
-    );
-    ensure!(
-        uri.host().is_some_and(|h| !h.is_empty()),
-        "{flag} {raw:?}: no host in the URL"
-    );
+    let uri: http::Uri = url.parse().map_err(|e: http::uri::InvalidUri| {
+        BenchError::Usage(format!("{flag} {raw:?} is not a URL: {e}"))
+    })?;
+    ensure(uri.scheme_str() == Some("http"), || {
+        format!("{flag} {raw:?}: only http:// is supported")
+    })?;
+    ensure(uri.host().is_some_and(|h| !h.is_empty()), || {
+        format!("{flag} {raw:?}: no host in the URL")
+    })?;
     Ok(url.trim_end_matches('/').to_string())
 }
 
 /// Runs the bench described by `args` and returns what it measured; with
 /// `--json`, also writes the report there.
-pub async fn run(args: BenchArgs) -> anyhow::Result<BenchReport> {
+pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
     // Check the flags and read the trace before touching the network.
     validate(&args)?;
     let targets = args
         .targets
         .iter()
         .map(|t| normalize_url(t, "--target"))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>, _>>()?;
     let admins = args
         .admins
         .iter()
         .map(|t| normalize_url(t, "--admin"))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>, _>>()?;
     if args.cold {
-        ensure!(
-            !admins.is_empty(),
-            "--cold evicts the Worker through the admin API: give --admin URL (every node)"
-        );
+        ensure(!admins.is_empty(), || {
+            "--cold evicts the Worker through the admin API: give --admin URL (every node)".into()
+        })?;
     }
     let trace = match &args.trace {
         Some(p) => Some(
-            trace::load(p, args.trace_format, args.seed)
-                .with_context(|| format!("cannot use trace {}", p.display()))?,
+            trace::load(p, args.trace_format, args.seed).map_err(|error| BenchError::Trace {
+                path: p.clone(),
+                error: Box::new(error),
+            })?,
         ),
         None => None,
     };
@@ -640,46 +713,43 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<BenchReport> {
     report.workers = ctx.workers.clone();
     if let Some(p) = &args.json {
         let bytes = serde_json::to_vec_pretty(&report)?;
-        std::fs::write(p, bytes).with_context(|| format!("cannot write {}", p.display()))?;
+        std::fs::write(p, bytes).map_err(|error| BenchError::Write {
+            path: p.clone(),
+            error,
+        })?;
     }
     Ok(report)
 }
 
 /// Refuses flags that cannot describe a run.
-fn validate(args: &BenchArgs) -> anyhow::Result<()> {
-    ensure!(
-        args.rate.is_finite() && args.rate > 0.0,
-        "--rate must be a positive number of requests per second"
-    );
-    ensure!(
-        args.speedup.is_finite() && args.speedup > 0.0,
-        "--speedup must be a positive number"
-    );
-    ensure!(
-        args.exponent.is_finite() && args.exponent >= 0.0,
-        "--exponent must be a number >= 0"
-    );
-    ensure!(
-        args.timeout_s.is_finite() && args.timeout_s > 0.0,
-        "--timeout-s must be a positive number of seconds"
-    );
+fn validate(args: &BenchArgs) -> Result<(), BenchError> {
+    ensure(args.rate.is_finite() && args.rate > 0.0, || {
+        "--rate must be a positive number of requests per second".into()
+    })?;
+    ensure(args.speedup.is_finite() && args.speedup > 0.0, || {
+        "--speedup must be a positive number".into()
+    })?;
+    ensure(args.exponent.is_finite() && args.exponent >= 0.0, || {
+        "--exponent must be a number >= 0".into()
+    })?;
+    ensure(args.timeout_s.is_finite() && args.timeout_s > 0.0, || {
+        "--timeout-s must be a positive number of seconds".into()
+    })?;
     if let Some(d) = args.duration_s {
-        ensure!(
-            d.is_finite() && d > 0.0,
-            "--duration-s must be a positive number of seconds"
-        );
+        ensure(d.is_finite() && d > 0.0, || {
+            "--duration-s must be a positive number of seconds".into()
+        })?;
     }
-    ensure!(args.max_outstanding >= 1, "--max-outstanding must be >= 1");
-    ensure!(args.repeat >= 1, "--repeat must be >= 1");
-    ensure!(
-        args.path.starts_with('/'),
-        "--path must start with / (got {:?})",
-        args.path
-    );
-    ensure!(
-        !args.targets.is_empty(),
-        "say where to send requests: --target URL (a node's front door)"
-    );
+    ensure(args.max_outstanding >= 1, || {
+        "--max-outstanding must be >= 1".into()
+    })?;
+    ensure(args.repeat >= 1, || "--repeat must be >= 1".into())?;
+    ensure(args.path.starts_with('/'), || {
+        format!("--path must start with / (got {:?})", args.path)
+    })?;
+    ensure(!args.targets.is_empty(), || {
+        "say where to send requests: --target URL (a node's front door)".into()
+    })?;
     Ok(())
 }
 
@@ -689,7 +759,7 @@ async fn connect(
     args: &BenchArgs,
     targets: Vec<String>,
     admins: Vec<String>,
-) -> anyhow::Result<(Arc<Ctx>, Admin)> {
+) -> Result<(Arc<Ctx>, Admin), BenchError> {
     let timeout = Duration::from_secs_f64(args.timeout_s);
     let client: HttpClient = Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(args.max_outstanding)
@@ -738,7 +808,7 @@ fn schedule(
     args: &BenchArgs,
     ctx: &Ctx,
     trace: Option<&trace::Trace>,
-) -> anyhow::Result<(Vec<Planned>, String, String)> {
+) -> Result<(Vec<Planned>, String, String), BenchError> {
     let mut rng = StdRng::seed_from_u64(args.seed);
     let n_targets = ctx.targets.len();
     let target = |i: usize, rng: &mut StdRng| match args.spread {
@@ -749,7 +819,7 @@ fn schedule(
     let mut plan = Vec::new();
     match trace {
         Some(trace) => {
-            ensure!(!trace.is_empty(), "the trace has no invocations");
+            ensure(!trace.is_empty(), || "the trace has no invocations".into())?;
             let by_name = trace.workers.iter().all(|w| ctx.workers.contains(w));
             let map: Vec<usize> = trace
                 .workers
@@ -863,7 +933,7 @@ async fn open_loop(
     args: &BenchArgs,
     ctx: &Arc<Ctx>,
     plan: Vec<Planned>,
-) -> anyhow::Result<BenchReport> {
+) -> Result<BenchReport, BenchError> {
     let mut report = BenchReport {
         planned: plan.len() as u64,
         ..BenchReport::default()
@@ -913,8 +983,11 @@ async fn open_loop(
 
 /// The `--cold` run: `repeat` × (evict everywhere, one request), then
 /// `repeat` warm requests.
-async fn cold_run(args: &BenchArgs, ctx: &Ctx, admin: &Admin) -> anyhow::Result<BenchReport> {
-    let id = ctx.workers.first().context("--cold needs --worker ID")?;
+async fn cold_run(args: &BenchArgs, ctx: &Ctx, admin: &Admin) -> Result<BenchReport, BenchError> {
+    let id = ctx
+        .workers
+        .first()
+        .ok_or_else(|| BenchError::Usage("--cold needs --worker ID".into()))?;
     let mut report = BenchReport {
         mode: "cold".into(),
         description: format!(
@@ -935,7 +1008,10 @@ async fn cold_run(args: &BenchArgs, ctx: &Ctx, admin: &Admin) -> anyhow::Result<
             admin
                 .evict_everywhere(id)
                 .await
-                .with_context(|| format!("cannot evict {id}"))?;
+                .map_err(|error| BenchError::Evict {
+                    id: id.clone(),
+                    error: Box::new(error),
+                })?;
         }
         let o = ctx.send(0, i % ctx.targets.len()).await;
         match tally(&mut report, &o) {
