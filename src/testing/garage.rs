@@ -114,7 +114,7 @@ api_bind_addr = "{admin}"
             dir,
         };
         g.spawn()?;
-        // The node's ID, once it answers.
+        // The node's ID.
         let deadline = Instant::now() + Duration::from_secs(30);
         let node = loop {
             if let Ok(out) = g.cli(&["node", "id", "-q"]) {
@@ -131,8 +131,18 @@ api_bind_addr = "{admin}"
             }
             std::thread::sleep(Duration::from_millis(50));
         };
+        // `node id` reads the node's key from disk, so it answers before the
+        // server listens: wait for its RPC port too, and retry the first
+        // command that needs the server until it takes.
+        wait_port(rpc, deadline)?;
         let short = &node[..node.len().min(16)];
-        g.cli(&["layout", "assign", "-z", "dc1", "-c", "1G", short])?;
+        loop {
+            match g.cli(&["layout", "assign", "-z", "dc1", "-c", "1G", short]) {
+                Ok(_) => break,
+                Err(e) if Instant::now() > deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
         g.cli(&["layout", "apply", "--version", "1"])?;
         g.cli(&["bucket", "create", BUCKET])?;
         g.cli(&[
@@ -188,14 +198,7 @@ api_bind_addr = "{admin}"
 
     /// Waits until the S3 port accepts connections.
     fn wait_s3(&self) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(self.s3).is_err() {
-            if Instant::now() > deadline {
-                bail!("garage's S3 API did not open within 30 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(())
+        wait_port(self.s3, Instant::now() + Duration::from_secs(30))
     }
 
     fn log(&self) -> PathBuf {
@@ -266,6 +269,17 @@ impl Drop for Garage {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Waits until `addr` accepts TCP connections, until `deadline`.
+fn wait_port(addr: SocketAddr, deadline: Instant) -> anyhow::Result<()> {
+    while std::net::TcpStream::connect(addr).is_err() {
+        if Instant::now() > deadline {
+            bail!("garage did not open {addr} within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
 }
 
 fn free_port() -> anyhow::Result<SocketAddr> {
