@@ -19,13 +19,10 @@ use http_body_util::BodyExt;
 use hearth::cluster::ClusterConfig;
 use hearth::runtime::{Plan, body};
 use hearth::testing::{Garage, TestCluster};
+use hearth_report::latency::Distribution;
+use hearth_report::table::Table;
 
 const REDEPLOYS: usize = 100;
-
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
-}
 
 fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -95,24 +92,21 @@ async fn run() -> anyhow::Result<()> {
             }
         }
     }
-    acks.sort_by(f64::total_cmp);
-    deploys.sort_by(f64::total_cmp);
+    let (acks_d, deploys_d) = (Distribution::of(&acks), Distribution::of(&deploys));
     println!("redeploy propagation, 3 nodes, store: {store}, {REDEPLOYS} redeploys");
-    println!("{:<44} {:>8} {:>8} {:>8}", "", "p50 ms", "p99 ms", "max ms");
-    println!(
-        "{:<44} {:>8.2} {:>8.2} {:>8.2}",
-        "store write -> member dropped its copy",
-        pct(&acks, 0.5),
-        pct(&acks, 0.99),
-        acks.last().copied().unwrap_or(0.0)
-    );
-    println!(
-        "{:<44} {:>8.2} {:>8.2} {:>8.2}",
-        "whole deploy (compile, store, announce)",
-        pct(&deploys, 0.5),
-        pct(&deploys, 0.99),
-        deploys.last().copied().unwrap_or(0.0)
-    );
+    let mut table = Table::new(["", "p50 ms", "p99 ms", "max ms"]);
+    for (what, d) in [
+        ("store write -> member dropped its copy", &acks_d),
+        ("whole deploy (compile, store, announce)", &deploys_d),
+    ] {
+        table.row([
+            what.to_string(),
+            format!("{:.2}", d.p50_ms),
+            format!("{:.2}", d.p99_ms),
+            format!("{:.2}", d.max_ms),
+        ]);
+    }
+    println!("{table}");
     println!(
         "member acknowledgements: {} of {}; stale answers after a deploy returned: {stale} of {}",
         acks.len(),
