@@ -25,11 +25,11 @@
 
 use http::{Method, StatusCode};
 
-use hearth_runtime::body::Body;
+use hearth_runtime::body::{self, Body};
 use hearth_runtime::{DeployError, Lifecycle, Manifest, Plan};
 
-use crate::http_util::{json, text};
 use crate::node::Node;
+use hearth_runtime::body::text_response as text;
 
 /// The largest upload accepted, raw (the plan limit applies compressed).
 pub const MAX_UPLOAD: usize = 64 << 20;
@@ -116,7 +116,7 @@ pub async fn handle(
                 Ok(m) => m,
                 Err(e) => return text(StatusCode::BAD_REQUEST, format!("{e}\n")),
             };
-            let bytes = match crate::http_util::read_limited(req.into_body(), MAX_UPLOAD).await {
+            let bytes = match read_limited(req.into_body(), MAX_UPLOAD).await {
                 Ok(b) => b,
                 Err(e) => return text(StatusCode::PAYLOAD_TOO_LARGE, format!("{e}\n")),
             };
@@ -327,6 +327,35 @@ fn query_param<'a>(uri: &'a http::Uri, name: &str) -> Option<&'a str> {
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A JSON response.
+fn json(status: http::StatusCode, value: &impl serde::Serialize) -> http::Response<Body> {
+    let bytes = serde_json::to_vec_pretty(value)
+        .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}").into_bytes());
+    let mut r = http::Response::new(body::full(bytes));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// Reads a whole body of at most `max` bytes.
+async fn read_limited(mut body: Body, max: usize) -> Result<Vec<u8>, String> {
+    use http_body_util::BodyExt;
+    let mut out = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| format!("reading the body failed: {e}"))?;
+        if let Ok(data) = frame.into_data() {
+            if out.len() + data.len() > max {
+                return Err(format!("body is over the limit of {max} bytes"));
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

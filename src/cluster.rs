@@ -1,4 +1,4 @@
-//! A local cluster: N real nodes in one process, each with its own runtime,
+//! A loopback cluster: N real nodes in one process, each with its own runtime,
 //! HTTP and HTTPS front doors, admin API, Cap'n Proto RPC listener (mTLS with a dev CA)
 //! and gossip membership, all on loopback and sharing one store directory.
 //! `hearth cluster`, `hearth demo` and [`crate::testing::TestCluster`] are
@@ -16,14 +16,14 @@ use tokio::sync::watch;
 use hearth_runtime::{Runtime, RuntimeConfig};
 use hearth_sharding::membership::{Membership, MembershipConfig};
 use hearth_sharding::overload::OverloadConfig;
-use hearth_sharding::ring::{Node as RingNode, NodeId};
+use hearth_sharding::ring::{Member, NodeId};
 use hearth_sharding::rpc::{RpcConfig, RpcNode, ServerHandle};
 use hearth_sharding::tls::{NodeTls, generate_dev_pki};
 
 use crate::config::{admin_token, runtime_config, store_secret};
 use crate::node::{ClusterLink, Node, spawn_listeners};
 
-/// How to start a [`LocalCluster`].
+/// How to start a [`LoopbackCluster`].
 #[derive(Clone)]
 pub struct ClusterConfig {
     /// Number of nodes.
@@ -87,7 +87,7 @@ pub struct JoinConfig {
     /// Gossip addresses of nodes to join through.
     pub seeds: Vec<SocketAddr>,
     /// Members that are always on the ring.
-    pub static_nodes: Vec<RingNode>,
+    pub static_nodes: Vec<Member>,
     /// This node's weight on the ring.
     pub weight: u32,
     /// The cluster's gossip key (datagrams without a valid MAC are dropped).
@@ -123,9 +123,9 @@ pub async fn join(node: Node, cfg: JoinConfig) -> anyhow::Result<Joined> {
         hearth_sharding::transport::identity_check(tls.client_config(), IDENTITY_CHECK_TIMEOUT);
     let mut rc = RpcConfig::new(tls);
     rc.overload = cfg.overload;
-    let rpc = RpcNode::start(rc, node.local_workers())?;
+    let rpc = RpcNode::start(rc, node.hosted_workers())?;
     let rpc_server = rpc.serve(cfg.rpc_listener)?;
-    let me = RingNode::new(NodeId::new(cfg.node_id.clone()), rpc_addr).with_weight(cfg.weight);
+    let me = Member::new(NodeId::new(cfg.node_id.clone()), rpc_addr).with_weight(cfg.weight);
     let mut mc = match cfg.gossip {
         Some(listen) => MembershipConfig::gossip(me, listen, cfg.seeds),
         None => MembershipConfig::fixed(me, Vec::new()),
@@ -149,7 +149,7 @@ pub async fn join(node: Node, cfg: JoinConfig) -> anyhow::Result<Joined> {
     })
 }
 
-/// One node of a [`LocalCluster`].
+/// One node of a [`LoopbackCluster`].
 pub struct ClusterNode {
     /// The node.
     pub node: Node,
@@ -175,7 +175,7 @@ impl ClusterNode {
 }
 
 /// N nodes on loopback in this process.
-pub struct LocalCluster {
+pub struct LoopbackCluster {
     nodes: Vec<ClusterNode>,
     token: Arc<str>,
     store: PathBuf,
@@ -193,7 +193,7 @@ fn node_name(i: usize) -> String {
     format!("node-{}", i + 1)
 }
 
-impl LocalCluster {
+impl LoopbackCluster {
     /// Starts the cluster and waits until every node sees every other.
     pub async fn start(cfg: ClusterConfig) -> anyhow::Result<Self> {
         anyhow::ensure!(cfg.nodes >= 1, "a cluster needs at least one node");
@@ -295,7 +295,7 @@ impl LocalCluster {
                     admin,
                 },
                 token.clone(),
-                crate::http_util::ServeLimits::default(),
+                crate::listener::ServeLimits::default(),
                 stop_rx,
             );
             nodes.push(ClusterNode {
@@ -310,7 +310,7 @@ impl LocalCluster {
                 tasks,
             });
         }
-        let cluster = LocalCluster {
+        let cluster = LoopbackCluster {
             nodes,
             token,
             store: cfg.store.clone(),

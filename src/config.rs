@@ -69,7 +69,7 @@ use std::sync::Arc;
 
 use hearth_runtime::{DirStore, Plan, PlanLimits, RuntimeConfig, S3Settings, S3Store, ScriptStore};
 
-use crate::http_util::ServeLimits;
+use crate::listener::ServeLimits;
 
 /// Partial plan limits from a config file.
 #[derive(Debug, Default, Deserialize)]

@@ -152,7 +152,7 @@ enum Command {
         #[arg(required = true)]
         nodes: Vec<String>,
     },
-    /// Start a local cluster of N nodes on loopback (one shared store) and
+    /// Start a cluster of N nodes on loopback (one shared store) and
     /// serve until interrupted.
     Cluster {
         /// Number of nodes.
@@ -287,7 +287,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         } => {
             let mut cfg = hearth::cluster::ClusterConfig::new(nodes, &store);
             cfg.base_port = base_port;
-            let cluster = hearth::cluster::LocalCluster::start(cfg).await?;
+            let cluster = hearth::cluster::LoopbackCluster::start(cfg).await?;
             println!("hearth cluster: {nodes} nodes, store {}", store.display());
             for c in cluster.nodes() {
                 let https = c
@@ -425,7 +425,7 @@ async fn serve(
                     .nodes
                     .iter()
                     .map(|n| {
-                        hearth::sharding::ring::Node::new(n.id.as_str(), n.rpc)
+                        hearth::sharding::ring::Member::new(n.id.as_str(), n.rpc)
                             .with_weight(n.weight)
                     })
                     .collect(),

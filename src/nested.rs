@@ -53,7 +53,7 @@ use hearth_sharding::context_stack::{
     TraceReporter, TrustLevel,
 };
 
-use crate::node::{ClusterLink, LocalNode, Node};
+use crate::node::{ClusterLink, Node, NodeState};
 
 /// Header with the callee's trust level (`untrusted`, `standard`,
 /// `platform`), set by the host on a nested request.
@@ -63,13 +63,13 @@ pub const TRUST_HEADER: &str = "x-hearth-trust";
 /// [`Node::new`] and [`Node::join`].
 pub(crate) struct NodeInvoker {
     /// Weak: the runtime (owned by the node) holds the invoker.
-    pub(crate) local: Weak<LocalNode>,
+    pub(crate) state: Weak<NodeState>,
     pub(crate) cluster: Option<Arc<ClusterLink>>,
 }
 
 impl Invoker for NodeInvoker {
     fn node_id(&self) -> String {
-        self.local
+        self.state
             .upgrade()
             .map(|l| l.id().to_string())
             .unwrap_or_default()
@@ -81,9 +81,9 @@ impl Invoker for NodeInvoker {
         mut req: http::Request<Body>,
     ) -> BoxFuture<'static, http::Response<Body>> {
         let node = self
-            .local
+            .state
             .upgrade()
-            .map(|local| Node::from_parts(local, self.cluster.clone()));
+            .map(|state| Node::from_parts(state, self.cluster.clone()));
         Box::pin(async move {
             let Some(node) = node else {
                 return hearth_runtime::body::text_response(

@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use hearth_runtime::body::Body;
 use hearth_runtime::{DeployReport, Runtime, error_response};
 use hearth_sharding::context_stack::ContextStack;
-use hearth_sharding::local::{LocalWorkers, PrewarmOutcome};
+use hearth_sharding::hosted_workers::{HostedWorkers, PrewarmOutcome};
 use hearth_sharding::ring::{NodeId, SharedRing};
 use hearth_sharding::routing::{Decision, Route, decide};
 use hearth_sharding::rpc::RpcNode;
@@ -22,9 +22,11 @@ use crate::prewarm::{At, PrewarmConfig, Prewarmer};
 pub const NODE_HEADER: &str = "x-hearth-node";
 pub use hearth_sharding::routing::ROUTE_HEADER;
 
-/// The node's own Workers: the runtime, stamped with this node's headers
-/// and counted. It is what the shard server and the lazy instance call.
-pub struct LocalNode {
+/// What every handle of a [`Node`] shares: its ID, runtime, metrics,
+/// prewarmer and, once joined, its RPC node and cluster link. Workers served
+/// here go through [`NodeState::serve_as`], stamped with this node's headers
+/// and counted.
+pub(crate) struct NodeState {
     id: String,
     runtime: Runtime,
     metrics: Metrics,
@@ -35,9 +37,9 @@ pub struct LocalNode {
     link: OnceLock<Arc<ClusterLink>>,
 }
 
-impl LocalNode {
+impl NodeState {
     /// This node's ID.
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         &self.id
     }
 
@@ -68,11 +70,12 @@ impl LocalNode {
     }
 }
 
-/// Served for the cluster layer: as a home (the shard server) or through a
-/// lazy instance handed back by a refusing home.
-struct Shared(Arc<LocalNode>);
+/// This node's Workers as the cluster layer runs them ([`HostedWorkers`]):
+/// as a home (the shard server) or through a lazy instance handed back by a
+/// refusing home.
+struct NodeWorkers(Arc<NodeState>);
 
-impl LocalWorkers for Shared {
+impl HostedWorkers for NodeWorkers {
     fn serve(
         &self,
         script_id: &str,
@@ -179,7 +182,7 @@ pub struct ClusterLink {
 /// One node. Cheap to clone.
 #[derive(Clone)]
 pub struct Node {
-    local: Arc<LocalNode>,
+    state: Arc<NodeState>,
     cluster: Option<Arc<ClusterLink>>,
 }
 
@@ -200,7 +203,7 @@ impl Node {
             metrics.prewarms.clone(),
         ));
         let node = Node {
-            local: Arc::new(LocalNode {
+            state: Arc::new(NodeState {
                 id: id.into(),
                 metrics,
                 prewarmer,
@@ -215,36 +218,36 @@ impl Node {
     }
 
     /// A node from its parts (for the nested-call invoker).
-    pub(crate) fn from_parts(local: Arc<LocalNode>, cluster: Option<Arc<ClusterLink>>) -> Self {
-        Node { local, cluster }
+    pub(crate) fn from_parts(state: Arc<NodeState>, cluster: Option<Arc<ClusterLink>>) -> Self {
+        Node { state, cluster }
     }
 
     /// Lets this node's Workers call Workers, routed as this node routes
     /// ([`crate::nested`]).
     fn install_invoker(&self) {
-        self.local
+        self.state
             .runtime
             .set_invoker(Arc::new(crate::nested::NodeInvoker {
-                local: Arc::downgrade(&self.local),
+                state: Arc::downgrade(&self.state),
                 cluster: self.cluster.clone(),
             }));
     }
 
     /// This node's Workers as the cluster layer sees them (pass to
     /// [`RpcNode::start`]).
-    pub fn local_workers(&self) -> Arc<dyn LocalWorkers> {
-        Arc::new(Shared(self.local.clone()))
+    pub fn hosted_workers(&self) -> Arc<dyn HostedWorkers> {
+        Arc::new(NodeWorkers(self.state.clone()))
     }
 
     /// Joins this node to a cluster: requests for Workers homed elsewhere
-    /// are forwarded through `rpc` (started with [`Node::local_workers`]).
+    /// are forwarded through `rpc` (started with [`Node::hosted_workers`]).
     pub fn join(mut self, link: ClusterLink, rpc: RpcNode) -> Self {
-        let _ = self.local.rpc.set(rpc);
-        self.local
+        let _ = self.state.rpc.set(rpc);
+        self.state
             .metrics
             .observe_ring(link.self_id.clone(), link.ring.clone());
         let link = Arc::new(link);
-        let _ = self.local.link.set(link.clone());
+        let _ = self.state.link.set(link.clone());
         self.cluster = Some(link);
         self.install_invoker();
         self
@@ -252,12 +255,12 @@ impl Node {
 
     /// This node's ID.
     pub fn id(&self) -> &str {
-        &self.local.id
+        &self.state.id
     }
 
     /// The node's runtime.
     pub fn runtime(&self) -> &Runtime {
-        &self.local.runtime
+        &self.state.runtime
     }
 
     /// The ring this node routes by now, in a cluster.
@@ -267,17 +270,17 @@ impl Node {
 
     /// The node's RPC layer, in a cluster.
     pub fn rpc(&self) -> Option<&RpcNode> {
-        self.local.rpc.get()
+        self.state.rpc.get()
     }
 
     /// The node's metrics.
     pub fn metrics(&self) -> &Metrics {
-        &self.local.metrics
+        &self.state.metrics
     }
 
     /// The node's prewarms and their counters.
     pub fn prewarmer(&self) -> &Arc<Prewarmer> {
-        &self.local.prewarmer
+        &self.state.prewarmer
     }
 
     /// Deploys `source` as `script_id` with `manifest` (see
@@ -293,7 +296,7 @@ impl Node {
         source: Vec<u8>,
     ) -> Result<NodeDeploy, hearth_runtime::DeployError> {
         let report = self
-            .local
+            .state
             .runtime
             .deploy(script_id, manifest, source)
             .await?;
@@ -308,12 +311,12 @@ impl Node {
     /// Tells every other ring member that `script_id` now has source
     /// `hash`, all at once.
     async fn announce(&self, script_id: &str, hash: &str) -> Announcement {
-        let (Some(cluster), Some(rpc)) = (&self.cluster, self.local.rpc.get()) else {
+        let (Some(cluster), Some(rpc)) = (&self.cluster, self.state.rpc.get()) else {
             return Announcement::default();
         };
         let ring = cluster.ring.load_full();
         let others: Vec<_> = ring
-            .nodes()
+            .members()
             .iter()
             .filter(|n| n.id != cluster.self_id)
             .collect();
@@ -344,13 +347,13 @@ impl Node {
     /// to drop its warm copy, so requests go to the home from the next one
     /// on. Standalone, there is nothing to hand back.
     pub async fn hand_back(&self, script_id: &str) -> Option<HandBack> {
-        let (cluster, rpc) = (self.cluster.as_ref()?, self.local.rpc.get()?);
+        let (cluster, rpc) = (self.cluster.as_ref()?, self.state.rpc.get()?);
         let ring = cluster.ring.load_full();
         let home = ring.home(script_id)?.clone();
         let home_prewarm = if home.id == cluster.self_id {
-            self.local.prewarmer.here(script_id).await
+            self.state.prewarmer.here(script_id).await
         } else {
-            self.local.prewarmer.at_home(rpc, &home, script_id).await
+            self.state.prewarmer.at_home(rpc, &home, script_id).await
         };
         let mut out = HandBack {
             script_id: script_id.to_string(),
@@ -359,11 +362,11 @@ impl Node {
             dropped: Vec::new(),
             failed: Vec::new(),
         };
-        if home.id != cluster.self_id && self.local.runtime.evict(script_id) {
+        if home.id != cluster.self_id && self.state.runtime.evict(script_id) {
             out.dropped.push(cluster.self_id.to_string());
         }
         let others = ring
-            .nodes()
+            .members()
             .iter()
             .filter(|n| n.id != cluster.self_id && n.id != home.id);
         let answers = futures::future::join_all(others.map(|member| async move {
@@ -387,7 +390,7 @@ impl Node {
     /// names (same rule as the Host header) where its request will be
     /// served, and returns at once. No SNI Worker, or prewarm off: nothing.
     pub fn prewarm_hint(&self, sni: &str) {
-        if !self.local.prewarmer.config().enabled {
+        if !self.state.prewarmer.config().enabled {
             return;
         }
         let Some(id) = script_id_from_host(sni) else {
@@ -403,11 +406,11 @@ impl Node {
     /// here (warm here, this node is its home, or no cluster) or at its
     /// home. Returns where, and what was done.
     pub async fn prewarm(&self, script_id: &str) -> (At, PrewarmOutcome) {
-        let prewarmer = &self.local.prewarmer;
-        let (Some(cluster), Some(rpc)) = (&self.cluster, self.local.rpc.get()) else {
+        let prewarmer = &self.state.prewarmer;
+        let (Some(cluster), Some(rpc)) = (&self.cluster, self.state.rpc.get()) else {
             return (At::Here, prewarmer.here(script_id).await);
         };
-        let warm = self.local.runtime.is_warm(script_id);
+        let warm = self.state.runtime.is_warm(script_id);
         let ring = cluster.ring.load();
         let home = ring.home(script_id);
         let home_id = home.map(|n| &n.id).unwrap_or(&cluster.self_id);
@@ -438,19 +441,19 @@ impl Node {
         if !context.frames().is_empty() {
             req.extensions_mut().insert(context.clone());
         }
-        let warm = self.local.runtime.is_warm(script_id);
-        let (Some(cluster), Some(rpc)) = (&self.cluster, self.local.rpc.get()) else {
+        let warm = self.state.runtime.is_warm(script_id);
+        let (Some(cluster), Some(rpc)) = (&self.cluster, self.state.rpc.get()) else {
             let route = if warm { Route::Local } else { Route::Home };
-            return self.local.serve_as(script_id, req, route).await;
+            return self.state.serve_as(script_id, req, route).await;
         };
         let ring = cluster.ring.load();
         let home = ring.home(script_id);
         let home_id = home.map(|n| &n.id).unwrap_or(&cluster.self_id);
         match decide(&cluster.self_id, home_id, warm) {
-            Decision::Serve(route) => self.local.serve_as(script_id, req, route).await,
+            Decision::Serve(route) => self.state.serve_as(script_id, req, route).await,
             Decision::Forward(_) => {
                 let Some(home) = home else {
-                    return self.local.serve_as(script_id, req, Route::Home).await;
+                    return self.state.serve_as(script_id, req, Route::Home).await;
                 };
                 let f = rpc.forward(home, script_id, context, req).await;
                 let route = f.route();
@@ -463,9 +466,9 @@ impl Node {
                     .to_string();
                 // A fallback was already counted when it was served here.
                 if route == Route::Sharded {
-                    self.local.metrics.record(route.as_str(), &start);
+                    self.state.metrics.record(route.as_str(), &start);
                 }
-                self.local.metrics.hop_latency.observe(f.hop.as_secs_f64());
+                self.state.metrics.hop_latency.observe(f.hop.as_secs_f64());
                 let h = resp.headers_mut();
                 h.insert(ROUTE_HEADER, route.header_value());
                 let timing = h
@@ -527,7 +530,7 @@ pub fn spawn_listeners(
     node: &Node,
     listeners: Listeners,
     token: Arc<str>,
-    limits: crate::http_util::ServeLimits,
+    limits: crate::listener::ServeLimits,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -537,11 +540,11 @@ pub fn spawn_listeners(
     // forwards and Workers run too (see `RpcNode::run_on_thread`).
     let runner = node.rpc().map(|rpc| {
         let rpc = rpc.clone();
-        Arc::new(move |work| rpc.run_on_thread(work)) as crate::http_util::Runner
+        Arc::new(move |work| rpc.run_on_thread(work)) as crate::listener::Runner
     });
     let front = |listener, tls| {
         let n = node.clone();
-        tokio::spawn(crate::http_util::serve(
+        tokio::spawn(crate::listener::serve(
             listener,
             limits,
             move |req, _| {
@@ -556,7 +559,7 @@ pub fn spawn_listeners(
     let mut tasks = vec![front(listeners.http, None)];
     if let Some((listener, door)) = listeners.https {
         let n = node.clone();
-        let tls = crate::http_util::TlsListener {
+        let tls = crate::listener::TlsListener {
             door,
             // Prewarms run on this (multi-threaded) runtime, not on the RPC
             // thread doing the handshake: they overlap it instead of
@@ -572,7 +575,7 @@ pub fn spawn_listeners(
         tasks.push(front(listener, Some(tls)));
     }
     let n = node.clone();
-    tasks.push(tokio::spawn(crate::http_util::serve(
+    tasks.push(tokio::spawn(crate::listener::serve(
         listeners.admin,
         limits,
         move |req, _| {
@@ -607,7 +610,7 @@ pub fn request_host<B>(req: &http::Request<B>) -> Option<String> {
 pub async fn front_door(node: Node, req: http::Request<Body>) -> http::Response<Body> {
     let mut resp = match request_host(&req).as_deref().and_then(script_id_from_host) {
         Some(id) => node.handle(&id, req).await,
-        None => crate::http_util::text(
+        None => hearth_runtime::body::text_response(
             http::StatusCode::NOT_FOUND,
             "no Worker named: address a Worker as http://<script-id>.<domain>/ (e.g. hello.localhost)\n",
         ),

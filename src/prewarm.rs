@@ -38,8 +38,8 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use hearth_runtime::{Prewarm, Runtime};
-use hearth_sharding::local::PrewarmOutcome;
-use hearth_sharding::ring::Node as RingNode;
+use hearth_sharding::hosted_workers::PrewarmOutcome;
+use hearth_sharding::ring::Member;
 use hearth_sharding::rpc::RpcNode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -219,7 +219,7 @@ impl Prewarmer {
     pub async fn at_home(
         self: &Arc<Self>,
         rpc: &RpcNode,
-        home: &RingNode,
+        home: &Member,
         script_id: &str,
     ) -> PrewarmOutcome {
         let Some(_ticket) = self.admit(At::Home, script_id) else {

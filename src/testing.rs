@@ -31,7 +31,7 @@ use hyper_util::rt::TokioExecutor;
 use hearth_runtime::{DeployReport, Plan, StatsSnapshot};
 use hearth_sharding::rpc::RpcStats;
 
-use crate::cluster::{ClusterConfig, LocalCluster};
+use crate::cluster::{ClusterConfig, LoopbackCluster};
 
 mod garage;
 pub use garage::Garage;
@@ -76,7 +76,7 @@ impl TestResponse {
 }
 
 /// An HTTPS client for tests and tools: trusts one CA (a cluster's
-/// development CA, [`LocalCluster::tls_ca`]), opens a fresh TLS connection
+/// development CA, [`LoopbackCluster::tls_ca`]), opens a fresh TLS connection
 /// per call, and speaks HTTP/2 or HTTP/1.1 as asked (by ALPN).
 #[derive(Clone)]
 pub struct HttpsClient {
@@ -213,22 +213,22 @@ pub struct NodeStats {
     pub rpc: RpcStats,
 }
 
-/// A cluster of real nodes for tests; derefs to [`LocalCluster`].
+/// A cluster of real nodes for tests; derefs to [`LoopbackCluster`].
 pub struct TestCluster {
-    cluster: LocalCluster,
+    cluster: LoopbackCluster,
     client: Client<HttpConnector, http_body_util::Full<Bytes>>,
     _dir: Option<tempfile::TempDir>,
 }
 
 impl Deref for TestCluster {
-    type Target = LocalCluster;
-    fn deref(&self) -> &LocalCluster {
+    type Target = LoopbackCluster;
+    fn deref(&self) -> &LoopbackCluster {
         &self.cluster
     }
 }
 
 impl DerefMut for TestCluster {
-    fn deref_mut(&mut self) -> &mut LocalCluster {
+    fn deref_mut(&mut self) -> &mut LoopbackCluster {
         &mut self.cluster
     }
 }
@@ -246,7 +246,7 @@ impl TestCluster {
         cfg: ClusterConfig,
         dir: Option<tempfile::TempDir>,
     ) -> anyhow::Result<Self> {
-        let cluster = LocalCluster::start(cfg).await?;
+        let cluster = LoopbackCluster::start(cfg).await?;
         Ok(TestCluster {
             cluster,
             client: Client::builder(TokioExecutor::new()).build_http(),

@@ -330,7 +330,7 @@ mod processes {
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
 
-    use hearth::sharding::ring::{Node, Ring, RingConfig};
+    use hearth::sharding::ring::{Member, Ring, RingConfig};
     use hearth::testing::Garage;
 
     const BIN: &str = env!("CARGO_BIN_EXE_hearth");
@@ -509,7 +509,7 @@ mod processes {
         // Two Workers homed on each node.
         let ring = Ring::new(
             (0..3).map(|i| {
-                Node::new(
+                Member::new(
                     format!("node-{}", i + 1),
                     SocketAddr::from(([127, 0, 0, 1], ports[i].rpc)),
                 )

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hearth::sharding::ring::{Node, Ring, RingConfig};
+use hearth::sharding::ring::{Member, Ring, RingConfig};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hearth");
 
@@ -96,7 +96,7 @@ fn two_serve_processes_shard_and_drain() {
     // Pick a script ID homed at node-2, so a request to node-1 is sharded.
     let ring = Ring::new(
         (0..2).map(|i| {
-            Node::new(
+            Member::new(
                 format!("node-{}", i + 1),
                 SocketAddr::from(([127, 0, 0, 1], ports[i].2)),
             )

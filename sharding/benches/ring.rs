@@ -17,16 +17,16 @@ use std::hint::black_box;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use hearth_sharding::ring::{DEFAULT_VNODES, Node, Ring, RingConfig, key_position};
+use hearth_sharding::ring::{DEFAULT_VNODES, Member, Ring, RingConfig, key_position};
 
 const LOOKUP_KEYS: usize = 1 << 16;
 const LOOKUP_ROUNDS: usize = 32;
 const BALANCE_KEYS: usize = 1_000_000;
 
-fn nodes(n: usize) -> Vec<Node> {
+fn nodes(n: usize) -> Vec<Member> {
     let addr: SocketAddr = ([127, 0, 0, 1], 7000).into();
     (0..n)
-        .map(|i| Node::new(format!("node-{i}"), addr))
+        .map(|i| Member::new(format!("node-{i}"), addr))
         .collect()
 }
 
@@ -101,7 +101,7 @@ fn lookups() {
     for n in [3usize, 30, 300] {
         let r = ring(n, DEFAULT_VNODES);
         let node_hashes: Vec<u64> = r
-            .nodes()
+            .members()
             .iter()
             .map(|n| key_position(n.id.as_str()))
             .collect();
@@ -210,7 +210,7 @@ fn spread() {
     for vnodes in [1024u32, 2048, 3072, 4096] {
         let mut maxima: Vec<f64> = (0..TRIALS)
             .map(|t| {
-                let members = (0..N).map(|i| Node::new(format!("dc{t}-host{i}"), addr));
+                let members = (0..N).map(|i| Member::new(format!("dc{t}-host{i}"), addr));
                 let r = match Ring::new(members, RingConfig::with_vnodes(vnodes)) {
                     Ok(r) => r,
                     Err(e) => panic!("bench ring: {e}"),

@@ -30,8 +30,8 @@ use http_body::Frame;
 use http_body_util::BodyExt;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::hosted_workers::{Body, BoxError};
 use crate::http_wire::{self, HeadError};
-use crate::local::{Body, BoxError};
 use crate::schema::hearth_capnp::{byte_stream, response_sink};
 
 /// Largest chunk sent in one `write` call.
@@ -345,7 +345,7 @@ pub(crate) fn relayable<B>(
     if http_wire::response_head_size(&parts) > http_wire::MAX_HEAD_BYTES
         || parts.headers.len() > http_wire::MAX_HEADERS
     {
-        let (parts, body) = crate::local_fetch::error_response(
+        let (parts, body) = crate::worker_fetch::error_response(
             http::StatusCode::BAD_GATEWAY,
             "502 Bad Gateway: the Worker's response head is too large to relay",
         )

@@ -31,7 +31,7 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Body as _, Frame};
 use http_body_util::BodyExt as _;
 
-use crate::local::{Body, BoxError};
+use crate::hosted_workers::{Body, BoxError};
 
 /// The largest body carried inside a call or its return.
 pub const MAX_INLINE_BODY_BYTES: usize = 64 * 1024;

@@ -9,7 +9,7 @@
 //! the shard client recognises it
 //! ([`capnp_rpc::CapabilityServerSet::get_local_server_of_resolved`]) and
 //! *takes the request back* (`LazyInstance::take_back`): it serves the
-//! request through [`crate::local::LocalWorkers::serve`], which cold-starts
+//! request through [`crate::hosted_workers::HostedWorkers::serve`], which cold-starts
 //! the Worker here, with the full original body (the bytes it had sent
 //! speculatively, from the copy it kept, then the rest).
 //!
@@ -37,10 +37,10 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use crate::context_stack::ContextStack;
-use crate::local::Body;
-use crate::local_fetch::{WorkerHost, serve_fetch};
+use crate::hosted_workers::Body;
 use crate::overload::OverloadGate;
 use crate::schema::hearth_capnp::worker;
+use crate::worker_fetch::{WorkerHost, serve_fetch};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -144,10 +144,10 @@ impl worker::Server for LazyInstance {
                 State::Released => break,
             }
         }
-        let local = &self.host.local;
+        let workers = &self.host.workers;
         let permit = self
             .gate
-            .try_admit(&self.script_id, || local.can_host(&self.script_id))
+            .try_admit(&self.script_id, || workers.can_host(&self.script_id))
             .map_err(|reason| {
                 capnp::Error::overloaded(format!("this node does not admit the request ({reason})"))
             })?;
@@ -174,14 +174,14 @@ mod tests {
 
     use super::*;
     use crate::byte_stream::ResponseSinkServer;
-    use crate::local::LocalWorkers;
-    use crate::local_fetch::full_body;
+    use crate::hosted_workers::HostedWorkers;
     use crate::overload::OverloadConfig;
+    use crate::worker_fetch::full_body;
 
     #[derive(Default)]
     struct Counting(AtomicUsize);
 
-    impl LocalWorkers for Counting {
+    impl HostedWorkers for Counting {
         fn serve(
             &self,
             _script_id: &str,
@@ -218,7 +218,7 @@ mod tests {
             .run_until(async {
                 let workers = Arc::new(Counting::default());
                 let host = WorkerHost {
-                    local: workers.clone(),
+                    workers: workers.clone(),
                 };
                 let gate = OverloadGate::new(OverloadConfig {
                     max_in_flight_per_worker: 1,

@@ -104,7 +104,7 @@ use tokio_util::time::DelayQueue;
 use tokio_util::time::delay_queue::Expired;
 
 use crate::ring::{
-    Node, NodeId, Ring, RingConfig, RingError, SharedRing, rehomed_fraction, sample_keys,
+    Member, NodeId, Ring, RingConfig, RingError, SharedRing, rehomed_fraction, sample_keys,
 };
 
 /// Size of the synthetic key sample used to log re-homed fractions.
@@ -128,12 +128,12 @@ pub const IDENTITY_RETRY: Duration = Duration::from_secs(2);
 pub struct IdentityCheck(Arc<IdentityCheckFn>);
 
 type IdentityCheckFn =
-    dyn Fn(Node) -> futures::future::BoxFuture<'static, Result<(), String>> + Send + Sync;
+    dyn Fn(Member) -> futures::future::BoxFuture<'static, Result<(), String>> + Send + Sync;
 
 impl IdentityCheck {
     /// Wraps a check.
     pub fn new(
-        check: impl Fn(Node) -> futures::future::BoxFuture<'static, Result<(), String>>
+        check: impl Fn(Member) -> futures::future::BoxFuture<'static, Result<(), String>>
         + Send
         + Sync
         + 'static,
@@ -152,10 +152,10 @@ impl std::fmt::Debug for IdentityCheck {
 #[derive(Clone, Debug)]
 pub struct MembershipConfig {
     /// This node: its ID, RPC address and weight.
-    pub node: Node,
+    pub node: Member,
     /// Nodes that are always members (no failure detection). An entry with
     /// this node's own ID is ignored.
-    pub static_nodes: Vec<Node>,
+    pub static_nodes: Vec<Member>,
     /// Gossip with the other nodes; `None` for a static cluster.
     pub gossip: Option<GossipConfig>,
     /// Ring layout; must be the same on every node.
@@ -165,7 +165,7 @@ pub struct MembershipConfig {
 impl MembershipConfig {
     /// A node with gossip on `listen`, joining through `seeds`, default
     /// timing and ring.
-    pub fn gossip(node: Node, listen: SocketAddr, seeds: Vec<SocketAddr>) -> Self {
+    pub fn gossip(node: Member, listen: SocketAddr, seeds: Vec<SocketAddr>) -> Self {
         Self {
             node,
             static_nodes: Vec::new(),
@@ -181,7 +181,7 @@ impl MembershipConfig {
     }
 
     /// A static cluster: `node` plus `static_nodes`, no gossip.
-    pub fn fixed(node: Node, static_nodes: Vec<Node>) -> Self {
+    pub fn fixed(node: Member, static_nodes: Vec<Member>) -> Self {
         Self {
             node,
             static_nodes,
@@ -369,7 +369,7 @@ impl GossipCounters {
 
 /// A running node's view of the cluster. See the module docs.
 pub struct Membership {
-    local: NodeId,
+    self_id: NodeId,
     gossip_addr: Option<SocketAddr>,
     counters: GossipCounters,
     ring: SharedRing,
@@ -381,7 +381,7 @@ pub struct Membership {
 impl std::fmt::Debug for Membership {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Membership")
-            .field("local", &self.local)
+            .field("self_id", &self.self_id)
             .field("gossip_addr", &self.gossip_addr)
             .field("members", &self.ring.load().len())
             .finish()
@@ -404,7 +404,7 @@ impl Membership {
             gossip,
             ring: ring_config,
         } = config;
-        let statics: Vec<Node> = static_nodes
+        let statics: Vec<Member> = static_nodes
             .into_iter()
             .filter(|n| n.id != node.id)
             .collect();
@@ -415,9 +415,9 @@ impl Membership {
         let shared = SharedRing::new(initial.clone());
         let (updates_tx, updates) = watch::channel(initial);
         let (commands, command_rx) = mpsc::unbounded_channel();
-        let local = node.id.clone();
+        let self_id = node.id.clone();
         let view = View {
-            local: node,
+            me: node,
             statics,
             draining: false,
             config: ring_config,
@@ -435,7 +435,7 @@ impl Membership {
             }
         };
         Ok(Self {
-            local,
+            self_id,
             gossip_addr,
             counters,
             ring: shared,
@@ -456,8 +456,8 @@ impl Membership {
     }
 
     /// This node's ID.
-    pub fn local_id(&self) -> &NodeId {
-        &self.local
+    pub fn self_id(&self) -> &NodeId {
+        &self.self_id
     }
 
     /// The gossip address peers use for this node (with the real port if the
@@ -510,8 +510,8 @@ impl Drop for Membership {
 
 /// The live set and the ring derived from it.
 struct View {
-    local: Node,
-    statics: Vec<Node>,
+    me: Member,
+    statics: Vec<Member>,
     draining: bool,
     config: RingConfig,
     shared: SharedRing,
@@ -522,17 +522,17 @@ struct View {
 impl View {
     /// Recomputes the live set from the gossip members (those allowed on the
     /// ring) and, if it changed, builds, publishes and logs the new ring.
-    fn rebuild<'a>(&self, gossip_members: impl Iterator<Item = &'a Member>) {
-        let mut live: BTreeMap<NodeId, Node> = self
+    fn rebuild<'a>(&self, gossip_members: impl Iterator<Item = &'a GossipIdentity>) {
+        let mut live: BTreeMap<NodeId, Member> = self
             .statics
             .iter()
             .map(|n| (n.id.clone(), n.clone()))
             .collect();
         // Two gossip identities claiming one node ID (misconfiguration):
         // every node keeps the same one, the newest generation.
-        let mut gossiped: BTreeMap<&NodeId, &Member> = BTreeMap::new();
+        let mut gossiped: BTreeMap<&NodeId, &GossipIdentity> = BTreeMap::new();
         for member in gossip_members {
-            if member.draining || member.id == self.local.id {
+            if member.draining || member.id == self.me.id {
                 continue;
             }
             if member.weight == 0 || member.weight > MAX_GOSSIP_WEIGHT {
@@ -551,14 +551,14 @@ impl View {
             }
         }
         for member in gossiped.into_values() {
-            live.insert(member.id.clone(), member.node());
+            live.insert(member.id.clone(), member.ring_member());
         }
         if !self.draining {
-            live.insert(self.local.id.clone(), self.local.clone());
+            live.insert(self.me.id.clone(), self.me.clone());
         }
 
         let old = self.shared.load_full();
-        if live.values().eq(old.nodes()) {
+        if live.values().eq(old.members()) {
             return;
         }
         let ring = match Ring::new(live.into_values(), self.config) {
@@ -569,26 +569,26 @@ impl View {
             }
         };
         let added: Vec<&NodeId> = ring
-            .nodes()
+            .members()
             .iter()
             .filter(|n| !old.contains(&n.id))
             .map(|n| &n.id)
             .collect();
         let removed: Vec<&NodeId> = old
-            .nodes()
+            .members()
             .iter()
             .filter(|n| !ring.contains(&n.id))
             .map(|n| &n.id)
             .collect();
         let changed: Vec<&NodeId> = ring
-            .nodes()
+            .members()
             .iter()
             .filter(|n| old.get(&n.id).is_some_and(|o| o != *n))
             .map(|n| &n.id)
             .collect();
         let fraction = rehomed_fraction(&old, &ring, &self.sample);
         tracing::info!(
-            node = %self.local.id,
+            node = %self.me.id,
             members = ring.len(),
             ?added,
             ?removed,
@@ -620,9 +620,9 @@ async fn run_static(mut view: View, mut commands: mpsc::UnboundedReceiver<Comman
 
 /// A gossip identity: who a member is, how to reach it, and its state.
 /// Foca treats identities with the same gossip address as one member and
-/// keeps the one with the higher [`Member::precedence`].
+/// keeps the one with the higher [`GossipIdentity::precedence`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-struct Member {
+struct GossipIdentity {
     gossip: SocketAddr,
     generation: u64,
     draining: bool,
@@ -631,7 +631,7 @@ struct Member {
     weight: u32,
 }
 
-impl Member {
+impl GossipIdentity {
     /// Newer generation wins; within one, draining wins; the rest only makes
     /// the order total so every node picks the same.
     fn precedence(&self) -> (u64, bool, &NodeId, SocketAddr, u32, SocketAddr) {
@@ -645,8 +645,8 @@ impl Member {
         )
     }
 
-    fn node(&self) -> Node {
-        Node {
+    fn ring_member(&self) -> Member {
+        Member {
             id: self.id.clone(),
             rpc_addr: self.rpc,
             weight: self.weight,
@@ -667,7 +667,7 @@ impl Member {
     }
 }
 
-impl foca::Identity for Member {
+impl foca::Identity for GossipIdentity {
     type Addr = SocketAddr;
 
     fn renew(&self) -> Option<Self> {
@@ -690,10 +690,10 @@ impl foca::Identity for Member {
 /// same instant are handed to foca in the order it asked for them.
 struct Due {
     seq: u64,
-    timer: Timer<Member>,
+    timer: Timer<GossipIdentity>,
 }
 
-type Swim = Foca<Member, PostcardCodec, StdRng, NoCustomBroadcast>;
+type Swim = Foca<GossipIdentity, PostcardCodec, StdRng, NoCustomBroadcast>;
 
 /// Drives foca: one task owns the SWIM state machine, the socket and the
 /// timers, so events are handled strictly one at a time and in order.
@@ -706,9 +706,9 @@ type Swim = Foca<Member, PostcardCodec, StdRng, NoCustomBroadcast>;
 /// asked for is carried out ([`Driver::flush`]).
 struct Driver {
     view: View,
-    me: Member,
+    me: GossipIdentity,
     foca: Swim,
-    out: AccumulatingRuntime<Member>,
+    out: AccumulatingRuntime<GossipIdentity>,
     socket: UdpSocket,
     /// foca's timers, by due time.
     timers: DelayQueue<Due>,
@@ -743,7 +743,7 @@ enum Identity {
 
 /// The result of one identity check.
 struct Verdict {
-    node: Node,
+    node: Member,
     result: Result<(), String>,
 }
 
@@ -776,9 +776,9 @@ impl Driver {
             verify,
         } = gossip;
         timing.validate()?;
-        if view.local.weight > MAX_GOSSIP_WEIGHT {
+        if view.me.weight > MAX_GOSSIP_WEIGHT {
             return Err(MembershipError::WeightTooLarge {
-                weight: view.local.weight,
+                weight: view.me.weight,
                 max: MAX_GOSSIP_WEIGHT,
             });
         }
@@ -794,13 +794,13 @@ impl Driver {
         let generation = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        let me = Member {
+        let me = GossipIdentity {
             gossip: gossip_addr,
             generation,
             draining: false,
-            id: view.local.id.clone(),
-            rpc: view.local.rpc_addr,
-            weight: view.local.weight,
+            id: view.me.id.clone(),
+            rpc: view.me.rpc_addr,
+            weight: view.me.weight,
         };
         let rng: StdRng = rand::make_rng();
         let foca = Foca::new(me.clone(), timing.foca_config(), rng, PostcardCodec);
@@ -965,7 +965,9 @@ impl Driver {
         }
         if self.foca.num_members() == 0 {
             for seed in &self.seeds {
-                let sent = self.foca.announce(Member::seed(*seed), &mut self.out);
+                let sent = self
+                    .foca
+                    .announce(GossipIdentity::seed(*seed), &mut self.out);
                 log_foca("announce", sent);
             }
         }
@@ -1066,7 +1068,7 @@ impl Driver {
                 Some(Identity::Refused { retry_at }) if *retry_at > now => {}
                 _ => {
                     self.identities.insert(key, Identity::Checking);
-                    let node = member.node();
+                    let node = member.ring_member();
                     let check = (verify.0)(node.clone());
                     let verdicts = self.verdicts_tx.clone();
                     tokio::spawn(async move {

@@ -11,7 +11,7 @@
 //! * that Worker has fewer than [`OverloadConfig::max_in_flight_per_worker`]
 //!   in flight, and
 //! * the node can host the Worker without evicting busier ones
-//!   ([`crate::local::LocalWorkers::can_host`]).
+//!   ([`crate::hosted_workers::HostedWorkers::can_host`]).
 //!
 //! Otherwise it refuses by handing the caller's own lazy capability back
 //! (see [`crate::shard_server`]); the caller then serves the request itself

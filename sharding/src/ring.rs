@@ -51,9 +51,9 @@
 //! # Example
 //!
 //! ```
-//! use hearth_sharding::ring::{Node, Ring, RingConfig};
+//! use hearth_sharding::ring::{Member, Ring, RingConfig};
 //!
-//! let nodes = ["a", "b", "c"].map(|id| Node::new(id, "127.0.0.1:7000".parse().unwrap()));
+//! let nodes = ["a", "b", "c"].map(|id| Member::new(id, "127.0.0.1:7000".parse().unwrap()));
 //! let ring = Ring::new(nodes, RingConfig::default()).unwrap();
 //! let home = ring.home("my-worker").unwrap();
 //! let fallback = ring.successors("my-worker", 2);
@@ -138,9 +138,11 @@ impl AsRef<str> for NodeId {
     }
 }
 
-/// A member of the cluster as the ring and the shard client see it.
+/// A member of the cluster as the ring and the shard client see it: an ID,
+/// an RPC address and a weight (the node itself, front door and runtime, is
+/// `hearth::node::Node`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Node {
+pub struct Member {
     /// Stable identity; the node's ring points are derived from it.
     pub id: NodeId,
     /// Where its shard server (Cap'n Proto RPC) listens.
@@ -155,8 +157,8 @@ fn default_weight() -> u32 {
     1
 }
 
-impl Node {
-    /// A node of weight 1.
+impl Member {
+    /// A member of weight 1.
     pub fn new(id: impl Into<NodeId>, rpc_addr: SocketAddr) -> Self {
         Self {
             id: id.into(),
@@ -165,7 +167,7 @@ impl Node {
         }
     }
 
-    /// The same node with another weight.
+    /// The same member with another weight.
     pub fn with_weight(mut self, weight: u32) -> Self {
         self.weight = weight;
         self
@@ -231,7 +233,7 @@ pub fn key_position(script_id: &str) -> u64 {
 pub struct Ring {
     config: RingConfig,
     /// Sorted by ID, so the layout does not depend on insertion order.
-    nodes: Vec<Node>,
+    nodes: Vec<Member>,
     /// Point positions, ascending.
     points: Vec<u64>,
     /// `owners[i]` is the index in `nodes` of the owner of `points[i]`.
@@ -261,13 +263,13 @@ impl Ring {
     /// Builds the ring for a membership snapshot. The order of `nodes` does
     /// not matter.
     pub fn new(
-        nodes: impl IntoIterator<Item = Node>,
+        nodes: impl IntoIterator<Item = Member>,
         config: RingConfig,
     ) -> Result<Self, RingError> {
         if config.vnodes == 0 {
             return Err(RingError::ZeroVnodes);
         }
-        let mut nodes: Vec<Node> = nodes.into_iter().collect();
+        let mut nodes: Vec<Member> = nodes.into_iter().collect();
         nodes.sort_by(|a, b| a.id.cmp(&b.id));
         let mut total: u64 = 0;
         for (i, node) in nodes.iter().enumerate() {
@@ -341,13 +343,13 @@ impl Ring {
 
     /// The home of `script_id`: the node owning the first point at or after
     /// its position. `None` only for an empty ring.
-    pub fn home(&self, script_id: &str) -> Option<&Node> {
+    pub fn home(&self, script_id: &str) -> Option<&Member> {
         self.home_at(key_position(script_id))
     }
 
     /// The node owning the first point at or after `position` (see
     /// [`key_position`]), for callers that hash keys themselves.
-    pub fn home_at(&self, position: u64) -> Option<&Node> {
+    pub fn home_at(&self, position: u64) -> Option<&Member> {
         let i = self.point_at_or_after(position)?;
         Some(&self.nodes[self.owners[i] as usize])
     }
@@ -355,7 +357,7 @@ impl Ring {
     /// The home of `script_id` followed by the next distinct nodes clockwise:
     /// up to `n` nodes, fewer if the ring has fewer. Used as the fallback
     /// order (home down → try the next) and for replication.
-    pub fn successors(&self, script_id: &str, n: usize) -> Vec<&Node> {
+    pub fn successors(&self, script_id: &str, n: usize) -> Vec<&Member> {
         let want = n.min(self.nodes.len());
         let mut picked: Vec<u32> = Vec::with_capacity(want);
         if let Some(start) = self.point_at_or_after(key_position(script_id)) {
@@ -376,12 +378,12 @@ impl Ring {
     }
 
     /// The members, sorted by ID.
-    pub fn nodes(&self) -> &[Node] {
+    pub fn members(&self) -> &[Member] {
         &self.nodes
     }
 
     /// The member with this ID, if any.
-    pub fn get(&self, id: &NodeId) -> Option<&Node> {
+    pub fn get(&self, id: &NodeId) -> Option<&Member> {
         self.nodes
             .binary_search_by(|n| n.id.cmp(id))
             .ok()
@@ -414,9 +416,9 @@ impl Ring {
     }
 
     /// The exact fraction of the hash space each member owns (the share of
-    /// all possible script IDs homed on it), in [`Ring::nodes`] order. Sums
+    /// all possible script IDs homed on it), in [`Ring::members`] order. Sums
     /// to 1 for a non-empty ring. For metrics and balance reports.
-    pub fn ownership(&self) -> Vec<(&Node, f64)> {
+    pub fn ownership(&self) -> Vec<(&Member, f64)> {
         let mut owned = vec![0u128; self.nodes.len()];
         let n = self.points.len();
         for i in 0..n {
@@ -533,7 +535,7 @@ mod tests {
             mut probes in prop::collection::vec(any::<u64>(), 1..100),
         ) {
             let addr: SocketAddr = ([127, 0, 0, 1], 1).into();
-            let nodes = (0..n).map(|i| Node::new(format!("n{i}"), addr));
+            let nodes = (0..n).map(|i| Member::new(format!("n{i}"), addr));
             let ring = Ring::new(nodes, RingConfig::with_vnodes(vnodes)).map_err(|e| TestCaseError::fail(e.to_string()))?;
             prop_assert!(ring.points.windows(2).all(|w| w[0] <= w[1]));
             probes.extend([0, 1, u64::MAX - 1, u64::MAX]);

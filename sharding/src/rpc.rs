@@ -72,14 +72,14 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::context_stack::ContextStack;
 use crate::handshake_gate::{HandshakeGate, Refusal, Slot};
+use crate::hosted_workers::{Body, HostedWorkers, PrewarmOutcome};
 use crate::inline::{Gathered, MAX_INLINE_BODY_BYTES, gather};
-use crate::local::{Body, LocalWorkers, PrewarmOutcome};
-use crate::local_fetch::{WorkerHost, closed_signal, full_body};
 use crate::overload::{OverloadConfig, OverloadGate, OverloadStats};
 use crate::shard_client::{self, ClientCounters, ClientEnv, ForwardJob, PeerConn};
 use crate::shard_server::{ServerShared, ShardServerImpl};
 use crate::tls::NodeTls;
 use crate::transport::{self, CountingStream, MemberBudget, MessageCounts, PeerTls, WireCounters};
+use crate::worker_fetch::{WorkerHost, closed_signal, full_body};
 
 pub use crate::byte_stream::BodyStreamError;
 pub use crate::shard_client::{ForwardOutcome, Forwarded, MAX_SPECULATIVE_BODY_BYTES};
@@ -272,7 +272,7 @@ enum Command {
     Run(Box<dyn FnOnce() + Send>),
     Forward(Box<ForwardJob>, Reply),
     /// A call to one member's shard server.
-    Peer(crate::ring::Node, PeerCall),
+    Peer(crate::ring::Member, PeerCall),
 }
 
 /// The small calls a node makes to one member's shard server, with where
@@ -385,9 +385,9 @@ impl RpcNode {
     /// Starts the RPC threads. Workers are served through `local`, on the
     /// RPC thread that asks for them. Must be called within a tokio runtime
     /// (the accept loop of [`RpcNode::serve`] runs on it).
-    pub fn start(config: RpcConfig, local: Arc<dyn LocalWorkers>) -> Result<RpcNode, RpcError> {
+    pub fn start(config: RpcConfig, workers: Arc<dyn HostedWorkers>) -> Result<RpcNode, RpcError> {
         tokio::runtime::Handle::try_current().map_err(|_| RpcError::NoRuntime)?;
-        let host = WorkerHost { local };
+        let host = WorkerHost { workers };
         let server = Arc::new(ServerShared {
             host: host.clone(),
             gate: OverloadGate::new(config.overload),
@@ -497,7 +497,7 @@ impl RpcNode {
     /// accepting yields a 502 (see [`ForwardOutcome`]).
     pub async fn forward(
         &self,
-        home: &crate::ring::Node,
+        home: &crate::ring::Member,
         script_id: &str,
         context: ContextStack,
         request: http::Request<Body>,
@@ -539,7 +539,7 @@ impl RpcNode {
                         .await
                 }
                 Err(_) => Forwarded {
-                    response: crate::local_fetch::error_response(
+                    response: crate::worker_fetch::error_response(
                         http::StatusCode::BAD_GATEWAY,
                         "502 Bad Gateway: the node's RPC layer stopped while forwarding this request",
                     ),
@@ -552,7 +552,7 @@ impl RpcNode {
                     .await
             }
             Err(mpsc::error::SendError(_)) => Forwarded {
-                response: crate::local_fetch::error_response(
+                response: crate::worker_fetch::error_response(
                     http::StatusCode::INTERNAL_SERVER_ERROR,
                     "internal error: forward lost",
                 ),
@@ -568,7 +568,7 @@ impl RpcNode {
     /// owns this node's connection to `home`.
     pub async fn prewarm(
         &self,
-        home: &crate::ring::Node,
+        home: &crate::ring::Member,
         script_id: &str,
     ) -> Result<PrewarmOutcome, PeerError> {
         let id = script_id.to_string();
@@ -582,7 +582,7 @@ impl RpcNode {
     /// [`ANNOUNCE_TIMEOUT`].
     pub async fn announce_redeploy(
         &self,
-        member: &crate::ring::Node,
+        member: &crate::ring::Member,
         script_id: &str,
         hash: &str,
     ) -> Result<(), PeerError> {
@@ -597,7 +597,7 @@ impl RpcNode {
     /// Worker's home (`ShardServer.handBack`); whether it dropped one.
     pub async fn hand_back(
         &self,
-        member: &crate::ring::Node,
+        member: &crate::ring::Member,
         script_id: &str,
     ) -> Result<bool, PeerError> {
         let id = script_id.to_string();
@@ -611,7 +611,7 @@ impl RpcNode {
     /// this node's connection to it, and waits up to `limit` for the answer.
     async fn call_peer<T>(
         &self,
-        member: &crate::ring::Node,
+        member: &crate::ring::Member,
         limit: Duration,
         make: impl FnOnce(oneshot::Sender<Result<T, PeerError>>) -> PeerCall,
     ) -> Result<T, PeerError> {
@@ -729,7 +729,7 @@ pub const ANNOUNCE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Makes `call` to `member` on this RPC thread and sends the answer where
 /// the call says.
-async fn send_peer_call(state: Rc<ThreadState>, member: crate::ring::Node, call: PeerCall) {
+async fn send_peer_call(state: Rc<ThreadState>, member: crate::ring::Member, call: PeerCall) {
     match call {
         PeerCall::Prewarm(id, reply) => {
             let _ = reply.send(send_prewarm(state, member, id).await);
@@ -746,7 +746,7 @@ async fn send_peer_call(state: Rc<ThreadState>, member: crate::ring::Node, call:
 /// Sends `ShardServer.redeployed` to `member`.
 async fn send_redeployed(
     state: Rc<ThreadState>,
-    member: crate::ring::Node,
+    member: crate::ring::Member,
     script_id: String,
     hash: String,
 ) -> Result<(), PeerError> {
@@ -761,7 +761,7 @@ async fn send_redeployed(
 /// Sends `ShardServer.handBack` to `member`.
 async fn send_hand_back(
     state: Rc<ThreadState>,
-    member: crate::ring::Node,
+    member: crate::ring::Member,
     script_id: String,
 ) -> Result<bool, PeerError> {
     let peer = state.peer(&member).await?;
@@ -775,7 +775,7 @@ async fn send_hand_back(
 /// thread.
 async fn send_prewarm(
     state: Rc<ThreadState>,
-    home: crate::ring::Node,
+    home: crate::ring::Member,
     script_id: String,
 ) -> Result<PrewarmOutcome, PeerError> {
     use crate::schema::hearth_capnp::PrewarmOutcome as W;
@@ -1030,7 +1030,7 @@ impl ThreadState {
     }
 
     /// A connection to `home`: the open one, one being opened, or a new one.
-    async fn peer(self: &Rc<Self>, home: &crate::ring::Node) -> Result<PeerConn, PeerError> {
+    async fn peer(self: &Rc<Self>, home: &crate::ring::Member) -> Result<PeerConn, PeerError> {
         let key: PeerKey = (home.id.clone(), home.rpc_addr);
         let connecting = {
             let mut peers = self.peers.borrow_mut();
@@ -1074,7 +1074,7 @@ impl ThreadState {
         result
     }
 
-    async fn connect(self: Rc<Self>, home: crate::ring::Node) -> Result<PeerConn, PeerError> {
+    async fn connect(self: Rc<Self>, home: crate::ring::Member) -> Result<PeerConn, PeerError> {
         let config = &self.shared.config;
         let tls = transport::connect(&home, config.tls.client_config(), config.connect_timeout)
             .await

@@ -88,12 +88,12 @@ use crate::byte_stream::{
     self, MAX_WRITE_BYTES, ResponseSinkServer, StreamItem, finish_stream, write_chunk,
 };
 use crate::context_stack::{self, ContextStack};
+use crate::hosted_workers::Body;
 use crate::http_wire;
 use crate::lazy_instance::LazyInstance;
-use crate::local::Body;
-use crate::local_fetch::{Closed, WorkerHost, error_response, full_body};
 use crate::routing::{HomeAnswer, Route, after_forward};
 use crate::schema::hearth_capnp::{byte_stream as wire_stream, shard_server, worker};
+use crate::worker_fetch::{Closed, WorkerHost, error_response, full_body};
 
 /// The most request-body bytes sent to a home before it has accepted the
 /// request: the bound on the bytes a refusal bounces.
@@ -158,7 +158,7 @@ impl Forwarded {
 
 /// A request handed to an RPC thread for forwarding.
 pub(crate) struct ForwardJob {
-    pub(crate) home: crate::ring::Node,
+    pub(crate) home: crate::ring::Member,
     pub(crate) script_id: String,
     pub(crate) context: ContextStack,
     /// The request; its body is complete and equal to `inline` if that is
@@ -942,7 +942,7 @@ struct Wanted {
 
 impl http_body::Body for Wanted {
     type Data = bytes::Bytes;
-    type Error = crate::local::BoxError;
+    type Error = crate::hosted_workers::BoxError;
 
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,

@@ -9,7 +9,7 @@
 //! * **admitted** → it answers with a Worker of its own for that one
 //!   request, holding the in-flight [`Permit`]; the pipelined `fetch`
 //!   lands there, runs the Worker through
-//!   [`crate::local::LocalWorkers::serve`] (cold-starting it if needed), and
+//!   [`crate::hosted_workers::HostedWorkers::serve`] (cold-starting it if needed), and
 //!   streams the response back;
 //! * **refused** → it answers with `lazy`, the caller's own capability. That
 //!   is the whole refusal: no error, no "go away" message. The caller
@@ -36,12 +36,12 @@ use bytes::Bytes;
 
 use crate::byte_stream;
 use crate::context_stack::{self, ContextStack};
+use crate::hosted_workers::Body;
 use crate::http_wire;
 use crate::inline::{Gathered, MAX_INLINE_BODY_BYTES};
-use crate::local::Body;
-use crate::local_fetch::{Closed, WorkerHost, full_body, serve_fetch};
 use crate::overload::{OverloadGate, Permit};
 use crate::schema::hearth_capnp::{response_sink, shard_server, worker};
+use crate::worker_fetch::{Closed, WorkerHost, full_body, serve_fetch};
 
 /// Longest script ID accepted from a peer, in bytes.
 pub const MAX_SCRIPT_ID_BYTES: usize = 1024;
@@ -97,11 +97,11 @@ impl ShardServerImpl {
             }
         };
 
-        let local = &self.shared.host.local;
+        let workers = &self.shared.host.workers;
         match self
             .shared
             .gate
-            .try_admit(&script_id, || local.can_host(&script_id))
+            .try_admit(&script_id, || workers.can_host(&script_id))
         {
             Ok(permit) => {
                 let admitted = Rc::new(RefCell::new(Some((permit, context))));
@@ -152,11 +152,11 @@ impl ShardServerImpl {
         }
         let lazy = p.get_lazy()?;
         let sink = p.get_response()?;
-        let local = &self.shared.host.local;
+        let workers = &self.shared.host.workers;
         match self
             .shared
             .gate
-            .try_admit(&script_id, || local.can_host(&script_id))
+            .try_admit(&script_id, || workers.can_host(&script_id))
         {
             Ok(permit) => {
                 let mut request =
@@ -208,7 +208,7 @@ fn micros_since(t: Instant) -> u64 {
 
 impl shard_server::Server for ShardServerImpl {
     /// Runs the node's prewarm (bounded by the node, see
-    /// [`crate::local::LocalWorkers::prewarm`]) and answers with what it
+    /// [`crate::hosted_workers::HostedWorkers::prewarm`]) and answers with what it
     /// did. A peer that closes the connection cancels nothing: a load that
     /// has started finishes, as it would for the next request.
     fn prewarm(
@@ -219,9 +219,9 @@ impl shard_server::Server for ShardServerImpl {
         let started = params
             .get()
             .and_then(|p| read_script_id(p.get_script_id()?))
-            .map(|id| self.shared.host.local.prewarm(&id));
+            .map(|id| self.shared.host.workers.prewarm(&id));
         async move {
-            use crate::local::PrewarmOutcome as O;
+            use crate::hosted_workers::PrewarmOutcome as O;
             use crate::schema::hearth_capnp::PrewarmOutcome as W;
             let outcome = match started?.await {
                 O::Loaded => W::Loaded,
@@ -235,7 +235,7 @@ impl shard_server::Server for ShardServerImpl {
     }
 
     /// Revalidates this node's warm copy against the store (see
-    /// [`crate::local::LocalWorkers::redeployed`]) and answers when done.
+    /// [`crate::hosted_workers::HostedWorkers::redeployed`]) and answers when done.
     fn redeployed(
         self: capnp::capability::Rc<Self>,
         params: shard_server::RedeployedParams,
@@ -247,7 +247,7 @@ impl shard_server::Server for ShardServerImpl {
                 .get_hash()?
                 .to_str()
                 .map_err(|e| capnp::Error::failed(format!("hash is not UTF-8: {e}")))?;
-            Ok(self.shared.host.local.redeployed(&id, hash))
+            Ok(self.shared.host.workers.redeployed(&id, hash))
         });
         async move {
             started?.await;
@@ -264,7 +264,7 @@ impl shard_server::Server for ShardServerImpl {
         let dropped = params
             .get()
             .and_then(|p| read_script_id(p.get_script_id()?))
-            .map(|id| self.shared.host.local.hand_back(&id));
+            .map(|id| self.shared.host.workers.hand_back(&id));
         std::future::ready(dropped.map(|d| results.get().set_dropped(d)))
     }
 

@@ -249,7 +249,7 @@ pub type PeerTls = TlsStream<TcpStream>;
 /// it is `node`: its certificate must be the cluster CA's for that node ID
 /// (see [`crate::tls::node_server_name`]).
 pub async fn connect(
-    node: &crate::ring::Node,
+    node: &crate::ring::Member,
     config: Arc<rustls::ClientConfig>,
     timeout: Duration,
 ) -> Result<PeerTls, ConnectError> {

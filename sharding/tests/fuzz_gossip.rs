@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use hearth_sharding::membership::{Membership, MembershipConfig};
-use hearth_sharding::ring::{Node, NodeId};
+use hearth_sharding::ring::{Member, NodeId};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use tokio::net::UdpSocket;
@@ -29,8 +29,11 @@ fn any_port() -> SocketAddr {
 }
 
 async fn start(id: &str, seeds: Vec<SocketAddr>, key: Option<[u8; 32]>) -> Membership {
-    let mut config =
-        MembershipConfig::gossip(Node::new(id, ([127, 0, 0, 1], 9).into()), any_port(), seeds);
+    let mut config = MembershipConfig::gossip(
+        Member::new(id, ([127, 0, 0, 1], 9).into()),
+        any_port(),
+        seeds,
+    );
     if let Some(g) = config.gossip.as_mut() {
         g.key = key;
     }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use hearth_sharding::membership::{
     FailureDetection, GossipCounters, Membership, MembershipConfig, MembershipError,
 };
-use hearth_sharding::ring::{Node, NodeId, RingError, SharedRing};
+use hearth_sharding::ring::{Member, NodeId, RingError, SharedRing};
 use tokio::sync::mpsc;
 
 const CLUSTER_KEY: [u8; 32] = *b"hearth membership test key 32 b!";
@@ -58,7 +58,7 @@ impl TestNode {
         seeds: Vec<SocketAddr>,
         key: Option<[u8; 32]>,
     ) -> Self {
-        let node = Node::new(id, rpc(rpc_port));
+        let node = Member::new(id, rpc(rpc_port));
         let mut config = MembershipConfig::gossip(node, listen, seeds);
         if let Some(gossip) = config.gossip.as_mut() {
             gossip.key = key;
@@ -124,7 +124,7 @@ impl TestNode {
     fn members(&self) -> BTreeSet<String> {
         self.ring
             .load()
-            .nodes()
+            .members()
             .iter()
             .map(|n| n.id.to_string())
             .collect()
@@ -261,17 +261,17 @@ fn nodes_without_the_key_cannot_join() {
 /// takes this node off it and is announced on the watch channel.
 #[tokio::test]
 async fn static_membership_and_drain() {
-    let me = Node::new("me", rpc(1));
+    let me = Member::new("me", rpc(1));
     let statics = vec![
-        Node::new("x", rpc(2)),
-        Node::new("y", rpc(3)).with_weight(2),
-        Node::new("me", rpc(9)), // our own entry in a shared list: ignored
+        Member::new("x", rpc(2)),
+        Member::new("y", rpc(3)).with_weight(2),
+        Member::new("me", rpc(9)), // our own entry in a shared list: ignored
     ];
     let membership = Membership::start(MembershipConfig::fixed(me.clone(), statics))
         .await
         .expect("static membership starts");
     assert_eq!(membership.gossip_addr(), None);
-    assert_eq!(membership.local_id(), &me.id);
+    assert_eq!(membership.self_id(), &me.id);
     let ring = membership.ring().load_full();
     assert_eq!(ring.len(), 3);
     assert_eq!(
@@ -292,7 +292,7 @@ async fn static_membership_and_drain() {
 
 #[tokio::test]
 async fn bad_configs_are_typed_errors() {
-    let node = Node::new("n", rpc(1));
+    let node = Member::new("n", rpc(1));
 
     let unspecified = MembershipConfig::gossip(node.clone(), ([0, 0, 0, 0], 0).into(), vec![]);
     assert!(matches!(

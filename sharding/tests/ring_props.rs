@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 
 use hearth_sharding::ring::{
-    DEFAULT_VNODES, MAX_POINTS, Node, NodeId, Ring, RingConfig, RingError, SharedRing,
+    DEFAULT_VNODES, MAX_POINTS, Member, NodeId, Ring, RingConfig, RingError, SharedRing,
     rehomed_fraction, sample_keys,
 };
 use proptest::prelude::*;
@@ -17,19 +17,19 @@ fn addr(port: u16) -> SocketAddr {
     ([127, 0, 0, 1], port).into()
 }
 
-fn ring(nodes: Vec<Node>, vnodes: u32) -> Ring {
+fn ring(nodes: Vec<Member>, vnodes: u32) -> Ring {
     Ring::new(nodes, RingConfig::with_vnodes(vnodes)).expect("valid membership")
 }
 
 /// 1 to 24 nodes with distinct IDs and weights 1..=4.
-fn membership() -> impl Strategy<Value = Vec<Node>> {
+fn membership() -> impl Strategy<Value = Vec<Member>> {
     prop::collection::btree_set("[a-z0-9-]{1,10}", 1..24).prop_flat_map(|ids| {
         let n = ids.len();
         prop::collection::vec(1u32..=4, n).prop_map(move |weights| {
             ids.iter()
                 .zip(weights)
                 .enumerate()
-                .map(|(i, (id, w))| Node::new(id.as_str(), addr(7000 + i as u16)).with_weight(w))
+                .map(|(i, (id, w))| Member::new(id.as_str(), addr(7000 + i as u16)).with_weight(w))
                 .collect::<Vec<_>>()
         })
     })
@@ -105,7 +105,7 @@ proptest! {
         let new_id = NodeId::new(new_id);
         let before = ring(nodes.clone(), vnodes);
         let mut grown = nodes;
-        grown.push(Node::new(new_id.clone(), addr(9000)).with_weight(weight));
+        grown.push(Member::new(new_id.clone(), addr(9000)).with_weight(weight));
         let after = ring(grown, vnodes);
         for key in &keys {
             let new = home_id(&after, key);
@@ -187,8 +187,8 @@ proptest! {
 fn balance_300_equal_nodes_default_vnodes() {
     const NODES: usize = 300;
     const KEYS: usize = 1_000_000;
-    let nodes: Vec<Node> = (0..NODES)
-        .map(|i| Node::new(format!("node-{i}"), addr(7000)))
+    let nodes: Vec<Member> = (0..NODES)
+        .map(|i| Member::new(format!("node-{i}"), addr(7000)))
         .collect();
     let r = Ring::new(nodes, RingConfig::default()).expect("valid membership");
     let mut counts: HashMap<&NodeId, usize> = HashMap::new();
@@ -209,8 +209,8 @@ fn balance_300_equal_nodes_default_vnodes() {
 /// A node of weight w owns about w/total of the hash space.
 #[test]
 fn weights_set_proportional_shares() {
-    let nodes: Vec<Node> = (0..12u32)
-        .map(|i| Node::new(format!("host-{i}"), addr(7000)).with_weight(1 + i % 4))
+    let nodes: Vec<Member> = (0..12u32)
+        .map(|i| Member::new(format!("host-{i}"), addr(7000)).with_weight(1 + i % 4))
         .collect();
     let total: u32 = nodes.iter().map(|n| n.weight).sum();
     let r = Ring::new(nodes, RingConfig::default()).expect("valid membership");
@@ -241,7 +241,7 @@ fn empty_ring_has_no_home() {
 
 #[test]
 fn single_node_owns_everything() {
-    let r = Ring::new([Node::new("only", addr(1))], RingConfig::with_vnodes(1)).expect("valid");
+    let r = Ring::new([Member::new("only", addr(1))], RingConfig::with_vnodes(1)).expect("valid");
     assert_eq!(r.home("x").map(|n| n.id.as_str()), Some("only"));
     assert_eq!(r.successors("x", 5).len(), 1);
     assert_eq!(r.ownership()[0].1, 1.0);
@@ -249,7 +249,7 @@ fn single_node_owns_everything() {
 
 #[test]
 fn invalid_memberships_are_typed_errors() {
-    let a = Node::new("a", addr(1));
+    let a = Member::new("a", addr(1));
     assert_eq!(
         Ring::new([a.clone()], RingConfig::with_vnodes(0)),
         Err(RingError::ZeroVnodes)
@@ -273,10 +273,13 @@ fn invalid_memberships_are_typed_errors() {
 
 #[test]
 fn lookups_by_id() {
-    let r = ring(vec![Node::new("b", addr(2)), Node::new("a", addr(1))], 8);
+    let r = ring(
+        vec![Member::new("b", addr(2)), Member::new("a", addr(1))],
+        8,
+    );
     assert_eq!(r.len(), 2);
     assert_eq!(r.num_points(), 16);
-    assert_eq!(r.nodes()[0].id.as_str(), "a", "nodes are listed by ID");
+    assert_eq!(r.members()[0].id.as_str(), "a", "nodes are listed by ID");
     assert_eq!(r.get(&NodeId::new("b")).map(|n| n.rpc_addr), Some(addr(2)));
     assert!(!r.contains(&NodeId::new("c")));
 }
@@ -285,8 +288,11 @@ fn lookups_by_id() {
 /// ring they already loaded stays valid.
 #[test]
 fn shared_ring_swaps_for_every_reader() {
-    let three = ring(["a", "b", "c"].map(|id| Node::new(id, addr(1))).into(), 16);
-    let two = ring(["a", "b"].map(|id| Node::new(id, addr(1))).into(), 16);
+    let three = ring(
+        ["a", "b", "c"].map(|id| Member::new(id, addr(1))).into(),
+        16,
+    );
+    let two = ring(["a", "b"].map(|id| Member::new(id, addr(1))).into(), 16);
     let writer = SharedRing::new(three.clone());
     let reader = writer.clone();
     let held = reader.load_full();
@@ -338,13 +344,13 @@ proptest! {
         vnodes in 1u32..=32,
         keys in prop::collection::vec("[a-z0-9-]{1,12}", 1..64),
     ) {
-        let mut members: Vec<Node> = Vec::new();
+        let mut members: Vec<Member> = Vec::new();
         let mut before = ring(Vec::new(), vnodes);
         for (step, c) in changes.iter().enumerate() {
             let (joined, left) = match c {
                 Change::Join(id, w) => {
                     members.retain(|n| n.id.as_str() != id);
-                    members.push(Node::new(id.as_str(), addr(7000 + step as u16)).with_weight(*w));
+                    members.push(Member::new(id.as_str(), addr(7000 + step as u16)).with_weight(*w));
                     (Some(NodeId::new(id.as_str())), None)
                 }
                 Change::Leave(i) if !members.is_empty() => {

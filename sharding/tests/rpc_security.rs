@@ -205,7 +205,7 @@ async fn a_member_cannot_answer_for_another_node_id() {
     let pki = Pki::new(&["a", "b", "c"]);
     let a = start_node(&pki, "a", |_| {}).await;
     let c = start_node(&pki, "c", |_| {}).await;
-    let b_as_the_ring_has_it = hearth_sharding::ring::Node::new("b", c.addr);
+    let b_as_the_ring_has_it = hearth_sharding::ring::Member::new("b", c.addr);
     let forwarded = guard(
         "forward",
         a.rpc.forward(
@@ -236,13 +236,13 @@ async fn a_member_cannot_answer_for_another_node_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gossip_member_claiming_another_node_id_never_enters_the_ring() {
     use hearth_sharding::membership::{Membership, MembershipConfig};
-    use hearth_sharding::ring::{Node as RingNode, NodeId};
+    use hearth_sharding::ring::{Member, NodeId};
     let pki = Pki::new(&["a", "c"]);
     let a = start_node(&pki, "a", |_| {}).await;
     let c = start_node(&pki, "c", |_| {}).await;
     let key = [7u8; 32];
     let any_port = "127.0.0.1:0".parse().unwrap();
-    let start = |node: RingNode, seeds: Vec<std::net::SocketAddr>, check: bool| {
+    let start = |node: Member, seeds: Vec<std::net::SocketAddr>, check: bool| {
         let mut config = MembershipConfig::gossip(node, any_port, seeds);
         if let Some(g) = config.gossip.as_mut() {
             g.key = Some(key);
@@ -256,7 +256,7 @@ async fn a_gossip_member_claiming_another_node_id_never_enters_the_ring() {
         Membership::start(config)
     };
     let checking = start(a.home.clone(), Vec::new(), true).await.unwrap();
-    let trusting = start(RingNode::new("t", a.addr), Vec::new(), false)
+    let trusting = start(Member::new("t", a.addr), Vec::new(), false)
         .await
         .unwrap();
     let seeds: Vec<_> = [&checking, &trusting]
@@ -265,9 +265,7 @@ async fn a_gossip_member_claiming_another_node_id_never_enters_the_ring() {
         .collect();
     // c gossips as itself, and (with c's certificate behind it) as b.
     let honest = start(c.home.clone(), seeds.clone(), false).await.unwrap();
-    let impostor = start(RingNode::new("b", c.addr), seeds, false)
-        .await
-        .unwrap();
+    let impostor = start(Member::new("b", c.addr), seeds, false).await.unwrap();
 
     let b = NodeId::new("b");
     let c_id = NodeId::new("c");
@@ -629,7 +627,7 @@ async fn a_home_that_vanishes_before_answering_yields_a_502_never_a_second_run()
     let pki = Pki::new(&["a", "b"]);
     let a = start_node(&pki, "a", |_| {}).await;
     for reset in [false, true] {
-        let home = hearth_sharding::ring::Node::new(
+        let home = hearth_sharding::ring::Member::new(
             "b",
             a_home_that_vanishes_after_reading(&pki, reset).await,
         );
@@ -753,7 +751,7 @@ async fn a_kept_lazy_capability_is_admitted_like_any_sharded_request() {
         .hangs
         .store(true, std::sync::atomic::Ordering::SeqCst);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let home = hearth_sharding::ring::Node::new("b", listener.local_addr().unwrap());
+    let home = hearth_sharding::ring::Member::new("b", listener.local_addr().unwrap());
     let acceptor = tokio_rustls::TlsAcceptor::from(pki.tls("b").server_config());
     let (results_tx, results_rx) = tokio::sync::oneshot::channel();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();

@@ -235,7 +235,7 @@ async fn a_home_that_is_down_means_the_request_is_served_here_without_error() {
     let a = start_node(&pki, "a", |_| {}).await;
     let nothing_there = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        hearth_sharding::ring::Node::new("b", l.local_addr().unwrap())
+        hearth_sharding::ring::Member::new("b", l.local_addr().unwrap())
     };
 
     for attempt in 0..2 {

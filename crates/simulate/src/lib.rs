@@ -95,7 +95,7 @@ use std::time::Instant;
 
 use hearth_report::table::{Align, Table};
 use hearth_sharding::overload::OverloadConfig;
-use hearth_sharding::ring::{Node, NodeId, Ring, RingConfig, RingError};
+use hearth_sharding::ring::{Member, NodeId, Ring, RingConfig, RingError};
 use serde::Serialize;
 
 use crate::trace::TraceFormat;
@@ -612,7 +612,7 @@ fn homes(ids: &[String], servers: u32) -> Result<Vec<u32>, SimulateError> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
     let names: Vec<String> = (0..servers).map(server_name).collect();
     let ring = Ring::new(
-        names.iter().map(|n| Node::new(n.as_str(), addr)),
+        names.iter().map(|n| Member::new(n.as_str(), addr)),
         RingConfig::default(),
     )
     .map_err(SimulateError::Ring)?;

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use hearth_sharding::ring::{Node, Ring, RingConfig};
+use hearth_sharding::ring::{Member, Ring, RingConfig};
 use hearth_simulate::trace::{self, TraceError, TraceFormat};
 use hearth_simulate::{Balancer, ModeReport, SimulateArgs, run, server_name};
 
@@ -98,7 +98,7 @@ fn with_one_server_sharding_changes_nothing() {
 fn three_workers_homed_0_1_1() -> [String; 3] {
     let addr = "127.0.0.1:0".parse().expect("addr");
     let ring = Ring::new(
-        [server_name(0), server_name(1)].map(|n| Node::new(n.as_str(), addr)),
+        [server_name(0), server_name(1)].map(|n| Member::new(n.as_str(), addr)),
         RingConfig::default(),
     )
     .expect("ring");
@@ -245,7 +245,7 @@ fn hand_computed_scenario_with_refusals() {
 fn per_worker_in_flight_limit_refuses_and_spreads() {
     let addr = "127.0.0.1:0".parse().expect("addr");
     let ring = Ring::new(
-        [server_name(0), server_name(1)].map(|n| Node::new(n.as_str(), addr)),
+        [server_name(0), server_name(1)].map(|n| Member::new(n.as_str(), addr)),
         RingConfig::default(),
     )
     .expect("ring");

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use hearth_sharding::context_stack::{ContextFrame, ContextStack, TraceEvent};
-use hearth_sharding::local::{Body, BoxError, LocalWorkers};
+use hearth_sharding::hosted_workers::{Body, BoxError, HostedWorkers};
 use hearth_sharding::rpc::{RpcConfig, RpcNode, ServerHandle};
 use hearth_sharding::tls::{NodeTls, generate_dev_pki};
 use http_body_util::{BodyExt, StreamBody};
@@ -128,10 +128,10 @@ pub(crate) fn full(bytes: &'static [u8]) -> Body {
         .boxed_unsync()
 }
 
-/// The [`LocalWorkers`] a node is started with.
+/// The [`HostedWorkers`] a node is started with.
 pub(crate) struct Fake(pub Arc<FakeWorkers>);
 
-impl LocalWorkers for Fake {
+impl HostedWorkers for Fake {
     fn serve(
         &self,
         script_id: &str,
@@ -218,7 +218,7 @@ pub(crate) struct Node {
     pub rpc: RpcNode,
     pub addr: SocketAddr,
     /// The node as a ring names it: its ID (`name`) at `addr`.
-    pub home: hearth_sharding::ring::Node,
+    pub home: hearth_sharding::ring::Member,
     pub workers: Arc<FakeWorkers>,
     pub server: ServerHandle,
 }
@@ -232,7 +232,7 @@ pub(crate) async fn start_node(pki: &Pki, name: &str, tweak: impl FnOnce(&mut Rp
     let server = rpc.serve(listener).unwrap();
     Node {
         addr: server.local_addr(),
-        home: hearth_sharding::ring::Node::new(name, server.local_addr()),
+        home: hearth_sharding::ring::Member::new(name, server.local_addr()),
         rpc,
         workers,
         server,

@@ -1,7 +1,7 @@
 //! What the cluster layer needs from the node's own Workers.
 //!
 //! The shard server and the lazy local instance run Workers on *this* node
-//! through [`LocalWorkers`]; the `hearth` package implements it on top of
+//! through [`HostedWorkers`]; the `hearth` package implements it on top of
 //! `hearth-runtime`. Keeping it a trait keeps wasmtime out of this crate and
 //! lets the RPC layer be tested against fakes.
 
@@ -18,7 +18,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub type Body = UnsyncBoxBody<Bytes, BoxError>;
 
 /// A node's own Workers, as seen by the cluster layer.
-pub trait LocalWorkers: Send + Sync + 'static {
+pub trait HostedWorkers: Send + Sync + 'static {
     /// Serves `req` with Worker `script_id` on this node, cold-starting it if
     /// needed. Runtime failures (unknown script, limits, traps) come back as
     /// 4xx/5xx responses with a clear body, never as a panic.

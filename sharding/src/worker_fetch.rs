@@ -4,7 +4,7 @@
 //! an accepted sharded request ([`crate::shard_server`]) and a lazy local
 //! instance invoked over the network ([`crate::lazy_instance`]). A call is
 //! answered at once with the `ByteStream` the caller writes the request body
-//! into; the Worker runs through [`LocalWorkers::serve`] on the node's main
+//! into; the Worker runs through [`HostedWorkers::serve`] on the node's main
 //! runtime (never on the RPC thread, which must stay responsive), and its
 //! response streams back into the caller's `ResponseSink`.
 //!
@@ -24,9 +24,9 @@ use tokio::sync::oneshot;
 
 use crate::byte_stream::{ByteStreamServer, send_response};
 use crate::context_stack::ContextStack;
+use crate::hosted_workers::{Body, HostedWorkers};
 use crate::http_wire;
 use crate::inline::{Gathered, gather};
-use crate::local::{Body, LocalWorkers};
 use crate::overload::Permit;
 use crate::schema::hearth_capnp::worker;
 
@@ -34,7 +34,7 @@ use crate::schema::hearth_capnp::worker;
 /// thread that asks (see [`crate::rpc`]'s threads).
 #[derive(Clone)]
 pub(crate) struct WorkerHost {
-    pub(crate) local: Arc<dyn LocalWorkers>,
+    pub(crate) workers: Arc<dyn HostedWorkers>,
 }
 
 impl WorkerHost {
@@ -45,7 +45,7 @@ impl WorkerHost {
         script_id: &str,
         req: http::Request<Body>,
     ) -> impl Future<Output = http::Response<Body>> + Send + 'static {
-        let task = self.spawn_guarded(self.local.serve(script_id, req));
+        let task = self.spawn_guarded(self.workers.serve(script_id, req));
         async move { task.await.unwrap_or_else(invocation_failed) }
     }
 
@@ -57,7 +57,7 @@ impl WorkerHost {
         req: http::Request<Body>,
         limit: usize,
     ) -> impl Future<Output = (http::response::Parts, Gathered)> + Send + 'static {
-        let serving = self.local.serve(script_id, req);
+        let serving = self.workers.serve(script_id, req);
         let task = self.spawn_guarded(async move {
             let (parts, body) = serving.await.into_parts();
             (parts, gather(body, limit).await)

@@ -1,4 +1,9 @@
-//! Small HTTP helpers shared by the front door, the admin API and tools.
+//! The HTTP listener every door of a node runs on: the Worker front door
+//! (plain and TLS) and the admin API. One [`serve`] loop holds what a
+//! hostile or slow client must not be able to break: connection caps per
+//! listener and per peer ([`ServeLimits`]), a deadline for the request head
+//! and the TLS handshake, a write timeout, HTTP/2 by ALPN with a stream cap,
+//! and a bounded graceful drain.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -25,38 +30,6 @@ impl Drop for AbortOnDrop {
 
 /// How long a client may take to send its request head.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A plain-text response with `status` (the runtime's, so there is one).
-pub use hearth_runtime::body::text_response as text;
-
-/// A JSON response.
-pub fn json(status: http::StatusCode, value: &impl serde::Serialize) -> http::Response<Body> {
-    let bytes = serde_json::to_vec_pretty(value)
-        .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}").into_bytes());
-    let mut r = http::Response::new(body::full(bytes));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    r
-}
-
-/// Reads a whole body of at most `max` bytes.
-pub async fn read_limited(mut body: Body, max: usize) -> Result<Vec<u8>, String> {
-    use http_body_util::BodyExt;
-    let mut out = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| format!("reading the body failed: {e}"))?;
-        if let Ok(data) = frame.into_data() {
-            if out.len() + data.len() > max {
-                return Err(format!("body is over the limit of {max} bytes"));
-            }
-            out.extend_from_slice(&data);
-        }
-    }
-    Ok(out)
-}
 
 /// What one listener lets clients hold, and how long it drains. A client
 /// over a cap gets a short 503 with `retry-after` and is closed; nobody
