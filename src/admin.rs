@@ -29,6 +29,7 @@ use hearth_runtime::body::{self, Body};
 use hearth_runtime::{DeployError, Lifecycle, Manifest, Plan};
 
 use crate::node::Node;
+use hearth_admin_client::{RingMember, RingView, ScriptPlacement};
 use hearth_runtime::body::text_response as text;
 
 /// The largest upload accepted, raw (the plan limit applies compressed).
@@ -92,7 +93,7 @@ pub async fn handle(
     };
     match route {
         Route::Stats => json(StatusCode::OK, &node.runtime().stats()),
-        Route::Ring(script) => json(StatusCode::OK, &RingView::of(&node, script.as_deref())),
+        Route::Ring(script) => json(StatusCode::OK, &ring_view(&node, script.as_deref())),
         Route::List => match node.runtime().script_store().list().await {
             Ok(list) => json(StatusCode::OK, &list),
             Err(e) => text(store_status(&e), format!("{e}\n")),
@@ -155,94 +156,48 @@ enum Route {
     Deploy(String),
 }
 
-/// The ring as one node sees it: what `GET /v1/ring` answers and
-/// `hearth ring` prints.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct RingView {
-    /// The node that answered.
-    pub node: String,
-    /// Whether it is in a cluster (a standalone node serves everything).
-    pub clustered: bool,
-    /// The members on its ring, by ID.
-    pub members: Vec<RingMember>,
-    /// The script asked about, if any.
-    pub script: Option<ScriptPlacement>,
-}
-
-/// One member of a [`RingView`].
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct RingMember {
-    /// Node ID.
-    pub id: String,
-    /// RPC address peers dial.
-    pub rpc: std::net::SocketAddr,
-    /// Weight on the ring.
-    pub weight: u32,
-    /// Fraction of the key space it owns.
-    pub ownership: f64,
-    /// `self` for the node that answered, else `up` (a member that fails
-    /// or drains leaves the ring, so every member listed is up).
-    pub state: String,
-}
-
-/// Where a script lives, on a [`RingView`].
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ScriptPlacement {
-    /// The script ID.
-    pub script_id: String,
-    /// Its home (none on an empty ring; this node when standalone).
-    pub home: Option<String>,
-    /// The home, then the next distinct members clockwise (up to 3): where
-    /// it goes if the home leaves.
-    pub successors: Vec<String>,
-    /// Whether it is warm on the answering node.
-    pub warm_here: bool,
-}
-
-impl RingView {
-    /// `node`'s ring, and `script`'s place on it.
-    pub fn of(node: &Node, script: Option<&str>) -> Self {
-        let me = node.id().to_string();
-        let Some(ring) = node.ring() else {
-            return RingView {
-                node: me.clone(),
-                clustered: false,
-                members: Vec::new(),
-                script: script.map(|id| ScriptPlacement {
-                    script_id: id.to_string(),
-                    home: Some(me.clone()),
-                    successors: vec![me.clone()],
-                    warm_here: node.runtime().is_warm(id),
-                }),
-            };
+/// `node`'s ring, and `script`'s place on it, as `GET /v1/ring` answers.
+fn ring_view(node: &Node, script: Option<&str>) -> RingView {
+    let me = node.id().to_string();
+    let Some(ring) = node.ring() else {
+        return RingView {
+            node: me.clone(),
+            clustered: false,
+            members: Vec::new(),
+            script: script.map(|id| ScriptPlacement {
+                script_id: id.to_string(),
+                home: Some(me.clone()),
+                successors: vec![me.clone()],
+                warm_here: node.runtime().is_warm(id),
+            }),
         };
-        let members = ring
-            .ownership()
+    };
+    let members = ring
+        .ownership()
+        .into_iter()
+        .map(|(n, share)| RingMember {
+            id: n.id.as_str().to_string(),
+            rpc: n.rpc_addr,
+            weight: n.weight,
+            ownership: share,
+            state: if n.id.as_str() == me { "self" } else { "up" }.into(),
+        })
+        .collect();
+    let script = script.map(|id| ScriptPlacement {
+        script_id: id.to_string(),
+        home: ring.home(id).map(|n| n.id.as_str().to_string()),
+        successors: ring
+            .successors(id, 3)
             .into_iter()
-            .map(|(n, share)| RingMember {
-                id: n.id.as_str().to_string(),
-                rpc: n.rpc_addr,
-                weight: n.weight,
-                ownership: share,
-                state: if n.id.as_str() == me { "self" } else { "up" }.into(),
-            })
-            .collect();
-        let script = script.map(|id| ScriptPlacement {
-            script_id: id.to_string(),
-            home: ring.home(id).map(|n| n.id.as_str().to_string()),
-            successors: ring
-                .successors(id, 3)
-                .into_iter()
-                .map(|n| n.id.as_str().to_string())
-                .collect(),
-            warm_here: node.runtime().is_warm(id),
-        });
-        RingView {
-            node: me,
-            clustered: true,
-            members,
-            script,
-        }
+            .map(|n| n.id.as_str().to_string())
+            .collect(),
+        warm_here: node.runtime().is_warm(id),
+    });
+    RingView {
+        node: me,
+        clustered: true,
+        members,
+        script,
     }
 }
 

@@ -1,5 +1,6 @@
-//! The TOML configuration of `hearth serve` (every field optional; flags
-//! override the file).
+//! The configuration of `hearth serve`: a TOML file (every field
+//! optional) and flags over it, resolved in one step by
+//! [`ServeArgs::resolve`] into the [`ServeConfig`] the node runs with.
 //!
 //! ```toml
 //! node_id = "node-1"
@@ -61,15 +62,242 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use std::sync::Arc;
+use hearth_runtime::{
+    DirStore, Plan, PlanLimits, RuntimeConfig, S3Settings, S3Store, ScriptStore, StoreError,
+};
+use hearth_sharding::overload::OverloadConfig;
+use hearth_sharding::ring::Member;
 
-use hearth_runtime::{DirStore, Plan, PlanLimits, RuntimeConfig, S3Settings, S3Store, ScriptStore};
-
+use crate::cluster::JoinConfig;
 use crate::listener::ServeLimits;
+
+/// Where `hearth serve` takes Worker traffic unless told otherwise.
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
+/// Where `hearth serve` answers the admin API unless told otherwise.
+pub const DEFAULT_ADMIN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8081);
+/// The script store of `hearth serve` unless told otherwise.
+pub const DEFAULT_STORE: &str = "hearth-store";
+/// The node ID of `hearth serve` unless told otherwise.
+pub const DEFAULT_NODE_ID: &str = "node-1";
+
+/// Why a node's configuration cannot be used. Each message names the file
+/// or setting and says what to do; a cause is in the message, not also a
+/// `source` (which would print it twice in an error chain).
+#[derive(Debug, thiserror::Error)]
+pub enum NodeConfigError {
+    /// The config file could not be read.
+    #[error("cannot read config {}: {error}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The config file is not valid TOML for a node.
+    #[error("invalid config {}: {error}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Where and why.
+        error: toml::de::Error,
+    },
+    /// Gossip is on but no key is given.
+    #[error(
+        "[cluster] turns gossip on but gives no gossip_key. Nodes with different \
+         keys never hear each other, and each would serve every Worker alone. Put \
+         the same key in the [cluster] section of every node, for example this \
+         fresh one:\n    gossip_key = \"{fresh}\""
+    )]
+    NoGossipKey {
+        /// A fresh key to offer.
+        fresh: String,
+    },
+    /// An S3 store is given without the shared artifact key.
+    #[error(
+        "store = \"{location}\" shares precompiled artifacts between nodes, so every \
+         node needs the same artifact_key (nodes with different keys refuse each \
+         other's artifacts). Put the same key in every node's config, for example \
+         this fresh one:\n    artifact_key = \"{fresh}\""
+    )]
+    NoArtifactKey {
+        /// The store's location.
+        location: String,
+        /// A fresh key to offer.
+        fresh: String,
+    },
+    /// A key setting is not 64 hex digits.
+    #[error("{setting} must be 64 hex digits (32 bytes)")]
+    BadKey {
+        /// The setting, e.g. `artifact_key`.
+        setting: &'static str,
+    },
+    /// A certificate is given but no HTTPS listener.
+    #[error("tls_cert and tls_key need tls_listen (--tls-listen ADDR) to serve HTTPS")]
+    TlsWithoutListen,
+    /// Only one of certificate and key is given.
+    #[error("give both tls_cert and tls_key (--tls-cert, --tls-key), or neither")]
+    TlsHalfPair,
+    /// A store secret or its directory could not be created.
+    #[error("cannot create {}: {error}", path.display())]
+    Create {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// A store secret is not 64 hex digits.
+    #[error("corrupt secret in {}: {reason} (expected 64 hex digits)", path.display())]
+    CorruptSecret {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A store secret exists but cannot be read.
+    #[error("cannot read secret {}: {error}", path.display())]
+    ReadSecret {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// Another node created a secret and it was gone when read.
+    #[error("{} vanished while it was created", path.display())]
+    SecretVanished {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The data directory of an S3-backed node could not be created.
+    #[error("cannot create data directory {}: {error}", path.display())]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The script store could not be opened.
+    #[error("cannot open script store: {0}")]
+    OpenStore(StoreError),
+    /// The script store answered its first call with an error.
+    #[error("cannot use the script store: {0}")]
+    UseStore(StoreError),
+}
+
+/// `hearth serve`'s flags. Each overrides the same setting of the
+/// `--config` file; [`ServeArgs::resolve`] makes the one [`ServeConfig`]
+/// the node runs with.
+#[derive(Debug, Default, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address for Worker traffic (routed by the first label of Host).
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Address of the admin API (deploys, stats, /metrics).
+    #[arg(long)]
+    pub admin: Option<SocketAddr>,
+    /// Script store: a directory, or s3://bucket/prefix (with the
+    /// config's `[s3]` section or the AWS_* environment variables).
+    #[arg(long)]
+    pub store: Option<String>,
+    /// Address for HTTPS Worker traffic (HTTP/2 or HTTP/1.1 by ALPN).
+    /// A ClientHello's SNI starts warming the Worker it names.
+    #[arg(long)]
+    pub tls_listen: Option<SocketAddr>,
+    /// PEM certificate chain for --tls-listen (leaf first); without
+    /// it, a development certificate for localhost and *.localhost is
+    /// made in the store.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Do not prewarm Workers from the TLS ClientHello's SNI.
+    #[arg(long)]
+    pub no_sni_prewarm: bool,
+    /// TOML config file (flags override it).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+/// What `hearth serve` runs with: the file and the flags resolved in one
+/// step, every default filled in and every pairing checked.
+#[derive(Debug)]
+pub struct ServeConfig {
+    /// The node's ID on the ring (default [`DEFAULT_NODE_ID`]).
+    pub node_id: String,
+    /// Worker traffic (default [`DEFAULT_LISTEN`]).
+    pub listen: SocketAddr,
+    /// The admin API (default [`DEFAULT_ADMIN`]).
+    pub admin: SocketAddr,
+    /// The script store: a directory or `s3://bucket/prefix` (default
+    /// [`DEFAULT_STORE`]).
+    pub store: String,
+    /// The HTTPS front door, if any.
+    pub tls: Option<TlsConfig>,
+    /// The file's other settings, with the flags' over them: runtime and
+    /// client limits, prewarm, cluster, S3, admin token. The settings
+    /// resolved into the fields above are taken out of it.
+    pub settings: NodeConfig,
+}
+
+/// The HTTPS front door of [`ServeConfig`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// Its address.
+    pub listen: SocketAddr,
+    /// Certificate chain and private key (PEM files); `None`: a development
+    /// certificate for `localhost` and `*.localhost`, made in the store.
+    pub cert: Option<(PathBuf, PathBuf)>,
+}
+
+impl ServeArgs {
+    /// Loads `--config` (if given), lays the flags over it and fills in
+    /// the defaults: the one config `hearth serve` runs with.
+    pub fn resolve(self) -> Result<ServeConfig, NodeConfigError> {
+        let mut file = match &self.config {
+            Some(path) => NodeConfig::load(path)?,
+            None => NodeConfig::default(),
+        };
+        if self.no_sni_prewarm {
+            file.sni_prewarm = Some(false);
+        }
+        // A certificate given by flags replaces the file's pair whole.
+        let (cert, key) = match self.tls_cert {
+            Some(cert) => (Some(cert), self.tls_key),
+            None => (file.tls_cert.take(), file.tls_key.take()),
+        };
+        let tls = match (self.tls_listen.or(file.tls_listen.take()), cert, key) {
+            (None, None, None) => None,
+            (None, _, _) => return Err(NodeConfigError::TlsWithoutListen),
+            (Some(listen), None, None) => Some(TlsConfig { listen, cert: None }),
+            (Some(listen), Some(cert), Some(key)) => Some(TlsConfig {
+                listen,
+                cert: Some((cert, key)),
+            }),
+            (Some(_), _, _) => return Err(NodeConfigError::TlsHalfPair),
+        };
+        Ok(ServeConfig {
+            node_id: file
+                .node_id
+                .take()
+                .unwrap_or_else(|| DEFAULT_NODE_ID.into()),
+            listen: self.listen.or(file.listen.take()).unwrap_or(DEFAULT_LISTEN),
+            admin: self.admin.or(file.admin.take()).unwrap_or(DEFAULT_ADMIN),
+            store: self
+                .store
+                .or(file.store.take())
+                .unwrap_or_else(|| DEFAULT_STORE.into()),
+            tls,
+            settings: file,
+        })
+    }
+}
 
 /// Partial plan limits from a config file.
 #[derive(Debug, Default, Deserialize)]
@@ -174,21 +402,45 @@ impl ClusterSection {
     /// let nodes with separate stores never hear each other, each silently
     /// serving every Worker alone, so a missing key stops the node with a
     /// message that offers a fresh one.
-    pub fn gossip_key(&self) -> anyhow::Result<Option<[u8; 32]>> {
+    pub fn gossip_key(&self) -> Result<Option<[u8; 32]>, NodeConfigError> {
         if self.gossip.is_none() {
             return Ok(None);
         }
         let Some(hex) = &self.gossip_key else {
-            let fresh: [u8; 32] = rand::random();
-            anyhow::bail!(
-                "[cluster] turns gossip on but gives no gossip_key. Nodes with different \
-                 keys never hear each other, and each would serve every Worker alone. Put \
-                 the same key in the [cluster] section of every node, for example this \
-                 fresh one:\n    gossip_key = \"{}\"",
-                blake3::Hash::from_bytes(fresh).to_hex()
-            );
+            return Err(NodeConfigError::NoGossipKey { fresh: fresh_key() });
         };
         parse_key("cluster.gossip_key", hex).map(Some)
+    }
+
+    /// How this node joins: the section's settings, the gossip key checked,
+    /// with `rpc_listener` already bound to [`ClusterSection::rpc`].
+    pub fn join_config(
+        &self,
+        node_id: &str,
+        rpc_listener: tokio::net::TcpListener,
+    ) -> Result<JoinConfig, NodeConfigError> {
+        let mut overload = OverloadConfig::default();
+        if let Some(n) = self.max_in_flight_per_worker {
+            overload.max_in_flight_per_worker = n;
+        }
+        if let Some(n) = self.max_in_flight_node {
+            overload.max_in_flight_node = n;
+        }
+        Ok(JoinConfig {
+            node_id: node_id.to_string(),
+            rpc_listener,
+            pki_dir: self.pki.clone(),
+            gossip: self.gossip,
+            seeds: self.seeds.clone(),
+            static_nodes: self
+                .nodes
+                .iter()
+                .map(|n| Member::new(n.id.as_str(), n.rpc).with_weight(n.weight))
+                .collect(),
+            weight: self.weight,
+            gossip_key: self.gossip_key()?,
+            overload,
+        })
     }
 }
 
@@ -242,10 +494,15 @@ pub struct NodeConfig {
 
 impl NodeConfig {
     /// Reads and parses `path`.
-    pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("cannot read config {}: {e}", path.display()))?;
-        toml::from_str(&text).map_err(|e| anyhow::anyhow!("invalid config {}: {e}", path.display()))
+    pub fn load(path: &Path) -> Result<Self, NodeConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| NodeConfigError::Read {
+            path: path.to_path_buf(),
+            error,
+        })?;
+        toml::from_str(&text).map_err(|error| NodeConfigError::Parse {
+            path: path.to_path_buf(),
+            error,
+        })
     }
 
     /// Applies the file's runtime settings to `cfg`.
@@ -333,19 +590,24 @@ impl NodeConfig {
 /// created; any other read error (not UTF-8, a directory, no permission)
 /// is an error naming the file, so a node never starts with a secret other
 /// than the one on disk.
-pub fn store_secret(store: &Path, name: &str) -> anyhow::Result<[u8; 32]> {
+pub fn store_secret(store: &Path, name: &str) -> Result<[u8; 32], NodeConfigError> {
     use std::io::Write;
     let path = store.join(name);
     if let Some(key) = read_secret(&path)? {
         return Ok(key);
     }
-    std::fs::create_dir_all(store)
-        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", store.display()))?;
+    std::fs::create_dir_all(store).map_err(|error| NodeConfigError::Create {
+        path: store.to_path_buf(),
+        error,
+    })?;
     let key: [u8; 32] = rand::random();
     // Written whole to a temporary file (0600 by default), then linked into
     // place only if no other node got there first: a concurrent reader sees
     // no file or a complete one, never an empty one.
-    let create = |e: std::io::Error| anyhow::anyhow!("cannot create {}: {e}", path.display());
+    let create = |error: std::io::Error| NodeConfigError::Create {
+        path: path.clone(),
+        error,
+    };
     let mut tmp = tempfile::NamedTempFile::new_in(store).map_err(create)?;
     tmp.write_all(blake3::Hash::from_bytes(key).to_hex().as_bytes())
         .map_err(create)?;
@@ -356,30 +618,30 @@ pub fn store_secret(store: &Path, name: &str) -> anyhow::Result<[u8; 32]> {
             Ok(key)
         }
         // Another node created it first: use theirs (read once, no retry).
-        Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => read_secret(&path)?
-            .ok_or_else(|| anyhow::anyhow!("{} vanished while it was created", path.display())),
+        Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => {
+            read_secret(&path)?.ok_or(NodeConfigError::SecretVanished { path })
+        }
         Err(e) => Err(create(e.error)),
     }
 }
 
 /// The secret in `path`: `None` if there is no such file, an error naming
 /// the file for anything else that stops it being read or parsed.
-fn read_secret(path: &Path) -> anyhow::Result<Option<[u8; 32]>> {
+fn read_secret(path: &Path) -> Result<Option<[u8; 32]>, NodeConfigError> {
     match std::fs::read_to_string(path) {
         Ok(hex) => {
-            let bytes = blake3::Hash::from_hex(hex.trim()).map_err(|e| {
-                anyhow::anyhow!(
-                    "corrupt secret in {}: {e} (expected 64 hex digits)",
-                    path.display()
-                )
-            })?;
+            let bytes =
+                blake3::Hash::from_hex(hex.trim()).map_err(|e| NodeConfigError::CorruptSecret {
+                    path: path.to_path_buf(),
+                    reason: e.to_string(),
+                })?;
             Ok(Some(*bytes.as_bytes()))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(anyhow::anyhow!(
-            "cannot read secret {}: {e}",
-            path.display()
-        )),
+        Err(error) => Err(NodeConfigError::ReadSecret {
+            path: path.to_path_buf(),
+            error,
+        }),
     }
 }
 
@@ -388,7 +650,7 @@ fn read_secret(path: &Path) -> anyhow::Result<Option<[u8; 32]>> {
 pub struct NodeStore {
     /// The node's own directory: the store itself for a directory store,
     /// else the data directory (artifact cache, admin token, certificates).
-    pub local: PathBuf,
+    pub data_dir: PathBuf,
     /// The script store.
     pub scripts: Arc<dyn ScriptStore>,
     /// The runtime configuration to start from: sources in `scripts`,
@@ -402,67 +664,68 @@ impl NodeStore {
     /// contacted once, so a wrong endpoint or key stops the node at start
     /// with the store's own message. Must run inside the node's Tokio
     /// runtime.
-    pub async fn open(location: &str, file: &NodeConfig) -> anyhow::Result<NodeStore> {
+    pub async fn open(location: &str, file: &NodeConfig) -> Result<NodeStore, NodeConfigError> {
         if !hearth_runtime::s3_store::is_s3_url(location) {
             let dir = PathBuf::from(location);
             let mut runtime = runtime_config(&dir)?;
             if let Some(hex) = &file.artifact_key {
                 runtime = runtime.artifact_key(parse_key("artifact_key", hex)?);
             }
-            let scripts = DirStore::open(&dir)
-                .map_err(|e| anyhow::anyhow!("cannot open script store: {e}"))?;
+            let scripts = DirStore::open(&dir).map_err(NodeConfigError::OpenStore)?;
             return Ok(NodeStore {
-                local: dir,
+                data_dir: dir,
                 scripts: Arc::new(scripts),
                 runtime,
             });
         }
         let Some(hex) = &file.artifact_key else {
-            let fresh: [u8; 32] = rand::random();
-            anyhow::bail!(
-                "store = \"{location}\" shares precompiled artifacts between nodes, so every \
-                 node needs the same artifact_key (nodes with different keys refuse each \
-                 other's artifacts). Put the same key in every node's config, for example \
-                 this fresh one:\n    artifact_key = \"{}\"",
-                blake3::Hash::from_bytes(fresh).to_hex()
-            );
+            return Err(NodeConfigError::NoArtifactKey {
+                location: location.to_string(),
+                fresh: fresh_key(),
+            });
         };
         let key = parse_key("artifact_key", hex)?;
-        let local = file
+        let data_dir = file
             .data
             .clone()
             .unwrap_or_else(|| PathBuf::from("hearth-data"));
-        std::fs::create_dir_all(&local).map_err(|e| {
-            anyhow::anyhow!("cannot create data directory {}: {e}", local.display())
+        std::fs::create_dir_all(&data_dir).map_err(|error| NodeConfigError::DataDir {
+            path: data_dir.clone(),
+            error,
         })?;
-        let s3 = S3Store::open(location, &file.s3.clone().unwrap_or_default())?;
-        s3.check()
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot use the script store: {e}"))?;
+        let s3 = S3Store::open(location, &file.s3.clone().unwrap_or_default())
+            .map_err(NodeConfigError::OpenStore)?;
+        s3.check().await.map_err(NodeConfigError::UseStore)?;
         Ok(NodeStore {
-            runtime: RuntimeConfig::new(&local).artifact_key(key),
-            local,
+            runtime: RuntimeConfig::new(&data_dir).artifact_key(key),
+            data_dir,
             scripts: Arc::new(s3),
         })
     }
 }
 
 /// `hex` as a 32-byte key, or an error naming the setting.
-fn parse_key(name: &str, hex: &str) -> anyhow::Result<[u8; 32]> {
-    let key = blake3::Hash::from_hex(hex.trim())
-        .map_err(|_| anyhow::anyhow!("{name} must be 64 hex digits (32 bytes)"))?;
+fn parse_key(setting: &'static str, hex: &str) -> Result<[u8; 32], NodeConfigError> {
+    let key =
+        blake3::Hash::from_hex(hex.trim()).map_err(|_| NodeConfigError::BadKey { setting })?;
     Ok(*key.as_bytes())
+}
+
+/// A fresh random key in hex, offered in the message when one is missing.
+fn fresh_key() -> String {
+    let fresh: [u8; 32] = rand::random();
+    blake3::Hash::from_bytes(fresh).to_hex().to_string()
 }
 
 /// The runtime configuration every node over `store` starts from: sources
 /// and artifacts in the store, authenticated with the store's artifact key.
-pub fn runtime_config(store: &Path) -> anyhow::Result<RuntimeConfig> {
+pub fn runtime_config(store: &Path) -> Result<RuntimeConfig, NodeConfigError> {
     Ok(RuntimeConfig::new(store).artifact_key(store_secret(store, "artifact.key")?))
 }
 
 /// The admin token of the nodes over `store` (`store/admin.token`), and
 /// whether it was just generated (callers print a new one).
-pub fn admin_token(store: &Path) -> anyhow::Result<(String, bool)> {
+pub fn admin_token(store: &Path) -> Result<(String, bool), NodeConfigError> {
     let existed = store.join("admin.token").exists();
     let key = store_secret(store, "admin.token")?;
     Ok((blake3::Hash::from_bytes(key).to_hex().to_string(), !existed))
@@ -495,5 +758,132 @@ mod tests {
         }
         rpcs.dedup();
         assert_eq!(rpcs.len(), 3, "each node its own RPC address");
+    }
+
+    fn args(config: Option<&Path>) -> ServeArgs {
+        ServeArgs {
+            config: config.map(Path::to_path_buf),
+            ..ServeArgs::default()
+        }
+    }
+
+    #[test]
+    fn serve_config_takes_defaults_then_the_file_then_the_flags() {
+        let bare = args(None).resolve().expect("no file, no flags");
+        assert_eq!(
+            (
+                bare.node_id.as_str(),
+                bare.listen,
+                bare.admin,
+                bare.store.as_str()
+            ),
+            (
+                DEFAULT_NODE_ID,
+                DEFAULT_LISTEN,
+                DEFAULT_ADMIN,
+                DEFAULT_STORE
+            )
+        );
+        assert_eq!(bare.tls, None);
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("node.toml");
+        std::fs::write(
+            &path,
+            "node_id = \"n7\"\nlisten = \"127.0.0.1:9080\"\nadmin = \"127.0.0.1:9081\"\n\
+             store = \"./s\"\ntls_listen = \"127.0.0.1:9443\"\ntls_cert = \"c.pem\"\n\
+             tls_key = \"k.pem\"\nmax_prewarms = 2\n",
+        )
+        .expect("write config");
+        let file = args(Some(&path)).resolve().expect("file");
+        assert_eq!(file.node_id, "n7");
+        assert_eq!(file.listen.port(), 9080);
+        assert_eq!(file.admin.port(), 9081);
+        assert_eq!(file.store, "./s");
+        let tls = file.tls.expect("tls from the file");
+        assert_eq!(tls.listen.port(), 9443);
+        assert_eq!(tls.cert, Some(("c.pem".into(), "k.pem".into())));
+        assert!(file.settings.prewarm().enabled);
+        assert_eq!(file.settings.prewarm().max_concurrent, 2);
+
+        let flags = ServeArgs {
+            listen: Some("127.0.0.1:1080".parse().expect("addr")),
+            store: Some("s3://b/p".into()),
+            tls_cert: Some("flag.pem".into()),
+            tls_key: Some("flag-key.pem".into()),
+            no_sni_prewarm: true,
+            ..args(Some(&path))
+        }
+        .resolve()
+        .expect("flags over the file");
+        assert_eq!(flags.listen.port(), 1080, "a flag wins");
+        assert_eq!(flags.admin.port(), 9081, "the file fills what flags leave");
+        assert_eq!(flags.store, "s3://b/p");
+        let tls = flags.tls.expect("tls");
+        assert_eq!(tls.listen.port(), 9443);
+        assert_eq!(tls.cert, Some(("flag.pem".into(), "flag-key.pem".into())));
+        assert!(!flags.settings.prewarm().enabled, "--no-sni-prewarm");
+    }
+
+    #[test]
+    fn serve_config_refuses_a_certificate_it_cannot_use() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let resolve = |text: &str| {
+            let path = dir.path().join("node.toml");
+            std::fs::write(&path, text).expect("write config");
+            args(Some(&path)).resolve()
+        };
+        assert!(matches!(
+            resolve("tls_cert = \"c.pem\"\ntls_key = \"k.pem\"\n"),
+            Err(NodeConfigError::TlsWithoutListen)
+        ));
+        assert!(matches!(
+            resolve("tls_listen = \"127.0.0.1:9443\"\ntls_cert = \"c.pem\"\n"),
+            Err(NodeConfigError::TlsHalfPair)
+        ));
+        let dev = resolve("tls_listen = \"127.0.0.1:9443\"\n").expect("dev certificate");
+        assert_eq!(dev.tls.expect("tls").cert, None);
+        let bad = resolve("listen = 8080\n").expect_err("not an address");
+        assert!(matches!(bad, NodeConfigError::Parse { .. }));
+        assert!(bad.to_string().starts_with("invalid config "), "{bad}");
+        let missing = args(Some(&dir.path().join("nope.toml")))
+            .resolve()
+            .expect_err("no such file");
+        assert!(
+            missing.to_string().starts_with("cannot read config "),
+            "{missing}"
+        );
+    }
+
+    #[test]
+    fn join_config_carries_the_cluster_section() {
+        let c: NodeConfig = toml::from_str(
+            "[cluster]\nrpc = \"127.0.0.1:7000\"\npki = \"./pki\"\nweight = 2\n\
+             nodes = [{ id = \"node-2\", rpc = \"127.0.0.1:7100\", weight = 3 }]\n\
+             max_in_flight_node = 9\n",
+        )
+        .expect("config");
+        let section = c.cluster.expect("[cluster]");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let join = rt
+            .block_on(async {
+                let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+                Ok::<_, std::io::Error>(section.join_config("node-1", l))
+            })
+            .expect("bind")
+            .expect("join config");
+        assert_eq!(join.node_id, "node-1");
+        assert_eq!(join.weight, 2);
+        assert_eq!(join.gossip_key, None, "no gossip, no key");
+        assert_eq!(join.static_nodes.len(), 1);
+        assert_eq!(join.static_nodes[0].weight, 3);
+        assert_eq!(join.overload.max_in_flight_node, 9);
+        assert_eq!(
+            join.overload.max_in_flight_per_worker,
+            OverloadConfig::default().max_in_flight_per_worker
+        );
     }
 }

@@ -155,15 +155,11 @@ fn metric(text: &str, name: &str) -> f64 {
 async fn the_ring_view_places_a_worker_and_agrees_with_metrics_and_hearth_ring() {
     let c = TestCluster::start(3).await.expect("cluster");
     let admin = c.node(1).admin_addr;
-    let (status, body) = call(
-        http::Method::GET,
-        format!("http://{admin}/v1/ring?script=hello"),
-        Some(c.token()),
-        Vec::new(),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    let view: hearth::admin::RingView = serde_json::from_str(&body).expect("a RingView");
+    let view = AdminClient::new(&format!("http://{admin}"), Some(c.token().to_string()))
+        .expect("admin url")
+        .ring(Some("hello"))
+        .await
+        .expect("a RingView");
     assert_eq!(view.node, "node-2");
     assert!(view.clustered);
     let ids: Vec<&str> = view.members.iter().map(|m| m.id.as_str()).collect();

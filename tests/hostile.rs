@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use hearth_admin_client::{AdminClient, NodeStats};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -96,20 +97,13 @@ impl Serve {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// One counter of the admin API's `/v1/stats`.
-    async fn stat(&self, name: &str) -> u64 {
-        let head = format!(
-            "GET /v1/stats HTTP/1.1\r\nHost: admin\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
-        );
-        let (status, body) = exchange(self.admin, None, head.as_bytes())
+    /// The node's counters, through the typed admin client.
+    async fn stats(&self) -> NodeStats {
+        AdminClient::new(&format!("http://{}", self.admin), Some(TOKEN.into()))
+            .expect("admin url")
+            .stats()
             .await
-            .expect("admin answers");
-        assert_eq!(status, 200, "{body}");
-        let json = body.split("\r\n\r\n").nth(1).unwrap_or("");
-        let v: serde_json::Value = serde_json::from_str(json).expect("stats JSON");
-        v[name]
-            .as_u64()
-            .unwrap_or_else(|| panic!("no {name} in {json}"))
+            .expect("admin answers")
     }
 }
 
@@ -203,7 +197,7 @@ async fn sixteen_idle_posts_do_not_freeze_a_worker() {
         assert_eq!(status, Some(408), "{}", node.log());
         assert!(closed);
     }
-    assert_eq!(node.stat("client_timeouts").await, 16);
+    assert_eq!(node.stats().await.client_timeouts, 16);
 
     // Clients that send enough to be handed to the Worker and then stall
     // do hold its 16 slots; a 17th waits at most the slot wait and gets
@@ -217,7 +211,7 @@ async fn sixteen_idle_posts_do_not_freeze_a_worker() {
         );
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(node.stat("in_flight").await, 16);
+    assert_eq!(node.stats().await.in_flight, 16);
     let t = Instant::now();
     let (status, resp) = exchange(node.http, None, &get("echo"))
         .await
@@ -232,7 +226,7 @@ async fn sixteen_idle_posts_do_not_freeze_a_worker() {
         let (_, closed) = outcome(s, Duration::from_secs(8)).await;
         assert!(closed, "a stalled body kept its connection");
     }
-    assert_eq!(node.stat("in_flight").await, 0);
+    assert_eq!(node.stats().await.in_flight, 0);
     let (status, resp) = exchange(node.http, None, &get("echo"))
         .await
         .expect("answer");
@@ -261,9 +255,9 @@ async fn two_hundred_fifty_six_stalled_sockets_do_not_starve_other_workers() {
         assert_eq!(status, 200, "{resp}");
         assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     }
-    assert!(node.stat("in_flight").await <= 16);
+    assert!(node.stats().await.in_flight <= 16);
     assert!(
-        node.stat("busy").await > 0,
+        node.stats().await.busy > 0,
         "excess requests for echo get 503"
     );
     drop(sockets);
@@ -321,12 +315,12 @@ async fn a_client_that_goes_away_cancels_its_worker() {
     // Each invocation is cancelled within an epoch tick or so of its client
     // leaving, and nothing keeps running.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while node.stat("in_flight").await > 0 {
+    while node.stats().await.in_flight > 0 {
         assert!(Instant::now() < deadline, "invocations kept running");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(node.stat("cancelled").await, 8, "{}", node.log());
-    assert_eq!(node.stat("cpu_kills").await, 0);
+    assert_eq!(node.stats().await.cancelled, 8, "{}", node.log());
+    assert_eq!(node.stats().await.cpu_kills, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -346,8 +340,8 @@ async fn a_request_has_a_wall_clock_deadline() {
     let (_, closed) = outcome(s, Duration::from_secs(10)).await;
     assert!(closed);
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
-    assert_eq!(node.stat("wall_kills").await, 1, "{}", node.log());
-    assert_eq!(node.stat("in_flight").await, 0);
+    assert_eq!(node.stats().await.wall_kills, 1, "{}", node.log());
+    assert_eq!(node.stats().await.in_flight, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,12 +4,13 @@
 //! in place of hand-built HTTP requests with a bearer token and untyped
 //! JSON: [`AdminClient::deploy`] (`PUT /v1/scripts/{id}`),
 //! [`AdminClient::list`] (`GET /v1/scripts`), [`AdminClient::evict`]
-//! (`POST /v1/scripts/{id}/evict`), [`AdminClient::stats`] (`GET
+//! (`POST /v1/scripts/{id}/evict`), [`AdminClient::hand_back`],
+//! [`AdminClient::ring`] (`GET /v1/ring`), [`AdminClient::stats`] (`GET
 //! /v1/stats`) and [`AdminClient::metrics`] (`GET /metrics`, the one route
 //! that needs no token).
 //!
 //! The answers are typed with the fields a client reads ([`DeployReport`],
-//! [`ScriptInfo`], [`NodeStats`], [`Metrics`]); fields a node adds later are
+//! [`ScriptInfo`], [`RingView`], [`NodeStats`], [`Metrics`]); fields a node adds later are
 //! ignored, so an older client keeps working. Every failure is an
 //! [`AdminError`] that says what to do.
 //!
@@ -34,7 +35,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// How long a call waits for its answer unless told otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -217,6 +218,89 @@ pub struct HandBack {
     pub failed: Vec<(String, String)>,
 }
 
+/// The ring as one node sees it: what `GET /v1/ring` answers and
+/// `hearth ring` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RingView {
+    /// The node that answered.
+    pub node: String,
+    /// Whether it is in a cluster (a standalone node serves everything).
+    pub clustered: bool,
+    /// The members on its ring, by ID.
+    pub members: Vec<RingMember>,
+    /// The script asked about, if any.
+    pub script: Option<ScriptPlacement>,
+}
+
+/// One member of a [`RingView`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RingMember {
+    /// Node ID.
+    pub id: String,
+    /// RPC address peers dial.
+    pub rpc: std::net::SocketAddr,
+    /// Weight on the ring.
+    pub weight: u32,
+    /// Fraction of the key space it owns.
+    pub ownership: f64,
+    /// `self` for the node that answered, else `up` (a member that fails
+    /// or drains leaves the ring, so every member listed is up).
+    pub state: String,
+}
+
+/// Where a script lives, on a [`RingView`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScriptPlacement {
+    /// The script ID.
+    pub script_id: String,
+    /// Its home (none on an empty ring; this node when standalone).
+    pub home: Option<String>,
+    /// The home, then the next distinct members clockwise (up to 3): where
+    /// it goes if the home leaves.
+    pub successors: Vec<String>,
+    /// Whether it is warm on the answering node.
+    pub warm_here: bool,
+}
+
+impl std::fmt::Display for RingView {
+    /// What `hearth ring` prints: the members with weights and shares, and
+    /// the script's home and fallback order if one was asked about.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.clustered {
+            writeln!(f, "ring of {} ({} members)", self.node, self.members.len())?;
+            for m in &self.members {
+                writeln!(
+                    f,
+                    "  {:<16} {:<22} weight {:<3} {:>6.2}%  {}",
+                    m.id,
+                    m.rpc,
+                    m.weight,
+                    m.ownership * 100.0,
+                    m.state
+                )?;
+            }
+        } else {
+            writeln!(
+                f,
+                "{} is a standalone node: it serves every Worker itself",
+                self.node
+            )?;
+        }
+        if let Some(p) = &self.script {
+            writeln!(
+                f,
+                "{}: home {}, fallback order {} (warm on {}: {})",
+                p.script_id,
+                p.home.as_deref().unwrap_or("none"),
+                p.successors.join(", "),
+                self.node,
+                if p.warm_here { "yes" } else { "no" }
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// The node counters of `GET /v1/stats` that clients read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 pub struct NodeStats {
@@ -241,6 +325,24 @@ pub struct NodeStats {
     /// Bytes resident now.
     #[serde(default)]
     pub resident_bytes: u64,
+    /// Instances serving a request now.
+    #[serde(default)]
+    pub in_flight: u64,
+    /// Requests answered 503 because no instance slot came free in time.
+    #[serde(default)]
+    pub busy: u64,
+    /// Requests stopped at their CPU limit.
+    #[serde(default)]
+    pub cpu_kills: u64,
+    /// Requests stopped at their wall-clock limit.
+    #[serde(default)]
+    pub wall_kills: u64,
+    /// Requests refused because the client stalled sending its body.
+    #[serde(default)]
+    pub client_timeouts: u64,
+    /// Invocations cancelled because their client went away.
+    #[serde(default)]
+    pub cancelled: u64,
 }
 
 /// A node's Prometheus page (`GET /metrics`).
@@ -368,6 +470,17 @@ impl AdminClient {
         self.parse(&path, &body)
     }
 
+    /// The ring as the node sees it, and (with `script`) that Worker's
+    /// home and fallback order.
+    pub async fn ring(&self, script: Option<&str>) -> Result<RingView, AdminError> {
+        let path = match script {
+            Some(id) => format!("/v1/ring?script={}", query_value(id)),
+            None => "/v1/ring".to_string(),
+        };
+        let body = self.call(Method::GET, &path, true, Bytes::new()).await?;
+        self.parse(&path, &body)
+    }
+
     /// The node's counters.
     pub async fn stats(&self) -> Result<NodeStats, AdminError> {
         let path = "/v1/stats";
@@ -462,6 +575,20 @@ fn with_causes(error: &dyn std::error::Error) -> String {
     text
 }
 
+/// `value` percent-encoded for a query string: unreserved characters
+/// (RFC 3986 §2.3) as they are, every other byte as `%XX`.
+fn query_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -523,5 +650,40 @@ mod tests {
             c.metrics().await,
             Err(AdminError::Unreachable { .. })
         ));
+    }
+
+    #[test]
+    fn a_ring_view_prints_members_and_placement() {
+        let view: RingView = serde_json::from_str(
+            r#"{"node":"node-1","clustered":true,"members":[
+                {"id":"node-1","rpc":"127.0.0.1:7000","weight":1,"ownership":0.25,"state":"self"},
+                {"id":"node-2","rpc":"127.0.0.1:7100","weight":3,"ownership":0.75,"state":"up"}],
+                "script":{"script_id":"hello","home":"node-2","successors":["node-2","node-1"],
+                "warm_here":false}}"#,
+        )
+        .expect("view");
+        let text = view.to_string();
+        assert!(text.starts_with("ring of node-1 (2 members)\n"), "{text}");
+        assert!(text.contains(" 75.00%  up"), "{text}");
+        assert!(
+            text.contains("hello: home node-2, fallback order node-2, node-1 (warm on node-1: no)"),
+            "{text}"
+        );
+        let alone = RingView {
+            clustered: false,
+            members: Vec::new(),
+            script: None,
+            ..view
+        };
+        assert_eq!(
+            alone.to_string(),
+            "node-1 is a standalone node: it serves every Worker itself\n"
+        );
+    }
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(query_value("hello-world_1.x~"), "hello-world_1.x~");
+        assert_eq!(query_value("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
     }
 }

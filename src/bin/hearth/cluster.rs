@@ -1,0 +1,60 @@
+//! `hearth cluster`: N nodes on loopback in this process, until Ctrl-C.
+
+use std::path::PathBuf;
+
+use hearth::cluster::{ClusterConfig, LoopbackCluster};
+
+/// `hearth cluster`'s flags.
+#[derive(clap::Args)]
+pub(crate) struct ClusterArgs {
+    /// Number of nodes.
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// Shared store directory.
+    #[arg(long, default_value = "hearth-cluster")]
+    store: PathBuf,
+    /// First port (node i uses base+4i HTTP, +1 admin, +2 RPC, +3
+    /// HTTPS); default: free ports.
+    #[arg(long)]
+    base_port: Option<u16>,
+}
+
+/// Starts the cluster, prints how to reach it, and serves until Ctrl-C.
+pub(crate) async fn run(args: ClusterArgs) -> anyhow::Result<()> {
+    let mut cfg = ClusterConfig::new(args.nodes, &args.store);
+    cfg.base_port = args.base_port;
+    let cluster = LoopbackCluster::start(cfg).await?;
+    println!(
+        "hearth cluster: {} nodes, store {}",
+        args.nodes,
+        args.store.display()
+    );
+    for c in cluster.nodes() {
+        let https = c
+            .https_addr
+            .map(|a| format!("  https://{a}"))
+            .unwrap_or_default();
+        println!(
+            "{}  http://{}{https}  admin http://{}  rpc {}",
+            c.node.id(),
+            c.http_addr,
+            c.admin_addr,
+            c.rpc_addr
+        );
+    }
+    if let Some(ca) = cluster.tls_ca() {
+        println!(
+            "HTTPS: development certificates for localhost and <script>.localhost; trust their CA: {}",
+            ca.display()
+        );
+    }
+    println!("admin token: {}", cluster.token());
+    println!(
+        "deploy with: hearth deploy --admin http://{} --token {} --name hello FILE",
+        cluster.node(0).admin_addr,
+        cluster.token()
+    );
+    tokio::signal::ctrl_c().await?;
+    cluster.shutdown().await;
+    Ok(())
+}

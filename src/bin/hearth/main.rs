@@ -1,0 +1,165 @@
+//! The `hearth` command: run a node, deploy Workers, and the tools. This
+//! file is the command list and its dispatch; each command that does more
+//! than call a library lives in a file named after it, as wasmtime's
+//! `commands/` do.
+
+mod cluster;
+mod deploy;
+mod hand_back;
+mod ring;
+mod serve;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "hearth",
+    version,
+    about = "A WebAssembly Worker runtime with built-in sharding"
+)]
+struct Cli {
+    /// Log format on stderr: `text` (coloured only on a terminal) or
+    /// `json` (one object per line, for log shippers). Levels come from
+    /// RUST_LOG.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// How the node writes its logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines; ANSI colours only when stderr is a terminal.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one node: Worker traffic on --listen, the admin API on --admin.
+    Serve(hearth::config::ServeArgs),
+    /// Deploy a Worker, to a running node (--admin) or into a store (--store).
+    Deploy(deploy::DeployArgs),
+    /// Show the ring as a running node sees it: members with weights and
+    /// shares, and (with --script) a Worker's home and successors.
+    Ring(ring::RingArgs),
+    /// Hand a Worker back to its home now: prewarm it there and have every
+    /// other node drop its warm copy (after a crashed home has rejoined,
+    /// its Workers otherwise drift back only as the copies go idle).
+    HandBack(hand_back::HandBackArgs),
+    /// List the sample Workers built with hearth, with their paths.
+    Samples,
+    /// Create a development cluster CA (if DIR has none) and certificates
+    /// for the named nodes, for `[cluster] pki` in `hearth serve` configs.
+    Pki {
+        /// Directory for ca.pem and the node certificates.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Node IDs to issue certificates for.
+        #[arg(required = true)]
+        nodes: Vec<String>,
+    },
+    /// Start a cluster of N nodes on loopback (one shared store) and
+    /// serve until interrupted.
+    Cluster(cluster::ClusterArgs),
+    /// The main job: sharding off vs on, on the same power-law traffic.
+    #[cfg(feature = "demo")]
+    Demo(hearth::demo::DemoArgs),
+    /// Simulate one data center, sharded vs unsharded.
+    Simulate(hearth_simulate::SimulateArgs),
+    /// Load generator against a running cluster: Zipf or trace traffic,
+    /// open loop, or cold vs warm latency of one Worker.
+    Bench(hearth_bench::BenchArgs),
+}
+
+/// mimalloc: small short-lived allocations dominate a forwarded request.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> std::process::ExitCode {
+    match real_main() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn real_main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    init_logs(&cli);
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(run(cli.command))
+}
+
+/// Logs on stderr. A tool's default output is its progress and its result;
+/// the node's info logs (e.g. a demo's hundreds of deploys) show only with
+/// RUST_LOG.
+fn init_logs(cli: &Cli) {
+    let default_filter = match cli.command {
+        Command::Simulate(_) | Command::Bench(_) => "warn",
+        #[cfg(feature = "demo")]
+        Command::Demo(_) => "warn",
+        _ => "info,cranelift=warn,wasmtime=warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => {
+            use std::io::IsTerminal;
+            logs.with_ansi(std::io::stderr().is_terminal()).init()
+        }
+    }
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Serve(args) => serve::run(args).await,
+        Command::Deploy(args) => deploy::run(args).await,
+        Command::Ring(args) => ring::run(args).await,
+        Command::HandBack(args) => hand_back::run(args).await,
+        Command::Cluster(args) => cluster::run(args).await,
+        Command::Pki { dir, nodes } => {
+            if !dir.join("ca.pem").exists() {
+                hearth::sharding::tls::generate_dev_ca(&dir)?;
+                println!("created cluster CA {}", dir.join("ca.pem").display());
+            }
+            for n in &nodes {
+                let p = hearth::sharding::tls::issue_node_cert(&dir, n)?;
+                println!("issued {n}: {} {}", p.cert.display(), p.key.display());
+            }
+            Ok(())
+        }
+        #[cfg(feature = "demo")]
+        Command::Demo(args) => hearth::demo::run(args).await.map(|_| ()),
+        Command::Bench(args) => {
+            let r = hearth_bench::run(args).await?;
+            println!("{}", r.table());
+            Ok(())
+        }
+        Command::Simulate(args) => {
+            let report = tokio::task::spawn_blocking(move || hearth_simulate::run(&args)).await??;
+            println!("{}", report.table());
+            Ok(())
+        }
+        Command::Samples => {
+            println!("sample Workers (built from sample-workers/ by cargo):");
+            for name in hearth_sample_workers::NAMES {
+                match hearth_sample_workers::path(name) {
+                    Some(p) => println!("  {name:<12} {}", p.display()),
+                    None => println!("  {name:<12} (not built)"),
+                }
+            }
+            Ok(())
+        }
+    }
+}
