@@ -101,7 +101,7 @@ use serde::Serialize;
 use crate::trace::TraceFormat;
 pub use engine::{ColdCauses, ModeReport, Refusals, RouteCounts};
 use engine::{Mode, World, run_mode};
-use model::{Arrivals, WorkerModel};
+use model::{Arrivals, MedianLogNormal, WorkerModel};
 pub use model::{Balancer, Zipf};
 
 /// Default number of servers: one data center of the article's size.
@@ -345,14 +345,20 @@ pub fn run(args: &SimulateArgs) -> Result<SimReport, SimulateError> {
     }
     let home = homes(&ids, args.servers)?;
     let model = WorkerModel {
-        size_median_mb: args.size_median_mb,
-        size_sigma: args.size_sigma,
-        duration_median_ms: args.duration_ms,
-        duration_sigma: args.duration_sigma,
+        size_mb: MedianLogNormal::new(
+            args.size_median_mb,
+            args.size_sigma,
+            "--size-median-mb / --size-sigma",
+        )?,
+        duration_ms: MedianLogNormal::new(
+            args.duration_ms,
+            args.duration_sigma,
+            "--duration-ms / --duration-sigma",
+        )?,
     };
     let (size, mean_duration) = model.draw(ids.len(), args.seed);
 
-    let workload = Workload::new(args, trace.as_ref(), ids.len());
+    let workload = Workload::new(args, trace.as_ref(), ids.len())?;
     let requests = workload.requests(args);
     let warmup_requests = (args.warmup * requests as f64).floor() as u64;
     let world = world(args, &home, &size, warmup_requests);
@@ -445,30 +451,37 @@ fn run_both<I: Iterator<Item = model::Request>>(
 enum Workload<'a> {
     /// A trace's invocations (possibly cut to `--requests`).
     Trace(&'a [crate::trace::TraceEvent]),
-    /// Poisson arrivals with Zipf popularity.
-    Poisson(Zipf),
+    /// Poisson arrivals (their gaps, ms) with Zipf popularity.
+    Poisson(Zipf, rand_distr::Exp<f64>),
 }
 
 impl<'a> Workload<'a> {
     /// The trace's invocations, cut to `--requests`; else Zipf over
-    /// `workers`.
-    fn new(args: &SimulateArgs, trace: Option<&'a trace::Trace>, workers: usize) -> Self {
-        match trace {
+    /// `workers` at `--rate`.
+    fn new(
+        args: &SimulateArgs,
+        trace: Option<&'a trace::Trace>,
+        workers: usize,
+    ) -> Result<Self, SimulateError> {
+        Ok(match trace {
             Some(t) => {
                 let n = args.requests.map_or(t.events.len(), |r| {
                     usize::try_from(r).unwrap_or(usize::MAX).min(t.events.len())
                 });
                 Workload::Trace(&t.events[..n])
             }
-            None => Workload::Poisson(Zipf::new(workers, args.exponent)),
-        }
+            None => Workload::Poisson(
+                Zipf::new(workers, args.exponent),
+                model::arrival_gaps(args.rate)?,
+            ),
+        })
     }
 
     /// Requests simulated, warm-up included.
     fn requests(&self, args: &SimulateArgs) -> u64 {
         match self {
             Workload::Trace(e) => e.len() as u64,
-            Workload::Poisson(_) => args.requests.unwrap_or(DEFAULT_REQUESTS),
+            Workload::Poisson(..) => args.requests.unwrap_or(DEFAULT_REQUESTS),
         }
     }
 
@@ -479,7 +492,7 @@ impl<'a> Workload<'a> {
                 (Some(a), Some(b)) => (b.t_ms - a.t_ms) as f64 / 1000.0,
                 _ => 0.0,
             },
-            Workload::Poisson(_) => requests as f64 / args.rate,
+            Workload::Poisson(..) => requests as f64 / args.rate,
         }
     }
 
@@ -498,9 +511,9 @@ impl<'a> Workload<'a> {
                 args.servers,
                 mean_duration,
             ),
-            Workload::Poisson(zipf) => Arrivals::poisson(
+            Workload::Poisson(zipf, gap_ms) => Arrivals::poisson(
                 zipf,
-                args.rate,
+                *gap_ms,
                 requests,
                 args.seed,
                 args.balancer,

@@ -4,30 +4,38 @@
 //! * **Popularity** — [`Zipf`]: Worker of rank `k` (1-based) is picked with
 //!   probability `k^-s / H(n, s)`; the sampler is a precomputed CDF and a
 //!   binary search, exact up to `f64` rounding.
-//! * **Memory size** — log-normal per Worker (median `size_median_mb`,
-//!   shape `size_sigma`), clamped to 1 MiB ..= 128 MiB (the per-instance
+//! * **Memory size** — log-normal per Worker (`rand_distr::LogNormal` with
+//!   μ = ln `size_median_mb`, σ = `size_sigma`; σ = 0 is exactly the
+//!   median), clamped to 1 MiB ..= 128 MiB (the per-instance
 //!   memory limit). The defaults (8 MiB, 0.8) put 90% of Workers between
 //!   about 2 and 30 MiB with a mean of about 11 MiB: "a few MB to tens of MB"
 //!   of compiled code plus instance memory. Size is independent of
 //!   popularity.
 //! * **Request duration** — each Worker has a mean duration, log-normal
 //!   (median `duration_ms`, shape `duration_sigma`); each request's duration
-//!   is exponential around its Worker's mean, at least 1 ms. Durations only
-//!   matter for in-flight accounting (the home's admission control).
+//!   is exponential around its Worker's mean (`rand_distr::Exp1` scaled by
+//!   the mean), at least 1 ms. Durations only matter for in-flight
+//!   accounting (the home's admission control).
 //! * **Arrivals** — `Arrivals`: a Poisson process at a fixed rate over
-//!   virtual time with the Worker drawn from [`Zipf`] (the independent
-//!   reference model), or the invocations of a [`Trace`](crate::trace::Trace). Each request is
+//!   virtual time (gaps from `rand_distr::Exp`, λ = rate / 1000 per ms)
+//!   with the Worker drawn from [`Zipf`] (the independent reference model),
+//!   or the invocations of a [`Trace`](crate::trace::Trace). Each request is
 //!   received by a server chosen by the load balancer (uniform random, or
 //!   round-robin for hand-checkable scenarios).
 //!
 //! Every draw comes from a generator seeded from the run's seed, and both
 //! modes of a run consume identical arrival streams (common random numbers),
 //! so sharded and unsharded see exactly the same requests in the same
-//! order at the same servers.
+//! order at the same servers. The distributions are built once per run from
+//! the flags, which `run` has already checked, so building one cannot fail
+//! on a flag it let through (it would still be an `InvalidArgument`, not a
+//! panic).
 
 use rand::rngs::StdRng;
 use rand::{Rng, RngExt, SeedableRng};
+use rand_distr::{Distribution, Exp, Exp1, LogNormal};
 
+use crate::SimulateError;
 use crate::trace::TraceEvent;
 
 /// Smallest Worker memory size drawn, in bytes (1 MiB).
@@ -55,6 +63,9 @@ pub(crate) fn rng_for(seed: u64, stream: u64) -> StdRng {
 
 /// Zipf (power-law) popularity over ranks `0..n` (rank 0 is the most
 /// popular): `P(k) ∝ (k + 1)^-s`.
+///
+/// Not `rand_distr::Zipf` (a rejection sampler with no `pmf`): this is an
+/// exact precomputed CDF, whose [`pmf`](Self::pmf) the tests check against.
 #[derive(Debug, Clone)]
 pub struct Zipf {
     /// `cdf[k]` = P(rank ≤ k); the last entry is exactly 1.
@@ -107,34 +118,52 @@ impl Zipf {
     }
 }
 
-/// A standard normal draw (Box–Muller).
-fn standard_normal(rng: &mut impl Rng) -> f64 {
-    // 1 - u is in (0, 1], so the logarithm is finite.
-    let u1: f64 = 1.0 - rng.random::<f64>();
-    let u2: f64 = rng.random();
-    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+/// A log-normal with a given median and shape (σ of the logarithm):
+/// `LogNormal` with μ = ln(median), or exactly the median, without a draw,
+/// when σ = 0 (`exp(ln m)` need not round back to `m`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum MedianLogNormal {
+    /// σ = 0.
+    Exactly(f64),
+    /// σ > 0.
+    Spread(LogNormal<f64>),
 }
 
-/// A log-normal draw with the given median and shape (σ of the logarithm).
-pub(crate) fn log_normal(rng: &mut impl Rng, median: f64, sigma: f64) -> f64 {
-    if sigma == 0.0 {
-        return median;
+impl MedianLogNormal {
+    /// The distribution with `median` (positive, finite) and `sigma`
+    /// (finite, ≥ 0: `rand_distr` would take a negative σ as |σ|); `flags`
+    /// names the two flags in the error.
+    pub(crate) fn new(median: f64, sigma: f64, flags: &str) -> Result<Self, SimulateError> {
+        if !(median.is_finite() && median > 0.0 && sigma.is_finite() && sigma >= 0.0) {
+            return Err(SimulateError::InvalidArgument(format!(
+                "{flags}: the median must be positive and σ at least 0, got {median} and {sigma}"
+            )));
+        }
+        if sigma == 0.0 {
+            return Ok(MedianLogNormal::Exactly(median));
+        }
+        LogNormal::new(median.ln(), sigma)
+            .map(MedianLogNormal::Spread)
+            .map_err(|e| SimulateError::InvalidArgument(format!("{flags}: {e}")))
     }
-    median * (sigma * standard_normal(rng)).exp()
 }
 
-/// An exponential draw with the given mean.
-fn exponential(rng: &mut impl Rng, mean: f64) -> f64 {
-    -mean * (1.0 - rng.random::<f64>()).ln()
+impl Distribution<f64> for MedianLogNormal {
+    fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> f64 {
+        match self {
+            MedianLogNormal::Exactly(median) => *median,
+            MedianLogNormal::Spread(d) => d.sample(rng),
+        }
+    }
 }
 
-/// The per-Worker parameters of the size and duration models.
+/// The size and duration models of the Workers.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct WorkerModel {
-    pub size_median_mb: f64,
-    pub size_sigma: f64,
-    pub duration_median_ms: f64,
-    pub duration_sigma: f64,
+    /// Memory size, MiB (before the clamp).
+    pub(crate) size_mb: MedianLogNormal,
+    /// Mean request duration, ms (before the clamp).
+    pub(crate) duration_ms: MedianLogNormal,
 }
 
 impl WorkerModel {
@@ -144,14 +173,26 @@ impl WorkerModel {
         let mut sizes = Vec::with_capacity(n);
         let mut durations = Vec::with_capacity(n);
         for _ in 0..n {
-            let mb = log_normal(&mut rng, self.size_median_mb, self.size_sigma);
+            let mb = self.size_mb.sample(&mut rng);
             let bytes = (mb * (1u64 << 20) as f64).round();
             sizes.push((bytes as u64).clamp(MIN_WORKER_BYTES, MAX_WORKER_BYTES));
-            let ms = log_normal(&mut rng, self.duration_median_ms, self.duration_sigma);
+            let ms = self.duration_ms.sample(&mut rng);
             durations.push(ms.clamp(1.0, MAX_DURATION_MS) as f32);
         }
         (sizes, durations)
     }
+}
+
+/// The gaps between Poisson arrivals at `rate` per second, in ms:
+/// exponential with λ = `rate` / 1000 per ms. `rate` must be positive and
+/// finite.
+pub(crate) fn arrival_gaps(rate: f64) -> Result<Exp<f64>, SimulateError> {
+    if !(rate.is_finite() && rate > 0.0) {
+        return Err(SimulateError::InvalidArgument(format!(
+            "--rate must be positive, got {rate}"
+        )));
+    }
+    Exp::new(rate / 1000.0).map_err(|e| SimulateError::InvalidArgument(format!("--rate: {e}")))
 }
 
 /// How the load balancer in front of the servers picks the receiving one.
@@ -186,7 +227,8 @@ enum Source<'a> {
         zipf: &'a Zipf,
         /// Current time, ms (kept as a float so gaps below 1 ms add up).
         t: f64,
-        mean_gap_ms: f64,
+        /// Gaps between arrivals, ms.
+        gap_ms: Exp<f64>,
         left: u64,
     },
     Trace(std::slice::Iter<'a, TraceEvent>),
@@ -207,10 +249,11 @@ pub(crate) struct Arrivals<'a> {
 }
 
 impl<'a> Arrivals<'a> {
-    /// `count` Poisson arrivals at `rate` per second, Workers from `zipf`.
+    /// `count` Poisson arrivals with gaps (ms) from `gap_ms` (see
+    /// [`arrival_gaps`]), Workers from `zipf`.
     pub(crate) fn poisson(
         zipf: &'a Zipf,
-        rate: f64,
+        gap_ms: Exp<f64>,
         count: u64,
         seed: u64,
         balancer: Balancer,
@@ -221,7 +264,7 @@ impl<'a> Arrivals<'a> {
             source: Source::Poisson {
                 zipf,
                 t: 0.0,
-                mean_gap_ms: 1000.0 / rate,
+                gap_ms,
                 left: count,
             },
             arrival_rng: rng_for(seed, stream::ARRIVALS),
@@ -261,7 +304,7 @@ impl Iterator for Arrivals<'_> {
             Source::Poisson {
                 zipf,
                 t,
-                mean_gap_ms,
+                gap_ms,
                 left,
             } => {
                 let rng = &mut self.arrival_rng;
@@ -269,7 +312,7 @@ impl Iterator for Arrivals<'_> {
                     return None;
                 }
                 *left -= 1;
-                *t += exponential(rng, *mean_gap_ms);
+                *t += gap_ms.sample(rng);
                 (*t as u64, zipf.sample(rng))
             }
             Source::Trace(events) => {
@@ -287,7 +330,10 @@ impl Iterator for Arrivals<'_> {
             .get(worker as usize)
             .copied()
             .unwrap_or(1.0);
-        let duration_ms = exponential(&mut self.rng, f64::from(mean)).round().max(1.0) as u64;
+        // Exponential with this mean: what `Exp::new(1 / mean)` draws,
+        // without a fallible constructor per request.
+        let exp1: f64 = self.rng.sample(Exp1);
+        let duration_ms = (f64::from(mean) * exp1).round().max(1.0) as u64;
         Some(Request {
             t_ms,
             worker,
@@ -329,22 +375,78 @@ mod tests {
         }
     }
 
+    fn model(size: (f64, f64), duration: (f64, f64)) -> WorkerModel {
+        WorkerModel {
+            size_mb: MedianLogNormal::new(size.0, size.1, "size").expect("valid"),
+            duration_ms: MedianLogNormal::new(duration.0, duration.1, "duration").expect("valid"),
+        }
+    }
+
+    #[test]
+    fn log_normal_has_its_median_and_shape() {
+        let d = MedianLogNormal::new(8.0, 0.8, "x").expect("valid");
+        let mut rng = StdRng::seed_from_u64(3);
+        let n = 100_000;
+        let logs: Vec<f64> = (0..n).map(|_| d.sample(&mut rng).ln()).collect();
+        // Half below the median: binomial(n, 1/2), sd √n / 2.
+        let below = logs.iter().filter(|&&l| l < 8f64.ln()).count() as f64;
+        assert!((below - n as f64 / 2.0).abs() < 5.0 * (n as f64).sqrt() / 2.0);
+        // The logarithm's mean ln 8 (sd of the mean 0.8 / √n) and sd 0.8.
+        let mean = logs.iter().sum::<f64>() / n as f64;
+        assert!((mean - 8f64.ln()).abs() < 5.0 * 0.8 / (n as f64).sqrt());
+        let var = logs.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / n as f64;
+        assert!((var.sqrt() - 0.8).abs() < 0.01, "{}", var.sqrt());
+    }
+
+    #[test]
+    fn poisson_gaps_and_durations_have_their_means() {
+        let zipf = Zipf::new(1, 1.0);
+        let n = 100_000u64;
+        let gaps = arrival_gaps(250.0).expect("valid"); // mean gap 4 ms
+        let requests: Vec<Request> =
+            Arrivals::poisson(&zipf, gaps, n, 1, Balancer::Random, 4, &[20.0]).collect();
+        assert_eq!(requests.len() as u64, n);
+        // The last arrival: a sum of n gaps of mean 4 ms (sd 4 √n).
+        let last = requests.last().expect("some").t_ms as f64;
+        assert!((last - 4.0 * n as f64).abs() < 5.0 * 4.0 * (n as f64).sqrt());
+        // Durations: exponential of mean 20 ms, rounded, at least 1.
+        let mean = requests.iter().map(|r| r.duration_ms as f64).sum::<f64>() / n as f64;
+        assert!(
+            (mean - 20.0).abs() < 5.0 * 20.0 / (n as f64).sqrt() + 0.05,
+            "{mean}"
+        );
+        assert!(requests.iter().all(|r| r.duration_ms >= 1 && r.server < 4));
+    }
+
+    #[test]
+    fn invalid_parameters_are_errors() {
+        let bad = [
+            (0.0, 1.0),
+            (-1.0, 1.0),
+            (f64::NAN, 1.0),
+            (f64::INFINITY, 1.0),
+            (8.0, -0.5),
+            (8.0, f64::NAN),
+            (8.0, f64::INFINITY),
+        ];
+        for (median, sigma) in bad {
+            assert!(
+                MedianLogNormal::new(median, sigma, "x").is_err(),
+                "{median} {sigma}"
+            );
+        }
+        for rate in [0.0, -1.0, -0.0, f64::NAN, f64::INFINITY] {
+            assert!(arrival_gaps(rate).is_err(), "{rate}");
+        }
+    }
+
     #[test]
     fn sizes_are_clamped_and_sigma_zero_is_exact() {
-        let m = WorkerModel {
-            size_median_mb: 4.0,
-            size_sigma: 0.0,
-            duration_median_ms: 10.0,
-            duration_sigma: 0.0,
-        };
+        let m = model((4.0, 0.0), (10.0, 0.0));
         let (sizes, durations) = m.draw(3, 1);
         assert_eq!(sizes, vec![4 << 20; 3]);
         assert_eq!(durations, vec![10.0; 3]);
-        let m = WorkerModel {
-            size_median_mb: 8.0,
-            size_sigma: 3.0,
-            ..m
-        };
+        let m = model((8.0, 3.0), (10.0, 0.0));
         let (sizes, _) = m.draw(1000, 1);
         assert!(
             sizes

@@ -301,6 +301,13 @@ fn bad_arguments_are_errors() {
         "--rate 0",
         "--requests 0",
         "--size-median-mb 0",
+        "--size-sigma=-1",
+        "--size-sigma NaN",
+        "--duration-ms=-5",
+        "--duration-sigma=-0.5",
+        "--duration-sigma inf",
+        "--rate NaN",
+        "--rate inf",
     ] {
         assert!(run(&args(bad)).is_err(), "{bad}");
     }
