@@ -102,7 +102,7 @@ async fn cluster(store: &std::path::Path, prewarm: bool) -> anyhow::Result<TestC
         enabled: prewarm,
         ..PrewarmConfig::default()
     };
-    TestCluster::with_config(cfg, None).await
+    Ok(TestCluster::with_config(cfg, None).await?)
 }
 
 fn evict_everywhere(clusters: &[&TestCluster], id: &str) {

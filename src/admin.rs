@@ -75,15 +75,15 @@ pub async fn handle(
         .map(str::to_owned)
         .collect();
     let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
-    let route = match (&method, segments.as_slice()) {
-        (&Method::GET, ["v1", "stats"]) => Route::Stats,
+    let endpoint = match (&method, segments.as_slice()) {
+        (&Method::GET, ["v1", "stats"]) => Endpoint::Stats,
         (&Method::GET, ["v1", "ring"]) => {
-            Route::Ring(query_param(req.uri(), "script").map(str::to_owned))
+            Endpoint::Ring(query_param(req.uri(), "script").map(str::to_owned))
         }
-        (&Method::GET, ["v1", "scripts"]) => Route::List,
-        (&Method::POST, ["v1", "scripts", id, "evict"]) => Route::Evict(id.to_string()),
-        (&Method::POST, ["v1", "scripts", id, "hand-back"]) => Route::HandBack(id.to_string()),
-        (&Method::PUT | &Method::POST, ["v1", "scripts", id]) => Route::Deploy(id.to_string()),
+        (&Method::GET, ["v1", "scripts"]) => Endpoint::List,
+        (&Method::POST, ["v1", "scripts", id, "evict"]) => Endpoint::Evict(id.to_string()),
+        (&Method::POST, ["v1", "scripts", id, "hand-back"]) => Endpoint::HandBack(id.to_string()),
+        (&Method::PUT | &Method::POST, ["v1", "scripts", id]) => Endpoint::Deploy(id.to_string()),
         _ => {
             return text(
                 StatusCode::NOT_FOUND,
@@ -91,28 +91,28 @@ pub async fn handle(
             );
         }
     };
-    match route {
-        Route::Stats => json(StatusCode::OK, &node.runtime().stats()),
-        Route::Ring(script) => json(StatusCode::OK, &ring_view(&node, script.as_deref())),
-        Route::List => match node.runtime().script_store().list().await {
+    match endpoint {
+        Endpoint::Stats => json(StatusCode::OK, &node.runtime().stats()),
+        Endpoint::Ring(script) => json(StatusCode::OK, &ring_view(&node, script.as_deref())),
+        Endpoint::List => match node.runtime().script_store().list().await {
             Ok(list) => json(StatusCode::OK, &list),
             Err(e) => text(store_status(&e), format!("{e}\n")),
         },
-        Route::HandBack(id) => match node.hand_back(&id).await {
+        Endpoint::HandBack(id) => match node.hand_back(&id).await {
             Some(done) => json(StatusCode::OK, &done),
             None => text(
                 StatusCode::CONFLICT,
                 format!("{} is not in a cluster: it serves {id} itself\n", node.id()),
             ),
         },
-        Route::Evict(id) => {
+        Endpoint::Evict(id) => {
             let was = node.runtime().evict(&id);
             json(
                 StatusCode::OK,
                 &serde_json::json!({ "script_id": id, "evicted": was }),
             )
         }
-        Route::Deploy(id) => {
+        Endpoint::Deploy(id) => {
             let manifest = match manifest_from_query(req.uri()) {
                 Ok(m) => m,
                 Err(e) => return text(StatusCode::BAD_REQUEST, format!("{e}\n")),
@@ -147,7 +147,8 @@ fn store_status(e: &hearth_runtime::StoreError) -> StatusCode {
     }
 }
 
-enum Route {
+/// The admin API call a request names (method and path), parsed once.
+enum Endpoint {
     HandBack(String),
     Stats,
     Ring(Option<String>),

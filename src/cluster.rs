@@ -9,19 +9,81 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use hearth_runtime::{Runtime, RuntimeConfig};
-use hearth_sharding::membership::{Membership, MembershipConfig};
+use hearth_runtime::{ConfigError, Runtime, RuntimeConfig, StoreError};
+use hearth_sharding::membership::{Membership, MembershipConfig, MembershipError};
 use hearth_sharding::overload::OverloadConfig;
 use hearth_sharding::ring::{Member, NodeId};
-use hearth_sharding::rpc::{RpcConfig, RpcNode, ServerHandle};
-use hearth_sharding::tls::{NodeTls, generate_dev_pki};
+use hearth_sharding::rpc::{RpcConfig, RpcError, RpcNode, ServerHandle};
+use hearth_sharding::tls::{NodeTls, TlsError, generate_dev_pki};
 
-use crate::config::{admin_token, runtime_config, store_secret};
+use crate::config::{NodeConfigError, admin_token, runtime_config, store_secret};
+use crate::https::HttpsError;
 use crate::node::{ClusterLink, Node, spawn_listeners};
+
+/// Why a node could not join its cluster, or a [`LoopbackCluster`] could
+/// not start. Each variant names the step that failed and keeps its cause.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// A loopback cluster was asked for zero nodes.
+    #[error("a cluster needs at least one node")]
+    NoNodes,
+    /// The node's cluster certificate is missing, unreadable or not its own.
+    #[error("loading the cluster certificate of {node_id} from {}", pki_dir.display())]
+    NodeCertificate {
+        /// The node whose certificate was loaded.
+        node_id: String,
+        /// Where it was looked for.
+        pki_dir: PathBuf,
+        /// What was wrong with it.
+        #[source]
+        source: TlsError,
+    },
+    /// The development PKI could not be written.
+    #[error(transparent)]
+    Pki(#[from] TlsError),
+    /// A listening socket could not be opened.
+    #[error("cannot listen on {addr}")]
+    Listen {
+        /// The address asked for.
+        addr: String,
+        /// Why not.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The store directory, or a socket's address, could not be read.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The node's configuration or secrets in the store are unusable.
+    #[error(transparent)]
+    Config(#[from] NodeConfigError),
+    /// The runtime refused its configuration.
+    #[error(transparent)]
+    Runtime(#[from] ConfigError),
+    /// The shared object store could not be opened or reached.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The HTTPS front door's certificate could not be made.
+    #[error(transparent)]
+    Https(#[from] HttpsError),
+    /// The shard server could not start.
+    #[error(transparent)]
+    Rpc(#[from] RpcError),
+    /// Membership (gossip) could not start.
+    #[error(transparent)]
+    Membership(#[from] MembershipError),
+    /// The nodes did not all see each other in time.
+    #[error("rings did not converge to {nodes} nodes within {limit:?}")]
+    NoConvergence {
+        /// Ring size waited for.
+        nodes: usize,
+        /// How long.
+        limit: Duration,
+    },
+}
 
 /// How to start a [`LoopbackCluster`].
 #[derive(Clone)]
@@ -110,13 +172,13 @@ pub struct Joined {
 const IDENTITY_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Starts `node`'s shard server and membership and joins it to the ring.
-pub async fn join(node: Node, cfg: JoinConfig) -> anyhow::Result<Joined> {
-    let tls = NodeTls::load(&cfg.pki_dir, &cfg.node_id).with_context(|| {
-        format!(
-            "loading the cluster certificate of {} from {}",
-            cfg.node_id,
-            cfg.pki_dir.display()
-        )
+pub async fn join(node: Node, cfg: JoinConfig) -> Result<Joined, ClusterError> {
+    let tls = NodeTls::load(&cfg.pki_dir, &cfg.node_id).map_err(|source| {
+        ClusterError::NodeCertificate {
+            node_id: cfg.node_id.clone(),
+            pki_dir: cfg.pki_dir.clone(),
+            source,
+        }
     })?;
     let rpc_addr = cfg.rpc_listener.local_addr()?;
     let identity_check =
@@ -182,11 +244,14 @@ pub struct LoopbackCluster {
     tls_ca: Option<PathBuf>,
 }
 
-async fn bind(base: Option<u16>, offset: u16) -> anyhow::Result<TcpListener> {
+async fn bind(base: Option<u16>, offset: u16) -> Result<TcpListener, ClusterError> {
     let port = base.map(|b| b + offset).unwrap_or(0);
     TcpListener::bind(("127.0.0.1", port))
         .await
-        .with_context(|| format!("cannot listen on 127.0.0.1:{port}"))
+        .map_err(|source| ClusterError::Listen {
+            addr: format!("127.0.0.1:{port}"),
+            source,
+        })
 }
 
 fn node_name(i: usize) -> String {
@@ -195,8 +260,10 @@ fn node_name(i: usize) -> String {
 
 impl LoopbackCluster {
     /// Starts the cluster and waits until every node sees every other.
-    pub async fn start(cfg: ClusterConfig) -> anyhow::Result<Self> {
-        anyhow::ensure!(cfg.nodes >= 1, "a cluster needs at least one node");
+    pub async fn start(cfg: ClusterConfig) -> Result<Self, ClusterError> {
+        if cfg.nodes == 0 {
+            return Err(ClusterError::NoNodes);
+        }
         std::fs::create_dir_all(&cfg.store)?;
         let names: Vec<String> = (0..cfg.nodes).map(node_name).collect();
         let pki = cfg.store.join("pki");
@@ -265,7 +332,7 @@ impl LoopbackCluster {
                         node_id: names[i].clone(),
                         rpc_listener: rpc_l,
                         pki_dir: pki.clone(),
-                        gossip: Some("127.0.0.1:0".parse()?),
+                        gossip: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
                         seeds: seeds.clone(),
                         static_nodes: Vec::new(),
                         weight: 1,
@@ -325,7 +392,7 @@ impl LoopbackCluster {
     }
 
     /// Waits until every live node's ring has `n` members.
-    pub async fn wait_for_ring(&self, n: usize, limit: Duration) -> anyhow::Result<()> {
+    pub async fn wait_for_ring(&self, n: usize, limit: Duration) -> Result<(), ClusterError> {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             let ok = self
@@ -336,10 +403,9 @@ impl LoopbackCluster {
             if ok {
                 return Ok(());
             }
-            anyhow::ensure!(
-                tokio::time::Instant::now() < deadline,
-                "rings did not converge to {n} nodes within {limit:?}"
-            );
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ClusterError::NoConvergence { nodes: n, limit });
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

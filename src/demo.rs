@@ -16,8 +16,38 @@ use hearth_runtime::Plan;
 
 use crate::cluster::ClusterConfig;
 use crate::plot::{Panel, Series};
-use crate::testing::TestCluster;
+use crate::testing::{TestCluster, TestError};
 use hearth_simulate::Zipf;
+
+/// Why the demo stopped: bad flags, or the step that failed and its cause.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DemoError {
+    /// A flag is out of range; the message names it.
+    #[error("{0}")]
+    Usage(&'static str),
+    /// The sample Worker could not be read.
+    #[error("reading the hello sample Worker")]
+    Sample(#[source] std::io::Error),
+    /// The cluster failed to start or refused a deploy.
+    #[error(transparent)]
+    Cluster(#[from] TestError),
+    /// The probe runtime that measures one Worker's memory did not start.
+    #[error("measuring one Worker's memory")]
+    ProbeRuntime(#[source] hearth_runtime::ConfigError),
+    /// The probe runtime refused the sample Worker.
+    #[error("measuring one Worker's memory")]
+    ProbeDeploy(#[source] hearth_runtime::DeployError),
+    /// A request task panicked.
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+    /// A temporary directory, the JSON or the plot could not be written.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The report could not be encoded as JSON.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
 
 /// Flags of `hearth demo`.
 #[derive(clap::Args, Debug, Clone)]
@@ -50,6 +80,30 @@ pub struct DemoArgs {
     /// Where to write the PNG plot of warm rate and evictions over time.
     #[arg(long, default_value = "hearth-demo.png")]
     pub plot: std::path::PathBuf,
+}
+
+impl DemoArgs {
+    /// Refuses flags the demo cannot run with, naming the flag.
+    fn check(&self) -> Result<(), DemoError> {
+        let rules = [
+            (self.nodes >= 1, "--nodes must be at least 1"),
+            (self.workers >= 1, "--workers must be at least 1"),
+            (self.requests >= 1, "--requests must be at least 1"),
+            (self.concurrency >= 1, "--concurrency must be at least 1"),
+            (
+                self.budget_workers >= 1,
+                "--budget-workers must be at least 1",
+            ),
+            (
+                self.exponent.is_finite() && self.exponent >= 0.0,
+                "--exponent must be a number >= 0",
+            ),
+        ];
+        match rules.iter().find(|(ok, _)| !ok) {
+            Some((_, msg)) => Err(DemoError::Usage(msg)),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The state of one mode after a slice of its requests.
@@ -112,13 +166,13 @@ async fn run_mode(
     sharding: bool,
     budget: u64,
     bar: &indicatif::ProgressBar,
-) -> anyhow::Result<ModeReport> {
+) -> Result<ModeReport, DemoError> {
     let dir = tempfile::tempdir()?;
     let mut cfg = ClusterConfig::new(args.nodes, dir.path());
     cfg.sharding = sharding;
     cfg.runtime = std::sync::Arc::new(move |c| c.memory_budget(budget).instance_pool_size(400));
     let c = TestCluster::with_config(cfg, Some(dir)).await?;
-    let wasm = hearth_sample_workers::bytes("hello")?;
+    let wasm = hearth_sample_workers::bytes("hello").map_err(DemoError::Sample)?;
     for w in 0..args.workers {
         c.deploy(&format!("w{w}"), Plan::Free, wasm.clone()).await?;
     }
@@ -217,32 +271,25 @@ async fn run_mode(
 }
 
 /// Measures one hello's resident bytes on a throwaway runtime.
-async fn one_worker_bytes() -> anyhow::Result<u64> {
+async fn one_worker_bytes() -> Result<u64, DemoError> {
     let dir = tempfile::tempdir()?;
     let rt = hearth_runtime::Runtime::new(
         hearth_runtime::RuntimeConfig::new(dir.path()).instance_pool_size(4),
-    )?;
-    rt.deploy("probe", Plan::Free, hearth_sample_workers::bytes("hello")?)
-        .await?;
-    let req = http::Request::get("http://probe.localhost/").body(hearth_runtime::body::full(""))?;
+    )
+    .map_err(DemoError::ProbeRuntime)?;
+    let wasm = hearth_sample_workers::bytes("hello").map_err(DemoError::Sample)?;
+    rt.deploy("probe", Plan::Free, wasm)
+        .await
+        .map_err(DemoError::ProbeDeploy)?;
+    let mut req = http::Request::new(hearth_runtime::body::full(""));
+    *req.uri_mut() = http::Uri::from_static("http://probe.localhost/");
     let _ = rt.serve("probe", req).await;
     Ok(rt.stats().resident_bytes)
 }
 
 /// Runs the demo and prints the table.
-pub async fn run(args: DemoArgs) -> anyhow::Result<DemoReport> {
-    anyhow::ensure!(args.nodes >= 1, "--nodes must be at least 1");
-    anyhow::ensure!(args.workers >= 1, "--workers must be at least 1");
-    anyhow::ensure!(args.requests >= 1, "--requests must be at least 1");
-    anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
-    anyhow::ensure!(
-        args.budget_workers >= 1,
-        "--budget-workers must be at least 1"
-    );
-    anyhow::ensure!(
-        args.exponent.is_finite() && args.exponent >= 0.0,
-        "--exponent must be a number >= 0"
-    );
+pub async fn run(args: DemoArgs) -> Result<DemoReport, DemoError> {
+    args.check()?;
     let one = one_worker_bytes().await?;
     let budget = one * args.budget_workers;
     println!(

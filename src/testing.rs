@@ -20,8 +20,6 @@ use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::Context;
-
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client;
@@ -31,10 +29,10 @@ use hyper_util::rt::TokioExecutor;
 use hearth_runtime::{DeployReport, Plan, StatsSnapshot};
 use hearth_sharding::rpc::RpcStats;
 
-use crate::cluster::{ClusterConfig, LoopbackCluster};
+use crate::cluster::{ClusterConfig, ClusterError, LoopbackCluster};
 
 mod garage;
-pub use garage::Garage;
+pub use garage::{Garage, GarageError};
 
 /// Polls `f` every 5 ms until it is true or `limit` has passed; whether it
 /// became true. For waiting on an asynchronous effect (a Worker warm on
@@ -47,6 +45,45 @@ pub async fn eventually(limit: std::time::Duration, mut f: impl FnMut() -> bool)
     })
     .await
     .is_ok()
+}
+
+/// What went wrong in a test client or cluster: the step and its cause.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TestError {
+    /// The cluster did not start.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    /// A deploy was refused.
+    #[error(transparent)]
+    Deploy(#[from] hearth_runtime::DeployError),
+    /// The CA certificate file could not be read or parsed.
+    #[error("reading {}", path.display())]
+    Ca {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why not.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// TLS configuration or handshake failed.
+    #[error(transparent)]
+    Tls(#[from] rustls::Error),
+    /// A host name cannot be sent as SNI.
+    #[error("{0:?} is not a valid TLS server name")]
+    ServerName(String),
+    /// A connection or socket failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The request could not be built.
+    #[error(transparent)]
+    Request(#[from] http::Error),
+    /// HTTP on a connection failed.
+    #[error(transparent)]
+    Http(#[from] hyper::Error),
+    /// The pooled HTTP client failed.
+    #[error(transparent)]
+    Client(#[from] hyper_util::client::legacy::Error),
 }
 
 /// A response read whole.
@@ -86,15 +123,17 @@ pub struct HttpsClient {
 
 impl HttpsClient {
     /// A client that trusts the PEM CA certificate at `ca`.
-    pub fn trusting(ca: &Path) -> anyhow::Result<Self> {
+    pub fn trusting(ca: &Path) -> Result<Self, TestError> {
         use rustls::pki_types::pem::PemObject;
+        let pem_error = |source| TestError::Ca {
+            path: ca.to_path_buf(),
+            source,
+        };
         let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca)
-            .with_context(|| format!("reading {}", ca.display()))?
-        {
-            roots.add(cert.with_context(|| format!("parsing {}", ca.display()))?)?;
+        for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).map_err(pem_error)? {
+            roots.add(cert.map_err(pem_error)?)?;
         }
-        let config = |alpn: &[u8]| -> anyhow::Result<Arc<rustls::ClientConfig>> {
+        let config = |alpn: &[u8]| -> Result<Arc<rustls::ClientConfig>, TestError> {
             let provider = Arc::new(rustls::crypto::ring::default_provider());
             let mut c = rustls::ClientConfig::builder_with_provider(provider)
                 .with_safe_default_protocol_versions()?
@@ -114,11 +153,12 @@ impl HttpsClient {
         addr: SocketAddr,
         host: &str,
         http2: bool,
-    ) -> anyhow::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, TestError> {
         let config = if http2 { &self.h2 } else { &self.h1 };
         let tcp = tokio::net::TcpStream::connect(addr).await?;
         tcp.set_nodelay(true)?;
-        let name = rustls::pki_types::ServerName::try_from(host.to_string())?;
+        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+            .map_err(|_| TestError::ServerName(host.to_string()))?;
         Ok(tokio_rustls::TlsConnector::from(config.clone())
             .connect(name, tcp)
             .await?)
@@ -126,7 +166,7 @@ impl HttpsClient {
 
     /// A TLS handshake naming `host` in its SNI, and nothing else: the
     /// connection is closed without a request.
-    pub async fn handshake(&self, addr: SocketAddr, host: &str) -> anyhow::Result<()> {
+    pub async fn handshake(&self, addr: SocketAddr, host: &str) -> Result<(), TestError> {
         use tokio::io::AsyncWriteExt;
         let mut tls = self.connect(addr, host, false).await?;
         let _ = tls.shutdown().await;
@@ -142,7 +182,7 @@ impl HttpsClient {
         host: &str,
         path: &str,
         http2: bool,
-    ) -> anyhow::Result<(http::Version, TestResponse)> {
+    ) -> Result<(http::Version, TestResponse), TestError> {
         let r = self.send(addr, host, host, path, http2).await?;
         Ok((r.version, r.response))
     }
@@ -157,7 +197,7 @@ impl HttpsClient {
         host: &str,
         path: &str,
         http2: bool,
-    ) -> anyhow::Result<HttpsResponse> {
+    ) -> Result<HttpsResponse, TestError> {
         let started = std::time::Instant::now();
         let io = hyper_util::rt::TokioIo::new(self.connect(addr, sni, http2).await?);
         let empty = http_body_util::Empty::<Bytes>::new();
@@ -235,7 +275,7 @@ impl DerefMut for TestCluster {
 
 impl TestCluster {
     /// `n` nodes with default settings over a fresh temporary store.
-    pub async fn start(n: usize) -> anyhow::Result<Self> {
+    pub async fn start(n: usize) -> Result<Self, TestError> {
         let dir = tempfile::tempdir()?;
         let cfg = ClusterConfig::new(n, dir.path());
         Self::with_config(cfg, Some(dir)).await
@@ -245,7 +285,7 @@ impl TestCluster {
     pub async fn with_config(
         cfg: ClusterConfig,
         dir: Option<tempfile::TempDir>,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, TestError> {
         let cluster = LoopbackCluster::start(cfg).await?;
         Ok(TestCluster {
             cluster,
@@ -261,7 +301,7 @@ impl TestCluster {
         id: &str,
         plan: Plan,
         wasm: Vec<u8>,
-    ) -> anyhow::Result<DeployReport> {
+    ) -> Result<DeployReport, TestError> {
         self.deploy_manifest(id, plan.into(), wasm).await
     }
 
@@ -272,7 +312,7 @@ impl TestCluster {
         id: &str,
         manifest: hearth_runtime::Manifest,
         wasm: Vec<u8>,
-    ) -> anyhow::Result<DeployReport> {
+    ) -> Result<DeployReport, TestError> {
         Ok(self
             .cluster
             .node(0)
@@ -283,7 +323,7 @@ impl TestCluster {
     }
 
     /// GET `path` of Worker `id` through node `i`'s front door.
-    pub async fn get(&self, i: usize, id: &str, path: &str) -> anyhow::Result<TestResponse> {
+    pub async fn get(&self, i: usize, id: &str, path: &str) -> Result<TestResponse, TestError> {
         self.send(i, id, http::Method::GET, path, Bytes::new(), &[])
             .await
     }
@@ -297,7 +337,7 @@ impl TestCluster {
         path: &str,
         body: Bytes,
         headers: &[(&str, &str)],
-    ) -> anyhow::Result<TestResponse> {
+    ) -> Result<TestResponse, TestError> {
         let addr = self.cluster.node(i).http_addr;
         let mut req = http::Request::builder()
             .method(method)

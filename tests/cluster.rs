@@ -419,3 +419,16 @@ async fn a_client_that_leaves_a_sharded_request_cancels_it_on_the_home() {
         "forwarded, not served locally"
     );
 }
+
+#[tokio::test]
+async fn a_cluster_of_no_nodes_is_refused_before_anything_starts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let err = hearth::cluster::LoopbackCluster::start(ClusterConfig::new(0, dir.path()))
+        .await
+        .err()
+        .expect("zero nodes must be refused");
+    assert!(
+        matches!(err, hearth::cluster::ClusterError::NoNodes),
+        "{err}"
+    );
+}

@@ -1,7 +1,7 @@
 //! The demo end to end on a small setting: both modes run on the same
 //! traffic, the JSON has the documented keys, and the plot is written.
 
-use hearth::demo::{DemoArgs, run};
+use hearth::demo::{DemoArgs, DemoError, run};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_compares_both_modes_and_writes_json_and_plot() {
@@ -49,4 +49,27 @@ async fn demo_compares_both_modes_and_writes_json_and_plot() {
     }
     let png = std::fs::read(dir.path().join("demo.png")).expect("png");
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"));
+}
+
+#[tokio::test]
+async fn demo_refuses_flags_it_cannot_run_with_and_names_the_flag() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let args = |nodes, exponent| DemoArgs {
+        nodes,
+        workers: 3,
+        requests: 3,
+        exponent,
+        budget_workers: 1,
+        concurrency: 1,
+        seed: 1,
+        json: None,
+        plot: dir.path().join("never.png"),
+    };
+    for (a, flag) in [(args(0, 1.0), "--nodes"), (args(1, f64::NAN), "--exponent")] {
+        match run(a).await {
+            Err(e @ DemoError::Usage(_)) => assert!(e.to_string().starts_with(flag), "{e}"),
+            other => panic!("expected a usage error naming {flag}, got {other:?}"),
+        }
+    }
+    assert!(!dir.path().join("never.png").exists());
 }

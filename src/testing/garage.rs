@@ -21,9 +21,48 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
-
 use hearth_runtime::S3Settings;
+
+/// Why a [`Garage`] could not be started or driven.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GarageError {
+    /// No Garage binary was found.
+    #[error(
+        "the S3 tests need a Garage server: `cargo install garage --locked --version 2.5.0` \
+         (or set HEARTH_GARAGE to its path)"
+    )]
+    NotInstalled,
+    /// A file, socket or process operation failed.
+    #[error("{what}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The blocking start task panicked or was cancelled.
+    #[error("garage start task")]
+    Task(#[from] tokio::task::JoinError),
+    /// A `garage` command exited with failure.
+    #[error("garage {command} failed: {output}")]
+    Command {
+        /// Its arguments.
+        command: String,
+        /// Its stdout and stderr.
+        output: String,
+    },
+    /// The server did not come up in time.
+    #[error("{0}")]
+    Timeout(String),
+}
+
+/// Wraps an I/O error with what was being done.
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> GarageError {
+    let what = what.into();
+    move |source| GarageError::Io { what, source }
+}
 
 /// The bucket every [`Garage`] creates.
 const BUCKET: &str = "hearth";
@@ -68,18 +107,13 @@ impl Garage {
     /// Starts a server, lays out its one node, and creates the bucket and
     /// key. Fails with a message saying how to install Garage if it is
     /// missing.
-    pub async fn start() -> anyhow::Result<Garage> {
-        let binary = Self::binary().context(
-            "the S3 tests need a Garage server: `cargo install garage --locked --version 2.5.0` \
-             (or set HEARTH_GARAGE to its path)",
-        )?;
-        tokio::task::spawn_blocking(move || Self::start_blocking(binary))
-            .await
-            .context("garage start task")?
+    pub async fn start() -> Result<Garage, GarageError> {
+        let binary = Self::binary().ok_or(GarageError::NotInstalled)?;
+        tokio::task::spawn_blocking(move || Self::start_blocking(binary)).await?
     }
 
-    fn start_blocking(binary: PathBuf) -> anyhow::Result<Garage> {
-        let dir = tempfile::tempdir().context("tempdir")?;
+    fn start_blocking(binary: PathBuf) -> Result<Garage, GarageError> {
+        let dir = tempfile::tempdir().map_err(io("tempdir"))?;
         let (rpc, s3, admin) = (free_port()?, free_port()?, free_port()?);
         let config = dir.path().join("garage.toml");
         let secret = blake3::hash(dir.path().as_os_str().as_encoded_bytes()).to_hex();
@@ -105,7 +139,7 @@ api_bind_addr = "{admin}"
                 data = dir.path().join("data").display(),
             ),
         )
-        .context("write garage config")?;
+        .map_err(io("write garage config"))?;
         let mut g = Garage {
             child: None,
             binary,
@@ -124,10 +158,10 @@ api_bind_addr = "{admin}"
                 }
             }
             if Instant::now() > deadline {
-                bail!(
+                return Err(GarageError::Timeout(format!(
                     "garage did not start within 30 s (log: {})",
                     g.log().display()
-                );
+                )));
             }
             std::thread::sleep(Duration::from_millis(50));
         };
@@ -163,18 +197,18 @@ api_bind_addr = "{admin}"
 
     /// Starts the server process (again, after [`Garage::stop`]), on the
     /// same ports and data.
-    pub fn spawn(&mut self) -> anyhow::Result<()> {
-        let log = std::fs::File::create(self.log()).context("garage log")?;
+    pub fn spawn(&mut self) -> Result<(), GarageError> {
+        let log = std::fs::File::create(self.log()).map_err(io("garage log"))?;
         let child = Command::new(&self.binary)
             .arg("-c")
             .arg(&self.config)
             .arg("server")
             .env("RUST_LOG", "garage=warn")
             .stdin(Stdio::null())
-            .stdout(log.try_clone().context("garage log")?)
+            .stdout(log.try_clone().map_err(io("garage log"))?)
             .stderr(log)
             .spawn()
-            .with_context(|| format!("cannot run {}", self.binary.display()))?;
+            .map_err(io(format!("cannot run {}", self.binary.display())))?;
         self.child = Some(child);
         Ok(())
     }
@@ -190,14 +224,14 @@ api_bind_addr = "{admin}"
 
     /// Starts the server again after [`Garage::stop`] and waits until S3
     /// answers.
-    pub fn restart(&mut self) -> anyhow::Result<()> {
+    pub fn restart(&mut self) -> Result<(), GarageError> {
         self.stop();
         self.spawn()?;
         self.wait_s3()
     }
 
     /// Waits until the S3 port accepts connections.
-    fn wait_s3(&self) -> anyhow::Result<()> {
+    fn wait_s3(&self) -> Result<(), GarageError> {
         wait_port(self.s3, Instant::now() + Duration::from_secs(30))
     }
 
@@ -206,20 +240,22 @@ api_bind_addr = "{admin}"
     }
 
     /// Runs `garage -c CONFIG args…`; its stdout.
-    fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
+    fn cli(&self, args: &[&str]) -> Result<String, GarageError> {
         let out = Command::new(&self.binary)
             .arg("-c")
             .arg(&self.config)
             .args(args)
             .output()
-            .with_context(|| format!("cannot run {}", self.binary.display()))?;
+            .map_err(io(format!("cannot run {}", self.binary.display())))?;
         if !out.status.success() {
-            bail!(
-                "garage {} failed: {}{}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            return Err(GarageError::Command {
+                command: args.join(" "),
+                output: format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+            });
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
@@ -272,17 +308,19 @@ impl Drop for Garage {
 }
 
 /// Waits until `addr` accepts TCP connections, until `deadline`.
-fn wait_port(addr: SocketAddr, deadline: Instant) -> anyhow::Result<()> {
+fn wait_port(addr: SocketAddr, deadline: Instant) -> Result<(), GarageError> {
     while std::net::TcpStream::connect(addr).is_err() {
         if Instant::now() > deadline {
-            bail!("garage did not open {addr} within 30 s");
+            return Err(GarageError::Timeout(format!(
+                "garage did not open {addr} within 30 s"
+            )));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(())
 }
 
-fn free_port() -> anyhow::Result<SocketAddr> {
-    let l = TcpListener::bind("127.0.0.1:0").context("bind a free port")?;
-    l.local_addr().context("local addr")
+fn free_port() -> Result<SocketAddr, GarageError> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(io("bind a free port"))?;
+    l.local_addr().map_err(io("local addr"))
 }

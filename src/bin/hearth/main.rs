@@ -140,7 +140,10 @@ async fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         #[cfg(feature = "demo")]
-        Command::Demo(args) => hearth::demo::run(args).await.map(|_| ()),
+        Command::Demo(args) => {
+            hearth::demo::run(args).await?;
+            Ok(())
+        }
         Command::Bench(args) => {
             let r = hearth_bench::run(args).await?;
             println!("{}", r.table());
