@@ -106,6 +106,7 @@ use tokio_util::time::delay_queue::Expired;
 use crate::ring::{
     Member, NodeId, Ring, RingConfig, RingError, SharedRing, rehomed_fraction, sample_keys,
 };
+use crate::transport::ConnectError;
 
 /// Size of the synthetic key sample used to log re-homed fractions.
 const REHOME_SAMPLE: usize = 10_000;
@@ -123,17 +124,18 @@ pub const IDENTITY_RETRY: Duration = Duration::from_secs(2);
 
 /// Proves a gossip member is the node it claims to be before it gets a ring
 /// slot: resolves `Ok` only if the node listening at `node.rpc_addr` holds
-/// the cluster certificate for `node.id`, `Err(reason)` otherwise.
+/// the cluster certificate for `node.id`, and with the failed connection
+/// ([`ConnectError`]) otherwise.
 #[derive(Clone)]
 pub struct IdentityCheck(Arc<IdentityCheckFn>);
 
 type IdentityCheckFn =
-    dyn Fn(Member) -> futures::future::BoxFuture<'static, Result<(), String>> + Send + Sync;
+    dyn Fn(Member) -> futures::future::BoxFuture<'static, Result<(), ConnectError>> + Send + Sync;
 
 impl IdentityCheck {
     /// Wraps a check.
     pub fn new(
-        check: impl Fn(Member) -> futures::future::BoxFuture<'static, Result<(), String>>
+        check: impl Fn(Member) -> futures::future::BoxFuture<'static, Result<(), ConnectError>>
         + Send
         + Sync
         + 'static,
@@ -744,7 +746,7 @@ enum Identity {
 /// The result of one identity check.
 struct Verdict {
     node: Member,
-    result: Result<(), String>,
+    result: Result<(), ConnectError>,
 }
 
 enum Event {

@@ -882,7 +882,7 @@ fn rpc_thread(
                     tokio::task::spawn_local(async move {
                         let mut reply = reply;
                         let forward = async {
-                            let peer = state.peer(&job.home).await.map_err(|e| e.to_string());
+                            let peer = state.peer(&job.home).await;
                             shard_client::forward(state.client.clone(), peer, *job).await
                         };
                         // A requester that went away (its client left) drops

@@ -92,6 +92,7 @@ use crate::hosted_workers::Body;
 use crate::http_wire;
 use crate::lazy_instance::LazyInstance;
 use crate::routing::{HomeAnswer, Route, after_forward};
+use crate::rpc::PeerError;
 use crate::schema::hearth_capnp::{byte_stream as wire_stream, shard_server, worker};
 use crate::worker_fetch::{Closed, WorkerHost, error_response, full_body};
 
@@ -325,7 +326,7 @@ impl Speculation {
 /// ([`replay_here`]), or streamed on to the home ([`stream_to_home`]).
 pub(crate) async fn forward(
     env: Rc<ClientEnv>,
-    peer: Result<PeerConn, String>,
+    peer: Result<PeerConn, PeerError>,
     job: ForwardJob,
 ) -> Forwarded {
     let ForwardJob {
@@ -342,15 +343,16 @@ pub(crate) async fn forward(
     let too_large = http_wire::request_head_size(&head) > http_wire::MAX_HEAD_BYTES
         || head.headers.len() > http_wire::MAX_HEADERS;
     let request = http::Request::from_parts(head, body);
-    let peer = match peer {
+    let conn = match peer {
         // The home would refuse it (and a huge message would cost the whole
         // connection), so it is served here.
-        Ok(_) if too_large => Err("the request head is too large to forward".to_string()),
-        peer => peer,
-    };
-    let conn = match peer {
+        Ok(_) if too_large => {
+            let reason = "the request head is too large to forward".to_string();
+            return serve_unforwarded(&env, &script_id, context, request, reason, started).await;
+        }
         Ok(conn) => conn,
-        Err(reason) => {
+        Err(e) => {
+            let reason = e.to_string();
             return serve_unforwarded(&env, &script_id, context, request, reason, started).await;
         }
     };

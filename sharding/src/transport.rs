@@ -295,12 +295,7 @@ pub fn identity_check(
 ) -> crate::membership::IdentityCheck {
     crate::membership::IdentityCheck::new(move |node| {
         let config = config.clone();
-        Box::pin(async move {
-            connect(&node, config, timeout)
-                .await
-                .map(drop)
-                .map_err(|e| e.to_string())
-        })
+        Box::pin(async move { connect(&node, config, timeout).await.map(drop) })
     })
 }
 
