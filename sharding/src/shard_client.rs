@@ -519,19 +519,18 @@ fn judge(
             Judged::MayHaveStarted(format!("the home's answer to dispatch never came: {e}"))
         }
         Ok(Err(e)) => Judged::Back(ForwardOutcome::Unavailable(format!("dispatch failed: {e}"))),
-        Ok(Ok(worker)) => {
-            let own = env
-                .lazies
-                .borrow()
-                .get_local_server_of_resolved(&worker)
-                .is_some_and(|server| Rc::ptr_eq(&server, lazy));
-            if own {
-                Judged::Back(ForwardOutcome::Refused)
-            } else {
-                Judged::Accepted
-            }
-        }
+        Ok(Ok(worker)) if is_own(env, &worker, lazy) => Judged::Back(ForwardOutcome::Refused),
+        Ok(Ok(_)) => Judged::Accepted,
     }
+}
+
+/// Whether the home answered with `lazy` itself: the hand-back of a
+/// refusal (a resolved capability to a server of this node's set).
+fn is_own(env: &ClientEnv, worker: &worker::Client, lazy: &Rc<LazyInstance>) -> bool {
+    env.lazies
+        .borrow()
+        .get_local_server_of_resolved(worker)
+        .is_some_and(|server| Rc::ptr_eq(&server, lazy))
 }
 
 /// The dispatch/fetch protocol: send pipelined, speculate, then fail,
@@ -706,20 +705,7 @@ async fn stream_to_home(
     };
     gc(env);
     match head {
-        Some(Ok(response)) => {
-            env.counters.sharded.fetch_add(1, Ordering::Relaxed);
-            Forwarded {
-                response: response.map(|body| {
-                    Wanted {
-                        body,
-                        _wanted: wanted,
-                    }
-                    .boxed_unsync()
-                }),
-                outcome: ForwardOutcome::Sharded,
-                hop,
-            }
-        }
+        Some(Ok(response)) => streamed_from_home(env, response, wanted, hop),
         Some(Err(head_error)) => {
             failed_after_accept(env, hop, format!("bad response head: {head_error}"))
         }
@@ -755,121 +741,40 @@ async fn forward_inline(
         context.clone(),
     ));
     let lazy_cap: worker::Client = env.lazies.borrow_mut().new_client_from_rc(lazy.clone());
-    let (sink, mut response_rx) = ResponseSinkServer::new_pair();
     let (parts, request_body) = request.into_parts();
-    let mut call = conn.shard.call_request();
-    {
-        let mut p = call.get();
-        p.set_script_id(script_id);
-        context_stack::write_context(context, p.reborrow().init_context());
-        p.set_lazy(lazy_cap);
-        http_wire::write_request_head(&parts, p.reborrow().init_head());
-        p.set_body(&body);
-        p.set_response(sink);
-    }
+    let (call, response_rx) = send_inline(conn, script_id, context, &parts, &body, lazy_cap);
     let request = http::Request::from_parts(parts, request_body);
-    // A capnp `Promise` is `Unpin`: it can be polled here, then moved.
-    let mut call = call.send().promise;
     env.counters
         .speculative_bytes_sent
         .fetch_add(body.len() as u64, Ordering::Relaxed);
-    let closed = conn.closed.clone();
-    tokio::pin!(closed);
-    let mut head: Option<http::Response<Body>> = None;
-    let mut sink_open = true;
-    // The home streams its response (head first, through the sink), or
-    // answers whole in the return; a sink released unused is not an answer.
-    let answer = loop {
-        tokio::select! {
-            biased;
-            answer = &mut call => break Some(answer),
-            got = &mut response_rx, if sink_open => match got {
-                Ok(Ok(response)) => {
-                    sink_open = false;
-                    head = Some(response);
-                }
-                Ok(Err(head_error)) => {
-                    gc(env);
-                    return Ok(failed_after_accept(env, started.elapsed(), format!("bad response head: {head_error}")));
-                }
-                Err(_sink_released) => sink_open = false,
-            },
-            () = &mut closed => break None,
-        }
-        if head.is_some() {
-            // The response streams: keep the call open while it is wanted.
-            break None;
-        }
-    };
+    let waited = wait_inline(call, response_rx, conn.closed.clone()).await;
     gc(env);
+    let failed = |reason: String| failed_after_accept(env, started.elapsed(), reason);
+    let answer = match waited {
+        InlineWait::Head(response, call) => {
+            lazy.release();
+            return Ok(stream_inline(env, response, call, started.elapsed()));
+        }
+        InlineWait::HeadError(e) => return Ok(failed(format!("bad response head: {e}"))),
+        InlineWait::Closed => {
+            return Ok(failed(
+                "the connection to the home closed before its response".into(),
+            ));
+        }
+        InlineWait::Answer(Err(e)) if e.kind == capnp::ErrorKind::Unimplemented => {
+            tracing::info!(error = %e, "the home does not implement `call`; streaming to it instead");
+            return Err(request);
+        }
+        InlineWait::Answer(Err(e)) => return Ok(failed(format!("call failed: {e}"))),
+        InlineWait::Answer(Ok(answer)) => answer,
+    };
+    // The hop's own cost: the time the home spent is taken out.
     let hop_with = |home_micros: u64| {
         started
             .elapsed()
             .saturating_sub(Duration::from_micros(home_micros))
     };
-    if let Some(response) = head {
-        // Streaming: the call returns once the home has sent the body; it
-        // stays open until then or until the body is no longer wanted,
-        // and finishing it early cancels the invocation on the home.
-        lazy.release();
-        let (wanted, gone) = tokio::sync::oneshot::channel::<()>();
-        tokio::task::spawn_local(async move {
-            tokio::select! {
-                _ = call => {}
-                _ = gone => {}
-            }
-        });
-        env.counters.sharded.fetch_add(1, Ordering::Relaxed);
-        return Ok(Forwarded {
-            response: response.map(|body| {
-                Wanted {
-                    body,
-                    _wanted: wanted,
-                }
-                .boxed_unsync()
-            }),
-            outcome: ForwardOutcome::Sharded,
-            hop: started.elapsed(),
-        });
-    }
-    let answer = match answer {
-        None => {
-            return Ok(failed_after_accept(
-                env,
-                started.elapsed(),
-                "the connection to the home closed before its response".into(),
-            ));
-        }
-        Some(Err(e)) if e.kind == capnp::ErrorKind::Unimplemented => {
-            tracing::info!(error = %e, "the home does not implement `call`; streaming to it instead");
-            return Err(request);
-        }
-        Some(Err(e)) => {
-            return Ok(failed_after_accept(
-                env,
-                started.elapsed(),
-                format!("call failed: {e}"),
-            ));
-        }
-        Some(Ok(answer)) => answer,
-    };
-    let read = || -> Result<InlineAnswer, capnp::Error> {
-        use crate::schema::hearth_capnp::call_answer::Which;
-        let a = answer.get()?;
-        let home_micros = a.get_home_micros();
-        Ok(match a.which()? {
-            Which::Refused(worker) => InlineAnswer::Refused(worker?, home_micros),
-            Which::Response(inline) => {
-                let inline = inline?;
-                let parts = http_wire::read_response_head(inline.get_head()?)
-                    .map_err(|e| capnp::Error::failed(e.to_string()))?;
-                let body = full_body(Bytes::copy_from_slice(inline.get_body()?));
-                InlineAnswer::Response(http::Response::from_parts(parts, body), home_micros)
-            }
-            Which::Streamed(()) => InlineAnswer::StreamedWithoutHead,
-        })
-    };
-    match read() {
+    match read_inline_answer(&answer) {
         Ok(InlineAnswer::Response(response, home_micros)) => {
             lazy.release();
             env.counters.sharded.fetch_add(1, Ordering::Relaxed);
@@ -881,58 +786,167 @@ async fn forward_inline(
         }
         Ok(InlineAnswer::Refused(worker, home_micros)) => {
             let worker = capnp::capability::get_resolved_cap(worker).await;
-            let own = env
-                .lazies
-                .borrow()
-                .get_local_server_of_resolved(&worker)
-                .is_some_and(|server| Rc::ptr_eq(&server, &lazy));
-            let (outcome, counter) = if own {
-                (ForwardOutcome::Refused, &env.counters.refusals_received)
+            let outcome = if is_own(env, &worker, &lazy) {
+                ForwardOutcome::Refused
             } else {
                 // Refused all the same (nothing ran there), with a
                 // capability that is not ours.
-                (
-                    ForwardOutcome::Unavailable(
-                        "the home refused with a foreign capability".into(),
-                    ),
-                    &env.counters.unavailable,
-                )
+                ForwardOutcome::Unavailable("the home refused with a foreign capability".into())
             };
             let hop = hop_with(home_micros);
             let mut request = request;
             request.extensions_mut().insert(context.clone());
-            let response = match lazy.take_back(request) {
-                Some(serving) => serving.await,
-                None => error_response(
-                    http::StatusCode::INTERNAL_SERVER_ERROR,
-                    "the lazy instance was already used",
-                ),
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
-            gc(env);
-            Ok(Forwarded {
-                response,
-                outcome,
-                hop,
-            })
+            Ok(replay_here(env, &lazy, request, outcome, hop).await)
         }
-        Ok(InlineAnswer::StreamedWithoutHead) => Ok(failed_after_accept(
-            env,
-            started.elapsed(),
+        Ok(InlineAnswer::StreamedWithoutHead) => Ok(failed(
             "the home reported a streamed response but sent no head".into(),
         )),
-        Err(e) => Ok(failed_after_accept(
-            env,
-            started.elapsed(),
-            format!("bad answer: {e}"),
-        )),
+        Err(e) => Ok(failed(format!("bad answer: {e}"))),
     }
 }
 
+/// The home's answer to `call`, still to be read.
+type CallPromise = capnp::capability::Promise<
+    capnp::capability::Response<crate::schema::hearth_capnp::call_answer::Owned>,
+    capnp::Error,
+>;
+
+/// Sends `call(scriptId, context, lazy, head, body, response)` without
+/// waiting, and returns the answer to come and where a streamed response
+/// head arrives.
+fn send_inline(
+    conn: &PeerConn,
+    script_id: &str,
+    context: &ContextStack,
+    parts: &http::request::Parts,
+    body: &[u8],
+    lazy_cap: worker::Client,
+) -> (CallPromise, byte_stream::ResponseReceiver) {
+    let (sink, response_rx) = ResponseSinkServer::new_pair();
+    let mut call = conn.shard.call_request();
+    {
+        let mut p = call.get();
+        p.set_script_id(script_id);
+        context_stack::write_context(context, p.reborrow().init_context());
+        p.set_lazy(lazy_cap);
+        http_wire::write_request_head(parts, p.reborrow().init_head());
+        p.set_body(body);
+        p.set_response(sink);
+    }
+    (call.send().promise, response_rx)
+}
+
+/// What came first of a `call`'s two ways to answer.
+enum InlineWait {
+    /// A streamed response head, through the sink; the call stays open
+    /// while its body is wanted.
+    Head(http::Response<Body>, CallPromise),
+    /// A streamed response head that could not be read.
+    HeadError(http_wire::HeadError),
+    /// The answer, whole (or the call's error).
+    Answer(
+        Result<
+            capnp::capability::Response<crate::schema::hearth_capnp::call_answer::Owned>,
+            capnp::Error,
+        >,
+    ),
+    /// The connection ended before either.
+    Closed,
+}
+
+/// Waits for the home to stream its response head or answer the call
+/// whole; a sink released unused is not an answer.
+async fn wait_inline(
+    mut call: CallPromise,
+    mut response_rx: byte_stream::ResponseReceiver,
+    closed: Closed,
+) -> InlineWait {
+    tokio::pin!(closed);
+    let mut sink_open = true;
+    loop {
+        tokio::select! {
+            biased;
+            // A capnp `Promise` is `Unpin`: it can be polled here, then moved.
+            answer = &mut call => return InlineWait::Answer(answer),
+            got = &mut response_rx, if sink_open => match got {
+                Ok(Ok(response)) => return InlineWait::Head(response, call),
+                Ok(Err(head_error)) => return InlineWait::HeadError(head_error),
+                Err(_sink_released) => sink_open = false,
+            },
+            () = &mut closed => return InlineWait::Closed,
+        }
+    }
+}
+
+/// The home streams its response to `call`: the call returns once the home
+/// has sent the body. It stays open until then or until the body is no
+/// longer wanted, and finishing it early cancels the invocation on the home.
+fn stream_inline(
+    env: &ClientEnv,
+    response: http::Response<Body>,
+    call: CallPromise,
+    hop: Duration,
+) -> Forwarded {
+    let (wanted, gone) = tokio::sync::oneshot::channel::<()>();
+    tokio::task::spawn_local(async move {
+        tokio::select! {
+            _ = call => {}
+            _ = gone => {}
+        }
+    });
+    streamed_from_home(env, response, wanted, hop)
+}
+
+/// The answer of a `call`, read.
 enum InlineAnswer {
+    /// The home handed back this capability (with the µs it spent).
     Refused(worker::Client, u64),
+    /// The home served it and answered with the whole response.
     Response(http::Response<Body>, u64),
+    /// The home says it streamed the response, but no head came.
     StreamedWithoutHead,
+}
+
+/// Reads the home's whole answer to `call`; a malformed one is an error.
+fn read_inline_answer(
+    answer: &capnp::capability::Response<crate::schema::hearth_capnp::call_answer::Owned>,
+) -> Result<InlineAnswer, capnp::Error> {
+    use crate::schema::hearth_capnp::call_answer::Which;
+    let a = answer.get()?;
+    let home_micros = a.get_home_micros();
+    Ok(match a.which()? {
+        Which::Refused(worker) => InlineAnswer::Refused(worker?, home_micros),
+        Which::Response(inline) => {
+            let inline = inline?;
+            let parts = http_wire::read_response_head(inline.get_head()?)
+                .map_err(|e| capnp::Error::failed(e.to_string()))?;
+            let body = full_body(Bytes::copy_from_slice(inline.get_body()?));
+            InlineAnswer::Response(http::Response::from_parts(parts, body), home_micros)
+        }
+        Which::Streamed(()) => InlineAnswer::StreamedWithoutHead,
+    })
+}
+
+/// A response the home served and streams back: counted as sharded, its
+/// body holding `wanted` so the question stays open while it is read.
+fn streamed_from_home(
+    env: &ClientEnv,
+    response: http::Response<Body>,
+    wanted: tokio::sync::oneshot::Sender<()>,
+    hop: Duration,
+) -> Forwarded {
+    env.counters.sharded.fetch_add(1, Ordering::Relaxed);
+    Forwarded {
+        response: response.map(|body| {
+            Wanted {
+                body,
+                _wanted: wanted,
+            }
+            .boxed_unsync()
+        }),
+        outcome: ForwardOutcome::Sharded,
+        hop,
+    }
 }
 
 /// A response body that keeps its request's `fetch` question open until
