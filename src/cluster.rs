@@ -258,14 +258,25 @@ fn node_name(i: usize) -> String {
     format!("node-{}", i + 1)
 }
 
-impl LoopbackCluster {
-    /// Starts the cluster and waits until every node sees every other.
-    pub async fn start(cfg: ClusterConfig) -> Result<Self, ClusterError> {
-        if cfg.nodes == 0 {
-            return Err(ClusterError::NoNodes);
-        }
-        std::fs::create_dir_all(&cfg.store)?;
-        let names: Vec<String> = (0..cfg.nodes).map(node_name).collect();
+/// What every node of a loopback cluster shares, read from its store once.
+struct Common {
+    pki: PathBuf,
+    base: RuntimeConfig,
+    artifact_key: [u8; 32],
+    s3: Option<Arc<hearth_runtime::S3Store>>,
+    gossip_key: [u8; 32],
+    token: Arc<str>,
+    door: Option<crate::https::TlsFrontDoor>,
+}
+
+impl Common {
+    /// Reads (or makes) the store's PKI, secrets and HTTPS certificate, and
+    /// opens and checks the S3 store if there is one. Also returns the CA
+    /// that signs the front door's certificate, if it serves HTTPS.
+    async fn open(
+        cfg: &ClusterConfig,
+        names: &[String],
+    ) -> Result<(Self, Option<PathBuf>), ClusterError> {
         let pki = cfg.store.join("pki");
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         if !pki.join("ca.pem").exists() {
@@ -289,97 +300,150 @@ impl LoopbackCluster {
         } else {
             (None, None)
         };
-        let mut listeners = Vec::new();
-        for i in 0..cfg.nodes {
-            let off = (4 * i) as u16;
-            let https = match &door {
-                Some(_) => Some(bind(cfg.base_port, off + 3).await?),
-                None => None,
-            };
-            listeners.push((
-                bind(cfg.base_port, off).await?,
-                bind(cfg.base_port, off + 1).await?,
-                bind(cfg.base_port, off + 2).await?,
-                https,
-            ));
+        let common = Common {
+            pki,
+            base,
+            artifact_key,
+            s3,
+            gossip_key,
+            token,
+            door,
+        };
+        Ok((common, tls_ca))
+    }
+}
+
+/// One node's sockets.
+struct NodeSockets {
+    http: TcpListener,
+    admin: TcpListener,
+    rpc: TcpListener,
+    https: Option<TcpListener>,
+}
+
+impl NodeSockets {
+    /// Binds node `i`'s sockets: four ports from `base + 4 i` if a base is
+    /// given (HTTP, admin, RPC, HTTPS), any free ports otherwise.
+    async fn bind(base: Option<u16>, i: usize, https: bool) -> Result<Self, ClusterError> {
+        let off = (4 * i) as u16;
+        Ok(NodeSockets {
+            http: bind(base, off).await?,
+            admin: bind(base, off + 1).await?,
+            rpc: bind(base, off + 2).await?,
+            https: match https {
+                true => Some(bind(base, off + 3).await?),
+                false => None,
+            },
+        })
+    }
+}
+
+/// Starts node `name` on its `sockets`: its runtime, and with sharding its
+/// shard server and membership (seeded with the nodes started before it,
+/// to which it adds its own gossip address), then its front doors.
+async fn start_node(
+    cfg: &ClusterConfig,
+    common: &Common,
+    name: &str,
+    sockets: NodeSockets,
+    seeds: &mut Vec<SocketAddr>,
+) -> Result<ClusterNode, ClusterError> {
+    let NodeSockets {
+        http,
+        admin,
+        rpc,
+        https,
+    } = sockets;
+    let runtime = match &common.s3 {
+        Some(store) => {
+            let own = RuntimeConfig::new(cfg.store.join(name)).artifact_key(common.artifact_key);
+            Runtime::with_store((cfg.runtime)(own), store.clone())?
         }
-        let rpc_addrs: Vec<SocketAddr> = listeners
-            .iter()
-            .map(|l| l.2.local_addr())
-            .collect::<Result<_, _>>()?;
+        None => Runtime::new((cfg.runtime)(common.base.clone()))?,
+    };
+    let mut node = Node::with_prewarm(name.to_string(), runtime, cfg.prewarm);
+    let rpc_addr = rpc.local_addr()?;
+    let (mut membership, mut rpc_server) = (None, None);
+    if cfg.sharding {
+        // Missing, or not bound to this node's ID (a store from before
+        // certificates named their node): issue a fresh one.
+        if NodeTls::load(&common.pki, name).is_err() {
+            hearth_sharding::tls::issue_node_cert(&common.pki, name)?;
+        }
+        let joined = join(
+            node,
+            JoinConfig {
+                node_id: name.to_string(),
+                rpc_listener: rpc,
+                pki_dir: common.pki.clone(),
+                gossip: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+                seeds: seeds.clone(),
+                static_nodes: Vec::new(),
+                weight: 1,
+                gossip_key: Some(common.gossip_key),
+                overload: cfg.overload,
+            },
+        )
+        .await?;
+        if let Some(a) = joined.membership.gossip_addr() {
+            seeds.push(a);
+        }
+        node = joined.node;
+        membership = Some(joined.membership);
+        rpc_server = Some(joined.rpc_server);
+    } else {
+        drop(rpc);
+    }
+    let (stop, stop_rx) = watch::channel(false);
+    let http_addr = http.local_addr()?;
+    let admin_addr = admin.local_addr()?;
+    let https_addr = https.as_ref().map(|l| l.local_addr()).transpose()?;
+    let tasks = spawn_listeners(
+        &node,
+        crate::node::Listeners {
+            http,
+            https: https.zip(common.door.clone()),
+            admin,
+        },
+        common.token.clone(),
+        crate::listener::ServeLimits::default(),
+        stop_rx,
+    );
+    Ok(ClusterNode {
+        node,
+        http_addr,
+        https_addr,
+        admin_addr,
+        rpc_addr,
+        membership,
+        rpc_server,
+        stop,
+        tasks,
+    })
+}
+
+impl LoopbackCluster {
+    /// Starts the cluster and waits until every node sees every other.
+    pub async fn start(cfg: ClusterConfig) -> Result<Self, ClusterError> {
+        if cfg.nodes == 0 {
+            return Err(ClusterError::NoNodes);
+        }
+        std::fs::create_dir_all(&cfg.store)?;
+        let names: Vec<String> = (0..cfg.nodes).map(node_name).collect();
+        let (common, tls_ca) = Common::open(&cfg, &names).await?;
+        // Every socket is bound before any node starts.
+        let mut sockets = Vec::new();
+        for i in 0..cfg.nodes {
+            sockets.push(NodeSockets::bind(cfg.base_port, i, common.door.is_some()).await?);
+        }
         let mut nodes = Vec::new();
         let mut seeds: Vec<SocketAddr> = Vec::new();
-        for (i, (http, admin, rpc_l, https)) in listeners.into_iter().enumerate() {
-            let runtime = match &s3 {
-                Some(store) => {
-                    let own =
-                        RuntimeConfig::new(cfg.store.join(&names[i])).artifact_key(artifact_key);
-                    Runtime::with_store((cfg.runtime)(own), store.clone())?
-                }
-                None => Runtime::new((cfg.runtime)(base.clone()))?,
-            };
-            let mut node = Node::with_prewarm(names[i].clone(), runtime, cfg.prewarm);
-            let (mut membership, mut rpc_server) = (None, None);
-            if cfg.sharding {
-                // Missing, or not bound to this node's ID (a store from
-                // before certificates named their node): issue a fresh one.
-                if NodeTls::load(&pki, &names[i]).is_err() {
-                    hearth_sharding::tls::issue_node_cert(&pki, &names[i])?;
-                }
-                let joined = join(
-                    node,
-                    JoinConfig {
-                        node_id: names[i].clone(),
-                        rpc_listener: rpc_l,
-                        pki_dir: pki.clone(),
-                        gossip: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
-                        seeds: seeds.clone(),
-                        static_nodes: Vec::new(),
-                        weight: 1,
-                        gossip_key: Some(gossip_key),
-                        overload: cfg.overload,
-                    },
-                )
-                .await?;
-                if let Some(a) = joined.membership.gossip_addr() {
-                    seeds.push(a);
-                }
-                node = joined.node;
-                membership = Some(joined.membership);
-                rpc_server = Some(joined.rpc_server);
-            } else {
-                drop(rpc_l);
-            }
-            let (stop, stop_rx) = watch::channel(false);
-            let http_addr = http.local_addr()?;
-            let admin_addr = admin.local_addr()?;
-            let https_addr = https.as_ref().map(|l| l.local_addr()).transpose()?;
-            let tasks = spawn_listeners(
-                &node,
-                crate::node::Listeners {
-                    http,
-                    https: https.zip(door.clone()),
-                    admin,
-                },
-                token.clone(),
-                crate::listener::ServeLimits::default(),
-                stop_rx,
-            );
-            nodes.push(ClusterNode {
-                node,
-                http_addr,
-                https_addr,
-                admin_addr,
-                rpc_addr: rpc_addrs[i],
-                membership,
-                rpc_server,
-                stop,
-                tasks,
-            });
+        for (name, sockets) in names.iter().zip(sockets) {
+            nodes.push(start_node(&cfg, &common, name, sockets, &mut seeds).await?);
         }
         let cluster = LoopbackCluster {
             nodes,
-            token,
+            token: common.token,
             store: cfg.store.clone(),
             tls_ca,
         };

@@ -144,6 +144,140 @@ fn keep_alive_value() -> http::HeaderValue {
 /// HTTP/2 streams one connection may have open at once.
 pub const MAX_H2_STREAMS: u32 = 128;
 
+/// Serves one accepted connection: the TLS handshake if the listener has
+/// one, then HTTP/1.1 or h2 (by ALPN) until the connection closes or the
+/// node drains (`watcher`). Response writes that stall past
+/// `write_timeout` close it.
+async fn serve_connection<H, F>(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    write_timeout: Duration,
+    handler: H,
+    tls: Option<TlsListener>,
+    watcher: hyper_util::server::graceful::Watcher,
+) where
+    H: Fn(http::Request<Body>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = http::Response<Body>> + Send + 'static,
+{
+    let mut io = tokio_io_timeout::TimeoutStream::new(stream);
+    io.set_write_timeout(Some(write_timeout));
+    let io = Box::pin(io);
+    let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        let h = handler.clone();
+        async move { Ok::<_, std::convert::Infallible>(h(req.map(body::boxed), peer).await) }
+    });
+    let http1 = || {
+        let mut b = hyper::server::conn::http1::Builder::new();
+        b.timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT);
+        b
+    };
+    // HTTP/1.1 responses announce the idle close (RFC 9112 has no
+    // field for it, but `Keep-Alive: timeout=N` is what clients
+    // read), so a client does not reuse a connection the node is
+    // about to close. HTTP/2 forbids connection-specific fields.
+    let svc1 = service_fn({
+        let svc = svc.clone();
+        move |req: http::Request<hyper::body::Incoming>| {
+            let call = hyper::service::Service::call(&svc, req);
+            async move {
+                let mut resp = call.await?;
+                resp.headers_mut()
+                    .entry(http::header::HeaderName::from_static("keep-alive"))
+                    .or_insert(keep_alive_value());
+                Ok::<_, std::convert::Infallible>(resp)
+            }
+        }
+    });
+    let Some(tls) = tls else {
+        let conn = http1().serve_connection(TokioIo::new(io), svc1);
+        return drive(watcher.watch(conn), peer).await;
+    };
+    let on_sni = tls.on_sni.clone();
+    let handshake = tls.door.accept(io, |sni| on_sni(sni));
+    let (stream, protocol) = match tokio::time::timeout(HEADER_READ_TIMEOUT, handshake).await {
+        Ok(Ok(accepted)) => accepted,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            return;
+        }
+    };
+    let io = TokioIo::new(stream);
+    match protocol {
+        crate::https::Protocol::Http1 => {
+            let conn = http1().serve_connection(io, svc1);
+            drive(watcher.watch(conn), peer).await
+        }
+        crate::https::Protocol::Http2 => {
+            let conn =
+                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .timer(TokioTimer::new())
+                    .max_concurrent_streams(MAX_H2_STREAMS)
+                    .serve_connection(io, svc);
+            drive(watcher.watch(conn), peer).await
+        }
+    }
+}
+
+/// Starts `connection` on the runner's thread if there is one (this task
+/// then holds the slot and aborts the connection at the drain deadline), or
+/// in `conns` here. The slot is given back when the connection ends.
+fn spawn_connection<C, Fut>(
+    conns: &mut tokio::task::JoinSet<()>,
+    runner: Option<&Runner>,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    slot: OpenSlot,
+    connection: C,
+) where
+    C: FnOnce(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let std_stream = match stream.into_std() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(%peer, error = %e, "cannot serve a connection");
+            return;
+        }
+    };
+    let Some(runner) = runner else {
+        match tokio::net::TcpStream::from_std(std_stream) {
+            Ok(stream) => {
+                let conn = connection(stream);
+                conns.spawn(async move {
+                    let _slot = slot;
+                    conn.await;
+                });
+            }
+            Err(e) => tracing::warn!(%peer, error = %e, "cannot serve a connection"),
+        }
+        return;
+    };
+    let (started, task) = tokio::sync::oneshot::channel();
+    let work = Box::new(move || match tokio::net::TcpStream::from_std(std_stream) {
+        Ok(stream) => {
+            let _ = started.send(tokio::spawn(connection(stream)));
+        }
+        Err(e) => tracing::warn!(%peer, error = %e, "cannot serve a connection"),
+    });
+    if !runner(work) {
+        tracing::debug!(%peer, "connection dropped: the node is shutting down");
+        return;
+    }
+    conns.spawn(async move {
+        let _slot = slot;
+        if let Ok(task) = task.await {
+            let abort = task.abort_handle();
+            let _abort_on_drop = AbortOnDrop(abort);
+            let _ = task.await;
+        }
+    });
+}
+
 /// Drives one served connection to its end, logging how it ended.
 async fn drive<C, E>(conn: C, peer: SocketAddr)
 where
@@ -209,112 +343,11 @@ pub async fn serve<H, F>(
         };
         let _ = stream.set_nodelay(true);
         let watcher = graceful.watcher();
-        let h = handler.clone();
-        let tls = tls.clone();
-        let connection = move |stream: tokio::net::TcpStream| {
-            let mut io = tokio_io_timeout::TimeoutStream::new(stream);
-            io.set_write_timeout(Some(limits.write_timeout));
-            let io = Box::pin(io);
-            let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                let h = h.clone();
-                async move { Ok::<_, std::convert::Infallible>(h(req.map(body::boxed), peer).await) }
-            });
-            let http1 = || {
-                let mut b = hyper::server::conn::http1::Builder::new();
-                b.timer(TokioTimer::new())
-                    .header_read_timeout(HEADER_READ_TIMEOUT);
-                b
-            };
-            // HTTP/1.1 responses announce the idle close (RFC 9112 has no
-            // field for it, but `Keep-Alive: timeout=N` is what clients
-            // read), so a client does not reuse a connection the node is
-            // about to close. HTTP/2 forbids connection-specific fields.
-            let svc1 = service_fn({
-                let svc = svc.clone();
-                move |req: http::Request<hyper::body::Incoming>| {
-                    let call = hyper::service::Service::call(&svc, req);
-                    async move {
-                        let mut resp = call.await?;
-                        resp.headers_mut()
-                            .entry(http::header::HeaderName::from_static("keep-alive"))
-                            .or_insert(keep_alive_value());
-                        Ok::<_, std::convert::Infallible>(resp)
-                    }
-                }
-            });
-            async move {
-                let Some(tls) = tls else {
-                    let conn = http1().serve_connection(TokioIo::new(io), svc1);
-                    return drive(watcher.watch(conn), peer).await;
-                };
-                let on_sni = tls.on_sni.clone();
-                let handshake = tls.door.accept(io, |sni| on_sni(sni));
-                let (stream, protocol) =
-                    match tokio::time::timeout(HEADER_READ_TIMEOUT, handshake).await {
-                        Ok(Ok(accepted)) => accepted,
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => {
-                            tracing::debug!(%peer, "TLS handshake timed out");
-                            return;
-                        }
-                    };
-                let io = TokioIo::new(stream);
-                match protocol {
-                    crate::https::Protocol::Http1 => {
-                        let conn = http1().serve_connection(io, svc1);
-                        drive(watcher.watch(conn), peer).await
-                    }
-                    crate::https::Protocol::Http2 => {
-                        let conn = hyper::server::conn::http2::Builder::new(
-                            hyper_util::rt::TokioExecutor::new(),
-                        )
-                        .timer(TokioTimer::new())
-                        .max_concurrent_streams(MAX_H2_STREAMS)
-                        .serve_connection(io, svc);
-                        drive(watcher.watch(conn), peer).await
-                    }
-                }
-            }
-        };
-        match (&runner, stream.into_std()) {
-            (Some(runner), Ok(std_stream)) => {
-                // The connection task lives on the runner's thread; this
-                // task holds the slot and aborts it at the drain deadline.
-                let (started, task) = tokio::sync::oneshot::channel();
-                let work = Box::new(move || match tokio::net::TcpStream::from_std(std_stream) {
-                    Ok(stream) => {
-                        let _ = started.send(tokio::spawn(connection(stream)));
-                    }
-                    Err(e) => tracing::warn!(%peer, error = %e, "cannot serve a connection"),
-                });
-                if !runner(work) {
-                    tracing::debug!(%peer, "connection dropped: the node is shutting down");
-                    continue;
-                }
-                conns.spawn(async move {
-                    let _slot = slot;
-                    if let Ok(task) = task.await {
-                        let abort = task.abort_handle();
-                        let _abort_on_drop = AbortOnDrop(abort);
-                        let _ = task.await;
-                    }
-                });
-            }
-            (None, Ok(std_stream)) => match tokio::net::TcpStream::from_std(std_stream) {
-                Ok(stream) => {
-                    let conn = connection(stream);
-                    conns.spawn(async move {
-                        let _slot = slot;
-                        conn.await;
-                    });
-                }
-                Err(e) => tracing::warn!(%peer, error = %e, "cannot serve a connection"),
-            },
-            (_, Err(e)) => tracing::warn!(%peer, error = %e, "cannot serve a connection"),
-        }
+        let (handler, tls) = (handler.clone(), tls.clone());
+        let write_timeout = limits.write_timeout;
+        let connection =
+            move |stream| serve_connection(stream, peer, write_timeout, handler, tls, watcher);
+        spawn_connection(&mut conns, runner.as_ref(), stream, peer, slot, connection);
     }
     drop(listener);
     if tokio::time::timeout(limits.drain_timeout, graceful.shutdown())

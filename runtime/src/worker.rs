@@ -310,27 +310,7 @@ impl Worker {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let level = self.trace_level(&flow, &mut extensions, &invoker, limits);
-        let idle = self.node.body_idle;
-        let body = slow_client::buffer_prefix(body, self.node.buffer_before_slot, idle)
-            .await
-            .map_err(|e| {
-                if e.downcast_ref::<slow_client::Stalled>().is_some() {
-                    Stats::bump(&self.stats.client_timeouts);
-                    RuntimeError::ClientTimeout {
-                        script_id: self.script_id.to_string(),
-                        idle,
-                    }
-                } else {
-                    RuntimeError::BadRequest {
-                        script_id: self.script_id.to_string(),
-                        message: format!("reading the request body failed: {e}"),
-                    }
-                }
-            })?;
-        let req = http::Request::from_parts(
-            parts,
-            slow_client::IdleTimeout::new(body, idle).boxed_unsync(),
-        );
+        let req = http::Request::from_parts(parts, self.read_body_prefix(body).await?);
         let slots = self.take_slots().await?;
         let (inst, started) = match self.take_idle() {
             Some(i) => (i, None),
@@ -339,23 +319,7 @@ impl Worker {
                 (i, Some(s))
             }
         };
-        let me = self.clone();
-        let on_done: OnDone = Box::new(move |r| {
-            match r {
-                Ok(inst) => me.put_idle(inst),
-                Err(e) => {
-                    let c = match e {
-                        RuntimeError::CpuExceeded { .. } => &me.stats.cpu_kills,
-                        RuntimeError::MemoryExceeded { .. } => &me.stats.memory_kills,
-                        RuntimeError::WallTimeExceeded { .. } => &me.stats.wall_kills,
-                        _ => &me.stats.traps,
-                    };
-                    Stats::bump(c);
-                    tracing::warn!(script = %me.script_id, error = %e, "request failed; instance discarded");
-                }
-            }
-            drop(slots);
-        });
+        let on_done = self.on_done(slots);
         // An instance that served before (not one just started, nor one a
         // prewarm parked unused) is a reused one.
         let reused = inst.served > 0;
@@ -397,24 +361,7 @@ impl Worker {
             },
         };
         let status = resp.as_ref().ok().map(|r| r.status().as_u16());
-        // A traced level reports once its invocation has ended; its body
-        // ends only after that (see `crate::tail`).
-        let hold = level.map(|level| {
-            let (done, hold) = tokio::sync::oneshot::channel();
-            tokio::spawn(async move {
-                let outcome = match ended {
-                    Some(j) => j,
-                    None => task.await,
-                };
-                let (error, cpu) = match outcome {
-                    Ok(o) => (o.result.err().map(|e| e.public_message()), o.cpu),
-                    Err(e) => (Some(format!("host task failed: {e}")), Duration::ZERO),
-                };
-                level.finish(status, error, cpu).await;
-                let _ = done.send(());
-            });
-            hold
-        });
+        let hold = level.map(|level| finish_when_ended(level, status, ended, task));
         let resp = resp.map_err(|code| RuntimeError::Trap {
             script_id: self.script_id.to_string(),
             message: format!("Worker answered with error code {code:?}"),
@@ -434,6 +381,54 @@ impl Worker {
             }),
             started,
         ))
+    }
+
+    /// Reads up to the node's `buffer_before_slot` of the request body
+    /// before the request takes a slot (a slow client holds no instance
+    /// while it trickles in), and bounds every later read by the node's
+    /// `body_idle`.
+    async fn read_body_prefix(&self, body: Body) -> Result<Body, RuntimeError> {
+        let idle = self.node.body_idle;
+        let body = slow_client::buffer_prefix(body, self.node.buffer_before_slot, idle)
+            .await
+            .map_err(|e| {
+                if e.downcast_ref::<slow_client::Stalled>().is_some() {
+                    Stats::bump(&self.stats.client_timeouts);
+                    RuntimeError::ClientTimeout {
+                        script_id: self.script_id.to_string(),
+                        idle,
+                    }
+                } else {
+                    RuntimeError::BadRequest {
+                        script_id: self.script_id.to_string(),
+                        message: format!("reading the request body failed: {e}"),
+                    }
+                }
+            })?;
+        Ok(slow_client::IdleTimeout::new(body, idle).boxed_unsync())
+    }
+
+    /// What happens when an invocation ends: a healthy instance goes back
+    /// to the idle pool, a failed one is discarded and counted by why;
+    /// either way the request's `slots` are given back.
+    fn on_done(self: &Arc<Self>, slots: Slots) -> OnDone {
+        let me = self.clone();
+        Box::new(move |r| {
+            match r {
+                Ok(inst) => me.put_idle(inst),
+                Err(e) => {
+                    let c = match e {
+                        RuntimeError::CpuExceeded { .. } => &me.stats.cpu_kills,
+                        RuntimeError::MemoryExceeded { .. } => &me.stats.memory_kills,
+                        RuntimeError::WallTimeExceeded { .. } => &me.stats.wall_kills,
+                        _ => &me.stats.traps,
+                    };
+                    Stats::bump(c);
+                    tracing::warn!(script = %me.script_id, error = %e, "request failed; instance discarded");
+                }
+            }
+            drop(slots);
+        })
     }
 
     /// The trace level of a request: traced if its flow is (the node put a
@@ -505,6 +500,31 @@ impl Worker {
             },
         }
     }
+}
+
+/// A traced level reports once its invocation has ended (`ended`, or when
+/// `task` finishes); the response body ends only after that (see
+/// `crate::tail`), so the returned receiver holds it.
+fn finish_when_ended(
+    level: crate::tail::Level,
+    status: Option<u16>,
+    ended: Option<Result<crate::instance::InvokeOutcome, tokio::task::JoinError>>,
+    task: tokio::task::JoinHandle<crate::instance::InvokeOutcome>,
+) -> tokio::sync::oneshot::Receiver<()> {
+    let (done, hold) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let outcome = match ended {
+            Some(j) => j,
+            None => task.await,
+        };
+        let (error, cpu) = match outcome {
+            Ok(o) => (o.result.err().map(|e| e.public_message()), o.cpu),
+            Err(e) => (Some(format!("host task failed: {e}")), Duration::ZERO),
+        };
+        level.finish(status, error, cpu).await;
+        let _ = done.send(());
+    });
+    hold
 }
 
 /// Reports a traced level that failed without a response (before its
