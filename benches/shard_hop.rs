@@ -170,7 +170,8 @@ fn start_cluster(store: &std::path::Path) -> anyhow::Result<(Proc, Vec<SocketAdd
         .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
     let proc = Proc(child);
     let mut addrs = Vec::new();
-    for line in BufReader::new(stdout).lines() {
+    let mut lines = BufReader::new(stdout).lines();
+    while let Some(line) = lines.next() {
         let line = line?;
         // "node-1  http://127.0.0.1:…  admin http://…  rpc …"
         if line.starts_with("node-")
@@ -178,6 +179,8 @@ fn start_cluster(store: &std::path::Path) -> anyhow::Result<(Proc, Vec<SocketAdd
         {
             addrs.push(addr.trim_start_matches("http://").parse()?);
             if addrs.len() == 3 {
+                // Read on, so the cluster's stdout never closes under it.
+                std::thread::spawn(move || lines.for_each(drop));
                 return Ok((proc, addrs));
             }
         }

@@ -1,6 +1,7 @@
 //! Real `hearth serve` processes forming a cluster from their config files
 //! (static members, mTLS certificates from `hearth pki`), sharding a Worker
-//! to its home, and draining cleanly on Ctrl-C.
+//! to its home, and draining cleanly on Ctrl-C; `hearth cluster` serving on
+//! when nobody reads its output.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -177,4 +178,71 @@ fn two_serve_processes_shard_and_drain() {
     assert_eq!(code, 200, "{resp}");
     assert_eq!(header(&resp, "x-hearth-node"), "node-1");
     procs.clear();
+}
+
+/// A base port whose next four ports (one node's HTTP, admin, RPC and
+/// HTTPS) are free now.
+fn free_port_block() -> u16 {
+    loop {
+        let base = free_port();
+        if base < u16::MAX - 4
+            && (1..4).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok())
+        {
+            return base;
+        }
+    }
+}
+
+#[test]
+fn hearth_cluster_keeps_serving_when_nobody_reads_its_stdout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    let hello = hearth_sample_workers::path("hello").expect("hello built");
+    run_ok(&[
+        "deploy",
+        "--store",
+        store.to_str().expect("utf8"),
+        "--name",
+        "hello",
+        hello.to_str().expect("utf8"),
+    ]);
+    let base = free_port_block();
+    let log = dir.path().join("cluster.log");
+    let mut cluster = Proc(
+        Command::new(BIN)
+            .args(["cluster", "--nodes", "1", "--base-port", &base.to_string()])
+            .arg("--store")
+            .arg(&store)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn hearth cluster"),
+    );
+    // The reader goes away before the cluster prints its addresses (as
+    // `| head -1` or a script that has read what it needed would).
+    drop(cluster.0.stdout.take());
+    let node: SocketAddr = ([127, 0, 0, 1], base).into();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = cluster.0.try_wait().expect("wait") {
+            panic!(
+                "hearth cluster exited ({status}) when its stdout closed:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        if let Some((200, _)) = get(node, "hello.localhost") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cluster never served hello:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        log.contains("could not print the cluster's addresses"),
+        "the lost output is not reported:\n{log}"
+    );
 }

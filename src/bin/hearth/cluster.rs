@@ -1,5 +1,7 @@
 //! `hearth cluster`: N nodes on loopback in this process, until Ctrl-C.
 
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 
 use hearth::cluster::{ClusterConfig, LoopbackCluster};
@@ -24,8 +26,21 @@ pub(crate) async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     let mut cfg = ClusterConfig::new(args.nodes, &args.store);
     cfg.base_port = args.base_port;
     let cluster = LoopbackCluster::start(cfg).await?;
-    println!(
-        "hearth cluster: {} nodes, store {}",
+    // One write, and a reader that leaves (`| head`, a bench that has read
+    // the addresses) costs a warning, not the running cluster.
+    if let Err(e) = std::io::stdout().write_all(banner(&cluster, &args).as_bytes()) {
+        tracing::warn!(error = %e, "could not print the cluster's addresses; serving on");
+    }
+    tokio::signal::ctrl_c().await?;
+    cluster.shutdown().await;
+    Ok(())
+}
+
+/// How to reach the cluster: one line per node, the HTTPS CA, the admin
+/// token and a deploy command.
+fn banner(cluster: &LoopbackCluster, args: &ClusterArgs) -> String {
+    let mut out = format!(
+        "hearth cluster: {} nodes, store {}\n",
         args.nodes,
         args.store.display()
     );
@@ -34,7 +49,8 @@ pub(crate) async fn run(args: ClusterArgs) -> anyhow::Result<()> {
             .https_addr
             .map(|a| format!("  https://{a}"))
             .unwrap_or_default();
-        println!(
+        let _ = writeln!(
+            out,
             "{}  http://{}{https}  admin http://{}  rpc {}",
             c.node.id(),
             c.http_addr,
@@ -43,18 +59,18 @@ pub(crate) async fn run(args: ClusterArgs) -> anyhow::Result<()> {
         );
     }
     if let Some(ca) = cluster.tls_ca() {
-        println!(
+        let _ = writeln!(
+            out,
             "HTTPS: development certificates for localhost and <script>.localhost; trust their CA: {}",
             ca.display()
         );
     }
-    println!("admin token: {}", cluster.token());
-    println!(
+    let _ = writeln!(out, "admin token: {}", cluster.token());
+    let _ = writeln!(
+        out,
         "deploy with: hearth deploy --admin http://{} --token {} --name hello FILE",
         cluster.node(0).admin_addr,
         cluster.token()
     );
-    tokio::signal::ctrl_c().await?;
-    cluster.shutdown().await;
-    Ok(())
+    out
 }
