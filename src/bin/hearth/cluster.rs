@@ -1,7 +1,6 @@
 //! `hearth cluster`: N nodes on loopback in this process, until Ctrl-C.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::PathBuf;
 
 use hearth::cluster::{ClusterConfig, LoopbackCluster};
@@ -26,11 +25,7 @@ pub(crate) async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     let mut cfg = ClusterConfig::new(args.nodes, &args.store);
     cfg.base_port = args.base_port;
     let cluster = LoopbackCluster::start(cfg).await?;
-    // One write, and a reader that leaves (`| head`, a bench that has read
-    // the addresses) costs a warning, not the running cluster.
-    if let Err(e) = std::io::stdout().write_all(banner(&cluster, &args).as_bytes()) {
-        tracing::warn!(error = %e, "could not print the cluster's addresses; serving on");
-    }
+    crate::say(banner(&cluster, &args).trim_end());
     tokio::signal::ctrl_c().await?;
     cluster.shutdown().await;
     Ok(())

@@ -166,3 +166,14 @@ async fn run(command: Command) -> anyhow::Result<()> {
         }
     }
 }
+
+/// Prints what a long-running command says about itself (where it listens,
+/// its token). A reader that has gone (`| head`, a script that read what it
+/// needed) costs a warning, not the running node: `println!` would panic.
+pub(crate) fn say(text: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "{text}").and_then(|()| out.flush()) {
+        tracing::warn!(error = %e, "could not print to stdout; serving on");
+    }
+}

@@ -25,7 +25,10 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let node = Node::with_prewarm(cfg.node_id.clone(), runtime, cfg.settings.prewarm());
     let (node, joined) = join(node, &cfg).await?;
     let listeners = bind(&cfg, https, &node).await?;
-    println!("admin API on http://{} (store {})", cfg.admin, cfg.store);
+    crate::say(&format!(
+        "admin API on http://{} (store {})",
+        cfg.admin, cfg.store
+    ));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let tasks = spawn_listeners(
         &node,
@@ -66,10 +69,10 @@ fn token(cfg: &ServeConfig, store: &std::path::Path) -> anyhow::Result<Arc<str>>
     }
     let (token, new) = admin_token(store)?;
     if new {
-        println!(
+        crate::say(&format!(
             "generated admin token (saved in {}): {token}",
             store.join("admin.token").display()
-        );
+        ));
     }
     Ok(token.into())
 }
@@ -83,11 +86,11 @@ async fn join(node: Node, cfg: &ServeConfig) -> anyhow::Result<(Node, Option<Joi
         .await
         .with_context(|| format!("cannot listen for RPC on {}", c.rpc))?;
     let joined = hearth::cluster::join(node, c.join_config(&cfg.node_id, rpc_listener)?).await?;
-    println!(
+    crate::say(&format!(
         "joined the cluster: rpc {} (pki {})",
         c.rpc,
         c.pki.display()
-    );
+    ));
     Ok((joined.node.clone(), Some(joined)))
 }
 
@@ -104,16 +107,16 @@ async fn bind(
     };
     let http = listen(cfg.listen).await?;
     let admin = listen(cfg.admin).await?;
-    println!(
+    crate::say(&format!(
         "hearth node {} serving Workers on http://{} (http://<script>.localhost:{})",
         node.id(),
         cfg.listen,
         cfg.listen.port()
-    );
+    ));
     let https = match https {
         Some((addr, door)) => {
             let listener = listen(addr).await?;
-            println!(
+            crate::say(&format!(
                 "HTTPS (h2, http/1.1) on https://{addr} (https://<script>.localhost:{}), SNI prewarm {}",
                 addr.port(),
                 if cfg.settings.prewarm().enabled {
@@ -121,7 +124,7 @@ async fn bind(
                 } else {
                     "off"
                 }
-            );
+            ));
             Some((listener, door))
         }
         None => None,
@@ -145,10 +148,10 @@ fn tls_front_door(
         None => {
             let (door, ca) = TlsFrontDoor::dev(store)
                 .context("cannot make the development HTTPS certificate")?;
-            println!(
+            crate::say(&format!(
                 "HTTPS uses development certificates for localhost and <script>.localhost; trust their CA: {}",
                 ca.display()
-            );
+            ));
             door
         }
     };
