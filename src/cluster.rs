@@ -19,7 +19,7 @@ use hearth_sharding::ring::{Member, NodeId};
 use hearth_sharding::rpc::{RpcConfig, RpcError, RpcNode, ServerHandle};
 use hearth_sharding::tls::{NodeTls, TlsError, generate_dev_pki};
 
-use crate::config::{NodeConfigError, admin_token, runtime_config, store_secret};
+use crate::config::{NodeConfigError, admin_token, store_secret};
 use crate::https::HttpsError;
 use crate::node::{ClusterLink, Node, spawn_listeners};
 
@@ -261,7 +261,6 @@ fn node_name(i: usize) -> String {
 /// What every node of a loopback cluster shares, read from its store once.
 struct Common {
     pki: PathBuf,
-    base: RuntimeConfig,
     artifact_key: [u8; 32],
     s3: Option<Arc<hearth_runtime::S3Store>>,
     gossip_key: [u8; 32],
@@ -282,7 +281,6 @@ impl Common {
         if !pki.join("ca.pem").exists() {
             generate_dev_pki(&pki, &refs)?;
         }
-        let base = runtime_config(&cfg.store)?;
         let artifact_key = store_secret(&cfg.store, "artifact.key")?;
         let s3 = match &cfg.s3 {
             Some((url, settings)) => {
@@ -302,7 +300,6 @@ impl Common {
         };
         let common = Common {
             pki,
-            base,
             artifact_key,
             s3,
             gossip_key,
@@ -354,12 +351,16 @@ async fn start_node(
         rpc,
         https,
     } = sockets;
+    // Over S3 each node keeps its compiled artifacts in a directory of its
+    // own; over a directory store they all share it.
+    let dir = match common.s3 {
+        Some(_) => cfg.store.join(name),
+        None => cfg.store.clone(),
+    };
+    let own = (cfg.runtime)(RuntimeConfig::new(dir).artifact_key(common.artifact_key));
     let runtime = match &common.s3 {
-        Some(store) => {
-            let own = RuntimeConfig::new(cfg.store.join(name)).artifact_key(common.artifact_key);
-            Runtime::with_store((cfg.runtime)(own), store.clone())?
-        }
-        None => Runtime::new((cfg.runtime)(common.base.clone()))?,
+        Some(store) => Runtime::with_store(own, store.clone())?,
+        None => Runtime::new(own)?,
     };
     let mut node = Node::with_prewarm(name.to_string(), runtime, cfg.prewarm);
     let rpc_addr = rpc.local_addr()?;

@@ -344,15 +344,14 @@ pub(crate) async fn forward(
         || head.headers.len() > http_wire::MAX_HEADERS;
     let request = http::Request::from_parts(head, body);
     let conn = match peer {
-        // The home would refuse it (and a huge message would cost the whole
-        // connection), so it is served here.
-        Ok(_) if too_large => {
-            let reason = "the request head is too large to forward".to_string();
-            return serve_unforwarded(&env, &script_id, context, request, reason, started).await;
-        }
-        Ok(conn) => conn,
-        Err(e) => {
-            let reason = e.to_string();
+        Ok(conn) if !too_large => conn,
+        unforwardable => {
+            let reason = match unforwardable {
+                // The home would refuse it (and a huge message would cost
+                // the whole connection), so it is served here.
+                Ok(_) => "the request head is too large to forward".to_string(),
+                Err(e) => e.to_string(),
+            };
             return serve_unforwarded(&env, &script_id, context, request, reason, started).await;
         }
     };

@@ -1,6 +1,5 @@
 //! `hearth cluster`: N nodes on loopback in this process, until Ctrl-C.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use hearth::cluster::{ClusterConfig, LoopbackCluster};
@@ -25,7 +24,7 @@ pub(crate) async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     let mut cfg = ClusterConfig::new(args.nodes, &args.store);
     cfg.base_port = args.base_port;
     let cluster = LoopbackCluster::start(cfg).await?;
-    crate::say(banner(&cluster, &args).trim_end());
+    crate::say(&banner(&cluster, &args));
     tokio::signal::ctrl_c().await?;
     cluster.shutdown().await;
     Ok(())
@@ -34,38 +33,35 @@ pub(crate) async fn run(args: ClusterArgs) -> anyhow::Result<()> {
 /// How to reach the cluster: one line per node, the HTTPS CA, the admin
 /// token and a deploy command.
 fn banner(cluster: &LoopbackCluster, args: &ClusterArgs) -> String {
-    let mut out = format!(
-        "hearth cluster: {} nodes, store {}\n",
+    let mut lines = vec![format!(
+        "hearth cluster: {} nodes, store {}",
         args.nodes,
         args.store.display()
-    );
+    )];
     for c in cluster.nodes() {
         let https = c
             .https_addr
             .map(|a| format!("  https://{a}"))
             .unwrap_or_default();
-        let _ = writeln!(
-            out,
+        lines.push(format!(
             "{}  http://{}{https}  admin http://{}  rpc {}",
             c.node.id(),
             c.http_addr,
             c.admin_addr,
             c.rpc_addr
-        );
+        ));
     }
     if let Some(ca) = cluster.tls_ca() {
-        let _ = writeln!(
-            out,
+        lines.push(format!(
             "HTTPS: development certificates for localhost and <script>.localhost; trust their CA: {}",
             ca.display()
-        );
+        ));
     }
-    let _ = writeln!(out, "admin token: {}", cluster.token());
-    let _ = writeln!(
-        out,
+    lines.push(format!("admin token: {}", cluster.token()));
+    lines.push(format!(
         "deploy with: hearth deploy --admin http://{} --token {} --name hello FILE",
         cluster.node(0).admin_addr,
         cluster.token()
-    );
-    out
+    ));
+    lines.join("\n")
 }
