@@ -20,8 +20,9 @@ use hearth_sharding::rpc::{RpcConfig, RpcError, RpcNode, ServerHandle};
 use hearth_sharding::tls::{NodeTls, TlsError, generate_dev_pki};
 
 use crate::config::{NodeConfigError, admin_token, store_secret};
+use crate::front_door::{Listeners, spawn_listeners};
 use crate::https::HttpsError;
-use crate::node::{ClusterLink, Node, spawn_listeners};
+use crate::node::{ClusterLink, Node};
 
 /// Why a node could not join its cluster, or a [`LoopbackCluster`] could
 /// not start. Each variant names the step that failed and keeps its cause.
@@ -401,7 +402,7 @@ async fn start_node(
     let https_addr = https.as_ref().map(|l| l.local_addr()).transpose()?;
     let tasks = spawn_listeners(
         &node,
-        crate::node::Listeners {
+        Listeners {
             http,
             https: https.zip(common.door.clone()),
             admin,

@@ -392,11 +392,12 @@ impl Metrics {
         let _ = self.gossip.set(counters);
     }
 
-    /// Counts one request.
-    pub fn record(&self, route: &str, start: &str) {
+    /// Counts one request, served in `route` (by this node), with `start`
+    /// (`cold`, `warm`, `prewarmed` or `error`).
+    pub fn record(&self, route: hearth_sharding::routing::Route, start: &str) {
         self.requests
             .get_or_create(&RequestLabels {
-                route: route.into(),
+                route: route.as_str().into(),
                 start: start.into(),
             })
             .inc();

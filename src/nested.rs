@@ -53,18 +53,18 @@ use hearth_sharding::context_stack::{
     TraceReporter, TrustLevel,
 };
 
-use crate::node::{ClusterLink, Node, NodeState};
+use crate::node::{Node, NodeState};
 
 /// Header with the callee's trust level (`untrusted`, `standard`,
 /// `platform`), set by the host on a nested request.
 pub const TRUST_HEADER: &str = "x-hearth-trust";
 
 /// Carries a node's nested calls; installed in its runtime by
-/// [`Node::new`] and [`Node::join`].
+/// [`Node::new`]. Routes as the node routes at the time of the call (so
+/// it needs no reinstalling when the node joins a cluster).
 pub(crate) struct NodeInvoker {
     /// Weak: the runtime (owned by the node) holds the invoker.
     pub(crate) state: Weak<NodeState>,
-    pub(crate) cluster: Option<Arc<ClusterLink>>,
 }
 
 impl Invoker for NodeInvoker {
@@ -80,10 +80,7 @@ impl Invoker for NodeInvoker {
         call: NestedCall,
         mut req: http::Request<Body>,
     ) -> BoxFuture<'static, http::Response<Body>> {
-        let node = self
-            .state
-            .upgrade()
-            .map(|state| Node::from_parts(state, self.cluster.clone()));
+        let node = self.state.upgrade().map(Node::from_state);
         Box::pin(async move {
             let Some(node) = node else {
                 return hearth_runtime::body::text_response(

@@ -97,6 +97,16 @@ pub struct Served {
     pub timing: Timing,
 }
 
+impl Served {
+    /// The response with `x-hearth-start` and `server-timing` added (see
+    /// [`decorate`]): what a client of this Worker sees.
+    pub fn into_response(self) -> http::Response<Body> {
+        let mut response = self.response;
+        decorate(response.headers_mut(), self.start, &self.timing);
+        response
+    }
+}
+
 /// One node's Worker runtime. Cheap to clone; clones share everything.
 ///
 /// ```no_run
@@ -881,11 +891,7 @@ impl Runtime {
     /// headers.
     pub async fn serve(&self, script_id: &str, req: http::Request<Body>) -> http::Response<Body> {
         match self.handle(script_id, req).await {
-            Ok(s) => {
-                let mut resp = s.response;
-                decorate(resp.headers_mut(), s.start, &s.timing);
-                resp
-            }
+            Ok(served) => served.into_response(),
             Err(e) => error_response(&e),
         }
     }

@@ -39,6 +39,7 @@ use tokio::sync::Notify;
 use crate::context_stack::ContextStack;
 use crate::hosted_workers::Body;
 use crate::overload::OverloadGate;
+use crate::routing::Route;
 use crate::schema::hearth_capnp::worker;
 use crate::worker_fetch::{WorkerHost, serve_fetch};
 
@@ -106,7 +107,7 @@ impl LazyInstance {
         }
         self.decide(State::TakenBack);
         self.invoked.set(true);
-        Some(self.host.serve(&self.script_id, request))
+        Some(self.host.serve(Route::Fallback, &self.script_id, request))
     }
 
     /// The home accepted the shard client's request; from now on a network
@@ -184,6 +185,7 @@ mod tests {
     impl HostedWorkers for Counting {
         fn serve(
             &self,
+            _role: Route,
             _script_id: &str,
             _req: http::Request<Body>,
         ) -> BoxFuture<'static, http::Response<Body>> {

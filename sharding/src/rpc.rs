@@ -629,16 +629,19 @@ impl RpcNode {
         }
     }
 
+    /// Serves `job` here: it could not be handed to an RPC thread.
     async fn serve_here(&self, job: ForwardJob, reason: String) -> Forwarded {
-        let hop = job.started.elapsed();
-        let mut request = job.request;
-        request.extensions_mut().insert(job.context);
-        let response = self.inner.shared.host.serve(&job.script_id, request).await;
-        Forwarded {
-            response,
-            outcome: ForwardOutcome::Unavailable(reason),
-            hop,
-        }
+        let shared = &self.inner.shared;
+        crate::shard_client::serve_unforwarded(
+            &shared.host,
+            &shared.counters.client,
+            &job.script_id,
+            job.context,
+            job.request,
+            reason,
+            job.started,
+        )
+        .await
     }
 
     /// Runs `work` on one of the node's RPC threads (round-robin), inside

@@ -352,7 +352,16 @@ pub(crate) async fn forward(
                 Ok(_) => "the request head is too large to forward".to_string(),
                 Err(e) => e.to_string(),
             };
-            return serve_unforwarded(&env, &script_id, context, request, reason, started).await;
+            return serve_unforwarded(
+                &env.host,
+                &env.counters,
+                &script_id,
+                context,
+                request,
+                reason,
+                started,
+            )
+            .await;
         }
     };
 
@@ -372,9 +381,14 @@ pub(crate) async fn forward(
     forward_streaming(&env, &conn, script_id, context, request, started).await
 }
 
-/// Nothing was sent: serves the untouched request here.
-async fn serve_unforwarded(
-    env: &ClientEnv,
+/// Nothing was sent (no connection to the home, a head too large to
+/// forward, the RPC layer shut down): serves the untouched request here as
+/// a [`Route::Fallback`] and counts the home as unavailable. The one way a
+/// request that never left this node is served, from this module and from
+/// [`crate::rpc::RpcNode::forward`].
+pub(crate) async fn serve_unforwarded(
+    host: &WorkerHost,
+    counters: &ClientCounters,
     script_id: &str,
     context: ContextStack,
     mut request: http::Request<Body>,
@@ -383,8 +397,8 @@ async fn serve_unforwarded(
 ) -> Forwarded {
     let hop = started.elapsed();
     request.extensions_mut().insert(context);
-    let response = env.host.serve(script_id, request).await;
-    env.counters.unavailable.fetch_add(1, Ordering::Relaxed);
+    counters.unavailable.fetch_add(1, Ordering::Relaxed);
+    let response = host.serve(Route::Fallback, script_id, request).await;
     Forwarded {
         response,
         outcome: ForwardOutcome::Unavailable(reason),

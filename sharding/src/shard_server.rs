@@ -40,6 +40,7 @@ use crate::hosted_workers::Body;
 use crate::http_wire;
 use crate::inline::{Gathered, MAX_INLINE_BODY_BYTES};
 use crate::overload::{OverloadGate, Permit};
+use crate::routing::Route;
 use crate::schema::hearth_capnp::{response_sink, shard_server, worker};
 use crate::worker_fetch::{Closed, WorkerHost, full_body, serve_fetch};
 
@@ -311,7 +312,7 @@ impl shard_server::Server for ShardServerImpl {
             } = call;
             let work = async {
                 let (parts, body) = host
-                    .serve_gathered(&script_id, request, MAX_INLINE_BODY_BYTES)
+                    .serve_gathered(Route::Sharded, &script_id, request, MAX_INLINE_BODY_BYTES)
                     .await;
                 match byte_stream::relayable(parts, body) {
                     (parts, Ok(Gathered::Whole(body))) => {

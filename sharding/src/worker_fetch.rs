@@ -28,6 +28,7 @@ use crate::hosted_workers::{Body, HostedWorkers};
 use crate::http_wire;
 use crate::inline::{Gathered, gather};
 use crate::overload::Permit;
+use crate::routing::Route;
 use crate::schema::hearth_capnp::worker;
 
 /// This node's Workers, as the RPC layer runs them: on the runtime of the
@@ -38,14 +39,15 @@ pub(crate) struct WorkerHost {
 }
 
 impl WorkerHost {
-    /// Runs `req` on Worker `script_id` on this thread's runtime. The
-    /// invocation is cancelled if the returned future is dropped.
+    /// Runs `req` on Worker `script_id` in `role` on this thread's runtime.
+    /// The invocation is cancelled if the returned future is dropped.
     pub(crate) fn serve(
         &self,
+        role: Route,
         script_id: &str,
         req: http::Request<Body>,
     ) -> impl Future<Output = http::Response<Body>> + Send + 'static {
-        let task = self.spawn_guarded(self.workers.serve(script_id, req));
+        let task = self.spawn_guarded(self.workers.serve(role, script_id, req));
         async move { task.await.unwrap_or_else(invocation_failed) }
     }
 
@@ -53,11 +55,12 @@ impl WorkerHost {
     /// same task (one hand-off back, whether the body comes whole or not).
     pub(crate) fn serve_gathered(
         &self,
+        role: Route,
         script_id: &str,
         req: http::Request<Body>,
         limit: usize,
     ) -> impl Future<Output = (http::response::Parts, Gathered)> + Send + 'static {
-        let serving = self.workers.serve(script_id, req);
+        let serving = self.workers.serve(role, script_id, req);
         let task = self.spawn_guarded(async move {
             let (parts, body) = serving.await.into_parts();
             (parts, gather(body, limit).await)
@@ -134,7 +137,8 @@ pub(crate) fn error_response(status: http::StatusCode, message: &str) -> http::R
     response
 }
 
-/// Answers a `Worker.fetch` call for `script_id`: sets the request-body
+/// Answers a `Worker.fetch` call for `script_id` (a request that came over
+/// the hop, so served as [`Route::Sharded`]): sets the request-body
 /// stream in `results` and releases it to pipelined calls at once
 /// (`set_pipeline`), then runs the invocation, which holds `permit` until
 /// its response has been sent. The call returns only then, so a caller
@@ -160,7 +164,7 @@ pub(crate) async fn serve_fetch(
 
     let mut request = http::Request::from_parts(parts, body.boxed());
     request.extensions_mut().insert(context);
-    let invocation = host.serve(script_id, request);
+    let invocation = host.serve(Route::Sharded, script_id, request);
 
     let work = async move {
         let response = invocation.await;

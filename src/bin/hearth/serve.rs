@@ -9,8 +9,9 @@ use tokio::net::TcpListener;
 
 use hearth::cluster::Joined;
 use hearth::config::{NodeStore, ServeArgs, ServeConfig, TlsConfig, admin_token};
+use hearth::front_door::{Listeners, spawn_listeners};
 use hearth::https::TlsFrontDoor;
-use hearth::node::{Listeners, Node, spawn_listeners};
+use hearth::node::Node;
 use hearth::runtime::Runtime;
 
 /// Runs the node: store, runtime, cluster, listeners, then the drain.
