@@ -128,10 +128,14 @@ pub fn request_host<B>(req: &http::Request<B>) -> Option<String> {
 }
 
 /// Routes a front-door request to its Worker by the first label of its
-/// host ([`request_host`]). Every answer names the node that gave it
+/// host ([`request_host`]), after dropping every `x-hearth-*` header the
+/// client sent (only the host sets those). Every answer names the node that gave it
 /// (`x-hearth-node`): the serving node's, or this node's for what it
 /// produced itself (a 404, a 502 after a failed hop).
-pub async fn front_door(node: Node, req: http::Request<Body>) -> http::Response<Body> {
+pub async fn front_door(node: Node, mut req: http::Request<Body>) -> http::Response<Body> {
+    // Only the host sets `x-hearth-*` request headers (a nested callee's
+    // trust level, its caller, its depth): a client's are forgeries.
+    hearth_runtime::nested::strip_host_headers(req.headers_mut());
     let mut resp = match request_host(&req).as_deref().and_then(script_id_from_host) {
         Some(id) => node.handle(&id, req).await,
         None => hearth_runtime::body::text_response(
