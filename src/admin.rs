@@ -1,5 +1,5 @@
-//! The admin API of a node (token-protected, except `/metrics` and
-//! `/healthz`):
+//! The admin API of a node (token-protected, except `/metrics` and the
+//! health checks `/healthz`, `/livez` and `/readyz`):
 //!
 //! | method | path                          | what                          |
 //! |--------|-------------------------------|-------------------------------|
@@ -10,7 +10,8 @@
 //! | GET    | `/v1/stats`                   | runtime counters (JSON)        |
 //! | GET    | `/v1/ring?script={id}`        | the ring as this node sees it, and `id`'s home and successors ([`RingView`]) |
 //! | GET    | `/metrics`                    | Prometheus metrics             |
-//! | GET    | `/healthz`                    | `ok`                           |
+//! | GET    | `/healthz`, `/livez`          | `ok`: the process is alive     |
+//! | GET    | `/readyz`                     | `ready`, or 503 `not ready: <why>` ([`crate::node::NotReady`]): draining, store not answering, or not yet joined |
 //!
 //! A deploy's [bindings](hearth_runtime::bindings) are query parameters
 //! too, each repeatable: `service=<name>:<script>`, `dispatch=<namespace>:<script>`
@@ -44,7 +45,16 @@ pub async fn handle(
     let path = req.uri().path().to_string();
     let method = req.method().clone();
     match (&method, path.as_str()) {
-        (&Method::GET, "/healthz") => return text(StatusCode::OK, "ok\n"),
+        (&Method::GET, "/healthz" | "/livez") => return text(StatusCode::OK, "ok\n"),
+        (&Method::GET, "/readyz") => {
+            return match node.readiness().await {
+                Ok(()) => text(StatusCode::OK, "ready\n"),
+                Err(why) => text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("not ready: {why}\n"),
+                ),
+            };
+        }
         (&Method::GET, "/metrics") => {
             let mut r = text(StatusCode::OK, node.metrics().render());
             r.headers_mut().insert(

@@ -48,8 +48,9 @@ pub struct Listeners {
 
 /// Serves `node`'s front doors (plain HTTP, and HTTPS if given) and its
 /// admin API (accepting `token`), all under `limits`, until `stop` turns
-/// true; each task then drains its in-flight requests (within the drain
-/// timeout).
+/// true; the front doors then drain their in-flight requests (within the
+/// drain timeout), and the admin API stops once they have. Await every
+/// returned task for the whole drain.
 pub fn spawn_listeners(
     node: &Node,
     listeners: Listeners,
@@ -98,19 +99,28 @@ pub fn spawn_listeners(
         };
         tasks.push(front(listener, Some(tls)));
     }
+    // The admin API stops last, once the front doors have drained, so
+    // `/readyz` says "draining" (and `/metrics` counts) while they do.
+    let (admin_stop, admin_stopped) = tokio::sync::watch::channel(false);
+    let fronts = tokio::spawn(async move {
+        for task in tasks {
+            let _ = task.await;
+        }
+        let _ = admin_stop.send(true);
+    });
     let n = node.clone();
-    tasks.push(tokio::spawn(crate::listener::serve(
+    let admin = tokio::spawn(crate::listener::serve(
         listeners.admin,
         limits,
         move |req, _| {
             let (n, t) = (n.clone(), token.clone());
             async move { crate::admin::handle(n, t, req).await }
         },
-        stopped(stop),
+        stopped(admin_stopped),
         None,
         None,
-    )));
-    tasks
+    ));
+    vec![fronts, admin]
 }
 
 /// The host a request is addressed to: the authority of an absolute-form

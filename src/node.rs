@@ -15,6 +15,7 @@
 //! receiving node of a forwarded request adds only the hop
 //! (`server-timing: shard;dur=…`, `hearth_shard_hop_seconds`).
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -45,6 +46,11 @@ pub(crate) struct NodeState {
     rpc: Arc<OnceLock<RpcNode>>,
     /// The cluster, once joined: the ring requests are routed by.
     link: OnceLock<ClusterLink>,
+    /// Ring members this node waits for before it reports ready (itself,
+    /// plus one if it joins through seeds); 0 for a standalone node.
+    members_expected: AtomicUsize,
+    /// Set when the node starts to drain: it stops reporting ready.
+    draining: AtomicBool,
 }
 
 /// Where a request is served, decided once by [`NodeState::place`].
@@ -200,6 +206,29 @@ impl HostedWorkers for NodeWorkers {
     }
 }
 
+/// Why a node is not ready for traffic ([`Node::readiness`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    /// It is draining (a signal asked it to stop).
+    #[error("draining")]
+    Draining,
+    /// Its script store did not answer a read in time, or failed.
+    #[error("the script store does not answer: {0}")]
+    Store(String),
+    /// It has not joined its cluster, or its ring has fewer members than it
+    /// joins with.
+    #[error("not joined: the ring has {members} of at least {expected} members")]
+    NotJoined {
+        /// Members on its ring now.
+        members: usize,
+        /// Members it waits for.
+        expected: usize,
+    },
+}
+
+/// How long a readiness check waits for the store.
+pub const READY_STORE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// What a deploy through a node did: the runtime's report, and how the
 /// rest of the cluster heard of it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -280,6 +309,8 @@ impl Node {
                 runtime,
                 rpc,
                 link: OnceLock::new(),
+                members_expected: AtomicUsize::new(0),
+                draining: AtomicBool::new(false),
             }),
         };
         node.install_invoker();
@@ -322,6 +353,48 @@ impl Node {
     /// This node's ID.
     pub fn id(&self) -> &str {
         self.state.id()
+    }
+
+    /// Makes [`Node::readiness`] wait until this node's ring has at least
+    /// `members` members (itself included): 2 for a node that joins through
+    /// seeds, so it is not ready while it is alone on its ring.
+    pub fn expect_members(&self, members: usize) {
+        self.state
+            .members_expected
+            .store(members, Ordering::Relaxed);
+    }
+
+    /// Marks the node as draining: from now on it is not ready, so a load
+    /// balancer stops sending it traffic while it finishes what it has.
+    pub fn start_draining(&self) {
+        self.state.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the node should get traffic now (`/readyz`): not draining,
+    /// its script store answers a read within [`READY_STORE_TIMEOUT`], and
+    /// its ring has the members it waits for ([`Node::expect_members`]).
+    pub async fn readiness(&self) -> Result<(), NotReady> {
+        let state = &self.state;
+        if state.draining.load(Ordering::Relaxed) {
+            return Err(NotReady::Draining);
+        }
+        let expected = state.members_expected.load(Ordering::Relaxed);
+        let members = state
+            .link
+            .get()
+            .map_or(0, |link| link.ring.load().members().len());
+        if members < expected {
+            return Err(NotReady::NotJoined { members, expected });
+        }
+        // Any read will do; a name no Worker has keeps it cheap.
+        let probe = state.runtime.script_store().meta("hearth-readyz-probe");
+        match tokio::time::timeout(READY_STORE_TIMEOUT, probe).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(NotReady::Store(e.to_string())),
+            Err(_) => Err(NotReady::Store(format!(
+                "no answer within {READY_STORE_TIMEOUT:?}"
+            ))),
+        }
     }
 
     /// The node's runtime.

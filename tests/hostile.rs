@@ -378,6 +378,81 @@ async fn ctrl_c_drains_even_with_stalled_clients_connected() {
     drop(sockets);
 }
 
+/// GET `path` on a node's admin listener: (status, body), or `None` if
+/// nothing answers.
+async fn admin_get(admin: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    exchange(admin, None, req.as_bytes()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_finishing_in_flight_requests_and_readyz_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut node = Serve::start(dir.path(), &["echo"], "[limits]\ndrain_timeout_s = 20\n");
+    assert_eq!(
+        admin_get(node.admin, "/readyz").await.map(|(s, _)| s),
+        Some(200),
+        "a standalone node whose store answers is ready: {}",
+        node.log()
+    );
+    assert_eq!(
+        admin_get(node.admin, "/livez").await.map(|(s, _)| s),
+        Some(200)
+    );
+    // A request in flight: its head and half its body sent.
+    let mut s = connect(node.http, None).await.expect("connect");
+    s.write_all(b"POST / HTTP/1.1\r\nhost: echo.localhost\r\ncontent-length: 10\r\n\r\nhello")
+        .await
+        .expect("write");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pid = node.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    // Not ready while it drains; the admin API answers until the end.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match admin_get(node.admin, "/readyz").await {
+            Some((503, body)) => {
+                assert!(body.contains("not ready: draining"), "{body}");
+                break;
+            }
+            other => assert!(
+                Instant::now() < deadline,
+                "readyz never said draining: {other:?}: {}",
+                node.log()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        node.child.try_wait().expect("wait").is_none(),
+        "exited with a request in flight: {}",
+        node.log()
+    );
+    // The rest of the body: the request finishes, echoed whole.
+    s.write_all(b"world").await.expect("write");
+    let mut resp = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut resp)).await;
+    let resp = String::from_utf8_lossy(&resp);
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert!(resp.contains("hello") && resp.contains("world"), "{resp}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = node.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "did not exit: {}", node.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "exit {status}: {}", node.log());
+    assert!(node.log().contains("SIGTERM: draining"), "{}", node.log());
+}
+
 /// Starts `hearth serve` over `store` (with `extra` arguments) and expects
 /// it to refuse: its stderr.
 fn refused_start(store: &Path, extra: &[&str]) -> String {
