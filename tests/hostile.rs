@@ -582,3 +582,60 @@ fn gossip_without_a_shared_key_stops_the_node_with_a_fresh_key_offered() {
     let err = refused_start(&store, &["--config", path]);
     assert!(err.contains("64 hex digits"), "{err}");
 }
+
+/// Stored metadata names the files a node opens (the source's blob, its
+/// artifact), and a store directory or bucket can be written by others
+/// than the node. A forged `hash` is refused on read, counted, and never
+/// joined into a path: here `../../x` would lead the artifact lookup out
+/// of the cache to a file it would fail to authenticate and delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_hash_in_stored_metadata_is_refused_and_touches_no_file() {
+    use hearth::cluster::ClusterConfig;
+    use hearth::testing::TestCluster;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    let c = TestCluster::with_config(ClusterConfig::new(1, &store), None)
+        .await
+        .expect("cluster");
+    let hello = hearth_sample_workers::bytes("hello").expect("sample built");
+    c.deploy("hello", hearth::runtime::Plan::Free, hello)
+        .await
+        .expect("deploy");
+    // Where `<artifacts>/<hash>-<engine>.cwasm` leads for hash `../../x`:
+    // beside the store, outside the cache.
+    let artifacts = c.node(0).node.runtime().artifacts();
+    let bait = dir.path().join(artifacts.file_name("x"));
+    assert_eq!(artifacts.dir(), store.join("artifacts"));
+    std::fs::write(&bait, b"a file outside the cache").expect("bait");
+    // Forged metadata: hello's, under another name, with the hash replaced.
+    let scripts = store.join("scripts");
+    let json = std::fs::read(scripts.join("hello.json")).expect("hello's metadata");
+    let mut meta: serde_json::Value = serde_json::from_slice(&json).expect("json");
+    meta["script_id"] = "evil".into();
+    meta["hash"] = "../../x".into();
+    std::fs::write(
+        scripts.join("evil.json"),
+        serde_json::to_vec(&meta).expect("json"),
+    )
+    .expect("write forged metadata");
+
+    for _ in 0..3 {
+        let r = c.get(0, "evil", "/").await.expect("an answer");
+        assert_eq!(r.status, 500, "{}", r.text());
+        assert!(r.text().contains("could not be loaded"), "{}", r.text());
+    }
+    assert_eq!(
+        std::fs::read(&bait).ok().as_deref(),
+        Some(&b"a file outside the cache"[..]),
+        "the file the forged hash pointed at was touched"
+    );
+    assert_eq!(c.stats(0).runtime.store_metadata_rejected, 3);
+    let metrics = c.node(0).node.metrics().render();
+    assert!(
+        metrics.contains("hearth_store_metadata_rejected_total 3"),
+        "{metrics}"
+    );
+    // The node serves its other Workers as before.
+    let r = c.get(0, "hello", "/").await.expect("hello");
+    assert_eq!((r.status, r.text().as_str()), (200, "hello from hello"));
+}

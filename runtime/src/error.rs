@@ -122,6 +122,19 @@ pub enum StoreError {
         /// What is wrong.
         message: String,
     },
+    /// Metadata read from the store names a source hash that is not 64
+    /// lowercase hex digits (blake3, as a deploy writes it): a damaged or
+    /// forged file. The hash names the source's blob and its artifact, so
+    /// such metadata is refused before it can reach a path.
+    #[error(
+        "refused script metadata at {path}: its source hash {hash:?} is not 64 lowercase hex digits"
+    )]
+    BadHash {
+        /// The metadata file or object.
+        path: std::path::PathBuf,
+        /// The hash it records (at most its first 80 characters).
+        hash: String,
+    },
     /// The stored source does not match its recorded hash.
     #[error("stored source of {script_id} does not match its hash {hash}")]
     HashMismatch {
