@@ -41,6 +41,12 @@ impl Serve {
     /// Deploys `workers` into a fresh store and starts a node whose config
     /// has `extra` appended.
     fn start(dir: &Path, workers: &[&str], extra: &str) -> Serve {
+        Self::start_with(dir, workers, extra, None)
+    }
+
+    /// [`Serve::start`], with the soft open-files limit lowered to
+    /// `soft_nofile` for the node, if given (as a login shell's 1024 is).
+    fn start_with(dir: &Path, workers: &[&str], extra: &str, soft_nofile: Option<u64>) -> Serve {
         let store = dir.join("store");
         for w in workers {
             let path = hearth_sample_workers::path(w).expect("sample built");
@@ -68,7 +74,15 @@ impl Serve {
         )
         .expect("write config");
         let log = dir.join("node.log");
-        let child = Command::new(BIN)
+        let mut command = match soft_nofile {
+            Some(n) => {
+                let mut c = Command::new("sh");
+                c.args(["-c", &format!("ulimit -Sn {n} && exec \"$0\" \"$@\""), BIN]);
+                c
+            }
+            None => Command::new(BIN),
+        };
+        let child = command
             .args(["serve", "--config"])
             .arg(&cfg)
             .stdout(Stdio::null())
@@ -638,4 +652,36 @@ async fn a_forged_hash_in_stored_metadata_is_refused_and_touches_no_file() {
     // The node serves its other Workers as before.
     let r = c.get(0, "hello", "/").await.expect("hello");
     assert_eq!((r.status, r.text().as_str()), (200, "hello from hello"));
+}
+
+/// Every connection is a file descriptor: a node started under a low soft
+/// limit (a login shell's 1024) raises it to the hard limit and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_raises_its_open_files_limit_and_logs_it() {
+    let limits = |pid: u32| -> (String, String) {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .expect("a Max open files line")
+            .to_string();
+        let mut f = line.split_whitespace().skip(3);
+        (
+            f.next().expect("soft").to_string(),
+            f.next().expect("hard").to_string(),
+        )
+    };
+    let (_, hard) = limits(std::process::id());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Serve::start_with(dir.path(), &["hello"], "", Some(512));
+    let (soft, hard_now) = limits(node.child.id());
+    assert_eq!(
+        (soft.as_str(), hard_now.as_str()),
+        (hard.as_str(), hard.as_str())
+    );
+    let log = node.log();
+    assert!(
+        log.contains(&format!("open files limit: {hard}")),
+        "no log line with the limit: {log}"
+    );
 }
