@@ -581,6 +581,7 @@ impl NodeConfig {
                 .drain_timeout_s
                 .map(Duration::from_secs)
                 .unwrap_or(d.drain_timeout),
+            ..d
         }
     }
 }

@@ -111,6 +111,16 @@ impl Collector for RuntimeCollector {
                 s.artifacts_rejected,
             ),
             (
+                "hearth_store_metadata_rejected",
+                "Script metadata refused on read: its source hash is not 64 lowercase hex digits",
+                s.store_metadata_rejected,
+            ),
+            (
+                "hearth_pre_slot_refused",
+                "Requests answered 503: their connection or listener had buffered its bound of request bytes before a slot",
+                s.pre_slot_refused,
+            ),
+            (
                 "hearth_busy_rejections",
                 "Requests answered 503: no instance slot came free in time",
                 s.busy,

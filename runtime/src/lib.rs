@@ -64,6 +64,7 @@ pub mod lifecycle;
 pub mod limits;
 pub mod manifest;
 pub mod nested;
+pub mod pre_slot;
 mod runtime;
 pub mod s3_store;
 pub mod script_store;

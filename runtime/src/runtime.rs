@@ -174,6 +174,10 @@ impl Runtime {
         let artifacts = ArtifactCache::new(dir, config.artifact_key, &engine)
             .map_err(|e| ConfigError::Engine(format!("cannot open artifact cache: {e}")))?;
         let stats = Arc::new(Stats::default());
+        let store = Arc::new(crate::script_store::Counted {
+            inner: store,
+            stats: stats.clone(),
+        });
         let node = NodeShared::new(&config, stats.clone());
         Ok(Runtime {
             inner: Arc::new(Inner {

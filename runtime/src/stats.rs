@@ -22,6 +22,8 @@ pub struct Stats {
     pub(crate) compiles: AtomicU64,
     pub(crate) artifact_loads: AtomicU64,
     pub(crate) artifacts_rejected: AtomicU64,
+    pub(crate) store_metadata_rejected: AtomicU64,
+    pub(crate) pre_slot_refused: AtomicU64,
     pub(crate) evicted_pressure: AtomicU64,
     pub(crate) evicted_idle: AtomicU64,
     pub(crate) evicted_replaced: AtomicU64,
@@ -84,6 +86,14 @@ pub struct StatsSnapshot {
     pub artifact_loads: u64,
     /// Artifacts refused (bad MAC or unloadable) and recompiled.
     pub artifacts_rejected: u64,
+    /// Script metadata refused on read because its source hash is not 64
+    /// lowercase hex digits (a damaged or forged file in the store; the
+    /// hash names files, so it never reaches a path).
+    pub store_metadata_rejected: u64,
+    /// Requests answered 503 because the body bytes they had buffered
+    /// before taking a slot would pass their connection's or listener's
+    /// bound ([`crate::pre_slot`]).
+    pub pre_slot_refused: u64,
     /// Evictions under memory pressure.
     pub evicted_pressure: u64,
     /// Evictions after the idle timeout.
@@ -152,6 +162,8 @@ impl StatsSnapshot {
             compiles: g(&s.compiles),
             artifact_loads: g(&s.artifact_loads),
             artifacts_rejected: g(&s.artifacts_rejected),
+            store_metadata_rejected: g(&s.store_metadata_rejected),
+            pre_slot_refused: g(&s.pre_slot_refused),
             evicted_pressure: g(&s.evicted_pressure),
             evicted_idle: g(&s.evicted_idle),
             evicted_replaced: g(&s.evicted_replaced),

@@ -21,6 +21,7 @@ use hearth::runtime::Runtime;
 /// Runs the node: store, runtime, cluster, listeners, then the drain.
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let cfg = args.resolve()?;
+    hearth::cluster::log_fd_limit();
     let store = NodeStore::open(&cfg.store, &cfg.settings).await?;
     // The certificate first: a bad path is a startup error before anything
     // listens.
