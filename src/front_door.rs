@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use hearth_runtime::body::Body;
+use hearth_runtime::pre_slot::ByteBudget;
 
 use crate::node::{NODE_HEADER, Node};
 
@@ -67,11 +68,14 @@ pub fn spawn_listeners(
         let rpc = rpc.clone();
         Arc::new(move |work| rpc.run_on_thread(work)) as crate::listener::Runner
     });
+    // One budget for every front door's pre-slot bytes.
+    let pre_slot = ByteBudget::new(limits.max_pre_slot_bytes, "this node");
     let front = |listener, tls| {
         let n = node.clone();
         tokio::spawn(crate::listener::serve(
             listener,
             limits,
+            pre_slot.clone(),
             move |req, _| {
                 let n = n.clone();
                 async move { front_door(n, req).await }
@@ -112,6 +116,7 @@ pub fn spawn_listeners(
     let admin = tokio::spawn(crate::listener::serve(
         listeners.admin,
         limits,
+        ByteBudget::new(limits.max_pre_slot_bytes, "the admin API"),
         move |req, _| {
             let (n, t) = (n.clone(), token.clone());
             async move { crate::admin::handle(n, t, req).await }

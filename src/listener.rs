@@ -72,9 +72,10 @@ pub struct ServeLimits {
     /// request at a time and never reaches it). A request whose bytes would
     /// pass it gets a 503 with `retry-after`; the others go on.
     pub max_pre_slot_bytes_per_connection: usize,
-    /// The same over every connection of the listener (default 64 MiB):
-    /// the node's bound per front door on memory that clients fill before
-    /// any Worker limit applies.
+    /// The same over every connection of the node's front doors together
+    /// (default 64 MiB; [`crate::front_door::spawn_listeners`] shares one
+    /// budget between the plain and the HTTPS listener): the node's bound
+    /// on memory that clients fill before any Worker limit applies.
     pub max_pre_slot_bytes: usize,
     /// A response write that makes no progress for this long closes the
     /// connection (default 30 s): a client that stops reading holds
@@ -415,6 +416,7 @@ where
 pub async fn serve<H, F>(
     listener: TcpListener,
     limits: ServeLimits,
+    pre_slot: Arc<ByteBudget>,
     handler: H,
     shutdown: impl Future<Output = ()>,
     runner: Option<Runner>,
@@ -425,7 +427,6 @@ pub async fn serve<H, F>(
 {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let open = Arc::new(Mutex::new(Open::default()));
-    let pre_slot = ByteBudget::new(limits.max_pre_slot_bytes, "this listener");
     let mut conns = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
     loop {

@@ -234,7 +234,7 @@ async fn pre_slot_bytes_over_the_connection_and_listener_caps_get_503_and_others
     let mut posts_b = stalled_posts(&mut b, 24).await;
     let refused_b = refused(&mut posts_b, wait).await;
     assert_eq!(refused_b.len(), 16, "{refused_b:?}");
-    assert!(refused_b[0].contains("this listener"), "{}", refused_b[0]);
+    assert!(refused_b[0].contains("this node"), "{}", refused_b[0]);
 
     // A request that buffers nothing is served on a third connection, on
     // the crowded connection itself, and on the plain listener.

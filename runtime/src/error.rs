@@ -254,7 +254,7 @@ pub enum RuntimeError {
     PreSlotFull {
         /// The Worker.
         script_id: String,
-        /// The budget that is full ("this connection", "this listener").
+        /// The budget that is full ("this connection", "this node").
         scope: &'static str,
         /// Its size in bytes.
         cap: usize,

@@ -39,7 +39,7 @@ pub struct ByteBudget {
 
 impl ByteBudget {
     /// A budget of `cap` bytes over `scope` (named in the refusal: "this
-    /// connection", "this listener").
+    /// connection", "this node").
     pub fn new(cap: usize, scope: &'static str) -> Arc<Self> {
         Arc::new(ByteBudget {
             used: AtomicUsize::new(0),
@@ -104,7 +104,7 @@ impl PreSlotBudget {
 #[derive(Debug, thiserror::Error)]
 #[error("{scope} already holds {cap} bytes of request bodies waiting for a slot")]
 pub struct OverBudget {
-    /// The budget's scope ("this connection", "this listener").
+    /// The budget's scope ("this connection", "this node").
     pub scope: &'static str,
     /// Its size in bytes.
     pub cap: usize,
@@ -204,7 +204,7 @@ mod tests {
     #[test]
     fn a_charge_is_all_or_nothing_and_given_back_once() {
         let conn = ByteBudget::new(100, "this connection");
-        let node = ByteBudget::new(150, "this listener");
+        let node = ByteBudget::new(150, "this node");
         let budget = PreSlotBudget::new(vec![conn.clone(), node.clone()]);
         let a = Charge {
             budget: budget.clone(),
@@ -220,7 +220,7 @@ mod tests {
             state: Mutex::new((0, false)),
         };
         let err = b.add(100).expect_err("over the listener's 150");
-        assert_eq!(err.scope, "this listener");
+        assert_eq!(err.scope, "this node");
         a.settle();
         assert_eq!((conn.used(), node.used()), (0, 0));
         a.add(10).expect("settled: charged to nothing");
