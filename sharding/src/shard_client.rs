@@ -232,15 +232,20 @@ impl Source {
     }
 
     /// The body this node serves: `kept` (sent to the home already), then
-    /// everything not yet sent.
-    fn into_replay(self, kept: Vec<Bytes>) -> Body {
+    /// everything not yet sent, or, if the body's end was sent already
+    /// (`terminal_sent`), that end: a body that failed fails here too.
+    fn into_replay(self, kept: Vec<Bytes>, terminal_sent: Option<StreamItem>) -> Body {
         let read = kept
             .into_iter()
             .chain(self.front)
             .map(http_body::Frame::data);
-        match self.rx {
-            Some(rx) => Replay::new(read, byte_stream::ChannelBody::new(rx).boxed()),
-            None => Replay::complete(read),
+        match (self.rx, terminal_sent) {
+            (Some(rx), _) => Replay::new(read, byte_stream::ChannelBody::new(rx).boxed()),
+            (None, Some(StreamItem::Abort(reason))) => Replay::failed(
+                read,
+                Box::new(byte_stream::BodyStreamError::Aborted(reason)),
+            ),
+            (None, _) => Replay::complete(read),
         }
         .boxed()
     }
@@ -589,7 +594,8 @@ async fn forward_streaming(
             drop(stream);
             drop(fetch);
             drop(spec.finish_call.take());
-            let mut request = http::Request::from_parts(parts, source.into_replay(spec.kept));
+            let mut request =
+                http::Request::from_parts(parts, source.into_replay(spec.kept, spec.terminal_sent));
             request.extensions_mut().insert(context);
             replay_here(env, &lazy, request, outcome, hop).await
         }
@@ -996,4 +1002,32 @@ fn failed_after_accept(env: &ClientEnv, hop: Duration, reason: String) -> Forwar
 
 fn gc(env: &ClientEnv) {
     env.lazies.borrow_mut().gc();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refused request whose body failed within the speculative budget
+    /// (its abort already sent to the home) is replayed here as failed,
+    /// never as a shorter, complete body.
+    #[tokio::test]
+    async fn a_replayed_body_keeps_the_failure_it_met() {
+        let kept = vec![Bytes::from_static(b"part")];
+        let source = Source {
+            front: VecDeque::new(),
+            rx: None,
+        };
+        let body = source.into_replay(kept.clone(), Some(StreamItem::Abort("upload cut".into())));
+        let err = body.collect().await.expect_err("the body failed");
+        assert!(err.to_string().contains("upload cut"), "{err}");
+
+        let source = Source {
+            front: VecDeque::from([Bytes::from_static(b"+rest")]),
+            rx: None,
+        };
+        let body = source.into_replay(kept, Some(StreamItem::End));
+        let got = body.collect().await.expect("complete").to_bytes();
+        assert_eq!(&got[..], b"part+rest");
+    }
 }
