@@ -28,15 +28,6 @@ use tokio::net::TcpListener;
 /// `false` if that is no longer possible.
 pub type Runner = Arc<dyn Fn(Box<dyn FnOnce() + Send>) -> bool + Send + Sync>;
 
-/// Aborts a task when dropped.
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 mod h2_watch;
 
 /// How long a client may take to send its request head, by default
@@ -373,9 +364,7 @@ fn spawn_connection<C, Fut>(
     conns.spawn(async move {
         let _slot = slot;
         if let Ok(task) = task.await {
-            let abort = task.abort_handle();
-            let _abort_on_drop = AbortOnDrop(abort);
-            let _ = task.await;
+            let _ = tokio_util::task::AbortOnDropHandle::new(task).await;
         }
     });
 }

@@ -52,7 +52,9 @@
 
 pub mod artifact;
 pub mod bindings;
-pub mod body;
+/// The HTTP body type the runtime takes and returns, and its helpers:
+/// `hearth-body`, which the cluster layer shares.
+pub use hearth_body as body;
 pub mod config;
 pub mod cpu;
 mod engine;

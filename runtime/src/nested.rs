@@ -47,7 +47,7 @@ use http_body_util::BodyExt;
 use wasmtime_wasi_http::{RequestOptions, WasiBody, WasiHttpHooks};
 
 use crate::bindings::{Bindings, CallKind, Resolved, resolve};
-use crate::body::{Body, BoxError};
+use crate::body::Body;
 use crate::cpu::CpuMeter;
 use crate::limits::PlanLimits;
 use crate::stats::Stats;
@@ -260,7 +260,7 @@ impl Caller {
             .headers
             .insert(DEPTH_HEADER, http::HeaderValue::from(depth));
         parts.extensions = http::Extensions::new();
-        let body = body.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
+        let body = crate::body::boxed(body);
         Stats::bump(&self.stats.nested_calls);
         let call = NestedCall {
             caller: self.script_id.to_string(),

@@ -14,7 +14,7 @@ use wasmtime::Engine;
 use wasmtime::component::{Component, ComponentExportIndex, Linker};
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
 
-use crate::body::{Body, BoxError};
+use crate::body::Body;
 use crate::config::{ReusePolicy, RuntimeConfig};
 use crate::error::{CompileError, RuntimeError};
 use crate::host::{Host, NodeMemory};
@@ -375,7 +375,7 @@ impl Worker {
         })?;
         Ok((
             resp.map(|b| {
-                let b = b.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
+                let b = crate::body::boxed(b);
                 let b = CancelOnDrop::new(b, guard).boxed_unsync();
                 match hold {
                     Some(done) => crate::tail::HoldEnd {

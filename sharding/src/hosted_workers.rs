@@ -5,19 +5,14 @@
 //! `hearth-runtime`. Keeping it a trait keeps wasmtime out of this crate and
 //! lets the RPC layer be tested against fakes.
 
-use bytes::Bytes;
 use futures::future::BoxFuture;
-use http_body_util::combinators::UnsyncBoxBody;
 
 use crate::routing::Route;
 
-/// Any error a body stream can carry across crates.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// The HTTP body type passed between the front door, the cluster layer and
-/// the runtime (the runtime uses the identical alias). It is `Send` but not
-/// `Sync`, because wasmtime-wasi-http's response bodies are not `Sync`.
-pub type Body = UnsyncBoxBody<Bytes, BoxError>;
+/// The HTTP body passed between the front door, the cluster layer and the
+/// runtime, and the error its stream carries: `hearth-body`'s, which the
+/// runtime uses too.
+pub use hearth_body::{Body, BoxError};
 
 /// A node's own Workers, as seen by the cluster layer.
 pub trait HostedWorkers: Send + Sync + 'static {

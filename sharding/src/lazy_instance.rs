@@ -177,7 +177,7 @@ mod tests {
     use crate::byte_stream::ResponseSinkServer;
     use crate::hosted_workers::HostedWorkers;
     use crate::overload::OverloadConfig;
-    use crate::worker_fetch::full_body;
+    use hearth_body::full;
 
     #[derive(Default)]
     struct Counting(AtomicUsize);
@@ -190,7 +190,7 @@ mod tests {
             _req: http::Request<Body>,
         ) -> BoxFuture<'static, http::Response<Body>> {
             self.0.fetch_add(1, Ordering::SeqCst);
-            async { http::Response::new(full_body(bytes::Bytes::from_static(b"ran"))) }.boxed()
+            async { http::Response::new(full("ran")) }.boxed()
         }
         fn is_warm(&self, _script_id: &str) -> bool {
             false

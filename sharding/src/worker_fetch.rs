@@ -17,10 +17,9 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use futures::FutureExt;
-use futures::future::{BoxFuture, Shared};
-use http_body_util::BodyExt as _;
-use tokio::sync::oneshot;
+use hearth_body::text_response;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::byte_stream::{ByteStreamServer, send_response};
 use crate::context_stack::ContextStack;
@@ -82,59 +81,27 @@ impl WorkerHost {
     fn spawn_guarded<T: Send + 'static>(
         &self,
         work: impl Future<Output = T> + Send + 'static,
-    ) -> impl Future<Output = Result<T, tokio::task::JoinError>> + Send + 'static {
-        let task = tokio::spawn(work);
-        let guard = AbortOnDrop(Some(task.abort_handle()));
-        async move {
-            let result = task.await;
-            drop(guard);
-            result
-        }
+    ) -> AbortOnDropHandle<T> {
+        AbortOnDropHandle::new(tokio::spawn(work))
     }
 }
 
 fn invocation_failed(e: tokio::task::JoinError) -> http::Response<Body> {
-    error_response(
+    text_response(
         http::StatusCode::INTERNAL_SERVER_ERROR,
-        &format!("the Worker's invocation failed: {e}"),
+        format!("the Worker's invocation failed: {e}\n"),
     )
 }
 
-struct AbortOnDrop(Option<tokio::task::AbortHandle>);
+/// Cancelled when a connection has closed; every request on the
+/// connection waits on a clone (`closed.cancelled()`).
+pub(crate) type Closed = CancellationToken;
 
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        if let Some(handle) = self.0.take() {
-            handle.abort();
-        }
-    }
-}
-
-/// Resolves (to anything) when a connection has closed.
-pub(crate) type Closed = Shared<BoxFuture<'static, ()>>;
-
-/// A [`Closed`] signal and the sender that fires it (or dropping it does).
-pub(crate) fn closed_signal() -> (oneshot::Sender<()>, Closed) {
-    let (tx, rx) = oneshot::channel::<()>();
-    (tx, rx.map(|_| ()).boxed().shared())
-}
-
-/// A body of exactly `bytes`, complete.
-pub(crate) fn full_body(bytes: bytes::Bytes) -> Body {
-    http_body_util::Full::new(bytes)
-        .map_err(|never| match never {})
-        .boxed_unsync()
-}
-
-/// A short plain-text response the node produces itself.
-pub(crate) fn error_response(status: http::StatusCode, message: &str) -> http::Response<Body> {
-    let mut response = http::Response::new(full_body(bytes::Bytes::from(format!("{message}\n"))));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    response
+/// A [`Closed`] signal and the guard that fires it when dropped (the
+/// connection's task holds it to its end).
+pub(crate) fn closed_signal() -> (DropGuard, Closed) {
+    let closed = CancellationToken::new();
+    (closed.clone().drop_guard(), closed)
 }
 
 /// Answers a `Worker.fetch` call for `script_id` (a request that came over
@@ -174,7 +141,7 @@ pub(crate) async fn serve_fetch(
         Some(closed) => {
             tokio::select! {
                 result = work => Some(result),
-                () = closed => None,
+                () = closed.cancelled() => None,
             }
         }
         None => Some(work.await),
