@@ -156,6 +156,11 @@ impl Collector for RuntimeCollector {
                 s.tail_failures,
             ),
             (
+                "hearth_tail_late_reports",
+                "Trace reports refused: their flow was already delivered to its tail Workers",
+                s.tail_late_reports,
+            ),
+            (
                 "hearth_store_reads",
                 "Reads of a script's metadata or source from the script store",
                 s.store_reads,
