@@ -165,6 +165,26 @@ impl Collector for RuntimeCollector {
                 "Tail deliveries the tail Worker did not accept",
                 s.tail_failures,
             ),
+            (
+                "hearth_tail_late_reports",
+                "Trace reports refused: their flow was already delivered to its tail Workers",
+                s.tail_late_reports,
+            ),
+            (
+                "hearth_store_reads",
+                "Reads of a script's metadata or source from the script store",
+                s.store_reads,
+            ),
+            (
+                "hearth_unknown_scripts",
+                "Requests for a script ID with no Worker deployed (answered 404)",
+                s.unknown_scripts,
+            ),
+            (
+                "hearth_unknown_cached",
+                "Lookups of an unknown script ID answered from the negative cache, without a store read",
+                s.unknown_cached,
+            ),
         ];
         for (name, help, v) in counters {
             let c = ConstCounter::new(v);

@@ -49,8 +49,8 @@ use hearth_runtime::body::Body;
 use hearth_runtime::nested::{Flow, Invoker, NestedCall};
 use hearth_runtime::tail::{self, TraceSink, Tracing};
 use hearth_sharding::context_stack::{
-    ContextFrame, ContextStack, LimitOverrides, OutboundWorkerConfig, TailWorkerConfig, TraceEvent,
-    TraceReporter, TrustLevel,
+    ContextFrame, ContextStack, LimitOverrides, OutboundWorkerConfig, TailWorkerConfig, TraceError,
+    TraceEvent, TraceReporter, TrustLevel,
 };
 
 use crate::node::{Node, NodeState};
@@ -223,9 +223,17 @@ pub fn attach_flow(req: &mut http::Request<Body>) {
 /// A reporter on a flow's first node: events from any node of the flow go
 /// into the runtime's collector there (`sink`, which takes them at once).
 fn origin_reporter(sink: Tracing) -> TraceReporter {
-    TraceReporter::origin(move |events: Vec<TraceEvent>| {
-        // The collector records synchronously; the future is empty.
-        drop(sink.0.report(events.into_iter().map(from_wire).collect()));
+    use futures::FutureExt as _;
+    TraceReporter::origin_checked(move |events: Vec<TraceEvent>| {
+        // The collector answers synchronously: its future is ready.
+        match sink
+            .0
+            .report(events.into_iter().map(from_wire).collect())
+            .now_or_never()
+        {
+            Some(Ok(())) | None => Ok(()),
+            Some(Err(e)) => Err(TraceError::Refused(e.to_string())),
+        }
     })
 }
 
@@ -234,13 +242,17 @@ fn origin_reporter(sink: Tracing) -> TraceReporter {
 struct ReportToFirstNode(TraceReporter);
 
 impl TraceSink for ReportToFirstNode {
-    fn report(&self, events: Vec<tail::TraceEvent>) -> BoxFuture<'static, ()> {
+    fn report(
+        &self,
+        events: Vec<tail::TraceEvent>,
+    ) -> BoxFuture<'static, Result<(), tail::ReportError>> {
         let reporter = self.0.clone();
         Box::pin(async move {
             let events = events.into_iter().map(to_wire).collect();
-            if let Err(e) = reporter.report(events).await {
-                tracing::warn!(error = %e, "trace events could not reach the flow's first node");
-            }
+            reporter.report(events).await.map_err(|e| match e {
+                TraceError::Refused(_) => tail::ReportError::FlowDelivered,
+                e => tail::ReportError::Unreachable(e.to_string()),
+            })
         })
     }
 }

@@ -39,6 +39,10 @@ pub struct Stats {
     pub(crate) nested_too_deep: AtomicU64,
     pub(crate) tail_deliveries: AtomicU64,
     pub(crate) tail_failures: AtomicU64,
+    pub(crate) tail_late_reports: AtomicU64,
+    pub(crate) store_reads: AtomicU64,
+    pub(crate) unknown_scripts: AtomicU64,
+    pub(crate) unknown_cached: AtomicU64,
 }
 
 impl Stats {
@@ -126,6 +130,16 @@ pub struct StatsSnapshot {
     pub tail_deliveries: u64,
     /// Tail deliveries the tail Worker did not accept (no 2xx).
     pub tail_failures: u64,
+    /// Trace reports refused because their flow was already delivered
+    /// (a level that ended after its entry; [`crate::tail`]).
+    pub tail_late_reports: u64,
+    /// Reads of a script's metadata or source from the script store.
+    pub store_reads: u64,
+    /// Requests for a script ID under which no Worker is deployed (404).
+    pub unknown_scripts: u64,
+    /// Lookups of an unknown script ID answered from the negative cache,
+    /// without a store read ([`crate::misses`]).
+    pub unknown_cached: u64,
     /// Bytes live instances hold now against the node's instance memory
     /// cap: linear memories, tables and each one's host reserve.
     pub instance_bytes: u64,
@@ -179,6 +193,10 @@ impl StatsSnapshot {
             nested_too_deep: g(&s.nested_too_deep),
             tail_deliveries: g(&s.tail_deliveries),
             tail_failures: g(&s.tail_failures),
+            tail_late_reports: g(&s.tail_late_reports),
+            store_reads: g(&s.store_reads),
+            unknown_scripts: g(&s.unknown_scripts),
+            unknown_cached: g(&s.unknown_cached),
             instance_bytes,
             resident_workers,
             resident_bytes,

@@ -476,7 +476,7 @@ impl Worker {
         let (sink, tails) = match extensions.get::<Tracing>() {
             Some(t) => (t.clone(), None),
             None if flow.depth == 0 && !self.bindings.tail.is_empty() => {
-                let collector = Arc::new(Collector::default());
+                let collector = Arc::new(Collector::new(self.stats.clone()));
                 let sink = Tracing(collector.clone());
                 extensions.insert(sink.clone());
                 let tails = TailDelivery {
