@@ -181,6 +181,16 @@ type SendResult = wasmtime_wasi_http::Result<(
 )>;
 
 impl WasiHttpHooks for Outbound {
+    // Outgoing bodies (subrequests' and the response's) buffer little, so
+    // the host reserve bounds what a guest can park in them (crate::host).
+    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
+        crate::host::OUTGOING_BODY_BUFFER_CHUNKS
+    }
+
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        crate::host::OUTGOING_BODY_CHUNK
+    }
+
     fn send_request(
         &mut self,
         request: http::Request<WasiBody>,
