@@ -40,6 +40,7 @@ const WORKERS: &[&str] = &[
     "egress",
     "tail-log",
     "body-hog",
+    "fan-out",
 ];
 
 /// A sample Worker in another language, built by its own toolchain.
