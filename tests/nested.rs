@@ -670,3 +670,72 @@ async fn fetch_in_a_javascript_worker_reaches_its_bindings_unchanged() {
     assert!(answer["fetchError"].is_string(), "{answer}");
     assert!(answer.get("fetched").is_none(), "{answer}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_subrequests_are_bounded_per_invocation() {
+    let c = TestCluster::start(1).await.expect("cluster");
+    c.deploy_manifest("fan", manifest(&[("next", "nap")]), sample("fan-out"))
+        .await
+        .expect("deploy");
+    c.deploy_manifest("nap", Manifest::default(), sample("fan-out"))
+        .await
+        .expect("deploy");
+    c.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
+    assert_eq!(c.get(0, "hello", "/").await.expect("hello").status, 200);
+    // The fan-out sends 1,000 calls before awaiting any; each callee naps
+    // 20 ms. The node's in-flight gauge counts every running instance:
+    // the fan-out, its callees, and the other tenant's request.
+    let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fan = async {
+        let r = c.get(0, "fan", "/1000?ms=20").await.expect("fan-out");
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        r
+    };
+    let watch = async {
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            peak.fetch_max(
+                c.stats(0).runtime.in_flight,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    let other = async {
+        let mut statuses = Vec::new();
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            statuses.push(c.get(0, "hello", "/").await.expect("hello").status);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        statuses
+    };
+    let (r, (), statuses) = tokio::join!(fan, watch, other);
+    let limit = 6;
+    let peak = peak.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!(
+        "fan-out: {} {:?}; peak in flight {peak}; hello {} of {}",
+        r.status,
+        r.text(),
+        statuses.iter().filter(|s| **s == 200).count(),
+        statuses.len()
+    );
+    assert!(
+        peak <= limit + 2,
+        "{peak} instances ran at once: the fan-out, hello and more than {limit} callees"
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.text(),
+        "1000 ok, 0 failed",
+        "every call is served, in turn"
+    );
+    assert!(
+        !statuses.is_empty() && statuses.iter().all(|s| *s == 200),
+        "{statuses:?}"
+    );
+    let s = c.stats(0).runtime;
+    assert_eq!(s.nested_calls, 1000);
+    assert!(s.nested_queued >= 1000 - limit, "{}", s.nested_queued);
+}

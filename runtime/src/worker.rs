@@ -35,6 +35,8 @@ pub(crate) struct NodeShared {
     pub(crate) slot_wait: Duration,
     pub(crate) body_idle: Duration,
     pub(crate) buffer_before_slot: usize,
+    /// Subrequests one invocation may have in flight ([`crate::nested`]).
+    pub(crate) subrequests: usize,
     pub(crate) stats: Arc<Stats>,
     /// Carries this node's nested calls ([`crate::nested`]), once installed.
     pub(crate) invoker: std::sync::RwLock<Option<Arc<dyn crate::nested::Invoker>>>,
@@ -49,6 +51,7 @@ impl NodeShared {
             slot_wait: cfg.slot_wait,
             body_idle: cfg.body_idle_timeout,
             buffer_before_slot: cfg.buffer_before_slot,
+            subrequests: cfg.max_concurrent_subrequests,
             stats,
             invoker: std::sync::RwLock::new(None),
         })
@@ -341,6 +344,7 @@ impl Worker {
                 invoker,
                 trace: level.as_ref().map(|l| l.buffer.clone()),
                 stats: self.stats.clone(),
+                subrequests: Arc::new(Semaphore::new(self.node.subrequests)),
             })),
         };
         let (mut task, mut rx) =
