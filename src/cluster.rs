@@ -13,8 +13,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use hearth_runtime::{ConfigError, Runtime, RuntimeConfig, StoreError};
+use hearth_sharding::admission::OverloadConfig;
 use hearth_sharding::membership::{Membership, MembershipConfig, MembershipError};
-use hearth_sharding::overload::OverloadConfig;
 use hearth_sharding::ring::{Member, NodeId};
 use hearth_sharding::rpc::{RpcConfig, RpcError, RpcNode, ServerHandle};
 use hearth_sharding::tls::{NodeTls, TlsError, generate_dev_pki};

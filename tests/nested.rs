@@ -10,7 +10,7 @@ use bytes::Bytes;
 use hearth::cluster::ClusterConfig;
 use hearth::runtime::nested::MAX_DEPTH;
 use hearth::runtime::{Manifest, Plan};
-use hearth::sharding::overload::OverloadConfig;
+use hearth::sharding::admission::OverloadConfig;
 use hearth::testing::TestCluster;
 
 fn sample(name: &str) -> Vec<u8> {

@@ -13,7 +13,7 @@
 //! * **unsharded** — served on `r`;
 //! * **sharded** — [`decide`]`(r, home(w), r has w resident)`:
 //!   `Serve(route)` is served on `r`; `Forward(h)` asks `h`'s admission
-//!   control (the live gate's rule, [`hearth_sharding::overload::admit`], with
+//!   control (the live gate's rule, [`hearth_sharding::admission::admit`], with
 //!   `can_host` = resident or [`Residency::fits_without_evicting_busy`] as in
 //!   the runtime), and [`after_forward`] of the answer gives
 //!   [`Route::Sharded`] (served on `h`, counted in flight there until it
@@ -31,7 +31,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use hearth_residency::{Evicted, EvictionCause, Residency};
-use hearth_sharding::overload::{self, OverloadConfig, RefusalReason};
+use hearth_sharding::admission::{self, OverloadConfig, RefusalReason};
 use hearth_sharding::routing::{Decision, HomeAnswer, Route, after_forward, decide};
 use serde::Serialize;
 
@@ -372,10 +372,10 @@ impl<'w> Sim<'w> {
     }
 
     /// The home's admission control: the live gate's rule
-    /// ([`hearth_sharding::overload::admit`]) on the simulated counters.
+    /// ([`hearth_sharding::admission::admit`]) on the simulated counters.
     fn admit(&self, home: u32, worker: u32, now: u64) -> Result<(), RefusalReason> {
         let r = &self.resident[home as usize];
-        overload::admit(
+        admission::admit(
             &self.w.overload,
             self.node_in_flight[home as usize],
             self.worker_in_flight[worker as usize],
