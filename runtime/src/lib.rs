@@ -25,7 +25,7 @@
 //!   wall-clock deadline ([`PlanLimits::request_wall`]).
 //! * A Worker reaches other Workers only through the [`bindings`] it was
 //!   deployed with, by plain wasi:http requests to `.internal` names; the
-//!   node carries those calls across the cluster ([`nested`]).
+//!   node carries those calls across the cluster ([`outgoing`]).
 //! * A flow started by a Worker with tail Workers reports every level's
 //!   logs, subrequests, exceptions and outcome to its first node, which
 //!   hands them to the tail Workers in one invocation ([`tail`]).
@@ -65,7 +65,7 @@ mod instance;
 pub mod lifecycle;
 pub mod limits;
 pub mod manifest;
-pub mod nested;
+pub mod outgoing;
 pub mod pre_slot;
 mod runtime;
 pub mod s3_store;
@@ -87,7 +87,7 @@ pub use error::{
 pub use lifecycle::{Lifecycle, LifecycleChoice};
 pub use limits::{Plan, PlanLimits};
 pub use manifest::{Manifest, ManifestError};
-pub use nested::{Flow, Invoker, NestedCall};
+pub use outgoing::{Flow, Invoker, NestedCall};
 pub use runtime::{
     DeployReport, Prewarm, REQUEST_ID_HEADER, REVALIDATE_MS, Runtime, Served, decorate,
     error_response,

@@ -200,9 +200,9 @@ impl Runtime {
     }
 
     /// Installs what carries this node's nested Worker calls (the node
-    /// does, see [`crate::nested`]); replaces any earlier one. Until then
+    /// does, see [`crate::outgoing`]); replaces any earlier one. Until then
     /// every nested call is denied.
-    pub fn set_invoker(&self, invoker: Arc<dyn crate::nested::Invoker>) {
+    pub fn set_invoker(&self, invoker: Arc<dyn crate::outgoing::Invoker>) {
         *self
             .inner
             .node

@@ -293,7 +293,7 @@ pub(crate) struct TailDelivery {
     pub(crate) collector: Arc<Collector>,
     pub(crate) entry: String,
     pub(crate) tails: Vec<String>,
-    pub(crate) invoker: Option<Arc<dyn crate::nested::Invoker>>,
+    pub(crate) invoker: Option<Arc<dyn crate::outgoing::Invoker>>,
     pub(crate) limits: crate::limits::PlanLimits,
     pub(crate) stats: Arc<crate::stats::Stats>,
 }
@@ -363,7 +363,7 @@ impl TailDelivery {
                 .header(http::header::CONTENT_TYPE, "application/json")
                 .body(crate::body::full(json.clone()));
             let Ok(req) = req else { continue };
-            let call = crate::nested::NestedCall {
+            let call = crate::outgoing::NestedCall {
                 caller: self.entry.clone(),
                 target: tail.clone(),
                 kind: crate::bindings::CallKind::Tail,

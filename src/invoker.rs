@@ -5,7 +5,7 @@
 //! A Worker calls a Worker with a plain wasi:http request to a name of its
 //! [bindings](hearth_runtime::bindings); the runtime resolves the name,
 //! checks the depth limit and hands the call to this node's
-//! `NodeInvoker` ([`hearth_runtime::nested`]). The invoker:
+//! `NodeInvoker` ([`hearth_runtime::outgoing`]). The invoker:
 //!
 //! 1. takes the caller's **context stack** (the [`ContextStack`] in the
 //!    caller's request; a flow's entry Worker has none yet, so its own frame
@@ -46,7 +46,7 @@ use futures::future::BoxFuture;
 use hearth_runtime::Bindings;
 use hearth_runtime::bindings::CallKind;
 use hearth_runtime::body::Body;
-use hearth_runtime::nested::{Flow, Invoker, NestedCall};
+use hearth_runtime::outgoing::{Flow, Invoker, NestedCall};
 use hearth_runtime::tail::{self, TraceSink, Tracing};
 use hearth_sharding::context_stack::{
     ContextFrame, ContextStack, LimitOverrides, OutboundWorkerConfig, TailWorkerConfig, TraceEvent,
