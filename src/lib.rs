@@ -37,6 +37,7 @@ pub mod front_door;
 pub mod https;
 pub mod invoker;
 pub mod listener;
+mod loopback_cluster;
 pub mod metrics;
 pub mod node;
 #[cfg(feature = "demo")]
