@@ -424,13 +424,13 @@ impl Runtime {
     /// so the next request loads the current version.
     pub fn invalidate(&self, script_id: &str) {
         lock(&self.inner.sizes).remove(script_id);
-        let ev = lock(&self.inner.resident).remove(&script_id.to_string(), EvictionCause::Replaced);
+        let ev = lock(&self.inner.resident).remove(script_id, EvictionCause::Replaced);
         self.count(ev);
     }
 
     /// Evicts `script_id` now (counted as manual); whether it was resident.
     pub fn evict(&self, script_id: &str) -> bool {
-        let ev = lock(&self.inner.resident).remove(&script_id.to_string(), EvictionCause::Manual);
+        let ev = lock(&self.inner.resident).remove(script_id, EvictionCause::Manual);
         let was = ev.is_some();
         self.count(ev);
         was
@@ -466,7 +466,7 @@ impl Runtime {
     pub fn is_warm(&self, script_id: &str) -> bool {
         let cfg = &self.inner.config;
         let r = lock(&self.inner.resident);
-        let Some(idle) = r.idle_ms(&script_id.to_string(), self.now_ms()) else {
+        let Some(idle) = r.idle_ms(script_id, self.now_ms()) else {
             return false;
         };
         let min_used = (cfg.idle_sweep_above * cfg.memory_budget as f64) as u64;
@@ -709,12 +709,12 @@ impl Runtime {
     /// Drops `w` if it is still the resident copy of its script (a newer
     /// copy loaded meanwhile stays); whether it was dropped.
     fn invalidate_worker(&self, w: &Arc<Worker>) -> bool {
-        let id = w.meta.script_id.clone();
-        lock(&self.inner.sizes).remove(&id);
+        let id = w.meta.script_id.as_str();
+        lock(&self.inner.sizes).remove(id);
         let ev = {
             let mut r = lock(&self.inner.resident);
-            if r.peek(&id).is_some_and(|cur| Arc::ptr_eq(cur, w)) {
-                r.remove(&id, EvictionCause::Replaced)
+            if r.peek(id).is_some_and(|cur| Arc::ptr_eq(cur, w)) {
+                r.remove(id, EvictionCause::Replaced)
             } else {
                 None
             }
@@ -733,9 +733,7 @@ impl Runtime {
     /// the store for Workers it does not hold. Whether a copy was dropped.
     pub async fn revalidate(&self, script_id: &str, hash: &str) -> bool {
         lock(&self.inner.sizes).remove(script_id);
-        let warm = lock(&self.inner.resident)
-            .peek(&script_id.to_string())
-            .cloned();
+        let warm = lock(&self.inner.resident).peek(script_id).cloned();
         match warm {
             Some(w) if w.meta.hash != hash => self.check_against_store(&w).await,
             _ => false,
@@ -753,9 +751,7 @@ impl Runtime {
         by_prewarm: bool,
     ) -> Result<(Arc<Worker>, Start), RuntimeError> {
         let now = self.now_ms();
-        let warm = lock(&self.inner.resident)
-            .get(&script_id.to_string(), now)
-            .cloned();
+        let warm = lock(&self.inner.resident).get(script_id, now).cloned();
         if let Some(w) = warm {
             self.revalidate_in_background(&w, now);
             let start = if !by_prewarm && w.take_prewarmed() {
@@ -842,7 +838,7 @@ impl Runtime {
         let (worker, start) = self.worker(script_id, &mut timing, true).await?;
         worker.prewarm_instance().await?;
         let bytes = worker.bytes();
-        let ev = lock(&self.inner.resident).set_bytes(&script_id.to_string(), bytes);
+        let ev = lock(&self.inner.resident).set_bytes(script_id, bytes);
         self.count(ev);
         Ok(match start {
             Start::Cold => Prewarm::Loaded,
@@ -881,7 +877,7 @@ impl Runtime {
         }
         timing.handler = Some(t.elapsed() - timing.instantiate.unwrap_or_default());
         let bytes = worker.bytes();
-        let ev = lock(&inner.resident).set_bytes(&script_id.to_string(), bytes);
+        let ev = lock(&inner.resident).set_bytes(script_id, bytes);
         self.count(ev);
         Ok(Served {
             response,
