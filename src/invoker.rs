@@ -47,7 +47,7 @@ use hearth_runtime::Bindings;
 use hearth_runtime::bindings::CallKind;
 use hearth_runtime::body::Body;
 use hearth_runtime::outgoing::{Flow, Invoker, NestedCall};
-use hearth_runtime::tail::{self, TraceSink, Tracing};
+use hearth_runtime::tail::{TraceSink, Tracing};
 use hearth_sharding::context_stack::{
     ContextFrame, ContextStack, LimitOverrides, OutboundWorkerConfig, TailWorkerConfig, TraceEvent,
     TraceReporter, TrustLevel,
@@ -225,7 +225,7 @@ pub fn attach_flow(req: &mut http::Request<Body>) {
 fn origin_reporter(sink: Tracing) -> TraceReporter {
     TraceReporter::origin(move |events: Vec<TraceEvent>| {
         // The collector records synchronously; the future is empty.
-        drop(sink.0.report(events.into_iter().map(from_wire).collect()));
+        drop(sink.0.report(events));
     })
 }
 
@@ -234,34 +234,13 @@ fn origin_reporter(sink: Tracing) -> TraceReporter {
 struct ReportToFirstNode(TraceReporter);
 
 impl TraceSink for ReportToFirstNode {
-    fn report(&self, events: Vec<tail::TraceEvent>) -> BoxFuture<'static, ()> {
+    fn report(&self, events: Vec<TraceEvent>) -> BoxFuture<'static, ()> {
         let reporter = self.0.clone();
         Box::pin(async move {
-            let events = events.into_iter().map(to_wire).collect();
             if let Err(e) = reporter.report(events).await {
                 tracing::warn!(error = %e, "trace events could not reach the flow's first node");
             }
         })
-    }
-}
-
-fn to_wire(e: tail::TraceEvent) -> TraceEvent {
-    TraceEvent {
-        script_id: e.script_id,
-        node: e.node,
-        timestamp_unix_ms: e.timestamp_unix_ms,
-        kind: e.kind,
-        message: e.message,
-    }
-}
-
-fn from_wire(e: TraceEvent) -> tail::TraceEvent {
-    tail::TraceEvent {
-        script_id: e.script_id,
-        node: e.node,
-        timestamp_unix_ms: e.timestamp_unix_ms,
-        kind: e.kind,
-        message: e.message,
     }
 }
 

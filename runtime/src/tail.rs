@@ -45,20 +45,9 @@ pub const MAX_LINE_BYTES: usize = 4096;
 /// before it gives them up and lets its response end.
 pub const REPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// One trace event of a flow.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TraceEvent {
-    /// The Worker that produced it.
-    pub script_id: String,
-    /// The node it was produced on (filled in by the node that reports it).
-    pub node: String,
-    /// When, in milliseconds since the Unix epoch.
-    pub timestamp_unix_ms: u64,
-    /// `log`, `subrequest`, `exception` or `outcome`.
-    pub kind: String,
-    /// The event's text.
-    pub message: String,
-}
+/// One trace event of a flow: the type the cluster layer carries too, in
+/// a crate of its own that both use (`hearth-trace-event`).
+pub use hearth_trace_event::TraceEvent;
 
 /// What a tail Worker receives: `POST /` with this as JSON.
 #[derive(Debug, Clone, Serialize)]
