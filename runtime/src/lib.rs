@@ -17,9 +17,10 @@
 //!   measured phases ([`timing`]): fetch, compile (or load the artifact),
 //!   instantiate (top-level code under the startup CPU budget, metered by
 //!   [`cpu`]), handler.
-//! * Warm Workers stay in memory under a byte budget ([`eviction`]) and are
-//!   evicted under pressure (LRU) or when idle; their instances are reused
-//!   per a [`ReusePolicy`]. A trap or limit hit discards the instance.
+//! * Warm Workers stay in memory under a byte budget and are evicted under
+//!   pressure (LRU) or, by a background sweep, when idle ([`eviction`]);
+//!   their instances are reused per a [`ReusePolicy`]. A trap or limit hit
+//!   discards the instance.
 //! * A slow, stalled or vanished client costs a connection and a bounded
 //!   wait, never a Worker ([`slow_client`]); each request also has a
 //!   wall-clock deadline ([`PlanLimits::request_wall`]).
@@ -59,7 +60,7 @@ pub mod config;
 pub mod cpu;
 mod engine;
 pub mod error;
-pub use hearth_residency as eviction;
+pub mod eviction;
 mod host;
 mod instance;
 pub mod lifecycle;

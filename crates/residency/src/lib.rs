@@ -12,7 +12,8 @@
 //!   longer than the idle timeout.
 //!
 //! Every eviction is returned to the caller with its [`EvictionCause`], so it
-//! can be counted. Time is a plain `u64` of milliseconds supplied by the
+//! can be counted. The runtime's side (when the idle sweep runs: a
+//! background thread, every second) is `hearth_runtime::eviction`. Time is a plain `u64` of milliseconds supplied by the
 //! caller: the live node passes time since it started, the data-center
 //! simulator passes virtual time, and both run this same code.
 //!

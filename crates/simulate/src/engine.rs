@@ -5,8 +5,13 @@
 //! the admission control. Requests are handled in arrival order; the only
 //! other events are request completions, kept in a binary heap and applied
 //! before each arrival, because they are all that in-flight counters need.
-//! Idle eviction runs exactly when the live runtime runs it: on a server
-//! that serves a request, if its last sweep is more than a second old.
+//! Idle eviction is the live runtime's sweep (the same
+//! [`Residency::evict_idle_above`]), run lazily: the runtime sweeps every
+//! second in the background, the simulator sweeps a server when it serves a
+//! request and its last sweep is more than a second old. A request meets
+//! the same residency either way (swept within the last second); only a
+//! server without traffic holds its idle Workers, in the memory gauges,
+//! until its next request, which saves an event per server per second.
 //!
 //! A request for Worker `w` received by server `r`:
 //!
@@ -38,7 +43,7 @@ use serde::Serialize;
 use super::model::Request;
 
 /// Idle sweeps run at most this often per server, as in the runtime
-/// (`Runtime::handle` sweeps when the last sweep is more than 1 s old).
+/// (`hearth_runtime::eviction::IDLE_SWEEP_EVERY`).
 const SWEEP_EVERY_MS: u64 = 1000;
 
 /// Largest `servers × workers` for which each cold start is attributed to

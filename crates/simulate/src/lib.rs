@@ -54,8 +54,8 @@
 //! * `--idle-sweep-above F`: run the idle sweep only on a server holding at
 //!   least `F` of its budget, so idle Workers stay warm while memory is
 //!   plentiful. This is what takes the sharded data center to five nines in
-//!   `docs/simulate-results.md`; in the runtime it is one condition in
-//!   `Runtime::sweep_idle`, with `Residency` unchanged.
+//!   `docs/simulate-results.md`; in the runtime it is one condition of its
+//!   idle sweep (`hearth_runtime::eviction`), with `Residency` unchanged.
 //!
 //! # Measures
 //!
