@@ -108,6 +108,29 @@ mod tests {
         assert!(err.to_string().contains("never"), "{err}");
     }
 
+    /// A manifest with every key, and how it is written back: the format
+    /// `hearth deploy` reads and the admin API's JSON, fixed.
+    const FULL: &str = "plan = \"paid\"\nlifecycle = \"fresh\"\noutbound = \"egress\"\n\
+                        tail = [\"traces\"]\n\n[services]\nauth = \"auth-worker\"\n\n\
+                        [dispatch]\nusers = [\"user-a\", \"user-b\"]\n";
+
+    #[test]
+    fn the_manifest_format_does_not_change() {
+        let m = Manifest::from_toml(FULL).expect("manifest");
+        assert_eq!((m.plan, m.lifecycle), (Plan::Paid, Lifecycle::Fresh));
+        assert_eq!(toml::to_string(&m).expect("writes"), FULL);
+        let json = serde_json::to_string(&m).expect("json");
+        assert_eq!(
+            json,
+            "{\"plan\":\"paid\",\"lifecycle\":\"fresh\",\"services\":{\"auth\":\"auth-worker\"},\
+             \"dispatch\":{\"users\":[\"user-a\",\"user-b\"]},\"outbound\":\"egress\",\"tail\":[\"traces\"]}"
+        );
+        assert_eq!(serde_json::from_str::<Manifest>(&json).expect("reads"), m);
+        // Bindings are top-level keys, not a table of their own.
+        assert!(Manifest::from_toml("[bindings]\ntail = [\"traces\"]\n").is_err());
+        assert!(serde_json::from_str::<Manifest>("{\"plan\":\"paid\",\"bogus\":1}").is_err());
+    }
+
     #[test]
     fn bindings_are_read_from_the_manifest() {
         let m = Manifest::from_toml(
