@@ -25,8 +25,6 @@
 //! users = ["user-a", "user-b"]
 //! ```
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use serde::{Deserialize, Serialize};
 
 use crate::bindings::Bindings;
@@ -34,6 +32,12 @@ use crate::lifecycle::Lifecycle;
 use crate::limits::Plan;
 
 /// The deploy-time settings of a Worker.
+///
+/// The bindings' keys (`services`, `dispatch`, `outbound`, `tail`) sit at
+/// the top level beside `plan` and `lifecycle`, as they always have:
+/// [`Bindings`] is flattened into the manifest, not a table of its own.
+/// Unknown keys are still refused (serde checks what the flattened part
+/// leaves over), though the message no longer lists the known ones.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Manifest {
@@ -41,18 +45,9 @@ pub struct Manifest {
     pub plan: Plan,
     /// Whether instances are reused across requests (default auto).
     pub lifecycle: Lifecycle,
-    /// Service bindings: name → script ID.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub services: BTreeMap<String, String>,
-    /// Dispatch namespaces: name → the user Workers in it.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub dispatch: BTreeMap<String, BTreeSet<String>>,
-    /// The outbound Worker of the user Workers this Worker dispatches to.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub outbound: Option<String>,
-    /// Tail Workers of the flows this Worker starts.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tail: Vec<String>,
+    /// The Workers it may call and the tail Workers of its flows.
+    #[serde(flatten)]
+    pub bindings: Bindings,
 }
 
 /// A manifest that could not be read.
@@ -64,24 +59,6 @@ impl Manifest {
     /// Parses a manifest from TOML text.
     pub fn from_toml(text: &str) -> Result<Self, ManifestError> {
         toml::from_str(text).map_err(|e| ManifestError(e.message().to_string()))
-    }
-
-    /// The bindings this manifest deploys.
-    pub fn bindings(&self) -> Bindings {
-        Bindings {
-            services: self.services.clone(),
-            dispatch: self.dispatch.clone(),
-            outbound: self.outbound.clone(),
-            tail: self.tail.clone(),
-        }
-    }
-
-    /// Sets the bindings this manifest deploys.
-    pub fn set_bindings(&mut self, b: Bindings) {
-        self.services = b.services;
-        self.dispatch = b.dispatch;
-        self.outbound = b.outbound;
-        self.tail = b.tail;
     }
 }
 
@@ -138,7 +115,7 @@ mod tests {
              [dispatch]\nusers = [\"user-a\", \"user-b\"]\n",
         )
         .expect("manifest");
-        let b = m.bindings();
+        let b = &m.bindings;
         assert_eq!(b.services["auth"], "auth-worker");
         assert_eq!(b.dispatch["users"].len(), 2);
         assert_eq!(b.outbound.as_deref(), Some("egress"));

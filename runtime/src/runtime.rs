@@ -352,7 +352,7 @@ impl Runtime {
             });
         }
         validate_component(&source)?;
-        let bindings = manifest.bindings();
+        let bindings = manifest.bindings.clone();
         bindings.validate()?;
         let hash = blake3::hash(&source).to_hex().to_string();
         let t = Instant::now();
