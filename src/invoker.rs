@@ -1,4 +1,5 @@
-//! Nested Worker invocations across the cluster: the node's half.
+//! The node's invoker (`NodeInvoker`): nested Worker invocations across
+//! the cluster, the node's half (the runtime's is `hearth_runtime::outgoing`).
 //!
 //! # The model
 //!
