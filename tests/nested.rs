@@ -1,6 +1,6 @@
 //! Nested Worker invocations on 3 real nodes (TestCluster): service-binding
 //! chains, dynamic dispatch through an outbound Worker, the depth limit, and
-//! the security rules of `hearth::nested` / `hearth_runtime::nested`. The
+//! the security rules of `hearth::invoker` / `hearth_runtime::outgoing`. The
 //! Workers are named so that their homes differ, and the nodes that served
 //! each level are checked from `x-hearth-node` as the samples report it.
 
@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hearth::cluster::ClusterConfig;
-use hearth::runtime::nested::MAX_DEPTH;
+use hearth::runtime::outgoing::MAX_DEPTH;
 use hearth::runtime::{Manifest, Plan};
-use hearth::sharding::overload::OverloadConfig;
+use hearth::sharding::admission::OverloadConfig;
 use hearth::testing::TestCluster;
 
 fn sample(name: &str) -> Vec<u8> {
@@ -66,7 +66,7 @@ fn names_on_distinct_homes(c: &TestCluster, prefix: &str, n: usize) -> Vec<Strin
 fn manifest(services: &[(&str, &str)]) -> Manifest {
     let mut m = Manifest::default();
     for (name, target) in services {
-        m.services.insert((*name).into(), (*target).into());
+        m.bindings.services.insert((*name).into(), (*target).into());
     }
     m
 }
@@ -297,11 +297,12 @@ async fn the_workers_for_platforms_flow_goes_through_the_outbound_worker() {
     let names = names_on_distinct_homes(&c, "wfp", 3);
     let (dispatcher, user, egress) = (&names[0], &names[1], &names[2]);
     let mut m = Manifest::default();
-    m.dispatch
+    m.bindings
+        .dispatch
         .entry("users".into())
         .or_default()
         .insert(user.clone());
-    m.outbound = Some(egress.clone());
+    m.bindings.outbound = Some(egress.clone());
     c.deploy_manifest(dispatcher, m, sample("dispatcher"))
         .await
         .expect("deploy");
@@ -437,16 +438,18 @@ async fn the_tail_worker_gets_the_whole_flow_from_every_node_in_one_invocation()
     let names = names_on_distinct_homes(&c, "traced", 3);
     let (dispatcher, user, egress) = (&names[0], &names[1], &names[2]);
     let mut m = Manifest::default();
-    m.dispatch
+    m.bindings
+        .dispatch
         .entry("users".into())
         .or_default()
         .insert(user.clone());
-    m.dispatch
+    m.bindings
+        .dispatch
         .entry("users".into())
         .or_default()
         .insert("crashy".into());
-    m.outbound = Some(egress.clone());
-    m.tail = vec!["traces".into()];
+    m.bindings.outbound = Some(egress.clone());
+    m.bindings.tail = vec!["traces".into()];
     c.deploy_manifest(dispatcher, m, sample("dispatcher"))
         .await
         .expect("deploy");
@@ -551,11 +554,12 @@ async fn the_tail_worker_gets_the_whole_flow_from_every_node_in_one_invocation()
 async fn a_user_worker_keeps_its_outbound_worker_through_its_own_bindings() {
     let c = TestCluster::start(3).await.expect("cluster");
     let mut m = Manifest::default();
-    m.dispatch
+    m.bindings
+        .dispatch
         .entry("users".into())
         .or_default()
         .insert("shop".into());
-    m.outbound = Some("egress".into());
+    m.bindings.outbound = Some("egress".into());
     c.deploy_manifest("platform", m, sample("dispatcher"))
         .await
         .expect("deploy");

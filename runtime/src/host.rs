@@ -3,7 +3,7 @@
 //! Each instance gets a full WASI 0.2 context (clocks, random, cli with an
 //! environment holding `HEARTH_SCRIPT_ID`, a filesystem with no preopens,
 //! sockets denied) and a wasi:http context whose outgoing requests reach
-//! only the Worker's bindings ([`crate::nested`]), plus the two meters that enforce its limits: a [`MemoryLimiter`]
+//! only the Worker's bindings ([`crate::outgoing`]), plus the two meters that enforce its limits: a [`MemoryLimiter`]
 //! and a [`CpuMeter`].
 //!
 //! Host memory a Worker can make the node allocate is held to its limit:
@@ -36,14 +36,14 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::cpu::CpuMeter;
-use crate::nested::Outbound;
+use crate::outgoing::Outbound;
 
 /// The `T` of every instance's `Store<T>`.
 pub(crate) struct Host {
     wasi: WasiCtx,
     http: WasiHttpCtx,
     table: ResourceTable,
-    /// Where outgoing requests go: set per request ([`crate::nested`]).
+    /// Where outgoing requests go: set per request ([`crate::outgoing`]).
     pub(crate) hooks: Outbound,
     /// The instance's stdout and stderr: trace events while a traced
     /// request runs ([`crate::tail`]), else discarded.

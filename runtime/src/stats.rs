@@ -121,7 +121,7 @@ pub struct StatsSnapshot {
     /// Instances serving a request now.
     pub in_flight: u64,
     /// Outgoing requests of Workers that reached a Worker (a binding, a
-    /// dispatch namespace or the outbound Worker; [`crate::nested`]).
+    /// dispatch namespace or the outbound Worker; [`crate::outgoing`]).
     pub nested_calls: u64,
     /// Outgoing requests of Workers denied (not a binding, no outbound).
     pub nested_denied: u64,

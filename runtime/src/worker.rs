@@ -38,8 +38,8 @@ pub(crate) struct NodeShared {
     /// Subrequests one invocation may have in flight ([`crate::nested`]).
     pub(crate) subrequests: usize,
     pub(crate) stats: Arc<Stats>,
-    /// Carries this node's nested calls ([`crate::nested`]), once installed.
-    pub(crate) invoker: std::sync::RwLock<Option<Arc<dyn crate::nested::Invoker>>>,
+    /// Carries this node's nested calls ([`crate::outgoing`]), once installed.
+    pub(crate) invoker: std::sync::RwLock<Option<Arc<dyn crate::outgoing::Invoker>>>,
 }
 
 impl NodeShared {
@@ -299,7 +299,7 @@ impl Worker {
         // request is a flow's entry. Limits only tighten.
         let flow = parts
             .extensions
-            .get::<crate::nested::Flow>()
+            .get::<crate::outgoing::Flow>()
             .cloned()
             .unwrap_or_default();
         let limits = flow.tighten(self.limits, Instant::now());
@@ -333,8 +333,8 @@ impl Worker {
         // An instance that served before (not one just started, nor one a
         // prewarm parked unused) is a reused one.
         let reused = inst.served > 0;
-        let hooks = crate::nested::Outbound {
-            caller: Some(Arc::new(crate::nested::Caller {
+        let hooks = crate::outgoing::Outbound {
+            caller: Some(Arc::new(crate::outgoing::Caller {
                 script_id: self.script_id.clone(),
                 bindings: self.bindings.clone(),
                 flow,
@@ -471,9 +471,9 @@ impl Worker {
     /// sink goes into `extensions` for the nested calls to find.
     fn trace_level(
         &self,
-        flow: &crate::nested::Flow,
+        flow: &crate::outgoing::Flow,
         extensions: &mut http::Extensions,
-        invoker: &Option<Arc<dyn crate::nested::Invoker>>,
+        invoker: &Option<Arc<dyn crate::outgoing::Invoker>>,
         limits: PlanLimits,
     ) -> Option<crate::tail::Level> {
         use crate::tail::{Collector, Level, TailDelivery, TraceBuffer, Tracing};

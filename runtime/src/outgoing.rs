@@ -1,4 +1,7 @@
-//! Nested invocations: a Worker calling a Worker, as the runtime sees it.
+//! A Worker's outgoing requests: the runtime's wasi:http hook
+//! (`Outbound`'s `send_request`), through which every request a guest
+//! makes passes, and which turns it into a nested invocation (a Worker
+//! calling a Worker) or denies it.
 //!
 //! # The model
 //!
