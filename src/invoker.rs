@@ -246,12 +246,12 @@ impl TraceSink for ReportToFirstNode {
     fn report(
         &self,
         events: Vec<TraceEvent>,
-    ) -> BoxFuture<'static, Result<(), tail::ReportError>> {
+    ) -> BoxFuture<'static, Result<(), hearth_runtime::tail::ReportError>> {
         let reporter = self.0.clone();
         Box::pin(async move {
             reporter.report(events).await.map_err(|e| match e {
-                TraceError::Refused(_) => tail::ReportError::FlowDelivered,
-                e => tail::ReportError::Unreachable(e.to_string()),
+                TraceError::Refused(_) => hearth_runtime::tail::ReportError::FlowDelivered,
+                e => hearth_runtime::tail::ReportError::Unreachable(e.to_string()),
             })
         })
     }
