@@ -10,7 +10,7 @@
 //! (`sharded` at the home, or `fallback` back here). The role travels with
 //! the request to the node that runs the Worker
 //! ([`HostedWorkers::serve`]), and that node's one serving function
-//! ([`NodeState::serve`]) stamps `x-hearth-node`, `x-hearth-route` and
+//! (`NodeState::serve`) stamps `x-hearth-node`, `x-hearth-route` and
 //! `server-timing` and counts the request in `hearth_requests_total`. The
 //! receiving node of a forwarded request adds only the hop
 //! (`server-timing: shard;dur=…`, `hearth_shard_hop_seconds`).
