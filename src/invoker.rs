@@ -227,11 +227,7 @@ fn origin_reporter(sink: Tracing) -> TraceReporter {
     use futures::FutureExt as _;
     TraceReporter::origin_checked(move |events: Vec<TraceEvent>| {
         // The collector answers synchronously: its future is ready.
-        match sink
-            .0
-            .report(events)
-            .now_or_never()
-        {
+        match sink.0.report(events).now_or_never() {
             Some(Ok(())) | None => Ok(()),
             Some(Err(e)) => Err(TraceError::Refused(e.to_string())),
         }

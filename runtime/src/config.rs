@@ -159,7 +159,7 @@ impl RuntimeConfig {
 
     /// Subrequests (calls to bindings and the outbound Worker) one
     /// invocation may have in flight at once (default 6, as on Cloudflare
-    /// Workers); further ones wait for one to end ([`crate::nested`]), so
+    /// Workers); further ones wait for one to end ([`crate::outgoing`]), so
     /// one request cannot take every slot of a Worker it calls, or of the
     /// node.
     pub fn max_concurrent_subrequests(mut self, n: usize) -> Self {

@@ -35,7 +35,7 @@ pub(crate) struct NodeShared {
     pub(crate) slot_wait: Duration,
     pub(crate) body_idle: Duration,
     pub(crate) buffer_before_slot: usize,
-    /// Subrequests one invocation may have in flight ([`crate::nested`]).
+    /// Subrequests one invocation may have in flight ([`crate::outgoing`]).
     pub(crate) subrequests: usize,
     pub(crate) stats: Arc<Stats>,
     /// Carries this node's nested calls ([`crate::outgoing`]), once installed.
