@@ -1119,7 +1119,6 @@ impl ThreadState {
             shard,
             closed,
             alive,
-            inline_calls: Rc::new(Cell::new(true)),
         })
     }
 }
