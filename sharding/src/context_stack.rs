@@ -110,7 +110,8 @@ pub struct TraceEvent {
     pub node: String,
     /// When, in milliseconds since the Unix epoch.
     pub timestamp_unix_ms: u64,
-    /// What kind of event: `log`, `exception`, `fetch`, ...
+    /// What kind of event: `log`, `subrequest`, `exception` or `outcome`
+    /// (the kinds `hearth_runtime::tail` records).
     pub kind: String,
     /// The event's text.
     pub message: String,
