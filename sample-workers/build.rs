@@ -50,7 +50,8 @@ struct Foreign {
     name: &'static str,
     /// Its directory under `sample-workers/`.
     dir: &'static str,
-    /// The files and directories (relative to `dir`) that decide the output.
+    /// The files and directories (relative to `dir`) that decide the output;
+    /// `../wit` is the WIT both foreign samples share.
     inputs: &'static [&'static str],
     /// The build command: program and arguments; the output path is
     /// appended.
@@ -71,7 +72,7 @@ const FOREIGN: &[Foreign] = &[
             "build.mjs",
             "package.json",
             "package-lock.json",
-            "wit",
+            "../wit",
         ],
         command: &["node", "build.mjs"],
         needs: (
@@ -82,7 +83,7 @@ const FOREIGN: &[Foreign] = &[
     Foreign {
         name: "python",
         dir: "python",
-        inputs: &["app.py", "build.sh", "wit"],
+        inputs: &["app.py", "build.sh", "../wit"],
         command: &["bash", "build.sh"],
         needs: (
             "python3",
@@ -394,8 +395,8 @@ fn build_foreign(guest: &Foreign, dir: &Path, dest: &Path) -> Result<(), String>
     fs::write(&stamp, &digest).map_err(|e| format!("writing {}: {e}", stamp.display()))
 }
 
-/// Feeds the relative names and contents of every file under `path` (a file
-/// or a directory), in sorted order, into `hasher`.
+/// Feeds the paths and contents of every file under `path` (a file or a
+/// directory), in sorted order, into `hasher`.
 fn hash_tree(hasher: &mut blake3::Hasher, path: &Path) -> Result<(), String> {
     let meta = fs::metadata(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     if meta.is_dir() {

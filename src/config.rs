@@ -2,6 +2,25 @@
 //! optional) and flags over it, resolved in one step by
 //! [`ServeArgs::resolve`] into the [`ServeConfig`] the node runs with.
 //!
+//! Durations are strings with a unit (`"10s"`, `"250ms"`, `"5m"`, read by
+//! `humantime`), sizes are strings with a unit (`"128MiB"`, `"8GiB"`; KiB,
+//! MiB and GiB are powers of 1024, KB, MB and GB powers of 1000) or a bare
+//! number of bytes. The keys that carried their unit in the name before
+//! (`idle_timeout_s`, `memory_budget_mb`, `write_timeout_s`,
+//! `drain_timeout_s`, `body_idle_timeout_s`, `slot_wait_ms`,
+//! `instance_memory_mb`, `[s3] timeout_ms`) and a plan's time limits as bare
+//! milliseconds are still read for this release, each with a warning that
+//! names what to write instead; a file that sets an old key and its new
+//! one is refused.
+//!
+//! Secrets (`artifact_key`, `[cluster] gossip_key`, `admin_token`) are each
+//! node's own or its cluster's: a node refuses to start with a value
+//! hearth's documentation prints ([`SECRET_PLACEHOLDER`], or an example
+//! value shipped before) or an admin token shorter than
+//! [`MIN_ADMIN_TOKEN_BYTES`], and offers a fresh one
+//! ([`NodeConfig::check_secrets`]). The admin API is plain HTTP: keep
+//! `admin` on loopback (the default) or a private network.
+//!
 //! ```toml
 //! node_id = "node-1"
 //! listen = "127.0.0.1:8080"
@@ -14,22 +33,24 @@
 //! store = "./hearth-store"   # a directory, or "s3://bucket/prefix" (then see [s3])
 //! data = "./hearth-data"     # with an s3:// store: this node's own files
 //!                            #   (artifact cache, admin token, dev certificates)
-//! artifact_key = "…64 hex…"  # required with an s3:// store, the same on every
-//!                            #   node; a directory store keeps it in the store
-//! admin_token = "…"          # generated and saved in the store if absent
-//! memory_budget_mb = 1024
-//! idle_timeout_s = 300
-//! idle_sweep_above = 0.9    # sweep idle Workers only above 90% of the budget
+//! artifact_key = "REPLACE-ME" # 64 hex digits; required with an s3:// store,
+//!                            #   the same on every node; a directory store
+//!                            #   keeps it in the store
+//! admin_token = "REPLACE-ME" # at least 32 bytes; generated and saved in the
+//!                            #   store if absent
+//! memory_budget = "1GiB"     # warm Workers, all together
+//! idle_timeout = "5m"        # a Worker idle this long may be swept
+//! idle_sweep_above = 0.9     # sweep idle Workers only above 90% of the budget
 //!
 //! [limits]                   # what clients may hold (defaults shown)
 //! max_connections = 4096     # open at once on each listener
 //! max_connections_per_peer = 256
-//! write_timeout_s = 30       # a client that stops reading is closed
-//! drain_timeout_s = 30       # Ctrl-C: in-flight requests get this long
-//! body_idle_timeout_s = 10   # a request body that stalls this long fails
-//! slot_wait_ms = 2000        # then 503 + retry-after
+//! write_timeout = "30s"      # a client that stops reading is closed
+//! drain_timeout = "30s"      # Ctrl-C: in-flight requests get this long
+//! body_idle_timeout = "10s"  # a request body that stalls this long fails
+//! slot_wait = "2s"           # then 503 + retry-after
 //! max_in_flight = 256        # instances serving at once on the node
-//! instance_memory_mb = 8192  # memory all live instances may hold together
+//! instance_memory = "8GiB"   # memory all live instances may hold together
 //!
 //! [cluster]                  # optional: join a cluster
 //! rpc = "127.0.0.1:7000"     # shard server; the address peers dial
@@ -37,7 +58,8 @@
 //! gossip = "127.0.0.1:7001"  # SWIM failure detection (optional)
 //! seeds = ["127.0.0.1:7101"] # gossip addresses to join through
 //! weight = 1
-//! gossip_key = "…64 hex…"    # required with gossip; the same on every node
+//! gossip_key = "REPLACE-ME"  # 64 hex digits; required with gossip, the same
+//!                            #   on every node
 //! nodes = [{ id = "node-2", rpc = "127.0.0.1:7100" }]   # static members
 //! max_in_flight_per_worker = 64
 //! max_in_flight_node = 1024
@@ -48,16 +70,16 @@
 //! access_key_id = "GK…"
 //! secret_access_key = "…"
 //! allow_http = true          # a plain-HTTP endpoint
-//! timeout_ms = 5000          # one call; then a clear error
+//! timeout = "5s"             # one call; then a clear error
 //! max_retries = 2
 //!
 //! [plans.free]               # any field of a plan may be given
-//! max_script_size = 3145728  # bytes, gzip-compressed
-//! startup_cpu = 400          # ms
-//! request_cpu = 30000        # ms
-//! request_wall = 60000       # ms, wall clock per request
-//! memory = 134217728         # bytes
-//! max_uncompressed_size = 33554432  # bytes, as uploaded
+//! max_script_size = "3MiB"   # gzip-compressed
+//! startup_cpu = "400ms"      # CPU time of instantiation
+//! request_cpu = "30s"        # CPU time per request
+//! request_wall = "60s"       # wall clock per request
+//! memory = "128MiB"          # per instance
+//! max_uncompressed_size = "32MiB"  # as uploaded
 //! ```
 
 use std::net::SocketAddr;
@@ -65,6 +87,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytesize::ByteSize;
 use serde::Deserialize;
 
 use hearth_runtime::{
@@ -86,6 +109,25 @@ pub const DEFAULT_ADMIN: SocketAddr =
 pub const DEFAULT_STORE: &str = "hearth-store";
 /// The node ID of `hearth serve` unless told otherwise.
 pub const DEFAULT_NODE_ID: &str = "node-1";
+
+/// What hearth's documentation writes where a secret goes (`artifact_key`,
+/// `gossip_key`, `admin_token`): a node refuses to start with it.
+pub const SECRET_PLACEHOLDER: &str = "REPLACE-ME";
+
+/// The shortest admin token a node accepts, in bytes: the admin API can
+/// deploy code, and a short token can be guessed over the network.
+pub const MIN_ADMIN_TOKEN_BYTES: usize = 32;
+
+/// Secret values hearth's documentation has printed: the placeholder, and
+/// the example keys and token that `docs/operator/*.toml` shipped before
+/// they became placeholders. Anyone who has read the docs knows them, so a
+/// node refuses them ([`NodeConfig::check_secrets`]).
+const EXAMPLE_SECRETS: &[&str] = &[
+    SECRET_PLACEHOLDER,
+    "change-me",
+    "9c1f5e0b7a3d4c2e8f6a1b0d9e7c5a3f2b4d6e8a0c1e3f5a7b9d1f3e5a7c9e1b",
+    "3e8d1c6b2a9f4e7d0c5b8a3f6e1d4c9b7a2f5e0d3c8b6a1f4e9d2c7b5a0f3e8d",
+];
 
 /// Why a node's configuration cannot be used. Each message names the file
 /// or setting and says what to do; a cause is in the message, not also a
@@ -130,6 +172,36 @@ pub enum NodeConfigError {
         /// The store's location.
         location: String,
         /// A fresh key to offer.
+        fresh: String,
+    },
+    /// A secret setting holds a value printed in hearth's documentation.
+    #[error(
+        "{setting} is an example value from hearth's documentation, which anyone can read: \
+         with it, whoever has read the docs could {risk}. Put a secret of your own in its \
+         place{scope}, for example this freshly generated one:\n    {key} = \"{fresh}\""
+    )]
+    ExampleSecret {
+        /// Where the setting is, e.g. `[cluster] gossip_key`.
+        setting: &'static str,
+        /// The key to write the fresh value under.
+        key: &'static str,
+        /// What the secret protects.
+        risk: &'static str,
+        /// Which nodes must share it, if any.
+        scope: &'static str,
+        /// A fresh value to offer.
+        fresh: String,
+    },
+    /// The admin token is too short to resist guessing.
+    #[error(
+        "admin_token is {len} bytes long; it must be at least {MIN_ADMIN_TOKEN_BYTES} bytes, \
+         since a short token can be guessed over the network. Use for example this freshly \
+         generated one:\n    admin_token = \"{fresh}\""
+    )]
+    ShortAdminToken {
+        /// Its length in bytes.
+        len: usize,
+        /// A fresh token to offer.
         fresh: String,
     },
     /// A key setting is not 64 hex digits.
@@ -264,6 +336,7 @@ impl ServeArgs {
             Some(path) => NodeConfig::load(path)?,
             None => NodeConfig::default(),
         };
+        file.check_secrets()?;
         if self.no_sni_prewarm {
             file.sni_prewarm = Some(false);
         }
@@ -299,44 +372,247 @@ impl ServeArgs {
     }
 }
 
-/// Partial plan limits from a config file.
+/// Partial plan limits from a config file. Sizes are [`ByteSize`]s
+/// (`"3MiB"`, or a bare number of bytes); times are durations (`"400ms"`,
+/// `"30s"`; a bare number is still read as milliseconds, with a
+/// deprecation warning, for one release).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlanOverrides {
-    /// Bytes, gzip-compressed.
-    pub max_script_size: Option<u64>,
-    /// Milliseconds of CPU.
-    pub startup_cpu: Option<u64>,
-    /// Milliseconds of CPU.
-    pub request_cpu: Option<u64>,
-    /// Milliseconds of wall-clock time per request.
-    pub request_wall: Option<u64>,
-    /// Bytes.
-    pub memory: Option<u64>,
-    /// Bytes, as uploaded.
-    pub max_uncompressed_size: Option<u64>,
+    /// Script size, gzip-compressed.
+    pub max_script_size: Option<ByteSize>,
+    /// CPU time of instantiation (top-level code).
+    #[serde(default, deserialize_with = "startup_cpu")]
+    pub startup_cpu: Option<Duration>,
+    /// CPU time of one request.
+    #[serde(default, deserialize_with = "request_cpu")]
+    pub request_cpu: Option<Duration>,
+    /// Wall-clock time of one request.
+    #[serde(default, deserialize_with = "request_wall")]
+    pub request_wall: Option<Duration>,
+    /// Memory of one instance.
+    pub memory: Option<ByteSize>,
+    /// Script size as uploaded.
+    pub max_uncompressed_size: Option<ByteSize>,
 }
 
 /// The `[limits]` section: what clients may hold on this node.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub struct ClientLimits {
     /// Connections open at once on each listener.
     pub max_connections: Option<usize>,
     /// Connections open at once from one IP address.
     pub max_connections_per_peer: Option<usize>,
-    /// Seconds a response write may make no progress.
-    pub write_timeout_s: Option<u64>,
-    /// Seconds in-flight requests get after Ctrl-C.
-    pub drain_timeout_s: Option<u64>,
-    /// Seconds a request body may deliver nothing.
-    pub body_idle_timeout_s: Option<u64>,
-    /// Milliseconds a request may wait for an instance slot.
-    pub slot_wait_ms: Option<u64>,
+    /// How long a response write may make no progress.
+    #[serde(default, with = "humantime_serde")]
+    pub write_timeout: Option<Duration>,
+    /// How long in-flight requests get after Ctrl-C.
+    #[serde(default, with = "humantime_serde")]
+    pub drain_timeout: Option<Duration>,
+    /// How long a request body may deliver nothing.
+    #[serde(default, with = "humantime_serde")]
+    pub body_idle_timeout: Option<Duration>,
+    /// How long a request may wait for an instance slot.
+    #[serde(default, with = "humantime_serde")]
+    pub slot_wait: Option<Duration>,
     /// Instances serving at once on the node.
     pub max_in_flight: Option<usize>,
-    /// MiB all live instances may hold together.
-    pub instance_memory_mb: Option<u64>,
+    /// Memory all live instances may hold together.
+    pub instance_memory: Option<ByteSize>,
+    // The keys these replace, read for one release (see `Renamed`).
+    write_timeout_s: Option<u64>,
+    drain_timeout_s: Option<u64>,
+    body_idle_timeout_s: Option<u64>,
+    slot_wait_ms: Option<u64>,
+    instance_memory_mb: Option<u64>,
+}
+
+impl<'de> Deserialize<'de> for ClientLimits {
+    /// The section as written, with its deprecated keys moved into their
+    /// replacements.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut c = ClientLimits::deserialize(d)?;
+        c.take_renamed().map_err(serde::de::Error::custom)?;
+        Ok(c)
+    }
+}
+
+impl ClientLimits {
+    /// Moves each deprecated key's value into its replacement.
+    fn take_renamed(&mut self) -> Result<(), String> {
+        let r = Renamed::section("limits");
+        let old = self.write_timeout_s.take();
+        r.secs(
+            "write_timeout_s",
+            old,
+            "write_timeout",
+            &mut self.write_timeout,
+        )?;
+        let old = self.drain_timeout_s.take();
+        r.secs(
+            "drain_timeout_s",
+            old,
+            "drain_timeout",
+            &mut self.drain_timeout,
+        )?;
+        let old = self.body_idle_timeout_s.take();
+        r.secs(
+            "body_idle_timeout_s",
+            old,
+            "body_idle_timeout",
+            &mut self.body_idle_timeout,
+        )?;
+        let old = self.slot_wait_ms.take();
+        r.millis("slot_wait_ms", old, "slot_wait", &mut self.slot_wait)?;
+        let old = self.instance_memory_mb.take();
+        r.mib(
+            "instance_memory_mb",
+            old,
+            "instance_memory",
+            &mut self.instance_memory,
+        )
+    }
+}
+
+/// Where a renamed config key is read: the section, for messages. The keys
+/// that carried their unit in the name (`idle_timeout_s`, `slot_wait_ms`,
+/// `memory_budget_mb`, ...) became durations (`"5m"`) and sizes
+/// (`"1GiB"`); the old keys are still read for one release, each with a
+/// warning that names its replacement and the value to write there.
+struct Renamed {
+    /// `[section] ` or nothing for the top level.
+    place: String,
+}
+
+impl Renamed {
+    fn section(name: &str) -> Renamed {
+        Renamed {
+            place: if name.is_empty() {
+                String::new()
+            } else {
+                format!("[{name}] ")
+            },
+        }
+    }
+
+    /// Moves `value` of the deprecated key `old` into `slot` (the key
+    /// `new`) as `convert` makes it, with a warning; both set is an error.
+    fn moved<T, U>(
+        &self,
+        old: &str,
+        value: Option<T>,
+        new: &str,
+        slot: &mut Option<U>,
+        convert: impl FnOnce(T) -> (U, String),
+    ) -> Result<(), String> {
+        let Some(value) = value else { return Ok(()) };
+        let place = &self.place;
+        if slot.is_some() {
+            return Err(format!(
+                "{place}sets both {old} and {new}; {old} is the deprecated spelling of {new}: remove it"
+            ));
+        }
+        let (value, written) = convert(value);
+        tracing::warn!(
+            "config: {place}{old} is deprecated and will be removed in the next release; \
+             write {new} = {written} instead"
+        );
+        *slot = Some(value);
+        Ok(())
+    }
+
+    /// A number of seconds that became a duration.
+    fn secs(
+        &self,
+        old: &str,
+        v: Option<u64>,
+        new: &str,
+        slot: &mut Option<Duration>,
+    ) -> Result<(), String> {
+        self.moved(old, v, new, slot, |s| written(Duration::from_secs(s)))
+    }
+
+    /// A number of milliseconds that became a duration.
+    fn millis(
+        &self,
+        old: &str,
+        v: Option<u64>,
+        new: &str,
+        slot: &mut Option<Duration>,
+    ) -> Result<(), String> {
+        self.moved(old, v, new, slot, |ms| written(Duration::from_millis(ms)))
+    }
+
+    /// A number of MiB that became a size.
+    fn mib(
+        &self,
+        old: &str,
+        v: Option<u64>,
+        new: &str,
+        slot: &mut Option<ByteSize>,
+    ) -> Result<(), String> {
+        self.moved(old, v, new, slot, |mb| {
+            (ByteSize::mib(mb), format!("\"{mb}MiB\""))
+        })
+    }
+}
+
+/// `d` and how to write it in a config file (`"5m"`, `"250ms"`).
+fn written(d: Duration) -> (Duration, String) {
+    (
+        d,
+        format!("\"{}\"", humantime_serde::re::humantime::format_duration(d)),
+    )
+}
+
+/// `[plans.*] startup_cpu`: see [`plan_duration`].
+fn startup_cpu<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    plan_duration(d, "startup_cpu")
+}
+
+/// `[plans.*] request_cpu`: see [`plan_duration`].
+fn request_cpu<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    plan_duration(d, "request_cpu")
+}
+
+/// `[plans.*] request_wall`: see [`plan_duration`].
+fn request_wall<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    plan_duration(d, "request_wall")
+}
+
+/// A plan's time limit `key`: a duration (`"400ms"`), or, as before this
+/// release, a bare number of milliseconds (read with a deprecation
+/// warning).
+fn plan_duration<'de, D: serde::Deserializer<'de>>(
+    d: D,
+    key: &'static str,
+) -> Result<Option<Duration>, D::Error> {
+    struct PlanDuration(&'static str);
+    impl serde::de::Visitor<'_> for PlanDuration {
+        type Value = Duration;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a duration such as \"400ms\" or \"30s\"")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Duration, E> {
+            humantime_serde::re::humantime::parse_duration(v)
+                .map_err(|e| E::custom(format!("{}: {e} in {v:?}", self.0)))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Duration, E> {
+            let ms = u64::try_from(v).map_err(|_| E::custom(format!("{} is negative", self.0)))?;
+            self.visit_u64(ms)
+        }
+        fn visit_u64<E: serde::de::Error>(self, ms: u64) -> Result<Duration, E> {
+            let (d, written) = written(Duration::from_millis(ms));
+            tracing::warn!(
+                "config: [plans.…] {key} = {ms} (a bare number of milliseconds) is deprecated and \
+                 will be refused in the next release; write {key} = {written} instead",
+                key = self.0
+            );
+            Ok(d)
+        }
+    }
+    d.deserialize_any(PlanDuration(key)).map(Some)
 }
 
 /// Per-plan overrides.
@@ -446,7 +722,7 @@ impl ClusterSection {
 
 /// A node's configuration file.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub struct NodeConfig {
     /// The node's ID (default `node-1`).
     pub node_id: Option<String>,
@@ -476,10 +752,11 @@ pub struct NodeConfig {
     pub s3: Option<S3Settings>,
     /// Admin API token.
     pub admin_token: Option<String>,
-    /// Memory budget for warm Workers, MiB.
-    pub memory_budget_mb: Option<u64>,
-    /// Idle timeout, seconds.
-    pub idle_timeout_s: Option<u64>,
+    /// Memory budget for warm Workers.
+    pub memory_budget: Option<ByteSize>,
+    /// How long a Worker may stay warm without a request.
+    #[serde(default, with = "humantime_serde")]
+    pub idle_timeout: Option<Duration>,
     /// Sweep idle Workers only above this fraction of the memory budget.
     pub idle_sweep_above: Option<f64>,
     /// Plan limits.
@@ -490,9 +767,42 @@ pub struct NodeConfig {
     pub limits: ClientLimits,
     /// Cluster membership; absent for a standalone node.
     pub cluster: Option<ClusterSection>,
+    // The keys these replace, read for one release (see `Renamed`).
+    memory_budget_mb: Option<u64>,
+    idle_timeout_s: Option<u64>,
+}
+
+impl<'de> Deserialize<'de> for NodeConfig {
+    /// The file as written, with its deprecated keys moved into their
+    /// replacements.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut c = NodeConfig::deserialize(d)?;
+        c.take_renamed().map_err(serde::de::Error::custom)?;
+        Ok(c)
+    }
 }
 
 impl NodeConfig {
+    /// Moves each deprecated top-level key's value into its replacement
+    /// (the sections do their own).
+    fn take_renamed(&mut self) -> Result<(), String> {
+        let r = Renamed::section("");
+        let old = self.memory_budget_mb.take();
+        r.mib(
+            "memory_budget_mb",
+            old,
+            "memory_budget",
+            &mut self.memory_budget,
+        )?;
+        let old = self.idle_timeout_s.take();
+        r.secs(
+            "idle_timeout_s",
+            old,
+            "idle_timeout",
+            &mut self.idle_timeout,
+        )
+    }
+
     /// Reads and parses `path`.
     pub fn load(path: &Path) -> Result<Self, NodeConfigError> {
         let text = std::fs::read_to_string(path).map_err(|error| NodeConfigError::Read {
@@ -505,29 +815,79 @@ impl NodeConfig {
         })
     }
 
+    /// Refuses secrets that protect nothing, before the node starts: an
+    /// `artifact_key`, `[cluster] gossip_key` or `admin_token` that hearth's
+    /// documentation has printed (the placeholder, or an example value), and
+    /// an `admin_token` shorter than [`MIN_ADMIN_TOKEN_BYTES`]. Each error
+    /// says why and offers a freshly generated value to paste.
+    pub fn check_secrets(&self) -> Result<(), NodeConfigError> {
+        let example = |value: &str| {
+            EXAMPLE_SECRETS
+                .iter()
+                .any(|e| value.trim().eq_ignore_ascii_case(e))
+        };
+        if self.artifact_key.as_deref().is_some_and(example) {
+            return Err(NodeConfigError::ExampleSecret {
+                setting: "artifact_key",
+                key: "artifact_key",
+                risk: "forge precompiled artifacts, which nodes run as native code",
+                scope: " (the same on every node)",
+                fresh: fresh_key(),
+            });
+        }
+        let gossip_key = self.cluster.as_ref().and_then(|c| c.gossip_key.as_deref());
+        if gossip_key.is_some_and(example) {
+            return Err(NodeConfigError::ExampleSecret {
+                setting: "[cluster] gossip_key",
+                key: "gossip_key",
+                risk: "forge gossip and take nodes off the ring",
+                scope: " (the same on every node)",
+                fresh: fresh_key(),
+            });
+        }
+        if let Some(token) = &self.admin_token {
+            if example(token) {
+                return Err(NodeConfigError::ExampleSecret {
+                    setting: "admin_token",
+                    key: "admin_token",
+                    risk: "deploy Workers and drive this node through its admin API",
+                    scope: "",
+                    fresh: fresh_key(),
+                });
+            }
+            if token.len() < MIN_ADMIN_TOKEN_BYTES {
+                return Err(NodeConfigError::ShortAdminToken {
+                    len: token.len(),
+                    fresh: fresh_key(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Applies the file's runtime settings to `cfg`.
     pub fn apply(&self, mut cfg: RuntimeConfig) -> RuntimeConfig {
-        if let Some(mb) = self.memory_budget_mb {
-            cfg = cfg.memory_budget(mb << 20);
+        if let Some(size) = self.memory_budget {
+            cfg = cfg.memory_budget(size.as_u64());
         }
         if let Some(f) = self.idle_sweep_above {
             cfg = cfg.idle_sweep_above(f);
         }
-        if let Some(s) = self.idle_timeout_s {
-            cfg = cfg.idle_timeout(Duration::from_secs(s));
+        if let Some(d) = self.idle_timeout {
+            cfg = cfg.idle_timeout(d);
         }
         let c = &self.limits;
-        if let Some(s) = c.body_idle_timeout_s {
-            cfg = cfg.body_idle_timeout(Duration::from_secs(s));
+        if let Some(d) = c.body_idle_timeout {
+            cfg = cfg.body_idle_timeout(d);
         }
-        if let Some(ms) = c.slot_wait_ms {
-            cfg = cfg.slot_wait(Duration::from_millis(ms));
+        if let Some(d) = c.slot_wait {
+            cfg = cfg.slot_wait(d);
         }
         if let Some(n) = c.max_in_flight {
             cfg = cfg.max_in_flight(n);
         }
-        if let Some(mb) = c.instance_memory_mb {
-            cfg = cfg.instance_memory_cap(mb << 20);
+        if let Some(size) = c.instance_memory {
+            cfg = cfg.instance_memory_cap(size.as_u64());
         }
         for (plan, o) in [
             (Plan::Free, &self.plans.free),
@@ -535,22 +895,22 @@ impl NodeConfig {
         ] {
             let mut l: PlanLimits = *cfg.limits(plan);
             if let Some(v) = o.max_script_size {
-                l.max_script_size = v;
+                l.max_script_size = v.as_u64();
             }
             if let Some(v) = o.startup_cpu {
-                l.startup_cpu = Duration::from_millis(v);
+                l.startup_cpu = v;
             }
             if let Some(v) = o.request_cpu {
-                l.request_cpu = Duration::from_millis(v);
+                l.request_cpu = v;
             }
             if let Some(v) = o.request_wall {
-                l.request_wall = Duration::from_millis(v);
+                l.request_wall = v;
             }
             if let Some(v) = o.max_uncompressed_size {
-                l.max_uncompressed_size = v;
+                l.max_uncompressed_size = v.as_u64();
             }
             if let Some(v) = o.memory {
-                l.memory = v;
+                l.memory = v.as_u64();
             }
             cfg = cfg.plan_limits(plan, l);
         }
@@ -736,8 +1096,18 @@ pub fn admin_token(store: &Path) -> Result<(String, bool), NodeConfigError> {
 mod tests {
     use super::*;
 
+    /// The value a refusal offers to paste after `key = "`.
+    fn offered(message: &str, key: &str) -> String {
+        message
+            .split(&format!("{key} = \""))
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .unwrap_or_else(|| panic!("no {key} offered in: {message}"))
+            .to_string()
+    }
+
     #[test]
-    fn the_three_example_configs_of_the_readme_parse_and_agree() {
+    fn the_three_example_configs_of_the_readme_parse_agree_and_hold_no_usable_secret() {
         let texts = [
             include_str!("../docs/operator/node-1.toml"),
             include_str!("../docs/operator/node-2.toml"),
@@ -745,20 +1115,211 @@ mod tests {
         ];
         let mut rpcs = Vec::new();
         for (i, text) in texts.iter().enumerate() {
-            let c: NodeConfig = toml::from_str(text).expect("example config parses");
+            let mut c: NodeConfig = toml::from_str(text).expect("example config parses");
             assert_eq!(
                 c.node_id.as_deref(),
                 Some(format!("node-{}", i + 1).as_str())
             );
             assert_eq!(c.store.as_deref(), Some("s3://hearth/prod"));
-            let key = c.artifact_key.as_deref().expect("artifact_key");
-            parse_key("artifact_key", key).expect("artifact_key is 64 hex digits");
             let cluster = c.cluster.as_ref().expect("[cluster]");
-            assert!(cluster.gossip_key().expect("gossip_key").is_some());
+            assert!(cluster.gossip.is_some(), "gossip, so gossip_key is needed");
             rpcs.push(cluster.rpc);
+            // Every secret is a placeholder the node refuses, each with a
+            // fresh value that it then accepts.
+            for key in ["artifact_key", "gossip_key", "admin_token"] {
+                let refused = c.check_secrets().expect_err("a placeholder is refused");
+                assert!(
+                    matches!(refused, NodeConfigError::ExampleSecret { key: k, .. } if k == key),
+                    "{refused}"
+                );
+                let fresh = offered(&refused.to_string(), key);
+                assert_ne!(fresh, SECRET_PLACEHOLDER);
+                match key {
+                    "artifact_key" => c.artifact_key = Some(fresh),
+                    "gossip_key" => {
+                        c.cluster.as_mut().expect("[cluster]").gossip_key = Some(fresh);
+                    }
+                    _ => c.admin_token = Some(fresh),
+                }
+            }
+            c.check_secrets().expect("fresh secrets are accepted");
+            let key = c.artifact_key.as_deref().expect("artifact_key");
+            parse_key("artifact_key", key).expect("the offered key is 64 hex digits");
+            let cluster = c.cluster.as_ref().expect("[cluster]");
+            assert!(cluster.gossip_key().expect("offered gossip_key").is_some());
         }
         rpcs.dedup();
         assert_eq!(rpcs.len(), 3, "each node its own RPC address");
+    }
+
+    /// Writes `text` as a config file in `dir` and resolves it, as `hearth
+    /// serve --config` does before anything starts.
+    fn resolve_text(dir: &Path, text: &str) -> Result<ServeConfig, NodeConfigError> {
+        let path = dir.join("node.toml");
+        std::fs::write(&path, text).expect("write config");
+        args(Some(&path)).resolve()
+    }
+
+    #[test]
+    fn a_node_refuses_the_secrets_the_docs_shipped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let good_key = "5d1f0c9a8b7e6d5c4b3a29181706f5e4d3c2b1a09f8e7d6c5b4a392817160504";
+        let good_token = "a-long-enough-admin-token-of-32-bytes";
+        // The artifact key docs/operator/*.toml shipped before.
+        let shipped = "9c1f5e0b7a3d4c2e8f6a1b0d9e7c5a3f2b4d6e8a0c1e3f5a7b9d1f3e5a7c9e1b";
+        let err = resolve_text(
+            dir.path(),
+            &format!("artifact_key = \"{shipped}\"\nadmin_token = \"{good_token}\"\n"),
+        )
+        .expect_err("the docs' example artifact key");
+        let message = err.to_string();
+        assert!(
+            message.starts_with("artifact_key is an example value from hearth's documentation"),
+            "{message}"
+        );
+        assert!(message.contains("forge precompiled artifacts"), "{message}");
+        let fresh = offered(&message, "artifact_key");
+        parse_key("artifact_key", &fresh).expect("a usable key is offered");
+        assert_ne!(fresh, shipped);
+        // Upper case is the same key.
+        let err = resolve_text(
+            dir.path(),
+            &format!("artifact_key = \"{}\"\n", shipped.to_uppercase()),
+        )
+        .expect_err("the same key in upper case");
+        assert!(
+            matches!(err, NodeConfigError::ExampleSecret { .. }),
+            "{err}"
+        );
+        // The gossip key the docs shipped, and their admin token.
+        let err = resolve_text(
+            dir.path(),
+            "[cluster]\nrpc = \"127.0.0.1:7000\"\npki = \"./pki\"\ngossip = \"127.0.0.1:7001\"\n\
+             gossip_key = \"3e8d1c6b2a9f4e7d0c5b8a3f6e1d4c9b7a2f5e0d3c8b6a1f4e9d2c7b5a0f3e8d\"\n",
+        )
+        .expect_err("the docs' example gossip key");
+        assert!(
+            err.to_string()
+                .starts_with("[cluster] gossip_key is an example value"),
+            "{err}"
+        );
+        let err = resolve_text(dir.path(), "admin_token = \"change-me\"\n")
+            .expect_err("the docs' example token");
+        assert!(
+            err.to_string()
+                .starts_with("admin_token is an example value"),
+            "{err}"
+        );
+
+        // A 10-byte token is too short, whatever it is.
+        let err = resolve_text(dir.path(), "admin_token = \"0123456789\"\n")
+            .expect_err("a 10-byte token");
+        let message = err.to_string();
+        assert!(
+            message.starts_with("admin_token is 10 bytes long; it must be at least 32 bytes"),
+            "{message}"
+        );
+        assert!(offered(&message, "admin_token").len() >= MIN_ADMIN_TOKEN_BYTES);
+
+        // Secrets of one's own are accepted.
+        let good = resolve_text(
+            dir.path(),
+            &format!(
+                "artifact_key = \"{good_key}\"\nadmin_token = \"{good_token}\"\n[cluster]\n\
+                 rpc = \"127.0.0.1:7000\"\npki = \"./pki\"\ngossip = \"127.0.0.1:7001\"\n\
+                 gossip_key = \"{good_key}\"\n"
+            ),
+        )
+        .expect("a config with secrets of its own");
+        assert_eq!(good.settings.admin_token.as_deref(), Some(good_token));
+    }
+
+    #[test]
+    fn durations_and_sizes_are_written_with_their_units() {
+        let c: NodeConfig = toml::from_str(
+            "memory_budget = \"512MiB\"\nidle_timeout = \"90s\"\n\
+             [limits]\nwrite_timeout = \"5s\"\ndrain_timeout = \"1m\"\nbody_idle_timeout = \"2s\"\n\
+             slot_wait = \"250ms\"\ninstance_memory = \"2GiB\"\n\
+             [s3]\ntimeout = \"1500ms\"\n\
+             [plans.paid]\nmax_script_size = \"10MiB\"\nstartup_cpu = \"400ms\"\nrequest_cpu = \"30s\"\n\
+             request_wall = \"1m\"\nmemory = \"128MiB\"\nmax_uncompressed_size = 67108864\n",
+        )
+        .expect("config with units");
+        assert_eq!(c.memory_budget, Some(ByteSize::mib(512)));
+        assert_eq!(c.idle_timeout, Some(Duration::from_secs(90)));
+        let l = &c.limits;
+        assert_eq!(l.write_timeout, Some(Duration::from_secs(5)));
+        assert_eq!(l.drain_timeout, Some(Duration::from_secs(60)));
+        assert_eq!(l.body_idle_timeout, Some(Duration::from_secs(2)));
+        assert_eq!(l.slot_wait, Some(Duration::from_millis(250)));
+        assert_eq!(l.instance_memory, Some(ByteSize::gib(2)));
+        let s3 = c.s3.as_ref().expect("[s3]");
+        assert_eq!(s3.timeout, Some(Duration::from_millis(1500)));
+        let p = &c.plans.paid;
+        assert_eq!(p.max_script_size, Some(ByteSize::mib(10)));
+        assert_eq!(p.startup_cpu, Some(Duration::from_millis(400)));
+        assert_eq!(p.request_cpu, Some(Duration::from_secs(30)));
+        assert_eq!(p.request_wall, Some(Duration::from_secs(60)));
+        assert_eq!(p.memory, Some(ByteSize::mib(128)));
+        assert_eq!(
+            p.max_uncompressed_size,
+            Some(ByteSize::mib(64)),
+            "bare bytes"
+        );
+        let limits = c.serve_limits();
+        assert_eq!(limits.write_timeout, Duration::from_secs(5));
+        assert_eq!(limits.drain_timeout, Duration::from_secs(60));
+
+        for bad in [
+            "idle_timeout = \"ten seconds\"\n",
+            "idle_timeout = 10\n",
+            "memory_budget = \"lots\"\n",
+            "[plans.free]\nrequest_cpu = \"fast\"\n",
+        ] {
+            assert!(toml::from_str::<NodeConfig>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_keys_of_the_last_release_still_parse_to_the_same_values() {
+        let old: NodeConfig = toml::from_str(
+            "memory_budget_mb = 512\nidle_timeout_s = 90\n\
+             [limits]\nwrite_timeout_s = 5\ndrain_timeout_s = 60\nbody_idle_timeout_s = 2\n\
+             slot_wait_ms = 250\ninstance_memory_mb = 2048\n\
+             [s3]\ntimeout_ms = 1500\n\
+             [plans.free]\nmax_script_size = 3145728\nstartup_cpu = 400\nrequest_cpu = 30000\n\
+             request_wall = 60000\nmemory = 134217728\n",
+        )
+        .expect("old keys parse");
+        let new: NodeConfig = toml::from_str(
+            "memory_budget = \"512MiB\"\nidle_timeout = \"90s\"\n\
+             [limits]\nwrite_timeout = \"5s\"\ndrain_timeout = \"60s\"\nbody_idle_timeout = \"2s\"\n\
+             slot_wait = \"250ms\"\ninstance_memory = \"2GiB\"\n\
+             [s3]\ntimeout = \"1500ms\"\n\
+             [plans.free]\nmax_script_size = \"3MiB\"\nstartup_cpu = \"400ms\"\nrequest_cpu = \"30s\"\n\
+             request_wall = \"60s\"\nmemory = \"128MiB\"\n",
+        )
+        .expect("new keys parse");
+        // Debug shows every field, the deprecated ones too (emptied once
+        // moved), so equal output means equal settings.
+        assert_eq!(format!("{old:?}"), format!("{new:?}"));
+        assert_eq!(old.memory_budget, Some(ByteSize::mib(512)));
+        assert_eq!(old.limits.slot_wait, Some(Duration::from_millis(250)));
+        assert_eq!(old.plans.free.request_cpu, Some(Duration::from_secs(30)));
+        assert_eq!(
+            old.s3.as_ref().and_then(|s| s.timeout),
+            Some(Duration::from_millis(1500))
+        );
+
+        // An old key next to its replacement is a mistake, not a choice.
+        for both in [
+            "idle_timeout_s = 1\nidle_timeout = \"1s\"\n",
+            "[limits]\nslot_wait_ms = 1\nslot_wait = \"1ms\"\n",
+            "[s3]\ntimeout_ms = 1\ntimeout = \"1ms\"\n",
+        ] {
+            let err = toml::from_str::<NodeConfig>(both).expect_err(both);
+            assert!(err.to_string().contains("deprecated spelling"), "{err}");
+        }
     }
 
     fn args(config: Option<&Path>) -> ServeArgs {

@@ -223,7 +223,7 @@ async fn the_ring_view_places_a_worker_and_agrees_with_metrics_and_hearth_ring()
     );
     assert!(text.starts_with("ring of node-2 (3 members)"), "{text}");
     assert!(
-        text.contains(&format!("hello: home {home}, fallback order")),
+        text.contains(&format!("hello: home {home}, successors")),
         "{text}"
     );
     assert_eq!(

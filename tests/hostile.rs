@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hearth");
-const TOKEN: &str = "hostile-test-token";
+const TOKEN: &str = "hostile-test-token-long-enough-for-the-node";
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -189,7 +189,7 @@ async fn sixteen_idle_posts_do_not_freeze_a_worker() {
     let node = Serve::start(
         dir.path(),
         &["echo"],
-        "[limits]\nbody_idle_timeout_s = 2\nslot_wait_ms = 500\n",
+        "[limits]\nbody_idle_timeout = \"2s\"\nslot_wait = \"500ms\"\n",
     );
     // The reported attack: a head and one byte, then nothing, 16 times.
     let mut idle = Vec::new();
@@ -253,7 +253,7 @@ async fn two_hundred_fifty_six_stalled_sockets_do_not_starve_other_workers() {
     let node = Serve::start(
         dir.path(),
         &["echo", "hello"],
-        "[limits]\nbody_idle_timeout_s = 30\nslot_wait_ms = 300\nmax_in_flight = 24\nmax_connections_per_peer = 1024\n",
+        "[limits]\nbody_idle_timeout = \"30s\"\nslot_wait = \"300ms\"\nmax_in_flight = 24\nmax_connections_per_peer = 1024\n",
     );
     // Half trickle, half hand their request over and then stall: echo's
     // slots are all held, and the rest wait for them.
@@ -343,7 +343,7 @@ async fn a_request_has_a_wall_clock_deadline() {
     let node = Serve::start(
         dir.path(),
         &["echo"],
-        "[limits]\nbody_idle_timeout_s = 60\n\n[plans.free]\nrequest_wall = 1000\n",
+        "[limits]\nbody_idle_timeout = \"60s\"\n\n[plans.free]\nrequest_wall = \"1s\"\n",
     );
     // A body that stops after being handed over: the idle timeout is long,
     // so it is the 1 s wall-clock deadline that frees the instance.
@@ -364,7 +364,7 @@ async fn ctrl_c_drains_even_with_stalled_clients_connected() {
     let mut node = Serve::start(
         dir.path(),
         &["echo"],
-        "[limits]\nbody_idle_timeout_s = 600\ndrain_timeout_s = 1\n",
+        "[limits]\nbody_idle_timeout = \"10m\"\ndrain_timeout = \"1s\"\n",
     );
     let sockets = stalled_mix(node.http, 16).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -402,7 +402,7 @@ async fn admin_get(admin: SocketAddr, path: &str) -> Option<(u16, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_finishing_in_flight_requests_and_readyz_says_so() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut node = Serve::start(dir.path(), &["echo"], "[limits]\ndrain_timeout_s = 20\n");
+    let mut node = Serve::start(dir.path(), &["echo"], "[limits]\ndrain_timeout = \"20s\"\n");
     assert_eq!(
         admin_get(node.admin, "/readyz").await.map(|(s, _)| s),
         Some(200),
@@ -670,6 +670,64 @@ fn gossip_without_a_shared_key_stops_the_node_with_a_fresh_key_offered() {
     std::fs::write(&config, format!("{section}gossip_key = \"abc\"\n")).expect("write config");
     let err = refused_start(&store, &["--config", path]);
     assert!(err.contains("64 hex digits"), "{err}");
+}
+
+/// The example configs in docs/operator are not a working secret: a node
+/// started with one refuses, says why and offers a fresh value; so does a
+/// node given an admin token too short to resist guessing. (Every other
+/// test here starts a node with a config of its own secrets.)
+#[test]
+fn the_docs_example_secrets_and_a_short_admin_token_stop_the_node() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operator/node-1.toml");
+    let err = refused_start(&store, &["--config", example]);
+    assert!(
+        err.contains("artifact_key is an example value from hearth's documentation"),
+        "{err}"
+    );
+    let offered = err
+        .split("artifact_key = \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a key is offered");
+    assert_eq!(offered.len(), 64, "{err}");
+    assert!(offered.chars().all(|c| c.is_ascii_hexdigit()), "{err}");
+    assert!(!store.exists(), "refused before the store was touched");
+
+    let config = dir.path().join("node.toml");
+    std::fs::write(&config, "admin_token = \"0123456789\"\n").expect("write config");
+    let err = refused_start(&store, &["--config", config.to_str().expect("utf8")]);
+    assert!(
+        err.contains("admin_token is 10 bytes long; it must be at least 32 bytes"),
+        "{err}"
+    );
+    assert!(
+        err.contains("admin_token = \""),
+        "a token is offered: {err}"
+    );
+}
+
+/// A config written for the last release still starts a node, and the log
+/// names each deprecated key and what to write instead.
+#[test]
+fn a_config_with_last_releases_keys_starts_and_says_what_to_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Serve::start(
+        dir.path(),
+        &[],
+        "idle_timeout_s = 300\n[limits]\nslot_wait_ms = 500\n",
+    );
+    let log = node.log();
+    assert!(
+        log.contains("idle_timeout_s is deprecated") && log.contains("idle_timeout = \"5m\""),
+        "{log}"
+    );
+    assert!(
+        log.contains("[limits] slot_wait_ms is deprecated")
+            && log.contains("slot_wait = \"500ms\""),
+        "{log}"
+    );
 }
 
 /// Stored metadata names the files a node opens (the source's blob, its

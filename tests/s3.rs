@@ -334,7 +334,7 @@ mod processes {
     use hearth::testing::Garage;
 
     const BIN: &str = env!("CARGO_BIN_EXE_hearth");
-    const TOKEN: &str = "s3-test-token";
+    const TOKEN: &str = "s3-test-token-long-enough-for-the-node";
     const GOSSIP_KEY: &str = "4f5e6d7c8b9a0f1e2d3c4b5a69788796a5b4c3d2e1f00112233445566778899a";
     const ARTIFACT_KEY: &str = "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9";
 

@@ -52,7 +52,7 @@ use crate::script_store::{ScriptMeta, ScriptStore};
 /// (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
 /// `AWS_SECRET_ACCESS_KEY`, `AWS_ALLOW_HTTP`, ...).
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub struct S3Settings {
     /// Endpoint URL, e.g. `http://127.0.0.1:3900` (default: AWS).
     pub endpoint: Option<String>,
@@ -64,10 +64,40 @@ pub struct S3Settings {
     pub secret_access_key: Option<String>,
     /// Allow a plain `http://` endpoint (default false).
     pub allow_http: Option<bool>,
-    /// Milliseconds one call may take before it fails (default 5000).
+    /// How long one call may take before it fails (default 5 s); in a
+    /// config file a duration such as `"5s"` or `"1500ms"`.
+    #[serde(default, with = "humantime_serde")]
+    pub timeout: Option<Duration>,
+    /// Deprecated spelling of `timeout`, in milliseconds: read for one
+    /// release. Parsing moves it into `timeout` with a warning; [`S3Store`]
+    /// uses it only when `timeout` is unset.
     pub timeout_ms: Option<u64>,
     /// Retries of a failed call (default 2).
     pub max_retries: Option<usize>,
+}
+
+impl<'de> Deserialize<'de> for S3Settings {
+    /// The `[s3]` section as written, with `timeout_ms` moved into
+    /// `timeout`.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut s = S3Settings::deserialize(d)?;
+        if let Some(ms) = s.timeout_ms.take() {
+            if s.timeout.is_some() {
+                return Err(serde::de::Error::custom(
+                    "[s3] sets both timeout_ms and timeout; timeout_ms is the deprecated \
+                     spelling of timeout: remove it",
+                ));
+            }
+            let timeout = Duration::from_millis(ms);
+            tracing::warn!(
+                "config: [s3] timeout_ms is deprecated and will be removed in the next release; \
+                 write timeout = \"{}\" instead",
+                humantime_serde::re::humantime::format_duration(timeout)
+            );
+            s.timeout = Some(timeout);
+        }
+        Ok(s)
+    }
 }
 
 /// A [`ScriptStore`] in an S3-compatible bucket (see the module docs).
@@ -134,7 +164,10 @@ impl S3Store {
         }
         // Set key by key: `with_client_options` would replace what the
         // environment (and `allow_http` above) set.
-        let timeout = Duration::from_millis(settings.timeout_ms.unwrap_or(5000));
+        let timeout = settings
+            .timeout
+            .or(settings.timeout_ms.map(Duration::from_millis))
+            .unwrap_or(Duration::from_secs(5));
         let connect = timeout.min(Duration::from_secs(2));
         b = b
             .with_config(

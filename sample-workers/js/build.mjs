@@ -5,7 +5,7 @@
 //
 // Runs `npm ci` first when node_modules/ is missing (the exact versions are
 // pinned in package.json and package-lock.json), then componentizes
-// worker.js against wit/ (world `hearth:sample-js/worker`, which exports
+// worker.js against ../wit/ (world `hearth:samples/js-worker`, which exports
 // wasi:http/incoming-handler@0.2.10) with componentize-js, and writes the
 // component to OUT.wasm (its directory is created if needed).
 
@@ -34,8 +34,8 @@ const { componentize } = await import('@bytecodealliance/componentize-js');
 const started = Date.now();
 const { component } = await componentize({
   sourcePath: join(here, 'worker.js'),
-  witPath: join(here, 'wit'),
-  worldName: 'worker',
+  witPath: join(here, '..', 'wit'),
+  worldName: 'js-worker',
 });
 await mkdir(dirname(outPath), { recursive: true });
 await writeFile(outPath, component);

@@ -3,7 +3,7 @@
 Built by componentize-py into a wasi:http proxy component: the class
 `IncomingHandler` below implements the exported interface
 wasi:http/incoming-handler@0.2.10, whose bindings (the `wit_world` package)
-componentize-py generates from wit/ at build time.
+componentize-py generates from ../wit/ at build time.
 
 It answers every request with JSON describing it:
   {"worker":"python","method":"POST","path":"/x?y=1","headers":{...},

@@ -7,9 +7,9 @@
 # exact version, else the one in a venv under the cache dir
 # ($HEARTH_CACHE_DIR, default ${XDG_CACHE_HOME:-~/.cache}/hearth), which is
 # created (pip install componentize-py==$COMPONENTIZE_PY_VERSION) if missing.
-# The world is `worker` in wit/ (= wasi:http/proxy@0.2.10, WIT vendored in
-# wit/deps); componentize-py generates the Python bindings itself, so none
-# are kept in the repo.
+# The world is `python-worker` in ../wit/ (= wasi:http/proxy@0.2.10, WIT
+# vendored in ../wit/deps, shared with the JS sample); componentize-py
+# generates the Python bindings itself, so none are kept in the repo.
 set -euo pipefail
 
 COMPONENTIZE_PY_VERSION=0.25.1
@@ -45,5 +45,5 @@ mkdir -p "$(dirname "$out")"
 start=$(date +%s)
 # -p "$here": only app.py's directory is on the Python path (plus the
 # bundled standard library).
-(cd "$here" && "$cpy" --quiet -d wit -w worker componentize -p "$here" app -o "$out")
+(cd "$here" && "$cpy" --quiet -d ../wit -w python-worker componentize -p "$here" app -o "$out")
 echo "build.sh: wrote $out ($(wc -c <"$out") bytes) in $(($(date +%s) - start)) s" >&2

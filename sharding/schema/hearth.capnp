@@ -115,7 +115,7 @@ struct TraceEvent {
   scriptId @0 :Text;
   node @1 :Text;              # the node that produced the event
   timestampUnixMs @2 :UInt64;
-  kind @3 :Text;              # e.g. "log", "exception", "fetch"
+  kind @3 :Text;              # "log", "subrequest", "exception" or "outcome"
   message @4 :Text;
 }
 
@@ -155,7 +155,7 @@ interface ShardServer {
   #
   # Once sent, the home may have started the request, so the caller never
   # replays it, except after `refused` (the caller's `lazy`, handed back:
-  # nothing ran) or `unimplemented` (a home that predates this method).
+  # nothing ran).
   call @1 (scriptId :Text, context :ContextStack, lazy :Worker,
            head :RequestHead, body :Data, response :ResponseSink) -> CallAnswer;
 

@@ -62,7 +62,6 @@ pub struct LazyInstance {
     context: ContextStack,
     state: Cell<State>,
     decided: Notify,
-    invoked: Cell<bool>,
 }
 
 impl LazyInstance {
@@ -81,18 +80,7 @@ impl LazyInstance {
             context,
             state: Cell::new(State::Undecided),
             decided: Notify::new(),
-            invoked: Cell::new(false),
         }
-    }
-
-    /// The Worker this instance runs.
-    pub fn script_id(&self) -> &str {
-        &self.script_id
-    }
-
-    /// Whether it has been invoked, i.e. whether it has cost anything.
-    pub fn was_invoked(&self) -> bool {
-        self.invoked.get()
     }
 
     /// Serves the shard client's own request here (after a refusal, or when
@@ -106,7 +94,6 @@ impl LazyInstance {
             return None;
         }
         self.decide(State::TakenBack);
-        self.invoked.set(true);
         Some(self.host.serve(Route::Fallback, &self.script_id, request))
     }
 
@@ -152,7 +139,6 @@ impl worker::Server for LazyInstance {
             .map_err(|reason| {
                 capnp::Error::overloaded(format!("this node does not admit the request ({reason})"))
             })?;
-        self.invoked.set(true);
         serve_fetch(
             &self.host,
             &self.script_id,

@@ -25,9 +25,12 @@
 //!   is close to `weight / total weight`; the spread shrinks like
 //!   `1/sqrt(vnodes)`. [`DEFAULT_VNODES`] is chosen from the measurements in
 //!   `sharding/BENCH-ring.md`.
-//! - **Fallback order.** Walking on from the home gives the next distinct
-//!   nodes ([`Ring::successors`]): where to go when the home is down, and the
-//!   node that inherits a Worker if the home leaves.
+//! - **Succession.** Walking on from the home gives the next distinct
+//!   nodes ([`Ring::successors`]): the node that inherits a Worker when its
+//!   home leaves the ring. Nothing is copied or replicated to them, and a
+//!   home that is still on the ring but unreachable is not skipped: the node
+//!   that received the request serves it itself
+//!   ([`crate::routing::Route::Fallback`]).
 //!
 //! Lookups are a binary search over the sorted points, started from a small
 //! bucket index on the positions' top bits so that a 300-node ring of 1.2 M
@@ -56,8 +59,8 @@
 //! let nodes = ["a", "b", "c"].map(|id| Member::new(id, "127.0.0.1:7000".parse().unwrap()));
 //! let ring = Ring::new(nodes, RingConfig::default()).unwrap();
 //! let home = ring.home("my-worker").unwrap();
-//! let fallback = ring.successors("my-worker", 2);
-//! assert_eq!(fallback[0].id, home.id);
+//! let successors = ring.successors("my-worker", 2);
+//! assert_eq!(successors[0].id, home.id);
 //! ```
 
 use std::fmt;
@@ -355,8 +358,10 @@ impl Ring {
     }
 
     /// The home of `script_id` followed by the next distinct nodes clockwise:
-    /// up to `n` nodes, fewer if the ring has fewer. Used as the fallback
-    /// order (home down → try the next) and for replication.
+    /// up to `n` nodes, fewer if the ring has fewer: who becomes the home as
+    /// the nodes before it leave the ring. Shown by the admin API's ring
+    /// view; requests are never sent to a successor while the home is a
+    /// member.
     pub fn successors(&self, script_id: &str, n: usize) -> Vec<&Member> {
         let want = n.min(self.nodes.len());
         let mut picked: Vec<u32> = Vec::with_capacity(want);

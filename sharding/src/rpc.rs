@@ -1122,7 +1122,6 @@ impl ThreadState {
             shard,
             closed,
             alive,
-            inline_calls: Rc::new(Cell::new(true)),
         })
     }
 }

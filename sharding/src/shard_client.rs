@@ -13,9 +13,7 @@
 //! the body this node still holds, nothing ran there), or `streamed` (the
 //! response went through `responseSink`, as below). Once the call is sent
 //! the home may have started the request, so there is no dispatch timeout
-//! on this path and a failure is a 502, never a replay. A home that
-//! answers "unimplemented" (an older node) gets the streaming protocol
-//! from then on.
+//! on this path and a failure is a 502, never a replay.
 //!
 //! # Large or open-ended bodies: dispatch, fetch, streams
 //!
@@ -179,9 +177,6 @@ pub(crate) struct PeerConn {
     pub(crate) closed: Closed,
     /// False once the connection has ended.
     pub(crate) alive: Rc<std::cell::Cell<bool>>,
-    /// False once the home answered `call` with "unimplemented" (it
-    /// predates the method): use `dispatch` + `fetch` with it from then on.
-    pub(crate) inline_calls: Rc<std::cell::Cell<bool>>,
 }
 
 /// Shard-client counters (shared by all RPC threads).
@@ -208,7 +203,7 @@ pub(crate) struct ClientEnv {
 }
 
 /// The request body as the client reads it: from the node's body (drained
-/// on the main runtime into `rx`), with bytes pushed back in front.
+/// into `rx` by a task on this RPC thread), with bytes pushed back in front.
 struct Source {
     front: VecDeque<Bytes>,
     rx: Option<mpsc::Receiver<StreamItem>>,
@@ -364,20 +359,12 @@ pub(crate) async fn forward(
         }
     };
 
-    let request = match inline {
-        Some(body) if conn.inline_calls.get() => {
-            match forward_inline(&env, &conn, &script_id, &context, request, body, started).await {
-                Ok(forwarded) => return forwarded,
-                // The home predates `call`; nothing ran there.
-                Err(request) => {
-                    conn.inline_calls.set(false);
-                    request
-                }
-            }
+    match inline {
+        Some(body) => {
+            forward_inline(&env, &conn, &script_id, &context, request, body, started).await
         }
-        _ => request,
-    };
-    forward_streaming(&env, &conn, script_id, context, request, started).await
+        None => forward_streaming(&env, &conn, script_id, context, request, started).await,
+    }
 }
 
 /// Nothing was sent (no connection to the home, a head too large to
@@ -730,7 +717,7 @@ async fn stream_to_home(
 
 /// Forwards a request whose body is small and complete (`body`; the
 /// request's own body is the same bytes) in one `call`, and returns how it
-/// was served, or the request back if the home does not implement `call`.
+/// was served.
 ///
 /// There is no dispatch timeout here: the home may start the request as
 /// soon as the call arrives, so from then on it is never served anywhere
@@ -744,7 +731,7 @@ async fn forward_inline(
     request: http::Request<Body>,
     body: Bytes,
     started: Instant,
-) -> Result<Forwarded, http::Request<Body>> {
+) -> Forwarded {
     let lazy = Rc::new(LazyInstance::new(
         script_id,
         env.host.clone(),
@@ -764,19 +751,13 @@ async fn forward_inline(
     let answer = match waited {
         InlineWait::Head(response, call) => {
             lazy.release();
-            return Ok(stream_inline(env, response, call, started.elapsed()));
+            return stream_inline(env, response, call, started.elapsed());
         }
-        InlineWait::HeadError(e) => return Ok(failed(format!("bad response head: {e}"))),
+        InlineWait::HeadError(e) => return failed(format!("bad response head: {e}")),
         InlineWait::Closed => {
-            return Ok(failed(
-                "the connection to the home closed before its response".into(),
-            ));
+            return failed("the connection to the home closed before its response".into());
         }
-        InlineWait::Answer(Err(e)) if e.kind == capnp::ErrorKind::Unimplemented => {
-            tracing::info!(error = %e, "the home does not implement `call`; streaming to it instead");
-            return Err(request);
-        }
-        InlineWait::Answer(Err(e)) => return Ok(failed(format!("call failed: {e}"))),
+        InlineWait::Answer(Err(e)) => return failed(format!("call failed: {e}")),
         InlineWait::Answer(Ok(answer)) => answer,
     };
     // The hop's own cost: the time the home spent is taken out.
@@ -789,11 +770,11 @@ async fn forward_inline(
         Ok(InlineAnswer::Response(response, home_micros)) => {
             lazy.release();
             env.counters.sharded.fetch_add(1, Ordering::Relaxed);
-            Ok(Forwarded {
+            Forwarded {
                 response,
                 outcome: ForwardOutcome::Sharded,
                 hop: hop_with(home_micros),
-            })
+            }
         }
         Ok(InlineAnswer::Refused(worker, home_micros)) => {
             let worker = capnp::capability::get_resolved_cap(worker).await;
@@ -807,12 +788,12 @@ async fn forward_inline(
             let hop = hop_with(home_micros);
             let mut request = request;
             request.extensions_mut().insert(context.clone());
-            Ok(replay_here(env, &lazy, request, outcome, hop).await)
+            replay_here(env, &lazy, request, outcome, hop).await
         }
-        Ok(InlineAnswer::StreamedWithoutHead) => Ok(failed(
-            "the home reported a streamed response but sent no head".into(),
-        )),
-        Err(e) => Ok(failed(format!("bad answer: {e}"))),
+        Ok(InlineAnswer::StreamedWithoutHead) => {
+            failed("the home reported a streamed response but sent no head".into())
+        }
+        Err(e) => failed(format!("bad answer: {e}")),
     }
 }
 

@@ -279,8 +279,8 @@ impl shard_server::Server for ShardServerImpl {
         std::future::ready(self.dispatch_now(params, results))
     }
 
-    /// Admits or refuses at once; an admitted request runs on the main
-    /// runtime and its response comes back inline if it is small and
+    /// Admits or refuses at once; an admitted request runs on this RPC
+    /// thread and its response comes back inline if it is small and
     /// complete, else streams into the caller's sink. The call returns only
     /// then, so a caller that gives up, or a closed connection, cancels the
     /// invocation (its permit is held until the end).

@@ -4,9 +4,11 @@
 //! an accepted sharded request ([`crate::shard_server`]) and a lazy local
 //! instance invoked over the network ([`crate::lazy_instance`]). A call is
 //! answered at once with the `ByteStream` the caller writes the request body
-//! into; the Worker runs through [`HostedWorkers::serve`] on the node's main
-//! runtime (never on the RPC thread, which must stay responsive), and its
-//! response streams back into the caller's `ResponseSink`.
+//! into; the Worker runs through [`HostedWorkers::serve`] in a task of its
+//! own on the RPC thread that received the call (its event loop keeps
+//! serving the connection while the Worker runs; wasmtime yields at every
+//! epoch tick), and its response streams back into the caller's
+//! `ResponseSink`.
 //!
 //! The `fetch` call stays open until the response has been sent. If the
 //! caller gives up on it (its client went away: the question is finished)

@@ -1,6 +1,6 @@
 //! What the rest of hearth relies on from the ring: the same membership
 //! gives the same homes everywhere, membership changes move only the Workers
-//! they must (and to where the fallback order said), weights and balance
+//! they must (and to where the successors said), weights and balance
 //! hold, and bad input is refused with a typed error.
 
 use std::collections::{BTreeSet, HashMap};
@@ -115,7 +115,7 @@ proptest! {
         }
     }
 
-    /// The fallback order starts at the home and lists distinct nodes; asked
+    /// The successors start at the home and list distinct nodes; asked
     /// for all of them, it is a permutation of the membership.
     #[test]
     fn successors_are_home_then_distinct_nodes(

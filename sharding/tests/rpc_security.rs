@@ -756,7 +756,10 @@ async fn a_kept_lazy_capability_is_admitted_like_any_sharded_request() {
     let (results_tx, results_rx) = tokio::sync::oneshot::channel();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
     // The forward goes on (it ends in a 502: the fake Worker serves
-    // nothing) while the home keeps its lazy.
+    // nothing) while the home keeps its lazy. Its body is too large to
+    // travel inside one `call` (which this home does not implement), so it
+    // is dispatched.
+    let body = vec![b'f'; hearth_sharding::inline::MAX_INLINE_BODY_BYTES + 1];
     let forward = {
         let (rpc, home) = (a.rpc.clone(), home.clone());
         tokio::spawn(async move {
@@ -765,7 +768,7 @@ async fn a_kept_lazy_capability_is_admitted_like_any_sharded_request() {
                     &home,
                     "gate",
                     ContextStack::new(),
-                    request("/", streaming_body(b"first".to_vec(), 5)),
+                    request("/", streaming_body(body, 16 * 1024)),
                 )
                 .await;
             forwarded.response.status()

@@ -281,7 +281,8 @@ api_bind_addr = "{admin}"
             // Generous: a debug build of Garage on a busy 2-core machine
             // can be slow; an unreachable server still fails at once
             // (connection refused).
-            timeout_ms: Some(10_000),
+            timeout: Some(Duration::from_secs(10)),
+            timeout_ms: None,
             max_retries: Some(2),
         }
     }
@@ -290,7 +291,7 @@ api_bind_addr = "{admin}"
     pub fn toml_section(&self) -> String {
         format!(
             "[s3]\nendpoint = \"{}\"\nregion = \"{REGION}\"\naccess_key_id = \"{KEY_ID}\"\n\
-             secret_access_key = \"{SECRET}\"\nallow_http = true\ntimeout_ms = 10000\nmax_retries = 2\n",
+             secret_access_key = \"{SECRET}\"\nallow_http = true\ntimeout = \"10s\"\nmax_retries = 2\n",
             self.endpoint()
         )
     }

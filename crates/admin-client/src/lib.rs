@@ -264,7 +264,7 @@ pub struct ScriptPlacement {
 
 impl std::fmt::Display for RingView {
     /// What `hearth ring` prints: the members with weights and shares, and
-    /// the script's home and fallback order if one was asked about.
+    /// the script's home and successors if one was asked about.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.clustered {
             writeln!(f, "ring of {} ({} members)", self.node, self.members.len())?;
@@ -289,7 +289,7 @@ impl std::fmt::Display for RingView {
         if let Some(p) = &self.script {
             writeln!(
                 f,
-                "{}: home {}, fallback order {} (warm on {}: {})",
+                "{}: home {}, successors {} (warm on {}: {})",
                 p.script_id,
                 p.home.as_deref().unwrap_or("none"),
                 p.successors.join(", "),
@@ -471,7 +471,7 @@ impl AdminClient {
     }
 
     /// The ring as the node sees it, and (with `script`) that Worker's
-    /// home and fallback order.
+    /// home and successors.
     pub async fn ring(&self, script: Option<&str>) -> Result<RingView, AdminError> {
         let path = match script {
             Some(id) => format!("/v1/ring?script={}", query_value(id)),
@@ -666,7 +666,7 @@ mod tests {
         assert!(text.starts_with("ring of node-1 (2 members)\n"), "{text}");
         assert!(text.contains(" 75.00%  up"), "{text}");
         assert!(
-            text.contains("hello: home node-2, fallback order node-2, node-1 (warm on node-1: no)"),
+            text.contains("hello: home node-2, successors node-2, node-1 (warm on node-1: no)"),
             "{text}"
         );
         let alone = RingView {
