@@ -933,14 +933,8 @@ impl NodeConfig {
         ServeLimits {
             max_connections: c.max_connections.unwrap_or(d.max_connections),
             max_per_peer: c.max_connections_per_peer.unwrap_or(d.max_per_peer),
-            write_timeout: c
-                .write_timeout_s
-                .map(Duration::from_secs)
-                .unwrap_or(d.write_timeout),
-            drain_timeout: c
-                .drain_timeout_s
-                .map(Duration::from_secs)
-                .unwrap_or(d.drain_timeout),
+            write_timeout: c.write_timeout.unwrap_or(d.write_timeout),
+            drain_timeout: c.drain_timeout.unwrap_or(d.drain_timeout),
             ..d
         }
     }
