@@ -39,6 +39,7 @@ const WORKERS: &[&str] = &[
     "user-app",
     "egress",
     "tail-log",
+    "chatty",
 ];
 
 /// A sample Worker in another language, built by its own toolchain.

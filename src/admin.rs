@@ -1,5 +1,5 @@
-//! The admin API of a node (token-protected, except `/metrics` and
-//! `/healthz`):
+//! The admin API of a node (token-protected, except `/metrics` and the
+//! health checks `/healthz`, `/livez` and `/readyz`):
 //!
 //! | method | path                          | what                          |
 //! |--------|-------------------------------|-------------------------------|
@@ -10,7 +10,8 @@
 //! | GET    | `/v1/stats`                   | runtime counters (JSON)        |
 //! | GET    | `/v1/ring?script={id}`        | the ring as this node sees it, and `id`'s home and successors ([`RingView`]) |
 //! | GET    | `/metrics`                    | Prometheus metrics             |
-//! | GET    | `/healthz`                    | `ok`                           |
+//! | GET    | `/healthz`, `/livez`          | `ok`: the process is alive     |
+//! | GET    | `/readyz`                     | `ready`, or 503 `not ready: <why>` ([`crate::node::NotReady`]): draining, store not answering, or not yet joined |
 //!
 //! A deploy's [bindings](hearth_runtime::bindings) are query parameters
 //! too, each repeatable: `service=<name>:<script>`, `dispatch=<namespace>:<script>`
@@ -31,6 +32,7 @@ use hearth_runtime::{DeployError, Lifecycle, Manifest, Plan};
 use crate::node::Node;
 use hearth_admin_client::{RingMember, RingView, ScriptPlacement};
 use hearth_runtime::body::text_response as text;
+use subtle::ConstantTimeEq;
 
 /// The largest upload accepted, raw (the plan limit applies compressed).
 pub const MAX_UPLOAD: usize = 64 << 20;
@@ -44,7 +46,16 @@ pub async fn handle(
     let path = req.uri().path().to_string();
     let method = req.method().clone();
     match (&method, path.as_str()) {
-        (&Method::GET, "/healthz") => return text(StatusCode::OK, "ok\n"),
+        (&Method::GET, "/healthz" | "/livez") => return text(StatusCode::OK, "ok\n"),
+        (&Method::GET, "/readyz") => {
+            return match node.readiness().await {
+                Ok(()) => text(StatusCode::OK, "ready\n"),
+                Err(why) => text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("not ready: {why}\n"),
+                ),
+            };
+        }
         (&Method::GET, "/metrics") => {
             let mut r = text(StatusCode::OK, node.metrics().render());
             r.headers_mut().insert(
@@ -62,7 +73,7 @@ pub async fn handle(
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(bearer_token)
-        .is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()));
+        .is_some_and(|t| bool::from(t.as_bytes().ct_eq(token.as_bytes())));
     if !authorized {
         return text(
             StatusCode::UNAUTHORIZED,
@@ -75,10 +86,11 @@ pub async fn handle(
         .map(str::to_owned)
         .collect();
     let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let query = query_pairs(req.uri());
     let endpoint = match (&method, segments.as_slice()) {
         (&Method::GET, ["v1", "stats"]) => Endpoint::Stats,
         (&Method::GET, ["v1", "ring"]) => {
-            Endpoint::Ring(query_param(req.uri(), "script").map(str::to_owned))
+            Endpoint::Ring(query_param(&query, "script").map(str::to_owned))
         }
         (&Method::GET, ["v1", "scripts"]) => Endpoint::List,
         (&Method::POST, ["v1", "scripts", id, "evict"]) => Endpoint::Evict(id.to_string()),
@@ -113,7 +125,7 @@ pub async fn handle(
             )
         }
         Endpoint::Deploy(id) => {
-            let manifest = match manifest_from_query(req.uri()) {
+            let manifest = match manifest_from_query(&query) {
                 Ok(m) => m,
                 Err(e) => return text(StatusCode::BAD_REQUEST, format!("{e}\n")),
             };
@@ -211,27 +223,23 @@ fn bearer_token(value: &str) -> Option<&str> {
         .then(|| token.trim_start_matches(' '))
 }
 
-/// The deploy settings given as query parameters (`plan`, `lifecycle`).
-fn manifest_from_query(uri: &http::Uri) -> Result<Manifest, String> {
+/// The deploy settings given as query parameters (`plan`, `lifecycle`,
+/// the bindings), from the request's [`query_pairs`].
+fn manifest_from_query(query: &[(String, String)]) -> Result<Manifest, String> {
     let mut m = Manifest::default();
-    if let Some(p) = query_param(uri, "plan") {
+    if let Some(p) = query_param(query, "plan") {
         m.plan = p.parse::<Plan>()?;
     }
-    if let Some(l) = query_param(uri, "lifecycle") {
+    if let Some(l) = query_param(query, "lifecycle") {
         m.lifecycle = l.parse::<Lifecycle>()?;
     }
-    let pairs = || {
-        uri.query()
-            .unwrap_or("")
-            .split('&')
-            .filter_map(|kv| kv.split_once('='))
-    };
     let split = |key: &str, v: &str| {
         v.split_once(':')
             .map(|(a, b)| (a.to_string(), b.to_string()))
             .ok_or_else(|| format!("{key}={v}: expected {key}=<name>:<script-id>"))
     };
-    for (k, v) in pairs() {
+    for (k, v) in query {
+        let (k, v) = (k.as_str(), v.as_str());
         match k {
             "service" => {
                 let (name, target) = split(k, v)?;
@@ -252,37 +260,43 @@ fn manifest_from_query(uri: &http::Uri) -> Result<Manifest, String> {
     Ok(m)
 }
 
-/// The query parameters that deploy `m`'s settings (what
+/// The query parameters that deploy `m`'s settings, percent-encoded (what
 /// `manifest_from_query` reads back).
 pub fn manifest_query(m: &Manifest) -> String {
-    let mut q = format!("plan={}&lifecycle={}", m.plan, m.lifecycle);
+    let mut pairs = vec![
+        ("plan", m.plan.to_string()),
+        ("lifecycle", m.lifecycle.to_string()),
+    ];
     for (name, target) in &m.services {
-        q.push_str(&format!("&service={name}:{target}"));
+        pairs.push(("service", format!("{name}:{target}")));
     }
     for (ns, workers) in &m.dispatch {
         for w in workers {
-            q.push_str(&format!("&dispatch={ns}:{w}"));
+            pairs.push(("dispatch", format!("{ns}:{w}")));
         }
     }
     if let Some(o) = &m.outbound {
-        q.push_str(&format!("&outbound={o}"));
+        pairs.push(("outbound", o.clone()));
     }
     for t in &m.tail {
-        q.push_str(&format!("&tail={t}"));
+        pairs.push(("tail", t.clone()));
     }
-    q
+    // Serializing pairs of strings cannot fail.
+    serde_urlencoded::to_string(&pairs).unwrap_or_default()
 }
 
-fn query_param<'a>(uri: &'a http::Uri, name: &str) -> Option<&'a str> {
-    uri.query()?
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v)
+/// The query parameters of `uri`, percent-decoded, in their order (a name
+/// may repeat). A query that does not parse counts as none.
+fn query_pairs(uri: &http::Uri) -> Vec<(String, String)> {
+    serde_urlencoded::from_str(uri.query().unwrap_or("")).unwrap_or_default()
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// The first value of parameter `name`.
+fn query_param<'a>(query: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    query
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
 }
 
 /// A JSON response.
@@ -299,19 +313,18 @@ fn json(status: http::StatusCode, value: &impl serde::Serialize) -> http::Respon
 }
 
 /// Reads a whole body of at most `max` bytes.
-async fn read_limited(mut body: Body, max: usize) -> Result<Vec<u8>, String> {
-    use http_body_util::BodyExt;
-    let mut out = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| format!("reading the body failed: {e}"))?;
-        if let Ok(data) = frame.into_data() {
-            if out.len() + data.len() > max {
-                return Err(format!("body is over the limit of {max} bytes"));
-            }
-            out.extend_from_slice(&data);
+async fn read_limited(body: Body, max: usize) -> Result<Vec<u8>, String> {
+    use http_body_util::{BodyExt, LengthLimitError, Limited};
+    // Boxed before it is awaited: the future then holds no `Limited<_>`,
+    // whose error bound rustc cannot prove `Send` for through `async`.
+    let limited = Limited::new(body, max).boxed_unsync();
+    match limited.collect().await {
+        Ok(collected) => Ok(collected.to_bytes().into()),
+        Err(e) if e.is::<LengthLimitError>() => {
+            Err(format!("body is over the limit of {max} bytes"))
         }
+        Err(e) => Err(format!("reading the body failed: {e}")),
     }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -328,9 +341,24 @@ mod tests {
         let uri: http::Uri = format!("/v1/scripts/x?{}", manifest_query(&m))
             .parse()
             .expect("uri");
-        assert_eq!(manifest_from_query(&uri).expect("parses"), m);
+        assert_eq!(manifest_from_query(&query_pairs(&uri)).expect("parses"), m);
         let bad: http::Uri = "/v1/scripts/x?service=auth".parse().expect("uri");
-        assert!(manifest_from_query(&bad).is_err());
+        assert!(manifest_from_query(&query_pairs(&bad)).is_err());
+    }
+
+    #[test]
+    fn query_parameters_are_percent_decoded() {
+        let uri: http::Uri = "/v1/scripts/x?plan=paid&service=auth%3Aauth-worker&tail=my%20tail"
+            .parse()
+            .expect("uri");
+        let m = manifest_from_query(&query_pairs(&uri)).expect("parses");
+        assert_eq!(
+            m.services.get("auth").map(String::as_str),
+            Some("auth-worker")
+        );
+        assert_eq!(m.tail, ["my tail"]);
+        let uri: http::Uri = "/v1/ring?script=a%2Fb%26c".parse().expect("uri");
+        assert_eq!(query_param(&query_pairs(&uri), "script"), Some("a/b&c"));
     }
 
     #[test]

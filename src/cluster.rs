@@ -20,8 +20,9 @@ use hearth_sharding::rpc::{RpcConfig, RpcError, RpcNode, ServerHandle};
 use hearth_sharding::tls::{NodeTls, TlsError, generate_dev_pki};
 
 use crate::config::{NodeConfigError, admin_token, store_secret};
+use crate::front_door::{Listeners, spawn_listeners};
 use crate::https::HttpsError;
-use crate::node::{ClusterLink, Node, spawn_listeners};
+use crate::node::{ClusterLink, Node};
 
 /// Why a node could not join its cluster, or a [`LoopbackCluster`] could
 /// not start. Each variant names the step that failed and keeps its cause.
@@ -113,6 +114,9 @@ pub struct ClusterConfig {
     /// `store` (`store/node-N`: artifact cache), so nodes share no files
     /// but the cluster's keys and certificates.
     pub s3: Option<(String, hearth_runtime::S3Settings)>,
+    /// What every node's listeners let clients hold
+    /// ([`crate::listener::ServeLimits`]; default the node's defaults).
+    pub serve_limits: crate::listener::ServeLimits,
 }
 
 impl ClusterConfig {
@@ -131,6 +135,7 @@ impl ClusterConfig {
             https: true,
             prewarm: crate::prewarm::PrewarmConfig::default(),
             s3: None,
+            serve_limits: crate::listener::ServeLimits::default(),
         }
     }
 }
@@ -401,13 +406,13 @@ async fn start_node(
     let https_addr = https.as_ref().map(|l| l.local_addr()).transpose()?;
     let tasks = spawn_listeners(
         &node,
-        crate::node::Listeners {
+        Listeners {
             http,
             https: https.zip(common.door.clone()),
             admin,
         },
         common.token.clone(),
-        crate::listener::ServeLimits::default(),
+        cfg.serve_limits,
         stop_rx,
     );
     Ok(ClusterNode {
@@ -423,6 +428,16 @@ async fn start_node(
     })
 }
 
+/// Raises the open-files limit ([`crate::listener::raise_fd_limit`]) and
+/// logs the limit in force, once per process.
+pub fn log_fd_limit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| match crate::listener::raise_fd_limit() {
+        Ok(limit) => tracing::info!(limit, "open files limit: {limit} (soft limit raised to the hard limit)"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open files limit; serving under the current one"),
+    });
+}
+
 impl LoopbackCluster {
     /// Starts the cluster and waits until every node sees every other.
     pub async fn start(cfg: ClusterConfig) -> Result<Self, ClusterError> {
@@ -430,6 +445,7 @@ impl LoopbackCluster {
             return Err(ClusterError::NoNodes);
         }
         std::fs::create_dir_all(&cfg.store)?;
+        log_fd_limit();
         let names: Vec<String> = (0..cfg.nodes).map(node_name).collect();
         let (common, tls_ca) = Common::open(&cfg, &names).await?;
         // Every socket is bound before any node starts.

@@ -935,6 +935,7 @@ impl NodeConfig {
             max_per_peer: c.max_connections_per_peer.unwrap_or(d.max_per_peer),
             write_timeout: c.write_timeout.unwrap_or(d.write_timeout),
             drain_timeout: c.drain_timeout.unwrap_or(d.drain_timeout),
+            ..d
         }
     }
 }

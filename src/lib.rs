@@ -6,7 +6,7 @@
 //! Worker is cold-started once per data center instead of once per server.
 //!
 //! This crate is the node you run: the front doors and admin API
-//! ([`listener`], [`https`], [`admin`]), the node that routes and serves
+//! ([`front_door`], [`listener`], [`https`], [`admin`]), the node that routes and serves
 //! ([`node`]) and carries its Workers' calls to Workers ([`nested`]),
 //! prewarming from a TLS ClientHello ([`prewarm`]), metrics ([`metrics`]),
 //! configuration ([`config`]) and a cluster of nodes in one process
@@ -33,6 +33,7 @@ pub mod cluster;
 pub mod config;
 #[cfg(feature = "demo")]
 pub mod demo;
+pub mod front_door;
 pub mod https;
 pub mod listener;
 pub mod metrics;

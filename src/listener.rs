@@ -1,9 +1,17 @@
 //! The HTTP listener every door of a node runs on: the Worker front door
 //! (plain and TLS) and the admin API. One [`serve`] loop holds what a
 //! hostile or slow client must not be able to break: connection caps per
-//! listener and per peer ([`ServeLimits`]), a deadline for the request head
-//! and the TLS handshake, a write timeout, HTTP/2 by ALPN with a stream cap,
-//! and a bounded graceful drain.
+//! listener and per peer ([`ServeLimits`]; a peer is an IPv4 address or an
+//! IPv6 /64), a deadline for the request head and the TLS handshake, an
+//! idle close, a write timeout, HTTP/2 by ALPN with a stream cap, the same
+//! deadlines and a stall watch on HTTP/2 ([`h2_watch`]), a bound on the request
+//! bytes a connection and the listener buffer before their requests take
+//! slots ([`hearth_runtime::pre_slot`]), and a bounded graceful drain.
+//!
+//! A node serves many connections, each a file descriptor, and opens
+//! artifact files beside them; [`raise_fd_limit`] lifts the process's soft
+//! limit on open files to its hard limit at start, so the caps here are
+//! reached before `accept` fails.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -11,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hearth_runtime::body::{self, Body};
+use hearth_runtime::pre_slot::{ByteBudget, PreSlotBudget};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
@@ -19,16 +28,10 @@ use tokio::net::TcpListener;
 /// `false` if that is no longer possible.
 pub type Runner = Arc<dyn Fn(Box<dyn FnOnce() + Send>) -> bool + Send + Sync>;
 
-/// Aborts a task when dropped.
-struct AbortOnDrop(tokio::task::AbortHandle);
+mod h2_watch;
 
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// How long a client may take to send its request head.
+/// How long a client may take to send its request head, by default
+/// ([`ServeLimits::header_read_timeout`]).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What one listener lets clients hold, and how long it drains. A client
@@ -38,11 +41,37 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct ServeLimits {
     /// Connections open at once on the listener (default 4096).
     pub max_connections: usize,
-    /// Connections open at once from one IP address (default 256).
+    /// Connections open at once from one peer (default 256): an IPv4
+    /// address, or an IPv6 /64 prefix, since one host or network is handed
+    /// a whole /64 (as the RPC handshake gate counts,
+    /// [`hearth_sharding::handshake_gate`]).
     pub max_per_peer: usize,
+    /// How long a client may take to send its request head, and how long
+    /// a connection may sit idle before it is closed: HTTP/1.1 between
+    /// requests, HTTP/2 while no stream is open (also before the client's
+    /// preface), and the TLS handshake (default 10 s,
+    /// [`HEADER_READ_TIMEOUT`]; HTTP/1.1 answers say so in `Keep-Alive`).
+    pub header_read_timeout: Duration,
+    /// HTTP/2 keep-alive: a PING this long after the last frame from the
+    /// client, and the connection closed if it is not answered within as
+    /// long again (default 10 s), so a peer that vanished with streams
+    /// open holds nothing.
+    pub h2_keep_alive: Duration,
+    /// Request body bytes the requests of one connection may hold at once
+    /// before they take their slots (default 1 MiB: 16 requests'
+    /// `buffer_before_slot` of 64 KiB; an HTTP/1.1 connection carries one
+    /// request at a time and never reaches it). A request whose bytes would
+    /// pass it gets a 503 with `retry-after`; the others go on.
+    pub max_pre_slot_bytes_per_connection: usize,
+    /// The same over every connection of the node's front doors together
+    /// (default 64 MiB; [`crate::front_door::spawn_listeners`] shares one
+    /// budget between the plain and the HTTPS listener): the node's bound
+    /// on memory that clients fill before any Worker limit applies.
+    pub max_pre_slot_bytes: usize,
     /// A response write that makes no progress for this long closes the
     /// connection (default 30 s): a client that stops reading holds
-    /// nothing.
+    /// nothing. On HTTP/2 this includes a client that never grants
+    /// flow-control window ([`h2_watch`]).
     pub write_timeout: Duration,
     /// After shutdown, in-flight requests get this long to finish before
     /// their connections are closed (default 30 s).
@@ -54,13 +83,17 @@ impl Default for ServeLimits {
         ServeLimits {
             max_connections: 4096,
             max_per_peer: 256,
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            h2_keep_alive: Duration::from_secs(10),
+            max_pre_slot_bytes_per_connection: 1 << 20,
+            max_pre_slot_bytes: 64 << 20,
             write_timeout: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(30),
         }
     }
 }
 
-/// Open connections, in all and per peer address.
+/// Open connections, in all and per peer (an IPv4 address or an IPv6 /64).
 #[derive(Default)]
 struct Open {
     total: usize,
@@ -76,6 +109,7 @@ struct OpenSlot {
 impl OpenSlot {
     /// Takes a place for `peer` if both caps allow it.
     fn take(open: &Arc<Mutex<Open>>, peer: std::net::IpAddr, limits: &ServeLimits) -> Option<Self> {
+        let peer = hearth_sharding::handshake_gate::source_of(peer);
         let mut o = open.lock().unwrap_or_else(|p| p.into_inner());
         let mine = o.per_peer.get(&peer).copied().unwrap_or(0);
         if o.total >= limits.max_connections || mine >= limits.max_per_peer {
@@ -135,10 +169,38 @@ pub struct TlsListener {
 }
 
 /// The `Keep-Alive` value of HTTP/1.1 responses: the idle close,
-/// [`HEADER_READ_TIMEOUT`].
-fn keep_alive_value() -> http::HeaderValue {
-    http::HeaderValue::from_str(&format!("timeout={}", HEADER_READ_TIMEOUT.as_secs()))
+/// [`ServeLimits::header_read_timeout`] (in whole seconds, at least 1).
+fn keep_alive_value(idle: Duration) -> http::HeaderValue {
+    http::HeaderValue::from_str(&format!("timeout={}", idle.as_secs().max(1)))
         .unwrap_or_else(|_| http::HeaderValue::from_static("timeout=10"))
+}
+
+/// Raises this process's soft limit on open files to its hard limit and
+/// returns the limit now in force. Every connection is a file descriptor,
+/// and so is every artifact a cold start opens; at the common soft default
+/// of 1024, `accept` and artifact loads would fail long before the
+/// connection caps are reached.
+pub fn raise_fd_limit() -> std::io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct we own and pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let want = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: setrlimit only reads the struct we pass.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        lim = want;
+    }
+    Ok(lim.rlim_cur)
 }
 
 /// HTTP/2 streams one connection may have open at once.
@@ -147,11 +209,13 @@ pub const MAX_H2_STREAMS: u32 = 128;
 /// Serves one accepted connection: the TLS handshake if the listener has
 /// one, then HTTP/1.1 or h2 (by ALPN) until the connection closes or the
 /// node drains (`watcher`). Response writes that stall past
-/// `write_timeout` close it.
+/// [`ServeLimits::write_timeout`] close it. Each request carries the
+/// pre-slot byte budgets of this connection and of `listener_budget`.
 async fn serve_connection<H, F>(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
-    write_timeout: Duration,
+    limits: ServeLimits,
+    listener_budget: Arc<ByteBudget>,
     handler: H,
     tls: Option<TlsListener>,
     watcher: hyper_util::server::graceful::Watcher,
@@ -160,16 +224,22 @@ async fn serve_connection<H, F>(
     F: Future<Output = http::Response<Body>> + Send + 'static,
 {
     let mut io = tokio_io_timeout::TimeoutStream::new(stream);
-    io.set_write_timeout(Some(write_timeout));
+    io.set_write_timeout(Some(limits.write_timeout));
     let io = Box::pin(io);
+    let budget = PreSlotBudget::new(vec![
+        ByteBudget::new(limits.max_pre_slot_bytes_per_connection, "this connection"),
+        listener_budget,
+    ]);
     let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
         let h = handler.clone();
-        async move { Ok::<_, std::convert::Infallible>(h(req.map(body::boxed), peer).await) }
+        let mut req = req.map(body::boxed);
+        req.extensions_mut().insert(budget.clone());
+        async move { Ok::<_, std::convert::Infallible>(h(req, peer).await) }
     });
+    let idle = limits.header_read_timeout;
     let http1 = || {
         let mut b = hyper::server::conn::http1::Builder::new();
-        b.timer(TokioTimer::new())
-            .header_read_timeout(HEADER_READ_TIMEOUT);
+        b.timer(TokioTimer::new()).header_read_timeout(idle);
         b
     };
     // HTTP/1.1 responses announce the idle close (RFC 9112 has no
@@ -184,7 +254,7 @@ async fn serve_connection<H, F>(
                 let mut resp = call.await?;
                 resp.headers_mut()
                     .entry(http::header::HeaderName::from_static("keep-alive"))
-                    .or_insert(keep_alive_value());
+                    .or_insert(keep_alive_value(idle));
                 Ok::<_, std::convert::Infallible>(resp)
             }
         }
@@ -195,7 +265,7 @@ async fn serve_connection<H, F>(
     };
     let on_sni = tls.on_sni.clone();
     let handshake = tls.door.accept(io, |sni| on_sni(sni));
-    let (stream, protocol) = match tokio::time::timeout(HEADER_READ_TIMEOUT, handshake).await {
+    let (stream, protocol) = match tokio::time::timeout(idle, handshake).await {
         Ok(Ok(accepted)) => accepted,
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "TLS handshake failed");
@@ -213,12 +283,35 @@ async fn serve_connection<H, F>(
             drive(watcher.watch(conn), peer).await
         }
         crate::https::Protocol::Http2 => {
+            // The connection's streams, watched for its idle close and for
+            // a client that stops granting window ([`h2_watch`]).
+            let watch = h2_watch::Watch::new();
+            let svc2 = service_fn({
+                let watch = watch.clone();
+                move |req: http::Request<hyper::body::Incoming>| {
+                    let stream = watch.open();
+                    let call = hyper::service::Service::call(&svc, req);
+                    async move {
+                        let resp = call.await?;
+                        Ok::<_, std::convert::Infallible>(
+                            resp.map(|b| h2_watch::watched(b, stream)),
+                        )
+                    }
+                }
+            });
             let conn =
                 hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
                     .timer(TokioTimer::new())
                     .max_concurrent_streams(MAX_H2_STREAMS)
-                    .serve_connection(io, svc);
-            drive(watcher.watch(conn), peer).await
+                    .keep_alive_interval(Some(limits.h2_keep_alive))
+                    .keep_alive_timeout(limits.h2_keep_alive)
+                    .serve_connection(io, svc2);
+            tokio::select! {
+                () = drive(watcher.watch(conn), peer) => {}
+                why = watch.until_cut(idle, limits.write_timeout) => {
+                    tracing::debug!(%peer, why, "HTTP/2 connection closed");
+                }
+            }
         }
     }
 }
@@ -271,9 +364,7 @@ fn spawn_connection<C, Fut>(
     conns.spawn(async move {
         let _slot = slot;
         if let Ok(task) = task.await {
-            let abort = task.abort_handle();
-            let _abort_on_drop = AbortOnDrop(abort);
-            let _ = task.await;
+            let _ = tokio_util::task::AbortOnDropHandle::new(task).await;
         }
     });
 }
@@ -292,16 +383,19 @@ where
 /// Serves HTTP/1.1 on `listener` with `handler` until `shutdown` resolves,
 /// then drains: in-flight requests get [`ServeLimits::drain_timeout`] to
 /// finish, and connections still open after it are closed. A client that
-/// is slow to send its head is cut off after [`HEADER_READ_TIMEOUT`] (also
-/// the keep-alive idle timeout), one that stops reading after
-/// [`ServeLimits::write_timeout`]; connections over the caps are refused
-/// with a 503. A client error affects only its own connection.
+/// is slow to send its head is cut off after
+/// [`ServeLimits::header_read_timeout`] (also the keep-alive idle timeout),
+/// one that stops reading after [`ServeLimits::write_timeout`]; connections
+/// over the caps are refused with a 503, and requests over the pre-slot
+/// byte budgets get one. A client error affects only its own connection.
 ///
 /// With `tls`, every connection is a TLS one ([`crate::https`]): its
-/// handshake must finish within [`HEADER_READ_TIMEOUT`], the ClientHello's
-/// server name goes to [`TlsListener::on_sni`] first, and a client that
-/// chose `h2` by ALPN is served HTTP/2 (at most [`MAX_H2_STREAMS`] streams
-/// at once), any other HTTP/1.1.
+/// handshake must finish within [`ServeLimits::header_read_timeout`], the
+/// ClientHello's server name goes to [`TlsListener::on_sni`] first, and a
+/// client that chose `h2` by ALPN is served HTTP/2 (at most
+/// [`MAX_H2_STREAMS`] streams at once, the same idle close, PING
+/// keep-alive, and the write timeout applied to flow control, see [`h2_watch`]),
+/// any other HTTP/1.1.
 ///
 /// With a `runner` (the node's RPC threads, see
 /// [`hearth_sharding::rpc::RpcNode::run_on_thread`]), each connection is
@@ -311,6 +405,7 @@ where
 pub async fn serve<H, F>(
     listener: TcpListener,
     limits: ServeLimits,
+    pre_slot: Arc<ByteBudget>,
     handler: H,
     shutdown: impl Future<Output = ()>,
     runner: Option<Runner>,
@@ -343,10 +438,9 @@ pub async fn serve<H, F>(
         };
         let _ = stream.set_nodelay(true);
         let watcher = graceful.watcher();
-        let (handler, tls) = (handler.clone(), tls.clone());
-        let write_timeout = limits.write_timeout;
+        let (handler, tls, pre_slot) = (handler.clone(), tls.clone(), pre_slot.clone());
         let connection =
-            move |stream| serve_connection(stream, peer, write_timeout, handler, tls, watcher);
+            move |stream| serve_connection(stream, peer, limits, pre_slot, handler, tls, watcher);
         spawn_connection(&mut conns, runner.as_ref(), stream, peer, slot, connection);
     }
     drop(listener);
@@ -360,4 +454,30 @@ pub async fn serve<H, F>(
         );
     }
     conns.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ipv6_slash_64_is_one_peer_and_ipv4_addresses_are_each_one() {
+        let open = Arc::new(Mutex::new(Open::default()));
+        let limits = ServeLimits {
+            max_per_peer: 2,
+            ..ServeLimits::default()
+        };
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().expect("ip");
+        let a = OpenSlot::take(&open, ip("2001:db8::1"), &limits).expect("first");
+        let _b = OpenSlot::take(&open, ip("2001:db8::ffff:2"), &limits).expect("second");
+        assert!(
+            OpenSlot::take(&open, ip("2001:db8::3"), &limits).is_none(),
+            "a third address of the same /64 is the same peer"
+        );
+        let _other = OpenSlot::take(&open, ip("2001:db8:0:1::1"), &limits).expect("another /64");
+        let _v4 = OpenSlot::take(&open, ip("192.0.2.1"), &limits).expect("v4");
+        let _v4b = OpenSlot::take(&open, ip("192.0.2.2"), &limits).expect("another v4");
+        drop(a);
+        let _c = OpenSlot::take(&open, ip("2001:db8::3"), &limits).expect("a place given back");
+    }
 }

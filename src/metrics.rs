@@ -111,6 +111,16 @@ impl Collector for RuntimeCollector {
                 s.artifacts_rejected,
             ),
             (
+                "hearth_store_metadata_rejected",
+                "Script metadata refused on read: its source hash is not 64 lowercase hex digits",
+                s.store_metadata_rejected,
+            ),
+            (
+                "hearth_pre_slot_refused",
+                "Requests answered 503: their connection or listener had buffered its bound of request bytes before a slot",
+                s.pre_slot_refused,
+            ),
+            (
                 "hearth_busy_rejections",
                 "Requests answered 503: no instance slot came free in time",
                 s.busy,
@@ -154,6 +164,26 @@ impl Collector for RuntimeCollector {
                 "hearth_tail_failures",
                 "Tail deliveries the tail Worker did not accept",
                 s.tail_failures,
+            ),
+            (
+                "hearth_tail_late_reports",
+                "Trace reports refused: their flow was already delivered to its tail Workers",
+                s.tail_late_reports,
+            ),
+            (
+                "hearth_store_reads",
+                "Reads of a script's metadata or source from the script store",
+                s.store_reads,
+            ),
+            (
+                "hearth_unknown_scripts",
+                "Requests for a script ID with no Worker deployed (answered 404)",
+                s.unknown_scripts,
+            ),
+            (
+                "hearth_unknown_cached",
+                "Lookups of an unknown script ID answered from the negative cache, without a store read",
+                s.unknown_cached,
             ),
         ];
         for (name, help, v) in counters {
@@ -392,11 +422,12 @@ impl Metrics {
         let _ = self.gossip.set(counters);
     }
 
-    /// Counts one request.
-    pub fn record(&self, route: &str, start: &str) {
+    /// Counts one request, served in `route` (by this node), with `start`
+    /// (`cold`, `warm`, `prewarmed` or `error`).
+    pub fn record(&self, route: hearth_sharding::routing::Route, start: &str) {
         self.requests
             .get_or_create(&RequestLabels {
-                route: route.into(),
+                route: route.as_str().into(),
                 start: start.into(),
             })
             .inc();

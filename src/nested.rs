@@ -49,22 +49,22 @@ use hearth_runtime::body::Body;
 use hearth_runtime::nested::{Flow, Invoker, NestedCall};
 use hearth_runtime::tail::{self, TraceSink, Tracing};
 use hearth_sharding::context_stack::{
-    ContextFrame, ContextStack, LimitOverrides, OutboundWorkerConfig, TailWorkerConfig, TraceEvent,
-    TraceReporter, TrustLevel,
+    ContextFrame, ContextStack, LimitOverrides, OutboundWorkerConfig, TailWorkerConfig, TraceError,
+    TraceEvent, TraceReporter, TrustLevel,
 };
 
-use crate::node::{ClusterLink, Node, NodeState};
+use crate::node::{Node, NodeState};
 
 /// Header with the callee's trust level (`untrusted`, `standard`,
 /// `platform`), set by the host on a nested request.
 pub const TRUST_HEADER: &str = "x-hearth-trust";
 
 /// Carries a node's nested calls; installed in its runtime by
-/// [`Node::new`] and [`Node::join`].
+/// [`Node::new`]. Routes as the node routes at the time of the call (so
+/// it needs no reinstalling when the node joins a cluster).
 pub(crate) struct NodeInvoker {
     /// Weak: the runtime (owned by the node) holds the invoker.
     pub(crate) state: Weak<NodeState>,
-    pub(crate) cluster: Option<Arc<ClusterLink>>,
 }
 
 impl Invoker for NodeInvoker {
@@ -80,10 +80,7 @@ impl Invoker for NodeInvoker {
         call: NestedCall,
         mut req: http::Request<Body>,
     ) -> BoxFuture<'static, http::Response<Body>> {
-        let node = self
-            .state
-            .upgrade()
-            .map(|state| Node::from_parts(state, self.cluster.clone()));
+        let node = self.state.upgrade().map(Node::from_state);
         Box::pin(async move {
             let Some(node) = node else {
                 return hearth_runtime::body::text_response(
@@ -226,9 +223,17 @@ pub fn attach_flow(req: &mut http::Request<Body>) {
 /// A reporter on a flow's first node: events from any node of the flow go
 /// into the runtime's collector there (`sink`, which takes them at once).
 fn origin_reporter(sink: Tracing) -> TraceReporter {
-    TraceReporter::origin(move |events: Vec<TraceEvent>| {
-        // The collector records synchronously; the future is empty.
-        drop(sink.0.report(events.into_iter().map(from_wire).collect()));
+    use futures::FutureExt as _;
+    TraceReporter::origin_checked(move |events: Vec<TraceEvent>| {
+        // The collector answers synchronously: its future is ready.
+        match sink
+            .0
+            .report(events.into_iter().map(from_wire).collect())
+            .now_or_never()
+        {
+            Some(Ok(())) | None => Ok(()),
+            Some(Err(e)) => Err(TraceError::Refused(e.to_string())),
+        }
     })
 }
 
@@ -237,13 +242,17 @@ fn origin_reporter(sink: Tracing) -> TraceReporter {
 struct ReportToFirstNode(TraceReporter);
 
 impl TraceSink for ReportToFirstNode {
-    fn report(&self, events: Vec<tail::TraceEvent>) -> BoxFuture<'static, ()> {
+    fn report(
+        &self,
+        events: Vec<tail::TraceEvent>,
+    ) -> BoxFuture<'static, Result<(), tail::ReportError>> {
         let reporter = self.0.clone();
         Box::pin(async move {
             let events = events.into_iter().map(to_wire).collect();
-            if let Err(e) = reporter.report(events).await {
-                tracing::warn!(error = %e, "trace events could not reach the flow's first node");
-            }
+            reporter.report(events).await.map_err(|e| match e {
+                TraceError::Refused(_) => tail::ReportError::FlowDelivered,
+                e => tail::ReportError::Unreachable(e.to_string()),
+            })
         })
     }
 }

@@ -1,17 +1,31 @@
 //! A hearth node: the runtime, its metrics and, in a cluster, the ring and
-//! the shard client/server. The front door hands every request to
-//! [`Node::handle`], which makes the routing decision
-//! ([`hearth_sharding::routing::decide`]) and serves it here or forwards it
-//! to the Worker's home.
+//! the shard client/server.
+//!
+//! Every request reaches [`Node::handle`] (from the front door,
+//! [`crate::front_door`]) or [`Node::route`] (a Worker calling a Worker,
+//! [`crate::nested`]). The node decides once, with
+//! [`hearth_sharding::routing::decide`], where it is served: *here*, in the
+//! role `local` (warm here) or `home` (this node is its home), or *at its
+//! home* through the shard client, whose answer settles the role
+//! (`sharded` at the home, or `fallback` back here). The role travels with
+//! the request to the node that runs the Worker
+//! ([`HostedWorkers::serve`]), and that node's one serving function
+//! ([`NodeState::serve`]) stamps `x-hearth-node`, `x-hearth-route` and
+//! `server-timing` and counts the request in `hearth_requests_total`. The
+//! receiving node of a forwarded request adds only the hop
+//! (`server-timing: shard;dur=…`, `hearth_shard_hop_seconds`).
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use hearth_runtime::body::Body;
+use hearth_runtime::timing::SERVER_TIMING_HEADER;
 use hearth_runtime::{DeployReport, Runtime, error_response};
 use hearth_sharding::context_stack::ContextStack;
 use hearth_sharding::hosted_workers::{HostedWorkers, PrewarmOutcome};
-use hearth_sharding::ring::{NodeId, SharedRing};
+use hearth_sharding::ring::{Member, NodeId, SharedRing};
 use hearth_sharding::routing::{Decision, Route, decide};
 use hearth_sharding::rpc::RpcNode;
 
@@ -23,50 +37,114 @@ pub const NODE_HEADER: &str = "x-hearth-node";
 pub use hearth_sharding::routing::ROUTE_HEADER;
 
 /// What every handle of a [`Node`] shares: its ID, runtime, metrics,
-/// prewarmer and, once joined, its RPC node and cluster link. Workers served
-/// here go through [`NodeState::serve_as`], stamped with this node's headers
-/// and counted.
+/// prewarmer and, once joined, its RPC node and cluster link.
 pub(crate) struct NodeState {
-    id: String,
+    id: NodeId,
     runtime: Runtime,
     metrics: Metrics,
     prewarmer: Arc<Prewarmer>,
     rpc: Arc<OnceLock<RpcNode>>,
-    /// The cluster, once joined (for the hand-back rule: a home keeps its
-    /// Workers).
-    link: OnceLock<Arc<ClusterLink>>,
+    /// The cluster, once joined: the ring requests are routed by.
+    link: OnceLock<ClusterLink>,
+    /// Ring members this node waits for before it reports ready (itself,
+    /// plus one if it joins through seeds); 0 for a standalone node.
+    members_expected: AtomicUsize,
+    /// Set when the node starts to drain: it stops reporting ready.
+    draining: AtomicBool,
+}
+
+/// Where a request is served, decided once by [`NodeState::place`].
+enum Placement<'a> {
+    /// On this node, in this role ([`Route::Local`] or [`Route::Home`]).
+    Here(Route),
+    /// At the Worker's home, through this node's shard client.
+    Home(Member, &'a RpcNode),
+}
+
+/// A Worker's home on the ring and the shard client that reaches it: what
+/// [`decide`] compares with this node's ID.
+struct HomeVia<'r, 'a> {
+    member: &'r Member,
+    rpc: &'a RpcNode,
+}
+
+impl PartialEq<NodeId> for HomeVia<'_, '_> {
+    fn eq(&self, id: &NodeId) -> bool {
+        self.member.id == *id
+    }
 }
 
 impl NodeState {
     /// This node's ID.
     pub(crate) fn id(&self) -> &str {
-        &self.id
+        self.id.as_str()
     }
 
-    /// Serves `script_id` here and reports `route`.
-    async fn serve_as(
+    /// The routing decision for a request for `script_id` arriving here now
+    /// ([`decide`]). A node that has not joined a cluster, or whose ring is
+    /// empty, has no home to ask: it is every Worker's home.
+    fn place(&self, script_id: &str) -> Placement<'_> {
+        let warm = self.runtime.is_warm(script_id);
+        let cluster = self.link.get().zip(self.rpc.get());
+        let ring = cluster.map(|(link, _)| link.ring.load());
+        let home = cluster.zip(ring.as_ref()).and_then(|((_, rpc), ring)| {
+            Some(HomeVia {
+                member: ring.home(script_id)?,
+                rpc,
+            })
+        });
+        match decide(&self.id, home.as_ref(), warm) {
+            Decision::Serve(route) => Placement::Here(route),
+            Decision::Forward(home) => Placement::Home(home.member.clone(), home.rpc),
+        }
+    }
+
+    /// Serves `script_id` on this node in `role`. The one place a response
+    /// gets this node's name (`x-hearth-node`), its role
+    /// (`x-hearth-route`) and `server-timing`, and is counted
+    /// (`hearth_requests_total{route, start}`).
+    async fn serve(
         &self,
+        role: Route,
         script_id: &str,
-        req: http::Request<Body>,
-        route: Route,
+        mut req: http::Request<Body>,
     ) -> http::Response<Body> {
-        let mut req = req;
         crate::nested::attach_flow(&mut req);
         let (mut resp, start) = match self.runtime.handle(script_id, req).await {
-            Ok(s) => {
-                let mut r = s.response;
-                hearth_runtime::decorate(r.headers_mut(), s.start, &s.timing);
-                (r, s.start.as_str())
+            Ok(served) => {
+                let start = served.start.as_str();
+                (served.into_response(), start)
             }
             Err(e) => (error_response(&e), "error"),
         };
-        self.metrics.record(route.as_str(), start);
+        self.metrics.record(role, start);
+        self.stamp(&mut resp, role);
+        resp
+    }
+
+    /// Names this node and `role` in `resp`'s headers.
+    fn stamp(&self, resp: &mut http::Response<Body>, role: Route) {
         let h = resp.headers_mut();
-        if let Ok(v) = http::HeaderValue::from_str(&self.id) {
+        if let Ok(v) = http::HeaderValue::from_str(self.id.as_str()) {
             h.insert(NODE_HEADER, v);
         }
-        h.insert(ROUTE_HEADER, route.header_value());
-        resp
+        h.insert(ROUTE_HEADER, role.header_value());
+    }
+}
+
+/// Prepends the shard hop to a response's `server-timing` (the serving
+/// node's phases follow it).
+fn add_hop_timing(headers: &mut http::HeaderMap, hop: Duration) {
+    let shard = format!("shard;dur={:.3}", hop.as_secs_f64() * 1000.0);
+    let value = match headers
+        .get(SERVER_TIMING_HEADER)
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(timing) if !timing.is_empty() => format!("{shard}, {timing}"),
+        _ => shard,
+    };
+    if let Ok(v) = http::HeaderValue::from_str(&value) {
+        headers.insert(SERVER_TIMING_HEADER, v);
     }
 }
 
@@ -78,14 +156,13 @@ struct NodeWorkers(Arc<NodeState>);
 impl HostedWorkers for NodeWorkers {
     fn serve(
         &self,
+        role: Route,
         script_id: &str,
         req: http::Request<Body>,
     ) -> BoxFuture<'static, http::Response<Body>> {
         let me = self.0.clone();
         let id = script_id.to_string();
-        // The route header is rewritten by the node that received the
-        // request; `home` is what the serving node knows.
-        Box::pin(async move { me.serve_as(&id, req, Route::Home).await })
+        Box::pin(async move { me.serve(role, &id, req).await })
     }
 
     fn is_warm(&self, script_id: &str) -> bool {
@@ -128,6 +205,29 @@ impl HostedWorkers for NodeWorkers {
         }
     }
 }
+
+/// Why a node is not ready for traffic ([`Node::readiness`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    /// It is draining (a signal asked it to stop).
+    #[error("draining")]
+    Draining,
+    /// Its script store did not answer a read in time, or failed.
+    #[error("the script store does not answer: {0}")]
+    Store(String),
+    /// It has not joined its cluster, or its ring has fewer members than it
+    /// joins with.
+    #[error("not joined: the ring has {members} of at least {expected} members")]
+    NotJoined {
+        /// Members on its ring now.
+        members: usize,
+        /// Members it waits for.
+        expected: usize,
+    },
+}
+
+/// How long a readiness check waits for the store.
+pub const READY_STORE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What a deploy through a node did: the runtime's report, and how the
 /// rest of the cluster heard of it.
@@ -183,7 +283,6 @@ pub struct ClusterLink {
 #[derive(Clone)]
 pub struct Node {
     state: Arc<NodeState>,
-    cluster: Option<Arc<ClusterLink>>,
 }
 
 impl Node {
@@ -204,22 +303,23 @@ impl Node {
         ));
         let node = Node {
             state: Arc::new(NodeState {
-                id: id.into(),
+                id: NodeId::new(id),
                 metrics,
                 prewarmer,
                 runtime,
                 rpc,
                 link: OnceLock::new(),
+                members_expected: AtomicUsize::new(0),
+                draining: AtomicBool::new(false),
             }),
-            cluster: None,
         };
         node.install_invoker();
         node
     }
 
-    /// A node from its parts (for the nested-call invoker).
-    pub(crate) fn from_parts(state: Arc<NodeState>, cluster: Option<Arc<ClusterLink>>) -> Self {
-        Node { state, cluster }
+    /// A node from its shared state (for the nested-call invoker).
+    pub(crate) fn from_state(state: Arc<NodeState>) -> Self {
+        Node { state }
     }
 
     /// Lets this node's Workers call Workers, routed as this node routes
@@ -229,7 +329,6 @@ impl Node {
             .runtime
             .set_invoker(Arc::new(crate::nested::NodeInvoker {
                 state: Arc::downgrade(&self.state),
-                cluster: self.cluster.clone(),
             }));
     }
 
@@ -241,21 +340,61 @@ impl Node {
 
     /// Joins this node to a cluster: requests for Workers homed elsewhere
     /// are forwarded through `rpc` (started with [`Node::hosted_workers`]).
-    pub fn join(mut self, link: ClusterLink, rpc: RpcNode) -> Self {
+    /// A node joins once; a second call changes nothing.
+    pub fn join(self, link: ClusterLink, rpc: RpcNode) -> Self {
         let _ = self.state.rpc.set(rpc);
         self.state
             .metrics
             .observe_ring(link.self_id.clone(), link.ring.clone());
-        let link = Arc::new(link);
-        let _ = self.state.link.set(link.clone());
-        self.cluster = Some(link);
-        self.install_invoker();
+        let _ = self.state.link.set(link);
         self
     }
 
     /// This node's ID.
     pub fn id(&self) -> &str {
-        &self.state.id
+        self.state.id()
+    }
+
+    /// Makes [`Node::readiness`] wait until this node's ring has at least
+    /// `members` members (itself included): 2 for a node that joins through
+    /// seeds, so it is not ready while it is alone on its ring.
+    pub fn expect_members(&self, members: usize) {
+        self.state
+            .members_expected
+            .store(members, Ordering::Relaxed);
+    }
+
+    /// Marks the node as draining: from now on it is not ready, so a load
+    /// balancer stops sending it traffic while it finishes what it has.
+    pub fn start_draining(&self) {
+        self.state.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the node should get traffic now (`/readyz`): not draining,
+    /// its script store answers a read within [`READY_STORE_TIMEOUT`], and
+    /// its ring has the members it waits for ([`Node::expect_members`]).
+    pub async fn readiness(&self) -> Result<(), NotReady> {
+        let state = &self.state;
+        if state.draining.load(Ordering::Relaxed) {
+            return Err(NotReady::Draining);
+        }
+        let expected = state.members_expected.load(Ordering::Relaxed);
+        let members = state
+            .link
+            .get()
+            .map_or(0, |link| link.ring.load().members().len());
+        if members < expected {
+            return Err(NotReady::NotJoined { members, expected });
+        }
+        // Any read will do; a name no Worker has keeps it cheap.
+        let probe = state.runtime.script_store().meta("hearth-readyz-probe");
+        match tokio::time::timeout(READY_STORE_TIMEOUT, probe).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(NotReady::Store(e.to_string())),
+            Err(_) => Err(NotReady::Store(format!(
+                "no answer within {READY_STORE_TIMEOUT:?}"
+            ))),
+        }
     }
 
     /// The node's runtime.
@@ -265,7 +404,7 @@ impl Node {
 
     /// The ring this node routes by now, in a cluster.
     pub fn ring(&self) -> Option<std::sync::Arc<hearth_sharding::ring::Ring>> {
-        self.cluster.as_ref().map(|c| c.ring.load_full())
+        self.state.link.get().map(|c| c.ring.load_full())
     }
 
     /// The node's RPC layer, in a cluster.
@@ -311,7 +450,7 @@ impl Node {
     /// Tells every other ring member that `script_id` now has source
     /// `hash`, all at once.
     async fn announce(&self, script_id: &str, hash: &str) -> Announcement {
-        let (Some(cluster), Some(rpc)) = (&self.cluster, self.state.rpc.get()) else {
+        let (Some(cluster), Some(rpc)) = (self.state.link.get(), self.state.rpc.get()) else {
             return Announcement::default();
         };
         let ring = cluster.ring.load_full();
@@ -347,7 +486,7 @@ impl Node {
     /// to drop its warm copy, so requests go to the home from the next one
     /// on. Standalone, there is nothing to hand back.
     pub async fn hand_back(&self, script_id: &str) -> Option<HandBack> {
-        let (cluster, rpc) = (self.cluster.as_ref()?, self.state.rpc.get()?);
+        let (cluster, rpc) = (self.state.link.get()?, self.state.rpc.get()?);
         let ring = cluster.ring.load_full();
         let home = ring.home(script_id)?.clone();
         let home_prewarm = if home.id == cluster.self_id {
@@ -393,7 +532,7 @@ impl Node {
         if !self.state.prewarmer.config().enabled {
             return;
         }
-        let Some(id) = script_id_from_host(sni) else {
+        let Some(id) = crate::front_door::script_id_from_host(sni) else {
             return;
         };
         let node = self.clone();
@@ -402,23 +541,17 @@ impl Node {
         });
     }
 
-    /// Prewarms `script_id` where a request for it would be served now:
-    /// here (warm here, this node is its home, or no cluster) or at its
-    /// home. Returns where, and what was done.
+    /// Prewarms `script_id` where a request for it would be served now
+    /// (the same decision as [`Node::route`]): here (warm here, this node
+    /// is its home, or no cluster) or at its home. Returns where, and what
+    /// was done.
     pub async fn prewarm(&self, script_id: &str) -> (At, PrewarmOutcome) {
         let prewarmer = &self.state.prewarmer;
-        let (Some(cluster), Some(rpc)) = (&self.cluster, self.state.rpc.get()) else {
-            return (At::Here, prewarmer.here(script_id).await);
-        };
-        let warm = self.state.runtime.is_warm(script_id);
-        let ring = cluster.ring.load();
-        let home = ring.home(script_id);
-        let home_id = home.map(|n| &n.id).unwrap_or(&cluster.self_id);
-        match (decide(&cluster.self_id, home_id, warm), home) {
-            (Decision::Forward(_), Some(home)) => {
-                (At::Home, prewarmer.at_home(rpc, home, script_id).await)
+        match self.state.place(script_id) {
+            Placement::Here(_) => (At::Here, prewarmer.here(script_id).await),
+            Placement::Home(home, rpc) => {
+                (At::Home, prewarmer.at_home(rpc, &home, script_id).await)
             }
-            _ => (At::Here, prewarmer.here(script_id).await),
         }
     }
 
@@ -441,237 +574,24 @@ impl Node {
         if !context.frames().is_empty() {
             req.extensions_mut().insert(context.clone());
         }
-        let warm = self.state.runtime.is_warm(script_id);
-        let (Some(cluster), Some(rpc)) = (&self.cluster, self.state.rpc.get()) else {
-            let route = if warm { Route::Local } else { Route::Home };
-            return self.state.serve_as(script_id, req, route).await;
-        };
-        let ring = cluster.ring.load();
-        let home = ring.home(script_id);
-        let home_id = home.map(|n| &n.id).unwrap_or(&cluster.self_id);
-        match decide(&cluster.self_id, home_id, warm) {
-            Decision::Serve(route) => self.state.serve_as(script_id, req, route).await,
-            Decision::Forward(_) => {
-                let Some(home) = home else {
-                    return self.state.serve_as(script_id, req, Route::Home).await;
-                };
-                let f = rpc.forward(home, script_id, context, req).await;
-                let route = f.route();
-                let mut resp = f.response;
-                let start = resp
-                    .headers()
-                    .get(hearth_runtime::timing::START_HEADER)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("error")
-                    .to_string();
-                // A fallback was already counted when it was served here.
-                if route == Route::Sharded {
-                    self.state.metrics.record(route.as_str(), &start);
+        match self.state.place(script_id) {
+            Placement::Here(role) => self.state.serve(role, script_id, req).await,
+            Placement::Home(home, rpc) => {
+                let forwarded = rpc.forward(&home, script_id, context, req).await;
+                let hop = forwarded.hop;
+                let route = forwarded.route();
+                let mut resp = forwarded.response;
+                self.state.metrics.hop_latency.observe(hop.as_secs_f64());
+                if !resp.headers().contains_key(ROUTE_HEADER) {
+                    // No node served it (a 502 after the home accepted, made
+                    // by the shard client): this node answered, so it
+                    // stamps and counts it.
+                    self.state.metrics.record(route, "error");
+                    self.state.stamp(&mut resp, route);
                 }
-                self.state.metrics.hop_latency.observe(f.hop.as_secs_f64());
-                let h = resp.headers_mut();
-                h.insert(ROUTE_HEADER, route.header_value());
-                let timing = h
-                    .get(hearth_runtime::timing::SERVER_TIMING_HEADER)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("")
-                    .to_string();
-                let shard = format!("shard;dur={:.3}", f.hop.as_secs_f64() * 1000.0);
-                let value = if timing.is_empty() {
-                    shard
-                } else {
-                    format!("{shard}, {timing}")
-                };
-                if let Ok(v) = http::HeaderValue::from_str(&value) {
-                    h.insert(hearth_runtime::timing::SERVER_TIMING_HEADER, v);
-                }
+                add_hop_timing(resp.headers_mut(), hop);
                 resp
             }
         }
-    }
-}
-
-/// The script ID a request is for: the first label of its Host, lowercased
-/// (DNS names are case-insensitive: `HELLO.localhost:8080` -> `hello`). An
-/// IP literal (`127.0.0.1`, `[::1]:8080`) names no Worker, so deploying a
-/// Worker called `127` cannot capture traffic addressed by IP. A label that
-/// no Worker can be named ([`valid_script_id`]) names none either, so junk
-/// in a Host header never costs a shard hop.
-///
-/// [`valid_script_id`]: hearth_runtime::validate::valid_script_id
-pub fn script_id_from_host(host: &str) -> Option<String> {
-    if host.starts_with('[') {
-        return None; // an IPv6 literal
-    }
-    let host = host.split(':').next()?;
-    if host.parse::<std::net::Ipv4Addr>().is_ok() {
-        return None;
-    }
-    let (label, rest) = host.split_once('.')?;
-    let id = label.to_ascii_lowercase();
-    (!rest.is_empty() && hearth_runtime::validate::valid_script_id(&id)).then_some(id)
-}
-
-/// The listeners of one node.
-pub struct Listeners {
-    /// Plain HTTP/1.1 Worker traffic.
-    pub http: tokio::net::TcpListener,
-    /// HTTPS Worker traffic (HTTP/2 or HTTP/1.1 by ALPN), with SNI prewarm.
-    pub https: Option<(tokio::net::TcpListener, crate::https::TlsFrontDoor)>,
-    /// The admin API.
-    pub admin: tokio::net::TcpListener,
-}
-
-/// Serves `node`'s front doors (plain HTTP, and HTTPS if given) and its
-/// admin API (accepting `token`), all under `limits`, until `stop` turns
-/// true; each task then drains its in-flight requests (within the drain
-/// timeout).
-pub fn spawn_listeners(
-    node: &Node,
-    listeners: Listeners,
-    token: Arc<str>,
-    limits: crate::listener::ServeLimits,
-    stop: tokio::sync::watch::Receiver<bool>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    // A clustered node serves its front doors on its RPC threads, where
-    // forwards and Workers run too (see `RpcNode::run_on_thread`).
-    let runner = node.rpc().map(|rpc| {
-        let rpc = rpc.clone();
-        Arc::new(move |work| rpc.run_on_thread(work)) as crate::listener::Runner
-    });
-    let front = |listener, tls| {
-        let n = node.clone();
-        tokio::spawn(crate::listener::serve(
-            listener,
-            limits,
-            move |req, _| {
-                let n = n.clone();
-                async move { front_door(n, req).await }
-            },
-            stopped(stop.clone()),
-            runner.clone(),
-            tls,
-        ))
-    };
-    let mut tasks = vec![front(listeners.http, None)];
-    if let Some((listener, door)) = listeners.https {
-        let n = node.clone();
-        let tls = crate::listener::TlsListener {
-            door,
-            // Prewarms run on this (multi-threaded) runtime, not on the RPC
-            // thread doing the handshake: they overlap it instead of
-            // waiting for it to yield.
-            on_sni: Arc::new({
-                let rt = tokio::runtime::Handle::current();
-                move |sni: &str| {
-                    let _in_rt = rt.enter();
-                    n.prewarm_hint(sni)
-                }
-            }),
-        };
-        tasks.push(front(listener, Some(tls)));
-    }
-    let n = node.clone();
-    tasks.push(tokio::spawn(crate::listener::serve(
-        listeners.admin,
-        limits,
-        move |req, _| {
-            let (n, t) = (n.clone(), token.clone());
-            async move { crate::admin::handle(n, t, req).await }
-        },
-        stopped(stop),
-        None,
-        None,
-    )));
-    tasks
-}
-
-/// The host a request is addressed to: the authority of an absolute-form
-/// target (RFC 9112 §3.2.2: it overrides `Host`; HTTP/2's `:authority`
-/// arrives the same way), else the `Host` header. The guest sees the same
-/// authority, so routing and the Worker agree.
-pub fn request_host<B>(req: &http::Request<B>) -> Option<String> {
-    if let Some(a) = req.uri().authority() {
-        return Some(a.host().to_owned());
-    }
-    req.headers()
-        .get(http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_owned)
-}
-
-/// Routes a front-door request to its Worker by the first label of its
-/// host ([`request_host`]). Every answer names the node that gave it
-/// (`x-hearth-node`): the serving node's, or this node's for what it
-/// produced itself (a 404, a 502 after a failed hop).
-pub async fn front_door(node: Node, req: http::Request<Body>) -> http::Response<Body> {
-    let mut resp = match request_host(&req).as_deref().and_then(script_id_from_host) {
-        Some(id) => node.handle(&id, req).await,
-        None => hearth_runtime::body::text_response(
-            http::StatusCode::NOT_FOUND,
-            "no Worker named: address a Worker as http://<script-id>.<domain>/ (e.g. hello.localhost)\n",
-        ),
-    };
-    if !resp.headers().contains_key(NODE_HEADER)
-        && let Ok(v) = http::HeaderValue::from_str(node.id())
-    {
-        resp.headers_mut().insert(NODE_HEADER, v);
-    }
-    resp
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn script_id_is_first_host_label() {
-        let id = |h: &str| script_id_from_host(h);
-        assert_eq!(id("hello.localhost:8080").as_deref(), Some("hello"));
-        assert_eq!(id("a.b.example.com").as_deref(), Some("a"));
-        assert_eq!(id("localhost:8080"), None);
-        assert_eq!(id(".x"), None);
-        // Labels no Worker can be named route nowhere.
-        assert_eq!(id("ⷐ[.x"), None);
-        assert_eq!(id("under_score.x"), None);
-        assert_eq!(id("-x.example"), None);
-    }
-
-    #[test]
-    fn an_absolute_form_target_overrides_host() {
-        let req = http::Request::get("http://Echo.localhost:8080/x")
-            .header(http::header::HOST, "hello.localhost")
-            .body(())
-            .expect("request");
-        let host = request_host(&req).expect("host");
-        assert_eq!(script_id_from_host(&host).as_deref(), Some("echo"));
-        let req = http::Request::get("/x")
-            .header(http::header::HOST, "hello.localhost:8080")
-            .body(())
-            .expect("request");
-        let host = request_host(&req).expect("host");
-        assert_eq!(script_id_from_host(&host).as_deref(), Some("hello"));
-        let req = http::Request::get("http://127.0.0.1/")
-            .header(http::header::HOST, "hello.localhost")
-            .body(())
-            .expect("request");
-        assert_eq!(
-            request_host(&req).as_deref().and_then(script_id_from_host),
-            None
-        );
-    }
-
-    #[test]
-    fn host_is_case_insensitive_and_an_ip_literal_names_no_worker() {
-        let id = |h: &str| script_id_from_host(h);
-        assert_eq!(id("HELLO.localhost").as_deref(), Some("hello"));
-        assert_eq!(id("Hello.Example.COM:8080").as_deref(), Some("hello"));
-        assert_eq!(id("127.0.0.1"), None);
-        assert_eq!(id("127.0.0.1:8080"), None);
-        assert_eq!(id("[::1]:8080"), None);
-        assert_eq!(id("10.1.2.3"), None);
     }
 }

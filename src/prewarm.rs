@@ -5,7 +5,7 @@
 //!
 //! A TLS ClientHello names the host before any request arrives (its SNI).
 //! The front door maps it to a script ID with the same rule as the Host
-//! header ([`crate::node::script_id_from_host`]) and, without delaying the
+//! header ([`crate::front_door::script_id_from_host`]) and, without delaying the
 //! handshake, asks for the Worker to be prepared where the request will be
 //! served: the routing decision that the request itself will take
 //! ([`hearth_sharding::routing::decide`]) says *here* (warm here, or this

@@ -148,7 +148,10 @@ impl HttpsClient {
         })
     }
 
-    async fn connect(
+    /// A TLS connection to `addr` whose ClientHello names `host` and
+    /// offers `h2` by ALPN if `http2` (else `http/1.1`), for a test that
+    /// speaks the protocol itself.
+    pub async fn connect(
         &self,
         addr: SocketAddr,
         host: &str,

@@ -174,6 +174,19 @@ async fn the_ring_view_places_a_worker_and_agrees_with_metrics_and_hearth_ring()
     assert_eq!(placed.successors.len(), 3);
     assert_eq!(placed.successors[0], home);
 
+    // A script ID that must be percent-encoded in the query (the client
+    // does) is placed under its own name, not its encoding.
+    let odd = "my app/ü&x=1";
+    let view = AdminClient::new(&format!("http://{admin}"), Some(c.token().to_string()))
+        .expect("admin url")
+        .ring(Some(odd))
+        .await
+        .expect("a RingView");
+    let placed = view.script.as_ref().expect("placed");
+    assert_eq!(placed.script_id, odd);
+    let odd_home = c.node(c.home_of(odd).expect("home")).node.id();
+    assert_eq!(placed.home.as_deref(), Some(odd_home));
+
     // /metrics says the same.
     let (_, metrics) = call(
         http::Method::GET,

@@ -18,7 +18,7 @@
 
 use std::time::Duration;
 
-use hearth::node::{request_host, script_id_from_host};
+use hearth::front_door::{request_host, script_id_from_host};
 use hearth::runtime::Plan;
 use hearth::testing::TestCluster;
 use proptest::prelude::*;

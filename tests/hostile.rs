@@ -41,6 +41,12 @@ impl Serve {
     /// Deploys `workers` into a fresh store and starts a node whose config
     /// has `extra` appended.
     fn start(dir: &Path, workers: &[&str], extra: &str) -> Serve {
+        Self::start_with(dir, workers, extra, None)
+    }
+
+    /// [`Serve::start`], with the soft open-files limit lowered to
+    /// `soft_nofile` for the node, if given (as a login shell's 1024 is).
+    fn start_with(dir: &Path, workers: &[&str], extra: &str, soft_nofile: Option<u64>) -> Serve {
         let store = dir.join("store");
         for w in workers {
             let path = hearth_sample_workers::path(w).expect("sample built");
@@ -68,7 +74,15 @@ impl Serve {
         )
         .expect("write config");
         let log = dir.join("node.log");
-        let child = Command::new(BIN)
+        let mut command = match soft_nofile {
+            Some(n) => {
+                let mut c = Command::new("sh");
+                c.args(["-c", &format!("ulimit -Sn {n} && exec \"$0\" \"$@\""), BIN]);
+                c
+            }
+            None => Command::new(BIN),
+        };
+        let child = command
             .args(["serve", "--config"])
             .arg(&cfg)
             .stdout(Stdio::null())
@@ -378,6 +392,81 @@ async fn ctrl_c_drains_even_with_stalled_clients_connected() {
     drop(sockets);
 }
 
+/// GET `path` on a node's admin listener: (status, body), or `None` if
+/// nothing answers.
+async fn admin_get(admin: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    exchange(admin, None, req.as_bytes()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_finishing_in_flight_requests_and_readyz_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut node = Serve::start(dir.path(), &["echo"], "[limits]\ndrain_timeout = \"20s\"\n");
+    assert_eq!(
+        admin_get(node.admin, "/readyz").await.map(|(s, _)| s),
+        Some(200),
+        "a standalone node whose store answers is ready: {}",
+        node.log()
+    );
+    assert_eq!(
+        admin_get(node.admin, "/livez").await.map(|(s, _)| s),
+        Some(200)
+    );
+    // A request in flight: its head and half its body sent.
+    let mut s = connect(node.http, None).await.expect("connect");
+    s.write_all(b"POST / HTTP/1.1\r\nhost: echo.localhost\r\ncontent-length: 10\r\n\r\nhello")
+        .await
+        .expect("write");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pid = node.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    // Not ready while it drains; the admin API answers until the end.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match admin_get(node.admin, "/readyz").await {
+            Some((503, body)) => {
+                assert!(body.contains("not ready: draining"), "{body}");
+                break;
+            }
+            other => assert!(
+                Instant::now() < deadline,
+                "readyz never said draining: {other:?}: {}",
+                node.log()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        node.child.try_wait().expect("wait").is_none(),
+        "exited with a request in flight: {}",
+        node.log()
+    );
+    // The rest of the body: the request finishes, echoed whole.
+    s.write_all(b"world").await.expect("write");
+    let mut resp = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut resp)).await;
+    let resp = String::from_utf8_lossy(&resp);
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert!(resp.contains("hello") && resp.contains("world"), "{resp}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = node.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "did not exit: {}", node.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "exit {status}: {}", node.log());
+    assert!(node.log().contains("SIGTERM: draining"), "{}", node.log());
+}
+
 /// Starts `hearth serve` over `store` (with `extra` arguments) and expects
 /// it to refuse: its stderr.
 fn refused_start(store: &Path, extra: &[&str]) -> String {
@@ -638,5 +727,94 @@ fn a_config_with_last_releases_keys_starts_and_says_what_to_write() {
         log.contains("[limits] slot_wait_ms is deprecated")
             && log.contains("slot_wait = \"500ms\""),
         "{log}"
+    );
+}
+
+/// Stored metadata names the files a node opens (the source's blob, its
+/// artifact), and a store directory or bucket can be written by others
+/// than the node. A forged `hash` is refused on read, counted, and never
+/// joined into a path: here `../../x` would lead the artifact lookup out
+/// of the cache to a file it would fail to authenticate and delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_hash_in_stored_metadata_is_refused_and_touches_no_file() {
+    use hearth::cluster::ClusterConfig;
+    use hearth::testing::TestCluster;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    let c = TestCluster::with_config(ClusterConfig::new(1, &store), None)
+        .await
+        .expect("cluster");
+    let hello = hearth_sample_workers::bytes("hello").expect("sample built");
+    c.deploy("hello", hearth::runtime::Plan::Free, hello)
+        .await
+        .expect("deploy");
+    // Where `<artifacts>/<hash>-<engine>.cwasm` leads for hash `../../x`:
+    // beside the store, outside the cache.
+    let artifacts = c.node(0).node.runtime().artifacts();
+    let bait = dir.path().join(artifacts.file_name("x"));
+    assert_eq!(artifacts.dir(), store.join("artifacts"));
+    std::fs::write(&bait, b"a file outside the cache").expect("bait");
+    // Forged metadata: hello's, under another name, with the hash replaced.
+    let scripts = store.join("scripts");
+    let json = std::fs::read(scripts.join("hello.json")).expect("hello's metadata");
+    let mut meta: serde_json::Value = serde_json::from_slice(&json).expect("json");
+    meta["script_id"] = "evil".into();
+    meta["hash"] = "../../x".into();
+    std::fs::write(
+        scripts.join("evil.json"),
+        serde_json::to_vec(&meta).expect("json"),
+    )
+    .expect("write forged metadata");
+
+    for _ in 0..3 {
+        let r = c.get(0, "evil", "/").await.expect("an answer");
+        assert_eq!(r.status, 500, "{}", r.text());
+        assert!(r.text().contains("could not be loaded"), "{}", r.text());
+    }
+    assert_eq!(
+        std::fs::read(&bait).ok().as_deref(),
+        Some(&b"a file outside the cache"[..]),
+        "the file the forged hash pointed at was touched"
+    );
+    assert_eq!(c.stats(0).runtime.store_metadata_rejected, 3);
+    let metrics = c.node(0).node.metrics().render();
+    assert!(
+        metrics.contains("hearth_store_metadata_rejected_total 3"),
+        "{metrics}"
+    );
+    // The node serves its other Workers as before.
+    let r = c.get(0, "hello", "/").await.expect("hello");
+    assert_eq!((r.status, r.text().as_str()), (200, "hello from hello"));
+}
+
+/// Every connection is a file descriptor: a node started under a low soft
+/// limit (a login shell's 1024) raises it to the hard limit and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_raises_its_open_files_limit_and_logs_it() {
+    let limits = |pid: u32| -> (String, String) {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .expect("a Max open files line")
+            .to_string();
+        let mut f = line.split_whitespace().skip(3);
+        (
+            f.next().expect("soft").to_string(),
+            f.next().expect("hard").to_string(),
+        )
+    };
+    let (_, hard) = limits(std::process::id());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Serve::start_with(dir.path(), &["hello"], "", Some(512));
+    let (soft, hard_now) = limits(node.child.id());
+    assert_eq!(
+        (soft.as_str(), hard_now.as_str()),
+        (hard.as_str(), hard.as_str())
+    );
+    let log = node.log();
+    assert!(
+        log.contains(&format!("open files limit: {hard}")),
+        "no log line with the limit: {log}"
     );
 }

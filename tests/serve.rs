@@ -38,12 +38,21 @@ fn run_ok(args: &[&str]) {
 }
 
 fn get(addr: SocketAddr, host: &str) -> Option<(u16, String)> {
+    get_path(addr, host, "/")
+}
+
+/// GET `path` on an admin listener.
+fn admin_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    get_path(addr, "admin", path)
+}
+
+fn get_path(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     write!(
         s,
-        "GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
     )
     .ok()?;
     let mut buf = String::new();
@@ -152,12 +161,19 @@ fn two_serve_processes_shard_and_drain() {
     assert_eq!(header(&resp, "x-hearth-route"), "sharded", "{resp}");
     assert_eq!(header(&resp, "x-hearth-node"), "node-2");
     assert!(resp.contains(&format!("hello from {id}")));
+    // Both joined through their seeds: ready.
+    for (i, p) in ports.iter().enumerate() {
+        let (code, body) =
+            admin_get(([127, 0, 0, 1], p.1).into(), "/readyz").expect("admin answers");
+        assert_eq!(code, 200, "node-{} not ready: {body}", i + 1);
+    }
 
-    // Ctrl-C on node-2: it drains and exits cleanly; node-1 keeps serving.
+    // SIGTERM (what systemd, Docker and Kubernetes send) on node-2: it
+    // drains and exits cleanly; node-1 keeps serving.
     let pid = procs[1].0.id().to_string();
     assert!(
         Command::new("kill")
-            .args(["-INT", &pid])
+            .args(["-TERM", &pid])
             .status()
             .expect("kill")
             .success()
@@ -169,7 +185,7 @@ fn two_serve_processes_shard_and_drain() {
         }
         assert!(
             Instant::now() < deadline,
-            "node-2 did not exit after Ctrl-C"
+            "node-2 did not exit after SIGTERM"
         );
         std::thread::sleep(Duration::from_millis(50));
     };

@@ -183,7 +183,14 @@ impl ArtifactCache {
     }
 
     /// Loads the artifact for source `hash` if one exists and authenticates.
+    /// A `hash` that is not a source hash
+    /// ([`is_source_hash`](crate::script_store::is_source_hash)) is
+    /// refused without touching a file: it would name a path outside the
+    /// cache.
     pub fn load(&self, engine: &Engine, hash: &str) -> Lookup {
+        if !crate::script_store::is_source_hash(hash) {
+            return Lookup::Rejected(format!("{hash:?} is not a source hash"));
+        }
         let path = self.path(hash);
         let file = match File::open(&path) {
             Ok(f) => f,
@@ -226,8 +233,18 @@ impl ArtifactCache {
         }
     }
 
-    /// Serializes `component` (compiled from source `hash`) into the cache.
+    /// Serializes `component` (compiled from source `hash`) into the cache;
+    /// a `hash` that is not a source hash is refused, as in
+    /// [`ArtifactCache::load`].
     pub fn store(&self, hash: &str, component: &Component) -> Result<(), ArtifactWriteError> {
+        if !crate::script_store::is_source_hash(hash) {
+            return Err(ArtifactWriteError::Write(
+                crate::error::StoreError::BadHash {
+                    path: self.dir.clone(),
+                    hash: hash.chars().take(80).collect(),
+                },
+            ));
+        }
         let mut bytes = component
             .serialize()
             .map_err(ArtifactWriteError::Serialize)?;

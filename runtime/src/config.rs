@@ -86,6 +86,8 @@ pub struct RuntimeConfig {
     pub(crate) instance_memory_cap: u64,
     pub(crate) body_idle_timeout: Duration,
     pub(crate) buffer_before_slot: usize,
+    pub(crate) miss_ttl: Duration,
+    pub(crate) miss_capacity: usize,
 }
 
 impl RuntimeConfig {
@@ -116,6 +118,8 @@ impl RuntimeConfig {
             instance_memory_cap: 8 << 30,
             body_idle_timeout: Duration::from_secs(10),
             buffer_before_slot: 64 * 1024,
+            miss_ttl: crate::misses::DEFAULT_MISS_TTL,
+            miss_capacity: crate::misses::DEFAULT_MISS_CAPACITY,
         }
     }
 
@@ -155,6 +159,22 @@ impl RuntimeConfig {
     /// client that trickles its body holds a connection, not an instance.
     pub fn buffer_before_slot(mut self, bytes: usize) -> Self {
         self.buffer_before_slot = bytes;
+        self
+    }
+
+    /// How long a script ID the store did not have is answered 404 without
+    /// reading the store again (default 5 s; zero turns the negative cache
+    /// off). A deploy of the name, here or announced by another node, ends
+    /// it at once; see [`crate::misses`].
+    pub fn unknown_script_ttl(mut self, d: Duration) -> Self {
+        self.miss_ttl = d;
+        self
+    }
+
+    /// How many unknown script IDs the negative cache remembers at most,
+    /// least recently asked dropped first (default 16,384).
+    pub fn unknown_script_capacity(mut self, names: usize) -> Self {
+        self.miss_capacity = names;
         self
     }
 

@@ -122,6 +122,19 @@ pub enum StoreError {
         /// What is wrong.
         message: String,
     },
+    /// Metadata read from the store names a source hash that is not 64
+    /// lowercase hex digits (blake3, as a deploy writes it): a damaged or
+    /// forged file. The hash names the source's blob and its artifact, so
+    /// such metadata is refused before it can reach a path.
+    #[error(
+        "refused script metadata at {path}: its source hash {hash:?} is not 64 lowercase hex digits"
+    )]
+    BadHash {
+        /// The metadata file or object.
+        path: std::path::PathBuf,
+        /// The hash it records (at most its first 80 characters).
+        hash: String,
+    },
     /// The stored source does not match its recorded hash.
     #[error("stored source of {script_id} does not match its hash {hash}")]
     HashMismatch {
@@ -232,6 +245,20 @@ pub enum RuntimeError {
         /// The idle timeout that expired.
         idle: Duration,
     },
+    /// The request body bytes buffered before a slot, on the request's
+    /// connection or listener, are at their bound ([`crate::pre_slot`]):
+    /// this request is refused; the others go on.
+    #[error(
+        "request refused before Worker {script_id} ran: {scope} already holds {cap} bytes of request bodies waiting for a slot; retry shortly"
+    )]
+    PreSlotFull {
+        /// The Worker.
+        script_id: String,
+        /// The budget that is full ("this connection", "this node").
+        scope: &'static str,
+        /// Its size in bytes.
+        cap: usize,
+    },
     /// The request could not be handed to the Worker (e.g. a bad header).
     #[error("bad request for Worker {script_id}: {message}")]
     BadRequest {
@@ -253,6 +280,7 @@ impl RuntimeError {
             RuntimeError::WallTimeExceeded { .. } => S::GATEWAY_TIMEOUT,
             RuntimeError::StartupCpuExceeded { .. }
             | RuntimeError::Busy { .. }
+            | RuntimeError::PreSlotFull { .. }
             | RuntimeError::StoreUnavailable { .. }
             | RuntimeError::CpuExceeded { .. }
             | RuntimeError::MemoryExceeded { .. } => S::SERVICE_UNAVAILABLE,
@@ -267,7 +295,9 @@ impl RuntimeError {
     pub fn retry_after(&self) -> Option<u64> {
         matches!(
             self,
-            RuntimeError::Busy { .. } | RuntimeError::StoreUnavailable { .. }
+            RuntimeError::Busy { .. }
+                | RuntimeError::PreSlotFull { .. }
+                | RuntimeError::StoreUnavailable { .. }
         )
         .then_some(1)
     }

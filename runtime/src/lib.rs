@@ -20,6 +20,8 @@
 //! * Warm Workers stay in memory under a byte budget ([`eviction`]) and are
 //!   evicted under pressure (LRU) or when idle; their instances are reused
 //!   per a [`ReusePolicy`]. A trap or limit hit discards the instance.
+//! * A name no Worker is deployed under is a 404 that costs at most one
+//!   store read per short TTL, shared by concurrent requests ([`misses`]).
 //! * A slow, stalled or vanished client costs a connection and a bounded
 //!   wait, never a Worker ([`slow_client`]); each request also has a
 //!   wall-clock deadline ([`PlanLimits::request_wall`]).
@@ -52,7 +54,9 @@
 
 pub mod artifact;
 pub mod bindings;
-pub mod body;
+/// The HTTP body type the runtime takes and returns, and its helpers:
+/// `hearth-body`, which the cluster layer shares.
+pub use hearth_body as body;
 pub mod config;
 pub mod cpu;
 mod engine;
@@ -63,7 +67,9 @@ mod instance;
 pub mod lifecycle;
 pub mod limits;
 pub mod manifest;
+pub mod misses;
 pub mod nested;
+pub mod pre_slot;
 mod runtime;
 pub mod s3_store;
 pub mod script_store;

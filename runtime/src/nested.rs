@@ -47,7 +47,7 @@ use http_body_util::BodyExt;
 use wasmtime_wasi_http::{RequestOptions, WasiBody, WasiHttpHooks};
 
 use crate::bindings::{Bindings, CallKind, Resolved, resolve};
-use crate::body::{Body, BoxError};
+use crate::body::Body;
 use crate::cpu::CpuMeter;
 use crate::limits::PlanLimits;
 use crate::stats::Stats;
@@ -58,6 +58,21 @@ pub const MAX_DEPTH: usize = 16;
 /// Prefix of the headers only the host sets on a nested request; a
 /// guest's own are removed.
 pub const HOST_HEADER_PREFIX: &str = "x-hearth-";
+/// Removes every [`HOST_HEADER_PREFIX`] header from `headers`: only the
+/// host may set them, so whatever a client or a guest sent is dropped
+/// before a Worker sees the request (at every front door, and on every
+/// nested call).
+pub fn strip_host_headers(headers: &mut http::HeaderMap) {
+    let forged: Vec<_> = headers
+        .keys()
+        .filter(|k| k.as_str().starts_with(HOST_HEADER_PREFIX))
+        .cloned()
+        .collect();
+    for k in forged {
+        headers.remove(&k);
+    }
+}
+
 /// Header naming the calling Worker, set by the host.
 pub const CALLER_HEADER: &str = "x-hearth-caller";
 /// Header with the callee's level in its flow (1 is the entry Worker), set
@@ -237,15 +252,7 @@ impl Caller {
             return Err(Error::HttpResponseTimeout);
         }
         let (mut parts, body) = request.into_parts();
-        let forged: Vec<_> = parts
-            .headers
-            .keys()
-            .filter(|k| k.as_str().starts_with(HOST_HEADER_PREFIX))
-            .cloned()
-            .collect();
-        for k in forged {
-            parts.headers.remove(&k);
-        }
+        strip_host_headers(&mut parts.headers);
         if let Ok(v) = http::HeaderValue::from_str(&self.script_id) {
             parts.headers.insert(CALLER_HEADER, v);
         }
@@ -253,7 +260,7 @@ impl Caller {
             .headers
             .insert(DEPTH_HEADER, http::HeaderValue::from(depth));
         parts.extensions = http::Extensions::new();
-        let body = body.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
+        let body = crate::body::boxed(body);
         Stats::bump(&self.stats.nested_calls);
         let call = NestedCall {
             caller: self.script_id.to_string(),

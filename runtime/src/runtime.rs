@@ -20,6 +20,7 @@ use crate::eviction::{Evicted, EvictionCause, Residency};
 use crate::host::Host;
 use crate::lifecycle::{self, Lifecycle};
 use crate::manifest::Manifest;
+use crate::misses::{Found, Lookups, UNKNOWN_WARN_EVERY, WarnEvery};
 use crate::script_store::{DirStore, ScriptMeta, ScriptStore};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::timing::{CodeSource, SERVER_TIMING_HEADER, START_HEADER, Start, Timing};
@@ -97,6 +98,16 @@ pub struct Served {
     pub timing: Timing,
 }
 
+impl Served {
+    /// The response with `x-hearth-start` and `server-timing` added (see
+    /// [`decorate`]): what a client of this Worker sees.
+    pub fn into_response(self) -> http::Response<Body> {
+        let mut response = self.response;
+        decorate(response.headers_mut(), self.start, &self.timing);
+        response
+    }
+}
+
 /// One node's Worker runtime. Cheap to clone; clones share everything.
 ///
 /// ```no_run
@@ -127,6 +138,8 @@ struct Inner {
     deploying: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Source sizes of scripts, for [`Runtime::can_host`].
     sizes: Mutex<HashMap<String, u64>>,
+    /// Metadata reads in flight and names the store did not have.
+    lookups: Lookups,
     stats: Arc<Stats>,
     node: Arc<NodeShared>,
     epoch: Instant,
@@ -164,7 +177,12 @@ impl Runtime {
         let artifacts = ArtifactCache::new(dir, config.artifact_key, &engine)
             .map_err(|e| ConfigError::Engine(format!("cannot open artifact cache: {e}")))?;
         let stats = Arc::new(Stats::default());
+        let store = Arc::new(crate::script_store::Counted {
+            inner: store,
+            stats: stats.clone(),
+        });
         let node = NodeShared::new(&config, stats.clone());
+        let lookups = Lookups::new(config.miss_capacity, config.miss_ttl);
         Ok(Runtime {
             inner: Arc::new(Inner {
                 resident: Mutex::new(Residency::new(config.memory_budget)),
@@ -177,6 +195,7 @@ impl Runtime {
                 loading: Mutex::new(HashMap::new()),
                 deploying: Mutex::new(HashMap::new()),
                 sizes: Mutex::new(HashMap::new()),
+                lookups,
                 stats,
                 node,
                 epoch: Instant::now(),
@@ -409,6 +428,7 @@ impl Runtime {
     /// Drops the resident copy of `script_id` (after a redeploy elsewhere),
     /// so the next request loads the current version.
     pub fn invalidate(&self, script_id: &str) {
+        self.inner.lookups.forget(script_id);
         lock(&self.inner.sizes).remove(script_id);
         let ev = lock(&self.inner.resident).remove(&script_id.to_string(), EvictionCause::Replaced);
         self.count(ev);
@@ -469,6 +489,10 @@ impl Runtime {
         if self.is_warm(script_id) {
             return true;
         }
+        if self.inner.lookups.is_known_missing(script_id) {
+            // Admitted: its 404 costs no store read and no memory.
+            return true;
+        }
         let cached = lock(&self.inner.sizes).get(script_id).copied();
         let Some(size) = cached else {
             self.learn_size(script_id);
@@ -495,7 +519,7 @@ impl Runtime {
         let rt = self.clone();
         let id = script_id.to_string();
         handle.spawn(async move {
-            if let Ok(Some(m)) = rt.inner.store.meta(&id).await {
+            if let Ok(Some(m)) = rt.store_meta(&id).await {
                 let mut sizes = lock(&rt.inner.sizes);
                 if sizes.len() >= MAX_CACHED_SIZES {
                     sizes.clear();
@@ -566,7 +590,7 @@ impl Runtime {
             script_id: script_id.into(),
             message,
         };
-        let store_err = |e: crate::StoreError| match e {
+        let store_err = |e: &crate::StoreError| match e {
             crate::StoreError::Remote { .. } => RuntimeError::StoreUnavailable {
                 script_id: script_id.into(),
                 message: e.to_string(),
@@ -574,11 +598,10 @@ impl Runtime {
             e => load_err(e.to_string()),
         };
         let t = Instant::now();
-        let meta = inner
-            .store
-            .meta(script_id)
+        let meta = self
+            .store_meta(script_id)
             .await
-            .map_err(store_err)?
+            .map_err(|e| store_err(&e))?
             .ok_or_else(|| RuntimeError::UnknownScript(script_id.into()))?;
         let mut fetch = t.elapsed();
         let t = Instant::now();
@@ -609,11 +632,12 @@ impl Runtime {
         // recorded, whose lifecycle is decided from the source): the source
         // is needed after all.
         let t = Instant::now();
+        Stats::bump(&inner.stats.store_reads);
         let (mut meta, source) = inner
             .store
             .get(script_id)
             .await
-            .map_err(store_err)?
+            .map_err(|e| store_err(&e))?
             .ok_or_else(|| RuntimeError::UnknownScript(script_id.into()))?;
         if meta.lifecycle.chosen == Lifecycle::Auto {
             meta.lifecycle = lifecycle::decide(meta.lifecycle.requested, &source);
@@ -659,6 +683,31 @@ impl Runtime {
             .flatten()
     }
 
+    /// The metadata of `script_id` as the store has it (`None`: no Worker
+    /// is deployed under that name): from the negative cache, or one store
+    /// read (counted in `store_reads`) shared by every concurrent lookup
+    /// of the name ([`crate::misses`]).
+    async fn store_meta(
+        &self,
+        script_id: &str,
+    ) -> Result<Option<ScriptMeta>, Arc<crate::StoreError>> {
+        let inner = &self.inner;
+        let found = inner
+            .lookups
+            .meta(script_id, || async {
+                Stats::bump(&inner.stats.store_reads);
+                inner.store.meta(script_id).await
+            })
+            .await;
+        match found {
+            Found::KnownMissing => {
+                Stats::bump(&inner.stats.unknown_cached);
+                Ok(None)
+            }
+            Found::Read(result) => result,
+        }
+    }
+
     /// Checks a warm Worker against the store at most once per
     /// [`REVALIDATE_MS`], in the background (the caller goes on with `w`):
     /// a redeploy through a node that could not announce it still reaches
@@ -682,7 +731,7 @@ impl Runtime {
     /// Whether it was dropped.
     async fn check_against_store(&self, w: &Arc<Worker>) -> bool {
         let id = &w.meta.script_id;
-        match self.inner.store.meta(id).await {
+        match self.store_meta(id).await {
             Ok(Some(m)) if m.hash == w.meta.hash => false,
             Ok(_) => self.invalidate_worker(w),
             Err(e) => {
@@ -718,6 +767,7 @@ impl Runtime {
     /// hash, so a member cannot make a node drop a current Worker, nor read
     /// the store for Workers it does not hold. Whether a copy was dropped.
     pub async fn revalidate(&self, script_id: &str, hash: &str) -> bool {
+        self.inner.lookups.forget(script_id);
         lock(&self.inner.sizes).remove(script_id);
         let warm = lock(&self.inner.resident)
             .peek(&script_id.to_string())
@@ -750,6 +800,10 @@ impl Runtime {
                 Start::Warm
             };
             return Ok((w, start));
+        }
+        if self.inner.lookups.is_known_missing(script_id) {
+            Stats::bump(&self.inner.stats.unknown_cached);
+            return Err(RuntimeError::UnknownScript(script_id.into()));
         }
         let cell = lock(&self.inner.loading)
             .entry(script_id.to_string())
@@ -811,9 +865,7 @@ impl Runtime {
             // Its real size, read off the async path (a prewarm can wait;
             // unlike `can_host` it never guesses).
             let meta = self
-                .inner
-                .store
-                .meta(script_id)
+                .store_meta(script_id)
                 .await
                 .map_err(|e| RuntimeError::Load {
                     script_id: script_id.into(),
@@ -853,7 +905,15 @@ impl Runtime {
             self.sweep_idle();
         }
         let mut timing = Timing::default();
-        let (worker, start) = self.worker(script_id, &mut timing, false).await?;
+        let (worker, start) = match self.worker(script_id, &mut timing, false).await {
+            Ok(found) => found,
+            Err(e) => {
+                if matches!(e, RuntimeError::UnknownScript(_)) {
+                    Stats::bump(&inner.stats.unknown_scripts);
+                }
+                return Err(e);
+            }
+        };
         Stats::bump(match start {
             Start::Cold => &inner.stats.cold,
             Start::Warm => &inner.stats.warm,
@@ -881,11 +941,7 @@ impl Runtime {
     /// headers.
     pub async fn serve(&self, script_id: &str, req: http::Request<Body>) -> http::Response<Body> {
         match self.handle(script_id, req).await {
-            Ok(s) => {
-                let mut resp = s.response;
-                decorate(resp.headers_mut(), s.start, &s.timing);
-                resp
-            }
+            Ok(served) => served.into_response(),
             Err(e) => error_response(&e),
         }
     }
@@ -907,8 +963,19 @@ pub const REQUEST_ID_HEADER: &str = "x-hearth-request-id";
 /// `x-hearth-request-id` header). The full error, with any backtrace or
 /// path, is logged under the same ID.
 pub fn error_response(err: &RuntimeError) -> http::Response<Body> {
+    /// Requests for unknown scripts are logged at most this often.
+    static UNKNOWN: WarnEvery = WarnEvery::new(UNKNOWN_WARN_EVERY);
     let id = request_id();
-    tracing::warn!(request_id = %id, error = %err, "request failed");
+    match err {
+        RuntimeError::UnknownScript(_) => match UNKNOWN.allow() {
+            Some(suppressed) => tracing::warn!(request_id = %id, error = %err, suppressed,
+                "request for a script not deployed (at most one such warning every {}s; \
+                 `suppressed` were not logged, all are counted in unknown_scripts)",
+                UNKNOWN_WARN_EVERY.as_secs()),
+            None => tracing::debug!(request_id = %id, error = %err, "request failed"),
+        },
+        _ => tracing::warn!(request_id = %id, error = %err, "request failed"),
+    }
     let mut resp = body::text_response(
         err.status(),
         format!("{} (request id {id})\n", err.public_message()),

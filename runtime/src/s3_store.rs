@@ -264,10 +264,7 @@ impl S3Store {
     }
 
     fn parse_meta(key: &ObjectPath, bytes: &[u8]) -> Result<ScriptMeta, StoreError> {
-        serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
-            path: key.to_string().into(),
-            message: e.to_string(),
-        })
+        ScriptMeta::parse(std::path::Path::new(key.as_ref()), bytes)
     }
 }
 

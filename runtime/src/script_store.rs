@@ -62,6 +62,32 @@ pub struct ScriptMeta {
     pub bindings: Bindings,
 }
 
+/// Whether `hash` is a source hash as a deploy writes it: blake3, 64
+/// lowercase hex digits. Metadata comes from a directory or bucket that
+/// others can write, and its hash names files (the source's blob, its
+/// artifact), so nothing else may be joined into a path.
+pub fn is_source_hash(hash: &str) -> bool {
+    hash.len() == 64 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+impl ScriptMeta {
+    /// Parses metadata read from `path` (a file or an object key), refusing
+    /// a hash that is not [`is_source_hash`] with [`StoreError::BadHash`].
+    pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<ScriptMeta, StoreError> {
+        let meta: ScriptMeta = serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        if !is_source_hash(&meta.hash) {
+            return Err(StoreError::BadHash {
+                path: path.to_path_buf(),
+                hash: meta.hash.chars().take(80).collect(),
+            });
+        }
+        Ok(meta)
+    }
+}
+
 /// A place to keep Worker sources. Implementations must make [`put`]
 /// atomic per script ID: a reader sees the old version or the new one.
 ///
@@ -99,6 +125,54 @@ pub trait ScriptStore: Send + Sync + 'static {
     }
     /// Where the store is, for logs and errors (a directory or a URL).
     fn location(&self) -> String;
+}
+
+/// The store a runtime reads through: `inner`, with every metadata read it
+/// refuses ([`StoreError::BadHash`]) counted in the runtime's stats
+/// (`store_metadata_rejected`, in `/metrics`).
+pub(crate) struct Counted {
+    /// The store.
+    pub(crate) inner: std::sync::Arc<dyn ScriptStore>,
+    /// Where refusals are counted.
+    pub(crate) stats: std::sync::Arc<crate::stats::Stats>,
+}
+
+impl Counted {
+    fn count<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Err(StoreError::BadHash { path, hash }) = &r {
+            crate::stats::Stats::bump(&self.stats.store_metadata_rejected);
+            tracing::warn!(path = %path.display(), hash, "script metadata refused: its hash is not a source hash");
+        }
+        r
+    }
+}
+
+#[async_trait::async_trait]
+impl ScriptStore for Counted {
+    async fn put(&self, meta: &ScriptMeta, source: &[u8]) -> Result<(), StoreError> {
+        self.inner.put(meta, source).await
+    }
+    async fn meta(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError> {
+        self.count(self.inner.meta(script_id).await)
+    }
+    async fn get(&self, script_id: &str) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError> {
+        self.count(self.inner.get(script_id).await)
+    }
+    async fn list(&self) -> Result<Vec<ScriptMeta>, StoreError> {
+        self.count(self.inner.list().await)
+    }
+    async fn get_artifact(&self, name: &str) -> Result<Option<bytes::Bytes>, StoreError> {
+        self.inner.get_artifact(name).await
+    }
+    async fn put_artifact(&self, name: &str, bytes: bytes::Bytes) -> Result<(), StoreError> {
+        self.inner.put_artifact(name, bytes).await
+    }
+    fn keeps_artifacts(&self) -> bool {
+        self.inner.keeps_artifacts()
+    }
+    fn location(&self) -> String {
+        self.inner.location()
+    }
 }
 
 /// A [`ScriptStore`] in a local directory.
@@ -205,14 +279,7 @@ impl DirStore {
 
     fn read_meta(path: &Path) -> Result<Option<ScriptMeta>, StoreError> {
         match fs::read(path) {
-            Ok(bytes) => {
-                serde_json::from_slice(&bytes)
-                    .map(Some)
-                    .map_err(|e| StoreError::Corrupt {
-                        path: path.to_path_buf(),
-                        message: e.to_string(),
-                    })
-            }
+            Ok(bytes) => ScriptMeta::parse(path, &bytes).map(Some),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io(path)(e)),
         }

@@ -21,7 +21,6 @@
 //!    discarded. A response streamed to its end disarms the guard, so a
 //!    Worker that finishes normally is never cut short.
 
-use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -31,7 +30,7 @@ use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
 
-use crate::body::{Body, BoxError};
+use crate::body::{Body, BoxError, Replay};
 use crate::stats::Stats;
 
 /// The body of a request stalled: nothing arrived for the idle timeout.
@@ -103,65 +102,31 @@ impl HttpBody for IdleTimeout {
 
 /// Waits until `body` has ended or at least `max` bytes of it have arrived,
 /// each frame within `idle`, and returns a body that replays what was read
-/// and then streams the rest. An empty body returns at once.
+/// and then streams the rest ([`Replay`]). An empty body returns at once.
 pub async fn buffer_prefix(mut body: Body, max: usize, idle: Duration) -> Result<Body, BoxError> {
     if body.is_end_stream() || max == 0 {
         return Ok(body);
     }
-    let mut frames = VecDeque::new();
+    let mut frames = Vec::new();
     let mut bytes = 0usize;
     loop {
         match tokio::time::timeout(idle, body.frame()).await {
             Err(_) => return Err(Box::new(Stalled(idle))),
-            Ok(None) => {
-                return Ok(Prefixed { frames, rest: None }.boxed_unsync());
-            }
+            Ok(None) => return Ok(Replay::complete(frames).boxed()),
             Ok(Some(frame)) => {
                 let frame = frame?;
                 if let Some(d) = frame.data_ref() {
                     bytes += d.len();
                 }
-                frames.push_back(frame);
+                frames.push(frame);
                 if body.is_end_stream() {
-                    return Ok(Prefixed { frames, rest: None }.boxed_unsync());
+                    return Ok(Replay::complete(frames).boxed());
                 }
                 if bytes >= max {
-                    return Ok(Prefixed {
-                        frames,
-                        rest: Some(body),
-                    }
-                    .boxed_unsync());
+                    return Ok(Replay::new(frames, body).boxed());
                 }
             }
         }
-    }
-}
-
-/// Frames already read, then the rest of the body.
-struct Prefixed {
-    frames: VecDeque<Frame<Bytes>>,
-    rest: Option<Body>,
-}
-
-impl HttpBody for Prefixed {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        if let Some(f) = self.frames.pop_front() {
-            return Poll::Ready(Some(Ok(f)));
-        }
-        match &mut self.rest {
-            Some(rest) => Pin::new(rest).poll_frame(cx),
-            None => Poll::Ready(None),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.frames.is_empty() && self.rest.as_ref().is_none_or(|r| r.is_end_stream())
     }
 }
 

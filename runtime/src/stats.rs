@@ -22,6 +22,8 @@ pub struct Stats {
     pub(crate) compiles: AtomicU64,
     pub(crate) artifact_loads: AtomicU64,
     pub(crate) artifacts_rejected: AtomicU64,
+    pub(crate) store_metadata_rejected: AtomicU64,
+    pub(crate) pre_slot_refused: AtomicU64,
     pub(crate) evicted_pressure: AtomicU64,
     pub(crate) evicted_idle: AtomicU64,
     pub(crate) evicted_replaced: AtomicU64,
@@ -37,6 +39,10 @@ pub struct Stats {
     pub(crate) nested_too_deep: AtomicU64,
     pub(crate) tail_deliveries: AtomicU64,
     pub(crate) tail_failures: AtomicU64,
+    pub(crate) tail_late_reports: AtomicU64,
+    pub(crate) store_reads: AtomicU64,
+    pub(crate) unknown_scripts: AtomicU64,
+    pub(crate) unknown_cached: AtomicU64,
 }
 
 impl Stats {
@@ -84,6 +90,14 @@ pub struct StatsSnapshot {
     pub artifact_loads: u64,
     /// Artifacts refused (bad MAC or unloadable) and recompiled.
     pub artifacts_rejected: u64,
+    /// Script metadata refused on read because its source hash is not 64
+    /// lowercase hex digits (a damaged or forged file in the store; the
+    /// hash names files, so it never reaches a path).
+    pub store_metadata_rejected: u64,
+    /// Requests answered 503 because the body bytes they had buffered
+    /// before taking a slot would pass their connection's or listener's
+    /// bound ([`crate::pre_slot`]).
+    pub pre_slot_refused: u64,
     /// Evictions under memory pressure.
     pub evicted_pressure: u64,
     /// Evictions after the idle timeout.
@@ -116,6 +130,16 @@ pub struct StatsSnapshot {
     pub tail_deliveries: u64,
     /// Tail deliveries the tail Worker did not accept (no 2xx).
     pub tail_failures: u64,
+    /// Trace reports refused because their flow was already delivered
+    /// (a level that ended after its entry; [`crate::tail`]).
+    pub tail_late_reports: u64,
+    /// Reads of a script's metadata or source from the script store.
+    pub store_reads: u64,
+    /// Requests for a script ID under which no Worker is deployed (404).
+    pub unknown_scripts: u64,
+    /// Lookups of an unknown script ID answered from the negative cache,
+    /// without a store read ([`crate::misses`]).
+    pub unknown_cached: u64,
     /// Bytes live instances hold now against the node's instance memory
     /// cap: linear memories, tables and each one's host reserve.
     pub instance_bytes: u64,
@@ -152,6 +176,8 @@ impl StatsSnapshot {
             compiles: g(&s.compiles),
             artifact_loads: g(&s.artifact_loads),
             artifacts_rejected: g(&s.artifacts_rejected),
+            store_metadata_rejected: g(&s.store_metadata_rejected),
+            pre_slot_refused: g(&s.pre_slot_refused),
             evicted_pressure: g(&s.evicted_pressure),
             evicted_idle: g(&s.evicted_idle),
             evicted_replaced: g(&s.evicted_replaced),
@@ -167,6 +193,10 @@ impl StatsSnapshot {
             nested_too_deep: g(&s.nested_too_deep),
             tail_deliveries: g(&s.tail_deliveries),
             tail_failures: g(&s.tail_failures),
+            tail_late_reports: g(&s.tail_late_reports),
+            store_reads: g(&s.store_reads),
+            unknown_scripts: g(&s.unknown_scripts),
+            unknown_cached: g(&s.unknown_cached),
             instance_bytes,
             resident_workers,
             resident_bytes,

@@ -23,10 +23,15 @@
 //! time the entry Worker's invocation ends, every level it waited for has
 //! reported (a first node that does not answer within [`REPORT_TIMEOUT`]
 //! loses that level's events, logged; the response is not held longer).
-//! The first node collects everything; when the entry level ends
-//! it invokes each tail Worker **once** with `POST /` and a JSON body
-//! ([`TailBatch`]), as a flow of its own (routed like any request; its own
-//! events are not traced).
+//! The first node collects everything, up to [`MAX_FLOW_EVENTS`] events and
+//! [`MAX_FLOW_BYTES`] bytes of event text for the whole flow (however many
+//! levels it has and however often they report; the rest are counted in
+//! the batch's `dropped`); when the entry level ends it invokes each tail
+//! Worker **once** with `POST /` and a JSON body ([`TailBatch`], serialized
+//! once for all of them), as a flow of its own (routed like any request;
+//! its own events are not traced). A report that reaches the first node
+//! after that (a level still running when the entry ended) is refused with
+//! [`ReportError::FlowDelivered`], and counted (`tail_late_reports`).
 
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -41,6 +46,14 @@ use serde::Serialize;
 pub const MAX_EVENTS: usize = 1024;
 /// Longest text of one event, in bytes.
 pub const MAX_LINE_BYTES: usize = 4096;
+/// Most events one flow delivers to its tail Workers, over all its levels
+/// and nodes (a level alone may record [`MAX_EVENTS`]; a flow may have many
+/// levels). Events past it are counted in [`TailBatch::dropped`].
+pub const MAX_FLOW_EVENTS: usize = 4 * MAX_EVENTS;
+/// Most bytes of event text (script ID, node, kind and message) one flow
+/// delivers: bounds the first node's memory for a flow and the body each
+/// tail Worker receives (about this plus ~100 bytes of JSON per event).
+pub const MAX_FLOW_BYTES: usize = 1 << 20;
 /// How long a level waits for its events to reach the flow's first node
 /// before it gives them up and lets its response end.
 pub const REPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -65,14 +78,29 @@ pub struct TraceEvent {
 pub struct TailBatch {
     /// The flow's entry Worker.
     pub entry: String,
-    /// Every event of the flow, in the order they reached the first node.
+    /// The flow's events in the order they reached the first node, at most
+    /// [`MAX_FLOW_EVENTS`] and [`MAX_FLOW_BYTES`].
     pub events: Vec<TraceEvent>,
+    /// Events of the flow left out to stay within those bounds.
+    pub dropped: u64,
+}
+
+/// Why the first node did not take a level's events.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReportError {
+    /// The flow's events were already delivered to its tail Workers: the
+    /// level reported after the entry level had ended.
+    #[error("the flow was already delivered to its tail Workers; late trace events refused")]
+    FlowDelivered,
+    /// The events did not reach the flow's first node.
+    #[error("trace events did not reach the flow's first node: {0}")]
+    Unreachable(String),
 }
 
 /// Where a level's events go: toward the flow's first node.
 pub trait TraceSink: Send + Sync + 'static {
-    /// Delivers `events`; resolves once they have arrived (or failed to).
-    fn report(&self, events: Vec<TraceEvent>) -> BoxFuture<'static, ()>;
+    /// Delivers `events`; resolves once they have arrived, or with why not.
+    fn report(&self, events: Vec<TraceEvent>) -> BoxFuture<'static, Result<(), ReportError>>;
 }
 
 /// The request extension that turns tracing on for a level.
@@ -255,25 +283,75 @@ impl wasmtime_wasi::cli::StdoutStream for LogPipe {
     }
 }
 
-/// Collects a whole flow's events on its first node.
-#[derive(Default)]
+/// Collects a whole flow's events on its first node, within
+/// [`MAX_FLOW_EVENTS`] and [`MAX_FLOW_BYTES`], until it is delivered.
 pub(crate) struct Collector {
-    events: Mutex<Vec<TraceEvent>>,
+    state: Mutex<Collected>,
+    stats: Arc<crate::stats::Stats>,
+}
+
+#[derive(Default)]
+struct Collected {
+    events: Vec<TraceEvent>,
+    bytes: usize,
+    dropped: u64,
+    delivered: bool,
+}
+
+/// The bytes of text `e` holds, as [`MAX_FLOW_BYTES`] counts them.
+fn event_bytes(e: &TraceEvent) -> usize {
+    e.script_id.len() + e.node.len() + e.kind.len() + e.message.len()
 }
 
 impl Collector {
-    pub(crate) fn take(&self) -> Vec<TraceEvent> {
-        std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()))
+    pub(crate) fn new(stats: Arc<crate::stats::Stats>) -> Self {
+        Collector {
+            state: Mutex::new(Collected::default()),
+            stats,
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, Collected> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes in one level's events, as many as the flow's bounds leave room
+    /// for; refused once the flow was delivered.
+    fn collect(&self, events: Vec<TraceEvent>) -> Result<(), ReportError> {
+        let mut s = self.state();
+        if s.delivered {
+            crate::stats::Stats::bump(&self.stats.tail_late_reports);
+            return Err(ReportError::FlowDelivered);
+        }
+        for e in events {
+            let bytes = event_bytes(&e);
+            if s.events.len() >= MAX_FLOW_EVENTS || s.bytes + bytes > MAX_FLOW_BYTES {
+                s.dropped += 1;
+            } else {
+                s.bytes += bytes;
+                s.events.push(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// The flow's events and how many were dropped, once: from now on
+    /// reports are refused.
+    fn take(&self) -> (Vec<TraceEvent>, u64) {
+        let mut s = self.state();
+        s.delivered = true;
+        s.bytes = 0;
+        (
+            std::mem::take(&mut s.events),
+            std::mem::take(&mut s.dropped),
+        )
     }
 }
 
 impl TraceSink for Collector {
-    fn report(&self, events: Vec<TraceEvent>) -> BoxFuture<'static, ()> {
-        self.events
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(events);
-        Box::pin(async {})
+    fn report(&self, events: Vec<TraceEvent>) -> BoxFuture<'static, Result<(), ReportError>> {
+        let taken = self.collect(events);
+        Box::pin(async move { taken })
     }
 }
 
@@ -331,11 +409,12 @@ impl Level {
         }
         // A first node that does not answer must not hold this level's
         // response: its events are given up after REPORT_TIMEOUT.
-        if tokio::time::timeout(REPORT_TIMEOUT, self.sink.0.report(events))
-            .await
-            .is_err()
-        {
-            tracing::warn!("trace events not delivered to the flow's first node in time; dropped");
+        match tokio::time::timeout(REPORT_TIMEOUT, self.sink.0.report(events)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "trace events dropped"),
+            Err(_) => tracing::warn!(
+                "trace events not delivered to the flow's first node in time; dropped"
+            ),
         }
         if let Some(t) = self.tails {
             tokio::spawn(t.deliver());
@@ -347,13 +426,17 @@ impl TailDelivery {
     /// Invokes each tail Worker once with the whole flow's events.
     async fn deliver(self) {
         use http_body_util::BodyExt;
+        let (events, dropped) = self.collector.take();
         let batch = TailBatch {
             entry: self.entry.clone(),
-            events: self.collector.take(),
+            events,
+            dropped,
         };
-        let Ok(json) = serde_json::to_vec(&batch) else {
+        // Serialized once; each tail Worker's body shares these bytes.
+        let Ok(json) = serde_json::to_vec(&batch).map(bytes::Bytes::from) else {
             return;
         };
+        drop(batch);
         let Some(invoker) = self.invoker else {
             tracing::warn!(entry = %self.entry, "tail Workers need a hearth node; events dropped");
             return;
@@ -421,6 +504,50 @@ impl http_body::Body for HoldEnd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn event(message: String) -> TraceEvent {
+        TraceEvent {
+            script_id: "w".into(),
+            node: "n".into(),
+            timestamp_unix_ms: 0,
+            kind: "log".into(),
+            message,
+        }
+    }
+
+    #[test]
+    fn a_flow_is_bounded_in_events_and_bytes_and_closed_once_taken() {
+        let stats = Arc::new(crate::stats::Stats::default());
+        let c = Collector::new(stats.clone());
+        for _ in 0..10 {
+            let level: Vec<_> = (0..MAX_EVENTS).map(|i| event(i.to_string())).collect();
+            c.collect(level).expect("open");
+        }
+        let (events, dropped) = c.take();
+        assert_eq!(events.len(), MAX_FLOW_EVENTS);
+        assert_eq!(dropped, (10 * MAX_EVENTS - MAX_FLOW_EVENTS) as u64);
+        assert_eq!(
+            c.collect(vec![event("late".into())]),
+            Err(ReportError::FlowDelivered)
+        );
+        assert_eq!(
+            stats
+                .tail_late_reports
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+
+        let c = Collector::new(stats);
+        let big: Vec<_> = (0..1000)
+            .map(|_| event("x".repeat(MAX_LINE_BYTES)))
+            .collect();
+        c.collect(big).expect("open");
+        let (events, dropped) = c.take();
+        let bytes: usize = events.iter().map(event_bytes).sum();
+        assert!(bytes <= MAX_FLOW_BYTES, "{bytes}");
+        assert_eq!(events.len() as u64 + dropped, 1000);
+        assert!(dropped > 0);
+    }
 
     #[test]
     fn output_becomes_one_log_event_per_line_and_is_bounded() {

@@ -14,12 +14,13 @@ use wasmtime::Engine;
 use wasmtime::component::{Component, ComponentExportIndex, Linker};
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
 
-use crate::body::{Body, BoxError};
+use crate::body::Body;
 use crate::config::{ReusePolicy, RuntimeConfig};
 use crate::error::{CompileError, RuntimeError};
 use crate::host::{Host, NodeMemory};
 use crate::instance::{Instance, OnDone};
 use crate::limits::PlanLimits;
+use crate::pre_slot::{self, PreSlotBudget};
 use crate::script_store::ScriptMeta;
 use crate::slow_client::{self, Cancel, CancelOnDrop};
 use crate::stats::Stats;
@@ -310,8 +311,14 @@ impl Worker {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let level = self.trace_level(&flow, &mut extensions, &invoker, limits);
-        let req = http::Request::from_parts(parts, self.read_body_prefix(body).await?);
+        let budget = parts.extensions.get::<PreSlotBudget>().cloned();
+        let (body, charge) = self.read_body_prefix(body, budget).await?;
+        let req = http::Request::from_parts(parts, body);
         let slots = self.take_slots().await?;
+        // The buffered bytes are the instance's now.
+        if let Some(c) = charge {
+            c.settle();
+        }
         let (inst, started) = match self.take_idle() {
             Some(i) => (i, None),
             None => {
@@ -368,7 +375,7 @@ impl Worker {
         })?;
         Ok((
             resp.map(|b| {
-                let b = b.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
+                let b = crate::body::boxed(b);
                 let b = CancelOnDrop::new(b, guard).boxed_unsync();
                 match hold {
                     Some(done) => crate::tail::HoldEnd {
@@ -386,13 +393,33 @@ impl Worker {
     /// Reads up to the node's `buffer_before_slot` of the request body
     /// before the request takes a slot (a slow client holds no instance
     /// while it trickles in), and bounds every later read by the node's
-    /// `body_idle`.
-    async fn read_body_prefix(&self, body: Body) -> Result<Body, RuntimeError> {
+    /// `body_idle`. With a `budget` (the front door's), the bytes read are
+    /// charged to it until the returned charge settles
+    /// ([`crate::pre_slot`]); a request over it is refused.
+    async fn read_body_prefix(
+        &self,
+        body: Body,
+        budget: Option<PreSlotBudget>,
+    ) -> Result<(Body, Option<Arc<pre_slot::Charge>>), RuntimeError> {
         let idle = self.node.body_idle;
+        let (body, charge) = match budget {
+            Some(b) => {
+                let (body, charge) = pre_slot::metered(body, b);
+                (body, Some(charge))
+            }
+            None => (body, None),
+        };
         let body = slow_client::buffer_prefix(body, self.node.buffer_before_slot, idle)
             .await
             .map_err(|e| {
-                if e.downcast_ref::<slow_client::Stalled>().is_some() {
+                if let Some(over) = e.downcast_ref::<pre_slot::OverBudget>() {
+                    Stats::bump(&self.stats.pre_slot_refused);
+                    RuntimeError::PreSlotFull {
+                        script_id: self.script_id.to_string(),
+                        scope: over.scope,
+                        cap: over.cap,
+                    }
+                } else if e.downcast_ref::<slow_client::Stalled>().is_some() {
                     Stats::bump(&self.stats.client_timeouts);
                     RuntimeError::ClientTimeout {
                         script_id: self.script_id.to_string(),
@@ -405,7 +432,10 @@ impl Worker {
                     }
                 }
             })?;
-        Ok(slow_client::IdleTimeout::new(body, idle).boxed_unsync())
+        Ok((
+            slow_client::IdleTimeout::new(body, idle).boxed_unsync(),
+            charge,
+        ))
     }
 
     /// What happens when an invocation ends: a healthy instance goes back
@@ -446,7 +476,7 @@ impl Worker {
         let (sink, tails) = match extensions.get::<Tracing>() {
             Some(t) => (t.clone(), None),
             None if flow.depth == 0 && !self.bindings.tail.is_empty() => {
-                let collector = Arc::new(Collector::default());
+                let collector = Arc::new(Collector::new(self.stats.clone()));
                 let sink = Tracing(collector.clone());
                 extensions.insert(sink.clone());
                 let tails = TailDelivery {

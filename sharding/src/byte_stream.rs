@@ -21,7 +21,6 @@
 //! carried.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -61,19 +60,19 @@ pub enum BodyStreamError {
     Disconnected,
 }
 
-/// A [`Body`] fed by a channel of [`StreamItem`]s, after an optional prefix
-/// of bytes already at hand (the kept copy of a refused request's start).
+/// A [`Body`] fed by a channel of [`StreamItem`]s. (The kept copy of a
+/// refused request's start goes in front of one with
+/// [`hearth_body::Replay`].)
 #[derive(Debug)]
 pub(crate) struct ChannelBody {
-    prefix: VecDeque<Bytes>,
+    /// `None` once the body is over (ended or failed).
     rx: Option<mpsc::Receiver<StreamItem>>,
 }
 
 impl ChannelBody {
-    /// A body of `prefix` followed by what arrives on `rx`. `rx = None`
-    /// means the body ends after the prefix.
-    pub(crate) fn new(prefix: VecDeque<Bytes>, rx: Option<mpsc::Receiver<StreamItem>>) -> Self {
-        ChannelBody { prefix, rx }
+    /// A body of what arrives on `rx`.
+    pub(crate) fn new(rx: mpsc::Receiver<StreamItem>) -> Self {
+        ChannelBody { rx: Some(rx) }
     }
 
     /// Boxes it as the crate's [`Body`].
@@ -90,9 +89,6 @@ impl http_body::Body for ChannelBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        if let Some(chunk) = self.prefix.pop_front() {
-            return Poll::Ready(Some(Ok(Frame::data(chunk))));
-        }
         let Some(rx) = self.rx.as_mut() else {
             return Poll::Ready(None);
         };
@@ -114,7 +110,7 @@ impl http_body::Body for ChannelBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.prefix.is_empty() && self.rx.is_none()
+        self.rx.is_none()
     }
 }
 
@@ -132,10 +128,7 @@ impl ByteStreamServer {
         let server = ByteStreamServer {
             tx: RefCell::new(Some(tx)),
         };
-        (
-            capnp_rpc::new_client(server),
-            ChannelBody::new(VecDeque::new(), Some(rx)),
-        )
+        (capnp_rpc::new_client(server), ChannelBody::new(rx))
     }
 
     fn finish(&self, item: StreamItem) -> impl Future<Output = Result<(), capnp::Error>> + use<> {
@@ -345,9 +338,9 @@ pub(crate) fn relayable<B>(
     if http_wire::response_head_size(&parts) > http_wire::MAX_HEAD_BYTES
         || parts.headers.len() > http_wire::MAX_HEADERS
     {
-        let (parts, body) = crate::worker_fetch::error_response(
+        let (parts, body) = hearth_body::text_response(
             http::StatusCode::BAD_GATEWAY,
-            "502 Bad Gateway: the Worker's response head is too large to relay",
+            "502 Bad Gateway: the Worker's response head is too large to relay\n",
         )
         .into_parts();
         return (parts, Err(body));
@@ -380,9 +373,12 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn channel_body_yields_prefix_then_channel_then_ends() {
+    async fn channel_body_yields_the_channel_then_ends() {
         let (tx, rx) = mpsc::channel(4);
-        let body = ChannelBody::new(VecDeque::from([Bytes::from_static(b"ab")]), Some(rx));
+        let body = ChannelBody::new(rx);
+        tx.send(StreamItem::Chunk(Bytes::from_static(b"ab")))
+            .await
+            .unwrap();
         tx.send(StreamItem::Chunk(Bytes::from_static(b"cd")))
             .await
             .unwrap();
@@ -398,22 +394,14 @@ mod tests {
             .await
             .unwrap();
         drop(tx);
-        let err = ChannelBody::new(VecDeque::new(), Some(rx))
-            .boxed()
-            .collect()
-            .await
-            .unwrap_err();
+        let err = ChannelBody::new(rx).boxed().collect().await.unwrap_err();
         assert!(err.to_string().contains("closed before its end"), "{err}");
 
         let (tx, rx) = mpsc::channel(4);
         tx.send(StreamItem::Abort("upload cut".into()))
             .await
             .unwrap();
-        let err = ChannelBody::new(VecDeque::new(), Some(rx))
-            .boxed()
-            .collect()
-            .await
-            .unwrap_err();
+        let err = ChannelBody::new(rx).boxed().collect().await.unwrap_err();
         assert!(err.to_string().contains("upload cut"), "{err}");
     }
 }

@@ -126,7 +126,15 @@ pub enum TraceError {
     /// The first node of the flow could not be reached.
     #[error("reporting traces to the first node failed: {0}")]
     Unreachable(String),
+    /// The first node took the report and refused it (the flow was already
+    /// delivered to its tail Workers); the reason travels back as text.
+    #[error("the first node refused the trace events: {0}")]
+    Refused(String),
 }
+
+/// Marks a refusal in the `reportTraces` error text, so the reporter on
+/// the other end gets [`TraceError::Refused`] back, not `Unreachable`.
+const REFUSED_MARK: &str = "hearth-trace-refused: ";
 
 /// A context stack from a peer that this node will not rebuild.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -145,7 +153,7 @@ impl From<capnp::Error> for ContextError {
     }
 }
 
-type TraceCallback = dyn Fn(Vec<TraceEvent>) + Send + Sync;
+type TraceCallback = dyn Fn(Vec<TraceEvent>) -> Result<(), TraceError> + Send + Sync;
 
 enum ReporterInner {
     Origin(Arc<TraceCallback>),
@@ -181,6 +189,17 @@ impl TraceReporter {
     /// in the flow reaches `callback`, on the thread that received it. The
     /// callback must not block (hand the events on to a channel).
     pub fn origin(callback: impl Fn(Vec<TraceEvent>) + Send + Sync + 'static) -> Self {
+        Self::origin_checked(move |events| {
+            callback(events);
+            Ok(())
+        })
+    }
+
+    /// [`TraceReporter::origin`] with a callback that may refuse the events
+    /// ([`TraceError::Refused`]); the refusal reaches the reporting node.
+    pub fn origin_checked(
+        callback: impl Fn(Vec<TraceEvent>) -> Result<(), TraceError> + Send + Sync + 'static,
+    ) -> Self {
         TraceReporter {
             inner: Arc::new(ReporterInner::Origin(Arc::new(callback))),
         }
@@ -194,10 +213,7 @@ impl TraceReporter {
     /// Reports `events` to the first node; resolves once it has them.
     pub async fn report(&self, events: Vec<TraceEvent>) -> Result<(), TraceError> {
         match &*self.inner {
-            ReporterInner::Origin(callback) => {
-                callback(events);
-                Ok(())
-            }
+            ReporterInner::Origin(callback) => callback(events),
             ReporterInner::Remote(tx) => {
                 let (done, result) = oneshot::channel();
                 tx.send(RemoteReport { events, done })
@@ -222,7 +238,11 @@ impl TraceReporter {
                     let mut request = cap.report_traces_request();
                     write_events(batch, request.get());
                     if let Err(e) = request.send().promise.await {
-                        result = Err(TraceError::Unreachable(e.to_string()));
+                        let text = e.to_string();
+                        result = Err(match text.split_once(REFUSED_MARK) {
+                            Some((_, why)) => TraceError::Refused(why.to_string()),
+                            None => TraceError::Unreachable(text),
+                        });
                         break;
                     }
                 }
@@ -342,10 +362,10 @@ impl report_traces::Server for ReportTracesServer {
         let reporter = self.reporter.clone();
         async move {
             let events = events.map_err(|e| capnp::Error::failed(e.to_string()))?;
-            reporter
-                .report(events)
-                .await
-                .map_err(|e| capnp::Error::failed(e.to_string()))
+            reporter.report(events).await.map_err(|e| match e {
+                TraceError::Refused(why) => capnp::Error::failed(format!("{REFUSED_MARK}{why}")),
+                e => capnp::Error::failed(e.to_string()),
+            })
         }
     }
 }

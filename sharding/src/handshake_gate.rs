@@ -145,8 +145,9 @@ impl Drop for Slot {
 }
 
 /// The source an address counts against: an IPv4 address (also when it
-/// arrives IPv4-mapped), or the /64 prefix of an IPv6 one.
-fn source_of(ip: IpAddr) -> IpAddr {
+/// arrives IPv4-mapped), or the /64 prefix of an IPv6 one. The front
+/// door's per-peer connection cap counts the same way.
+pub fn source_of(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V4(_) => ip,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

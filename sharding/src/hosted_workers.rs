@@ -5,25 +5,28 @@
 //! `hearth-runtime`. Keeping it a trait keeps wasmtime out of this crate and
 //! lets the RPC layer be tested against fakes.
 
-use bytes::Bytes;
 use futures::future::BoxFuture;
-use http_body_util::combinators::UnsyncBoxBody;
 
-/// Any error a body stream can carry across crates.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::routing::Route;
 
-/// The HTTP body type passed between the front door, the cluster layer and
-/// the runtime (the runtime uses the identical alias). It is `Send` but not
-/// `Sync`, because wasmtime-wasi-http's response bodies are not `Sync`.
-pub type Body = UnsyncBoxBody<Bytes, BoxError>;
+/// The HTTP body passed between the front door, the cluster layer and the
+/// runtime, and the error its stream carries: `hearth-body`'s, which the
+/// runtime uses too.
+pub use hearth_body::{Body, BoxError};
 
 /// A node's own Workers, as seen by the cluster layer.
 pub trait HostedWorkers: Send + Sync + 'static {
-    /// Serves `req` with Worker `script_id` on this node, cold-starting it if
-    /// needed. Runtime failures (unknown script, limits, traps) come back as
-    /// 4xx/5xx responses with a clear body, never as a panic.
+    /// Serves `req` with Worker `script_id` on this node in `role`,
+    /// cold-starting it if needed. The role was decided once, by
+    /// [`crate::routing::decide`] and the home's answer: [`Route::Sharded`]
+    /// for a request that reached this node over the shard hop,
+    /// [`Route::Fallback`] for one a home refused or could not take. The
+    /// implementation reports it (response header, metrics). Runtime
+    /// failures (unknown script, limits, traps) come back as 4xx/5xx
+    /// responses with a clear body, never as a panic.
     fn serve(
         &self,
+        role: Route,
         script_id: &str,
         req: http::Request<Body>,
     ) -> BoxFuture<'static, http::Response<Body>>;

@@ -18,20 +18,20 @@
 //! long, and fully arrived within [`INLINE_PATIENCE`] of being looked at.
 //! `gather` decides that without losing a byte: a body that does not
 //! qualify comes back as a [`Body`] that replays what was read and then
-//! streams the rest, so the caller falls back to streaming (the request to
+//! streams the rest ([`Replay`]), so the caller falls back to streaming (the request to
 //! `dispatch`/`fetch`, the response to the `ResponseSink`). A streaming
 //! response's head therefore waits at most [`INLINE_PATIENCE`] longer.
 
 use std::collections::VecDeque;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Body as _, Frame};
 use http_body_util::BodyExt as _;
 
-use crate::hosted_workers::{Body, BoxError};
+use hearth_body::Replay;
+
+use crate::hosted_workers::Body;
 
 /// The largest body carried inside a call or its return.
 pub const MAX_INLINE_BODY_BYTES: usize = 64 * 1024;
@@ -81,11 +81,11 @@ pub(crate) async fn gather(mut body: Body, limit: usize) -> Gathered {
             return Gathered::Whole(concat(read, total));
         }
     };
-    Gathered::Streaming(Body::new(Replay {
-        read,
-        error,
-        rest: Some(body),
-    }))
+    let read = read.into_iter().map(Frame::data);
+    Gathered::Streaming(match error {
+        Some(error) => Replay::failed(read, error).boxed(),
+        None => Replay::new(read, body).boxed(),
+    })
 }
 
 fn concat(mut parts: VecDeque<Bytes>, total: usize) -> Bytes {
@@ -101,53 +101,14 @@ fn concat(mut parts: VecDeque<Bytes>, total: usize) -> Bytes {
     all.freeze()
 }
 
-/// A body that [`gather`] started reading: the bytes read, then the error it
-/// met, or else the rest of the body.
-struct Replay {
-    read: VecDeque<Bytes>,
-    error: Option<BoxError>,
-    rest: Option<Body>,
-}
-
-impl http_body::Body for Replay {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        if let Some(data) = self.read.pop_front() {
-            return Poll::Ready(Some(Ok(Frame::data(data))));
-        }
-        if let Some(error) = self.error.take() {
-            self.rest = None;
-            return Poll::Ready(Some(Err(error)));
-        }
-        match self.rest.as_mut() {
-            Some(rest) => Pin::new(rest).poll_frame(cx),
-            None => Poll::Ready(None),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.read.is_empty()
-            && self.error.is_none()
-            && self.rest.as_ref().is_none_or(|r| r.is_end_stream())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    use http_body_util::{Full, StreamBody};
+    use hearth_body::full;
+    use http_body_util::StreamBody;
 
-    fn full(data: &'static [u8]) -> Body {
-        Full::new(Bytes::from_static(data))
-            .map_err(|never| match never {})
-            .boxed_unsync()
-    }
+    use crate::hosted_workers::BoxError;
 
     /// A body of `chunks`, then (if given) an error; `stall` keeps it open
     /// after the chunks, as a slow client would.
@@ -184,8 +145,8 @@ mod tests {
 
     #[tokio::test]
     async fn small_complete_bodies_come_whole() {
-        assert_eq!(whole(gather(full(b""), 10).await).await, Bytes::new());
-        assert_eq!(whole(gather(full(b"hello"), 10).await).await, "hello");
+        assert_eq!(whole(gather(full(""), 10).await).await, Bytes::new());
+        assert_eq!(whole(gather(full("hello"), 10).await).await, "hello");
         let body = chunked(vec![b"ab", b"cd", b"ef"], None, false);
         assert_eq!(whole(gather(body, 10).await).await, "abcdef");
     }
@@ -196,7 +157,7 @@ mod tests {
         let body = streamed(gather(body, 6).await).await;
         assert_eq!(body.collect().await.unwrap().to_bytes(), "abcdefghijkl");
         // Known to be too long: not read at all.
-        let body = streamed(gather(full(b"0123456789"), 4).await).await;
+        let body = streamed(gather(full("0123456789"), 4).await).await;
         assert_eq!(body.collect().await.unwrap().to_bytes(), "0123456789");
     }
 

@@ -39,6 +39,7 @@ use tokio::sync::Notify;
 use crate::context_stack::ContextStack;
 use crate::hosted_workers::Body;
 use crate::overload::OverloadGate;
+use crate::routing::Route;
 use crate::schema::hearth_capnp::worker;
 use crate::worker_fetch::{WorkerHost, serve_fetch};
 
@@ -93,7 +94,7 @@ impl LazyInstance {
             return None;
         }
         self.decide(State::TakenBack);
-        Some(self.host.serve(&self.script_id, request))
+        Some(self.host.serve(Route::Fallback, &self.script_id, request))
     }
 
     /// The home accepted the shard client's request; from now on a network
@@ -162,7 +163,7 @@ mod tests {
     use crate::byte_stream::ResponseSinkServer;
     use crate::hosted_workers::HostedWorkers;
     use crate::overload::OverloadConfig;
-    use crate::worker_fetch::full_body;
+    use hearth_body::full;
 
     #[derive(Default)]
     struct Counting(AtomicUsize);
@@ -170,11 +171,12 @@ mod tests {
     impl HostedWorkers for Counting {
         fn serve(
             &self,
+            _role: Route,
             _script_id: &str,
             _req: http::Request<Body>,
         ) -> BoxFuture<'static, http::Response<Body>> {
             self.0.fetch_add(1, Ordering::SeqCst);
-            async { http::Response::new(full_body(bytes::Bytes::from_static(b"ran"))) }.boxed()
+            async { http::Response::new(full("ran")) }.boxed()
         }
         fn is_warm(&self, _script_id: &str) -> bool {
             false

@@ -14,9 +14,19 @@
 //!    refused by / unreachable at `H` and served here ([`Route::Fallback`]),
 //!    see [`after_forward`].
 //!
+//! The [`Route`] is the *role* a request is served in. It is decided once,
+//! here, and travels with the request to the node that runs the Worker
+//! ([`crate::hosted_workers::HostedWorkers::serve`] takes it): the receiving
+//! node serves `local` or `home` itself; a home serves what reaches it over
+//! the hop as `sharded`; a request the home refused, or that could not
+//! reach it, is served back on the receiving node as `fallback`. The serving
+//! node alone stamps the route into the [`ROUTE_HEADER`] response header
+//! and counts it in its metrics, so each request is counted once, by the
+//! node that ran it.
+//!
 //! Nothing here does I/O or reads a clock: the live node and the data-center
 //! simulator call the same functions, so the simulator measures the real
-//! policy. Every response carries its route in the [`ROUTE_HEADER`] header.
+//! policy.
 
 use std::fmt;
 use std::str::FromStr;
@@ -85,26 +95,28 @@ impl FromStr for Route {
 pub enum Decision<'a, N: ?Sized> {
     /// Serve it on this node; the route is [`Route::Local`] or [`Route::Home`].
     Serve(Route),
-    /// Send it to the Worker's home (the shard client's job).
+    /// Send it to the Worker's home (the shard client's job). The route is
+    /// settled by the home's answer ([`after_forward`]).
     Forward(&'a N),
 }
 
 /// The routing decision for a request arriving at `this_node` for a Worker
 /// whose ring home is `home`, given whether the Worker is warm here.
 ///
-/// When the ring is empty the caller passes its own ID as `home`: with no one
-/// else to ask, a node is everyone's home.
-pub fn decide<'a, N: PartialEq + ?Sized>(
-    this_node: &N,
-    home: &'a N,
+/// `home` is `None` when there is no ring to ask (a standalone node, or an
+/// empty ring): with no one else to ask, a node is everyone's home. A home
+/// is compared with this node by `PartialEq<T>`, so the caller can pass
+/// its ring members (`home`) and its own ID (`this_node`) and get the
+/// member back in [`Decision::Forward`].
+pub fn decide<'a, T: ?Sized, N: PartialEq<T> + ?Sized>(
+    this_node: &T,
+    home: Option<&'a N>,
     warm_here: bool,
 ) -> Decision<'a, N> {
-    if warm_here {
-        Decision::Serve(Route::Local)
-    } else if home == this_node {
-        Decision::Serve(Route::Home)
-    } else {
-        Decision::Forward(home)
+    match home {
+        _ if warm_here => Decision::Serve(Route::Local),
+        Some(home) if home != this_node => Decision::Forward(home),
+        _ => Decision::Serve(Route::Home),
     }
 }
 
@@ -139,18 +151,39 @@ mod tests {
 
     #[test]
     fn warm_here_wins_even_when_another_node_is_home() {
-        assert_eq!(decide("n1", "n2", true), Decision::Serve(Route::Local));
-        assert_eq!(decide("n1", "n1", true), Decision::Serve(Route::Local));
+        assert_eq!(
+            decide("n1", Some("n2"), true),
+            Decision::Serve(Route::Local)
+        );
+        assert_eq!(
+            decide("n1", Some("n1"), true),
+            Decision::Serve(Route::Local)
+        );
     }
 
     #[test]
     fn cold_at_home_is_served_at_home() {
-        assert_eq!(decide("n1", "n1", false), Decision::Serve(Route::Home));
+        assert_eq!(
+            decide("n1", Some("n1"), false),
+            Decision::Serve(Route::Home)
+        );
+    }
+
+    #[test]
+    fn with_no_ring_a_node_is_everyones_home() {
+        assert_eq!(
+            decide::<str, str>("n1", None, false),
+            Decision::Serve(Route::Home)
+        );
+        assert_eq!(
+            decide::<str, str>("n1", None, true),
+            Decision::Serve(Route::Local)
+        );
     }
 
     #[test]
     fn cold_elsewhere_is_forwarded_to_the_home() {
-        assert_eq!(decide(&1u32, &7u32, false), Decision::Forward(&7));
+        assert_eq!(decide(&1u32, Some(&7u32), false), Decision::Forward(&7));
     }
 
     #[test]

@@ -79,7 +79,7 @@ use crate::shard_client::{self, ClientCounters, ClientEnv, ForwardJob, PeerConn}
 use crate::shard_server::{ServerShared, ShardServerImpl};
 use crate::tls::NodeTls;
 use crate::transport::{self, CountingStream, MemberBudget, MessageCounts, PeerTls, WireCounters};
-use crate::worker_fetch::{WorkerHost, closed_signal, full_body};
+use crate::worker_fetch::{WorkerHost, closed_signal};
 
 pub use crate::byte_stream::BodyStreamError;
 pub use crate::shard_client::{ForwardOutcome, Forwarded, MAX_SPECULATIVE_BODY_BYTES};
@@ -509,7 +509,7 @@ impl RpcNode {
         let (parts, body) = request.into_parts();
         let (request, inline) = match gather(body, limit).await {
             Gathered::Whole(bytes) => (
-                http::Request::from_parts(parts, full_body(bytes.clone())),
+                http::Request::from_parts(parts, hearth_body::full(bytes.clone())),
                 Some(bytes),
             ),
             Gathered::Streaming(body) => (http::Request::from_parts(parts, body), None),
@@ -539,9 +539,9 @@ impl RpcNode {
                         .await
                 }
                 Err(_) => Forwarded {
-                    response: crate::worker_fetch::error_response(
+                    response: hearth_body::text_response(
                         http::StatusCode::BAD_GATEWAY,
-                        "502 Bad Gateway: the node's RPC layer stopped while forwarding this request",
+                        "502 Bad Gateway: the node's RPC layer stopped while forwarding this request\n",
                     ),
                     outcome: ForwardOutcome::FailedAfterAccept("RPC thread stopped".into()),
                     hop: started.elapsed(),
@@ -552,9 +552,9 @@ impl RpcNode {
                     .await
             }
             Err(mpsc::error::SendError(_)) => Forwarded {
-                response: crate::worker_fetch::error_response(
+                response: hearth_body::text_response(
                     http::StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal error: forward lost",
+                    "internal error: forward lost\n",
                 ),
                 outcome: ForwardOutcome::Unavailable("internal error".into()),
                 hop: started.elapsed(),
@@ -629,16 +629,19 @@ impl RpcNode {
         }
     }
 
+    /// Serves `job` here: it could not be handed to an RPC thread.
     async fn serve_here(&self, job: ForwardJob, reason: String) -> Forwarded {
-        let hop = job.started.elapsed();
-        let mut request = job.request;
-        request.extensions_mut().insert(job.context);
-        let response = self.inner.shared.host.serve(&job.script_id, request).await;
-        Forwarded {
-            response,
-            outcome: ForwardOutcome::Unavailable(reason),
-            hop,
-        }
+        let shared = &self.inner.shared;
+        crate::shard_client::serve_unforwarded(
+            &shared.host,
+            &shared.counters.client,
+            &job.script_id,
+            job.context,
+            job.request,
+            reason,
+            job.started,
+        )
+        .await
     }
 
     /// Runs `work` on one of the node's RPC threads (round-robin), inside

@@ -79,6 +79,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use capnp_rpc::CapabilityServerSet;
+use hearth_body::{Replay, text_response};
 use http_body_util::BodyExt as _;
 use tokio::sync::mpsc;
 
@@ -92,7 +93,7 @@ use crate::lazy_instance::LazyInstance;
 use crate::routing::{HomeAnswer, Route, after_forward};
 use crate::rpc::PeerError;
 use crate::schema::hearth_capnp::{byte_stream as wire_stream, shard_server, worker};
-use crate::worker_fetch::{Closed, WorkerHost, error_response, full_body};
+use crate::worker_fetch::{Closed, WorkerHost};
 
 /// The most request-body bytes sent to a home before it has accepted the
 /// request: the bound on the bytes a refusal bounces.
@@ -206,7 +207,6 @@ pub(crate) struct ClientEnv {
 struct Source {
     front: VecDeque<Bytes>,
     rx: Option<mpsc::Receiver<StreamItem>>,
-    terminal: Option<StreamItem>,
 }
 
 impl Source {
@@ -214,9 +214,6 @@ impl Source {
     async fn next(&mut self) -> Option<StreamItem> {
         if let Some(chunk) = self.front.pop_front() {
             return Some(StreamItem::Chunk(chunk));
-        }
-        if let Some(terminal) = self.terminal.take() {
-            return Some(terminal);
         }
         let rx = self.rx.as_mut()?;
         let item = rx
@@ -230,20 +227,22 @@ impl Source {
     }
 
     /// The body this node serves: `kept` (sent to the home already), then
-    /// everything not yet sent.
-    fn into_replay(self, kept: Vec<Bytes>) -> Body {
-        let mut prefix: VecDeque<Bytes> = kept.into();
-        prefix.extend(self.front);
-        let rx = match (self.terminal, self.rx) {
-            (Some(StreamItem::End), _) | (None, None) => None,
-            (Some(terminal), _) => {
-                let (tx, rx) = mpsc::channel(1);
-                let _ = tx.try_send(terminal);
-                Some(rx)
-            }
-            (None, Some(rx)) => Some(rx),
-        };
-        byte_stream::ChannelBody::new(prefix, rx).boxed()
+    /// everything not yet sent, or, if the body's end was sent already
+    /// (`terminal_sent`), that end: a body that failed fails here too.
+    fn into_replay(self, kept: Vec<Bytes>, terminal_sent: Option<StreamItem>) -> Body {
+        let read = kept
+            .into_iter()
+            .chain(self.front)
+            .map(http_body::Frame::data);
+        match (self.rx, terminal_sent) {
+            (Some(rx), _) => Replay::new(read, byte_stream::ChannelBody::new(rx).boxed()),
+            (None, Some(StreamItem::Abort(reason))) => Replay::failed(
+                read,
+                Box::new(byte_stream::BodyStreamError::Aborted(reason)),
+            ),
+            (None, _) => Replay::complete(read),
+        }
+        .boxed()
     }
 }
 
@@ -347,7 +346,16 @@ pub(crate) async fn forward(
                 Ok(_) => "the request head is too large to forward".to_string(),
                 Err(e) => e.to_string(),
             };
-            return serve_unforwarded(&env, &script_id, context, request, reason, started).await;
+            return serve_unforwarded(
+                &env.host,
+                &env.counters,
+                &script_id,
+                context,
+                request,
+                reason,
+                started,
+            )
+            .await;
         }
     };
 
@@ -359,9 +367,14 @@ pub(crate) async fn forward(
     }
 }
 
-/// Nothing was sent: serves the untouched request here.
-async fn serve_unforwarded(
-    env: &ClientEnv,
+/// Nothing was sent (no connection to the home, a head too large to
+/// forward, the RPC layer shut down): serves the untouched request here as
+/// a [`Route::Fallback`] and counts the home as unavailable. The one way a
+/// request that never left this node is served, from this module and from
+/// [`crate::rpc::RpcNode::forward`].
+pub(crate) async fn serve_unforwarded(
+    host: &WorkerHost,
+    counters: &ClientCounters,
     script_id: &str,
     context: ContextStack,
     mut request: http::Request<Body>,
@@ -370,8 +383,8 @@ async fn serve_unforwarded(
 ) -> Forwarded {
     let hop = started.elapsed();
     request.extensions_mut().insert(context);
-    let response = env.host.serve(script_id, request).await;
-    env.counters.unavailable.fetch_add(1, Ordering::Relaxed);
+    counters.unavailable.fetch_add(1, Ordering::Relaxed);
+    let response = host.serve(Route::Fallback, script_id, request).await;
     Forwarded {
         response,
         outcome: ForwardOutcome::Unavailable(reason),
@@ -533,7 +546,6 @@ async fn forward_streaming(
     let mut source = Source {
         front: VecDeque::new(),
         rx: Some(byte_stream::spawn_reader(body)),
-        terminal: None,
     };
     let lazy = Rc::new(LazyInstance::new(
         &script_id,
@@ -583,7 +595,8 @@ async fn forward_streaming(
             drop(stream);
             drop(fetch);
             drop(spec.finish_call.take());
-            let mut request = http::Request::from_parts(parts, source.into_replay(spec.kept));
+            let mut request =
+                http::Request::from_parts(parts, source.into_replay(spec.kept, spec.terminal_sent));
             request.extensions_mut().insert(context);
             replay_here(env, &lazy, request, outcome, hop).await
         }
@@ -611,9 +624,9 @@ async fn replay_here(
 ) -> Forwarded {
     let response = match lazy.take_back(request) {
         Some(serving) => serving.await,
-        None => error_response(
+        None => text_response(
             http::StatusCode::INTERNAL_SERVER_ERROR,
-            "the lazy instance was already used",
+            "the lazy instance was already used\n",
         ),
     };
     let counter = match outcome {
@@ -683,11 +696,10 @@ async fn stream_to_home(
 
     // A sink dropped unused (the peer went away) cancels `response_rx`; the
     // closed connection is a second way to notice the same thing.
-    let closed = conn.closed.clone();
     let head = tokio::select! {
         biased;
         head = response_rx => head.ok(),
-        () = closed => None,
+        () = conn.closed.cancelled() => None,
     };
     gc(env);
     match head {
@@ -841,6 +853,7 @@ async fn wait_inline(
     mut response_rx: byte_stream::ResponseReceiver,
     closed: Closed,
 ) -> InlineWait {
+    let closed = closed.cancelled_owned();
     tokio::pin!(closed);
     let mut sink_open = true;
     loop {
@@ -900,7 +913,7 @@ fn read_inline_answer(
             let inline = inline?;
             let parts = http_wire::read_response_head(inline.get_head()?)
                 .map_err(|e| capnp::Error::failed(e.to_string()))?;
-            let body = full_body(Bytes::copy_from_slice(inline.get_body()?));
+            let body = hearth_body::full(Bytes::copy_from_slice(inline.get_body()?));
             InlineAnswer::Response(http::Response::from_parts(parts, body), home_micros)
         }
         Which::Streamed(()) => InlineAnswer::StreamedWithoutHead,
@@ -973,10 +986,10 @@ fn failed_after_accept(env: &ClientEnv, hop: Duration, reason: String) -> Forwar
     tracing::warn!(%reason, "home failed after accepting a sharded request");
     let message = format!(
         "502 Bad Gateway: the Worker's home node may have started this request and then failed ({reason}). \
-         It was not retried, because the request may already have had effects."
+         It was not retried, because the request may already have had effects.\n"
     );
     Forwarded {
-        response: error_response(http::StatusCode::BAD_GATEWAY, &message),
+        response: text_response(http::StatusCode::BAD_GATEWAY, message),
         outcome: ForwardOutcome::FailedAfterAccept(reason),
         hop,
     }
@@ -984,4 +997,32 @@ fn failed_after_accept(env: &ClientEnv, hop: Duration, reason: String) -> Forwar
 
 fn gc(env: &ClientEnv) {
     env.lazies.borrow_mut().gc();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refused request whose body failed within the speculative budget
+    /// (its abort already sent to the home) is replayed here as failed,
+    /// never as a shorter, complete body.
+    #[tokio::test]
+    async fn a_replayed_body_keeps_the_failure_it_met() {
+        let kept = vec![Bytes::from_static(b"part")];
+        let source = Source {
+            front: VecDeque::new(),
+            rx: None,
+        };
+        let body = source.into_replay(kept.clone(), Some(StreamItem::Abort("upload cut".into())));
+        let err = body.collect().await.expect_err("the body failed");
+        assert!(err.to_string().contains("upload cut"), "{err}");
+
+        let source = Source {
+            front: VecDeque::from([Bytes::from_static(b"+rest")]),
+            rx: None,
+        };
+        let body = source.into_replay(kept, Some(StreamItem::End));
+        let got = body.collect().await.expect("complete").to_bytes();
+        assert_eq!(&got[..], b"part+rest");
+    }
 }

@@ -40,8 +40,9 @@ use crate::hosted_workers::Body;
 use crate::http_wire;
 use crate::inline::{Gathered, MAX_INLINE_BODY_BYTES};
 use crate::overload::{OverloadGate, Permit};
+use crate::routing::Route;
 use crate::schema::hearth_capnp::{response_sink, shard_server, worker};
-use crate::worker_fetch::{Closed, WorkerHost, full_body, serve_fetch};
+use crate::worker_fetch::{Closed, WorkerHost, serve_fetch};
 
 /// Longest script ID accepted from a peer, in bytes.
 pub const MAX_SCRIPT_ID_BYTES: usize = 1024;
@@ -159,8 +160,10 @@ impl ShardServerImpl {
             .try_admit(&script_id, || workers.can_host(&script_id))
         {
             Ok(permit) => {
-                let mut request =
-                    http::Request::from_parts(parts, full_body(Bytes::copy_from_slice(body)));
+                let mut request = http::Request::from_parts(
+                    parts,
+                    hearth_body::full(Bytes::copy_from_slice(body)),
+                );
                 request.extensions_mut().insert(context);
                 Ok(CallAdmission::Admitted(Box::new(AdmittedCall {
                     script_id,
@@ -311,7 +314,7 @@ impl shard_server::Server for ShardServerImpl {
             } = call;
             let work = async {
                 let (parts, body) = host
-                    .serve_gathered(&script_id, request, MAX_INLINE_BODY_BYTES)
+                    .serve_gathered(Route::Sharded, &script_id, request, MAX_INLINE_BODY_BYTES)
                     .await;
                 match byte_stream::relayable(parts, body) {
                     (parts, Ok(Gathered::Whole(body))) => {
@@ -334,7 +337,7 @@ impl shard_server::Server for ShardServerImpl {
             };
             let result = tokio::select! {
                 result = work => result,
-                () = closed => {
+                () = closed.cancelled() => {
                     tracing::debug!(script_id = %script_id, "peer disconnected; invocation cancelled");
                     Ok(())
                 }

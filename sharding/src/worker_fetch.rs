@@ -19,10 +19,9 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use futures::FutureExt;
-use futures::future::{BoxFuture, Shared};
-use http_body_util::BodyExt as _;
-use tokio::sync::oneshot;
+use hearth_body::text_response;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::byte_stream::{ByteStreamServer, send_response};
 use crate::context_stack::ContextStack;
@@ -30,6 +29,7 @@ use crate::hosted_workers::{Body, HostedWorkers};
 use crate::http_wire;
 use crate::inline::{Gathered, gather};
 use crate::overload::Permit;
+use crate::routing::Route;
 use crate::schema::hearth_capnp::worker;
 
 /// This node's Workers, as the RPC layer runs them: on the runtime of the
@@ -40,14 +40,15 @@ pub(crate) struct WorkerHost {
 }
 
 impl WorkerHost {
-    /// Runs `req` on Worker `script_id` on this thread's runtime. The
-    /// invocation is cancelled if the returned future is dropped.
+    /// Runs `req` on Worker `script_id` in `role` on this thread's runtime.
+    /// The invocation is cancelled if the returned future is dropped.
     pub(crate) fn serve(
         &self,
+        role: Route,
         script_id: &str,
         req: http::Request<Body>,
     ) -> impl Future<Output = http::Response<Body>> + Send + 'static {
-        let task = self.spawn_guarded(self.workers.serve(script_id, req));
+        let task = self.spawn_guarded(self.workers.serve(role, script_id, req));
         async move { task.await.unwrap_or_else(invocation_failed) }
     }
 
@@ -55,11 +56,12 @@ impl WorkerHost {
     /// same task (one hand-off back, whether the body comes whole or not).
     pub(crate) fn serve_gathered(
         &self,
+        role: Route,
         script_id: &str,
         req: http::Request<Body>,
         limit: usize,
     ) -> impl Future<Output = (http::response::Parts, Gathered)> + Send + 'static {
-        let serving = self.workers.serve(script_id, req);
+        let serving = self.workers.serve(role, script_id, req);
         let task = self.spawn_guarded(async move {
             let (parts, body) = serving.await.into_parts();
             (parts, gather(body, limit).await)
@@ -81,62 +83,31 @@ impl WorkerHost {
     fn spawn_guarded<T: Send + 'static>(
         &self,
         work: impl Future<Output = T> + Send + 'static,
-    ) -> impl Future<Output = Result<T, tokio::task::JoinError>> + Send + 'static {
-        let task = tokio::spawn(work);
-        let guard = AbortOnDrop(Some(task.abort_handle()));
-        async move {
-            let result = task.await;
-            drop(guard);
-            result
-        }
+    ) -> AbortOnDropHandle<T> {
+        AbortOnDropHandle::new(tokio::spawn(work))
     }
 }
 
 fn invocation_failed(e: tokio::task::JoinError) -> http::Response<Body> {
-    error_response(
+    text_response(
         http::StatusCode::INTERNAL_SERVER_ERROR,
-        &format!("the Worker's invocation failed: {e}"),
+        format!("the Worker's invocation failed: {e}\n"),
     )
 }
 
-struct AbortOnDrop(Option<tokio::task::AbortHandle>);
+/// Cancelled when a connection has closed; every request on the
+/// connection waits on a clone (`closed.cancelled()`).
+pub(crate) type Closed = CancellationToken;
 
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        if let Some(handle) = self.0.take() {
-            handle.abort();
-        }
-    }
+/// A [`Closed`] signal and the guard that fires it when dropped (the
+/// connection's task holds it to its end).
+pub(crate) fn closed_signal() -> (DropGuard, Closed) {
+    let closed = CancellationToken::new();
+    (closed.clone().drop_guard(), closed)
 }
 
-/// Resolves (to anything) when a connection has closed.
-pub(crate) type Closed = Shared<BoxFuture<'static, ()>>;
-
-/// A [`Closed`] signal and the sender that fires it (or dropping it does).
-pub(crate) fn closed_signal() -> (oneshot::Sender<()>, Closed) {
-    let (tx, rx) = oneshot::channel::<()>();
-    (tx, rx.map(|_| ()).boxed().shared())
-}
-
-/// A body of exactly `bytes`, complete.
-pub(crate) fn full_body(bytes: bytes::Bytes) -> Body {
-    http_body_util::Full::new(bytes)
-        .map_err(|never| match never {})
-        .boxed_unsync()
-}
-
-/// A short plain-text response the node produces itself.
-pub(crate) fn error_response(status: http::StatusCode, message: &str) -> http::Response<Body> {
-    let mut response = http::Response::new(full_body(bytes::Bytes::from(format!("{message}\n"))));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    response
-}
-
-/// Answers a `Worker.fetch` call for `script_id`: sets the request-body
+/// Answers a `Worker.fetch` call for `script_id` (a request that came over
+/// the hop, so served as [`Route::Sharded`]): sets the request-body
 /// stream in `results` and releases it to pipelined calls at once
 /// (`set_pipeline`), then runs the invocation, which holds `permit` until
 /// its response has been sent. The call returns only then, so a caller
@@ -162,7 +133,7 @@ pub(crate) async fn serve_fetch(
 
     let mut request = http::Request::from_parts(parts, body.boxed());
     request.extensions_mut().insert(context);
-    let invocation = host.serve(script_id, request);
+    let invocation = host.serve(Route::Sharded, script_id, request);
 
     let work = async move {
         let response = invocation.await;
@@ -172,7 +143,7 @@ pub(crate) async fn serve_fetch(
         Some(closed) => {
             tokio::select! {
                 result = work => Some(result),
-                () = closed => None,
+                () = closed.cancelled() => None,
             }
         }
         None => Some(work.await),

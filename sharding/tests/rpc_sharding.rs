@@ -43,6 +43,11 @@ async fn a_sharded_request_is_served_by_the_home_streaming_10mb_both_ways() {
     assert_eq!(forwarded.route(), Route::Sharded);
     assert_eq!(forwarded.response.status(), 200);
     assert_eq!(served_by(&forwarded.response), "b");
+    assert_eq!(
+        served_as(&forwarded.response),
+        "sharded",
+        "the home serves it as sharded"
+    );
     let echoed = guard("response body", collect(forwarded.response.into_body()))
         .await
         .unwrap();
@@ -94,6 +99,11 @@ async fn an_overloaded_home_refuses_and_the_request_is_served_locally_with_a_bou
         "a refusal is not an error"
     );
     assert_eq!(served_by(&forwarded.response), "a");
+    assert_eq!(
+        served_as(&forwarded.response),
+        "fallback",
+        "a refused request is a fallback"
+    );
     let echoed = guard("response body", collect(forwarded.response.into_body()))
         .await
         .unwrap();
@@ -257,6 +267,7 @@ async fn a_home_that_is_down_means_the_request_is_served_here_without_error() {
         assert_eq!(forwarded.route(), Route::Fallback);
         assert_eq!(forwarded.response.status(), 200);
         assert_eq!(served_by(&forwarded.response), "a");
+        assert_eq!(served_as(&forwarded.response), "fallback");
         let body = collect(forwarded.response.into_body()).await.unwrap();
         assert!(body[..] == pattern(100_000)[..]);
     }
@@ -519,10 +530,14 @@ async fn after_shutdown_forwards_are_served_locally() {
         forwarded.outcome
     );
     assert_eq!(served_by(&forwarded.response), "a");
+    assert_eq!(served_as(&forwarded.response), "fallback");
     assert_eq!(
         &collect(forwarded.response.into_body()).await.unwrap()[..],
         b"local"
     );
+    // Served here like any request that could not reach its home, and
+    // counted as such.
+    assert_eq!(a.rpc.stats().home_unavailable, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -698,6 +713,7 @@ async fn a_small_request_refused_by_its_home_is_served_here_after_one_round_trip
             "a refusal is not an error"
         );
         assert_eq!(served_by(&forwarded.response), "a");
+        assert_eq!(served_as(&forwarded.response), "fallback");
         assert_eq!(
             &collect(forwarded.response.into_body()).await.unwrap()[..],
             b"come back"

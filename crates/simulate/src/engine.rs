@@ -332,7 +332,7 @@ impl<'w> Sim<'w> {
             Mode::Sharded => {
                 let home = self.w.home[worker as usize];
                 let warm_here = self.resident[here as usize].contains(&worker);
-                match decide(&here, &home, warm_here) {
+                match decide(&here, Some(&home), warm_here) {
                     Decision::Serve(route) => {
                         self.serve(here, worker, now, Some(route));
                     }

@@ -16,6 +16,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use hearth_sharding::context_stack::{ContextFrame, ContextStack, TraceEvent};
 use hearth_sharding::hosted_workers::{Body, BoxError, HostedWorkers};
+use hearth_sharding::routing::{ROUTE_HEADER, Route};
 use hearth_sharding::rpc::{RpcConfig, RpcNode, ServerHandle};
 use hearth_sharding::tls::{NodeTls, generate_dev_pki};
 use http_body_util::{BodyExt, StreamBody};
@@ -134,6 +135,7 @@ pub(crate) struct Fake(pub Arc<FakeWorkers>);
 impl HostedWorkers for Fake {
     fn serve(
         &self,
+        role: Route,
         script_id: &str,
         req: http::Request<Body>,
     ) -> BoxFuture<'static, http::Response<Body>> {
@@ -141,7 +143,7 @@ impl HostedWorkers for Fake {
         let script = script_id.to_string();
         async move {
             me.served.fetch_add(1, Ordering::SeqCst);
-            match script.as_str() {
+            let mut response = match script.as_str() {
                 "echo" => respond(&me.name, req.into_body()),
                 "gate" => {
                     if me.hangs.load(Ordering::SeqCst) {
@@ -199,7 +201,13 @@ impl HostedWorkers for Fake {
                     *r.status_mut() = http::StatusCode::NOT_FOUND;
                     r
                 }
-            }
+            };
+            // The role the request was served in, as the node would
+            // report it (`x-hearth-route`).
+            response
+                .headers_mut()
+                .insert(ROUTE_HEADER, role.header_value());
+            response
         }
         .boxed()
     }
@@ -279,6 +287,17 @@ pub(crate) async fn collect(body: Body) -> Result<Bytes, BoxError> {
     Ok(body.collect().await?.to_bytes())
 }
 
+/// The role the serving node was told to serve the request in (the fake
+/// reports it in `x-hearth-route`, as the real node does).
+pub(crate) fn served_as(response: &http::Response<Body>) -> String {
+    response
+        .headers()
+        .get(ROUTE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
 pub(crate) fn served_by(response: &http::Response<Body>) -> String {
     response
         .headers()
@@ -335,6 +354,7 @@ pub(crate) async fn assert_echo_sharded(
     )
     .await;
     assert_eq!(ok.outcome, hearth_sharding::rpc::ForwardOutcome::Sharded);
+    assert_eq!(served_as(&ok.response), Route::Sharded.as_str());
     assert_eq!(
         &collect(ok.response.into_body()).await.unwrap()[..],
         payload

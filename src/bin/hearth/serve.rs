@@ -1,5 +1,9 @@
 //! `hearth serve`: one node, run with the [`ServeConfig`] that its flags
-//! and config file resolve to, until Ctrl-C; then it drains.
+//! and config file resolve to, until SIGTERM or SIGINT (Ctrl-C); then it
+//! drains: it reports not ready, leaves the ring, finishes what is in
+//! flight (closing what is left after `drain_timeout_s`) and exits 0. A
+//! second signal exits at once. Under systemd (`Type=notify`) it says
+//! `READY=1` once it serves and `STOPPING=1` when it starts to drain.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,13 +13,15 @@ use tokio::net::TcpListener;
 
 use hearth::cluster::Joined;
 use hearth::config::{NodeStore, ServeArgs, ServeConfig, TlsConfig, admin_token};
+use hearth::front_door::{Listeners, spawn_listeners};
 use hearth::https::TlsFrontDoor;
-use hearth::node::{Listeners, Node, spawn_listeners};
+use hearth::node::Node;
 use hearth::runtime::Runtime;
 
 /// Runs the node: store, runtime, cluster, listeners, then the drain.
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let cfg = args.resolve()?;
+    hearth::cluster::log_fd_limit();
     let store = NodeStore::open(&cfg.store, &cfg.settings).await?;
     // The certificate first: a bad path is a startup error before anything
     // listens.
@@ -24,6 +30,9 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let token = token(&cfg, &store.data_dir)?;
     let node = Node::with_prewarm(cfg.node_id.clone(), runtime, cfg.settings.prewarm());
     let (node, joined) = join(node, &cfg).await?;
+    // Catch the signals before anything listens, so an early SIGTERM drains
+    // too instead of killing the process.
+    let mut signals = Signals::new()?;
     let listeners = bind(&cfg, https, &node).await?;
     crate::say(&format!(
         "admin API on http://{} (store {})",
@@ -37,7 +46,16 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         cfg.settings.serve_limits(),
         stop_rx,
     );
-    tokio::signal::ctrl_c().await?;
+    notify_systemd(sd_notify::NotifyState::Ready);
+    let signal = signals.next().await;
+    eprintln!("{signal}: draining (send another signal to exit at once)");
+    notify_systemd(sd_notify::NotifyState::Stopping);
+    node.start_draining();
+    tokio::spawn(async move {
+        let signal = signals.next().await;
+        eprintln!("{signal} while draining: exiting now");
+        std::process::exit(1);
+    });
     // Drain: leave everyone's ring first, so no new sharded requests come
     // here, then finish what is in flight, then say goodbye.
     if let Some(j) = &joined {
@@ -59,6 +77,39 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The signals that stop a node: SIGTERM (systemd, Docker, Kubernetes) and
+/// SIGINT (Ctrl-C).
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("cannot catch SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot catch SIGINT")?,
+        })
+    }
+
+    /// The next signal's name.
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
+}
+
+/// Tells systemd `state` when run as a `Type=notify` service (nothing
+/// otherwise); a failure is only logged.
+fn notify_systemd(state: sd_notify::NotifyState<'_>) {
+    if let Err(e) = sd_notify::notify(&[state]) {
+        tracing::warn!(error = %e, "cannot notify systemd");
+    }
 }
 
 /// The admin token: the config's, else the store's (made and printed on
@@ -85,6 +136,8 @@ async fn join(node: Node, cfg: &ServeConfig) -> anyhow::Result<(Node, Option<Joi
     let rpc_listener = TcpListener::bind(c.rpc)
         .await
         .with_context(|| format!("cannot listen for RPC on {}", c.rpc))?;
+    // Through seeds, the node is ready once it has met one of them.
+    node.expect_members(if c.seeds.is_empty() { 1 } else { 2 });
     let joined = hearth::cluster::join(node, c.join_config(&cfg.node_id, rpc_listener)?).await?;
     crate::say(&format!(
         "joined the cluster: rpc {} (pki {})",
