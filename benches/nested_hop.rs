@@ -58,10 +58,10 @@ async fn run() -> anyhow::Result<()> {
             .await?;
     }
     let mut m = Manifest::default();
-    m.services.insert("next".into(), same.clone());
+    m.bindings.services.insert("next".into(), same.clone());
     c.deploy_manifest(&a_same, m, relay.clone()).await?;
     let mut m = Manifest::default();
-    m.services.insert("next".into(), other.clone());
+    m.bindings.services.insert("next".into(), other.clone());
     c.deploy_manifest(&a_other, m, relay.clone()).await?;
 
     let kinds = [

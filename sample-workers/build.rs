@@ -40,6 +40,8 @@ const WORKERS: &[&str] = &[
     "egress",
     "tail-log",
     "chatty",
+    "body-hog",
+    "fan-out",
 ];
 
 /// A sample Worker in another language, built by its own toolchain.

@@ -243,17 +243,17 @@ fn manifest_from_query(query: &[(String, String)]) -> Result<Manifest, String> {
         match k {
             "service" => {
                 let (name, target) = split(k, v)?;
-                m.services.insert(name, target);
+                m.bindings.services.insert(name, target);
             }
             "dispatch" => {
                 let (ns, worker) = split(k, v)?;
-                m.dispatch.entry(ns).or_default().insert(worker);
+                m.bindings.dispatch.entry(ns).or_default().insert(worker);
             }
-            "outbound" if m.outbound.is_some() => {
+            "outbound" if m.bindings.outbound.is_some() => {
                 return Err("at most one outbound Worker".into());
             }
-            "outbound" => m.outbound = Some(v.to_string()),
-            "tail" => m.tail.push(v.to_string()),
+            "outbound" => m.bindings.outbound = Some(v.to_string()),
+            "tail" => m.bindings.tail.push(v.to_string()),
             _ => {}
         }
     }
@@ -267,18 +267,18 @@ pub fn manifest_query(m: &Manifest) -> String {
         ("plan", m.plan.to_string()),
         ("lifecycle", m.lifecycle.to_string()),
     ];
-    for (name, target) in &m.services {
+    for (name, target) in &m.bindings.services {
         pairs.push(("service", format!("{name}:{target}")));
     }
-    for (ns, workers) in &m.dispatch {
+    for (ns, workers) in &m.bindings.dispatch {
         for w in workers {
             pairs.push(("dispatch", format!("{ns}:{w}")));
         }
     }
-    if let Some(o) = &m.outbound {
+    if let Some(o) = &m.bindings.outbound {
         pairs.push(("outbound", o.clone()));
     }
-    for t in &m.tail {
+    for t in &m.bindings.tail {
         pairs.push(("tail", t.clone()));
     }
     // Serializing pairs of strings cannot fail.
@@ -353,10 +353,10 @@ mod tests {
             .expect("uri");
         let m = manifest_from_query(&query_pairs(&uri)).expect("parses");
         assert_eq!(
-            m.services.get("auth").map(String::as_str),
+            m.bindings.services.get("auth").map(String::as_str),
             Some("auth-worker")
         );
-        assert_eq!(m.tail, ["my tail"]);
+        assert_eq!(m.bindings.tail, ["my tail"]);
         let uri: http::Uri = "/v1/ring?script=a%2Fb%26c".parse().expect("uri");
         assert_eq!(query_param(&query_pairs(&uri), "script"), Some("a/b&c"));
     }

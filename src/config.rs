@@ -93,7 +93,7 @@ use serde::Deserialize;
 use hearth_runtime::{
     DirStore, Plan, PlanLimits, RuntimeConfig, S3Settings, S3Store, ScriptStore, StoreError,
 };
-use hearth_sharding::overload::OverloadConfig;
+use hearth_sharding::admission::OverloadConfig;
 use hearth_sharding::ring::Member;
 
 use crate::cluster::JoinConfig;

@@ -7,7 +7,7 @@
 //!
 //! This crate is the node you run: the front doors and admin API
 //! ([`front_door`], [`listener`], [`https`], [`admin`]), the node that routes and serves
-//! ([`node`]) and carries its Workers' calls to Workers ([`nested`]),
+//! ([`node`]) and carries its Workers' calls to Workers ([`invoker`]),
 //! prewarming from a TLS ClientHello ([`prewarm`]), metrics ([`metrics`]),
 //! configuration ([`config`]) and a cluster of nodes in one process
 //! ([`cluster`]). The runtime (one node's Workers on wasmtime) is
@@ -35,9 +35,10 @@ pub mod config;
 pub mod demo;
 pub mod front_door;
 pub mod https;
+pub mod invoker;
 pub mod listener;
+mod loopback_cluster;
 pub mod metrics;
-pub mod nested;
 pub mod node;
 #[cfg(feature = "demo")]
 pub mod plot;

@@ -4,7 +4,7 @@
 //! listener and per peer ([`ServeLimits`]; a peer is an IPv4 address or an
 //! IPv6 /64), a deadline for the request head and the TLS handshake, an
 //! idle close, a write timeout, HTTP/2 by ALPN with a stream cap, the same
-//! deadlines and a stall watch on HTTP/2 ([`h2_watch`]), a bound on the request
+//! deadlines and a stall watch on HTTP/2 (`h2_watch`), a bound on the request
 //! bytes a connection and the listener buffer before their requests take
 //! slots ([`hearth_runtime::pre_slot`]), and a bounded graceful drain.
 //!
@@ -71,7 +71,7 @@ pub struct ServeLimits {
     /// A response write that makes no progress for this long closes the
     /// connection (default 30 s): a client that stops reading holds
     /// nothing. On HTTP/2 this includes a client that never grants
-    /// flow-control window ([`h2_watch`]).
+    /// flow-control window (`h2_watch`).
     pub write_timeout: Duration,
     /// After shutdown, in-flight requests get this long to finish before
     /// their connections are closed (default 30 s).
@@ -284,7 +284,7 @@ async fn serve_connection<H, F>(
         }
         crate::https::Protocol::Http2 => {
             // The connection's streams, watched for its idle close and for
-            // a client that stops granting window ([`h2_watch`]).
+            // a client that stops granting window (`h2_watch`).
             let watch = h2_watch::Watch::new();
             let svc2 = service_fn({
                 let watch = watch.clone();
@@ -394,7 +394,7 @@ where
 /// ClientHello's server name goes to [`TlsListener::on_sni`] first, and a
 /// client that chose `h2` by ALPN is served HTTP/2 (at most
 /// [`MAX_H2_STREAMS`] streams at once, the same idle close, PING
-/// keep-alive, and the write timeout applied to flow control, see [`h2_watch`]),
+/// keep-alive, and the write timeout applied to flow control, see `h2_watch`),
 /// any other HTTP/1.1.
 ///
 /// With a `runner` (the node's RPC threads, see

@@ -156,6 +156,11 @@ impl Collector for RuntimeCollector {
                 s.nested_too_deep,
             ),
             (
+                "hearth_nested_queued",
+                "Nested calls that waited for a subrequest slot of their invocation",
+                s.nested_queued,
+            ),
+            (
                 "hearth_tail_deliveries",
                 "Flows delivered to a tail Worker",
                 s.tail_deliveries,

@@ -3,14 +3,14 @@
 //!
 //! Every request reaches [`Node::handle`] (from the front door,
 //! [`crate::front_door`]) or [`Node::route`] (a Worker calling a Worker,
-//! [`crate::nested`]). The node decides once, with
+//! [`crate::invoker`]). The node decides once, with
 //! [`hearth_sharding::routing::decide`], where it is served: *here*, in the
 //! role `local` (warm here) or `home` (this node is its home), or *at its
 //! home* through the shard client, whose answer settles the role
 //! (`sharded` at the home, or `fallback` back here). The role travels with
 //! the request to the node that runs the Worker
 //! ([`HostedWorkers::serve`]), and that node's one serving function
-//! ([`NodeState::serve`]) stamps `x-hearth-node`, `x-hearth-route` and
+//! (`NodeState::serve`) stamps `x-hearth-node`, `x-hearth-route` and
 //! `server-timing` and counts the request in `hearth_requests_total`. The
 //! receiving node of a forwarded request adds only the hop
 //! (`server-timing: shard;dur=…`, `hearth_shard_hop_seconds`).
@@ -109,7 +109,7 @@ impl NodeState {
         script_id: &str,
         mut req: http::Request<Body>,
     ) -> http::Response<Body> {
-        crate::nested::attach_flow(&mut req);
+        crate::invoker::attach_flow(&mut req);
         let (mut resp, start) = match self.runtime.handle(script_id, req).await {
             Ok(served) => {
                 let start = served.start.as_str();
@@ -323,11 +323,11 @@ impl Node {
     }
 
     /// Lets this node's Workers call Workers, routed as this node routes
-    /// ([`crate::nested`]).
+    /// ([`crate::invoker`]).
     fn install_invoker(&self) {
         self.state
             .runtime
-            .set_invoker(Arc::new(crate::nested::NodeInvoker {
+            .set_invoker(Arc::new(crate::invoker::NodeInvoker {
                 state: Arc::downgrade(&self.state),
             }));
     }
@@ -563,7 +563,7 @@ impl Node {
     }
 
     /// [`Node::handle`] for a request of a flow with `context` (a nested
-    /// invocation; see [`crate::nested`]): served here, the context is in
+    /// invocation; see [`crate::invoker`]): served here, the context is in
     /// the request's extensions; forwarded, it travels with the request.
     pub async fn route(
         &self,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hearth::cluster::ClusterConfig;
 use hearth::runtime::Plan;
-use hearth::sharding::overload::OverloadConfig;
+use hearth::sharding::admission::OverloadConfig;
 use hearth::testing::TestCluster;
 
 /// Waits up to 5 s for `f` (see [`hearth::testing::eventually`]).

@@ -1,6 +1,6 @@
 //! Nested Worker invocations on 3 real nodes (TestCluster): service-binding
 //! chains, dynamic dispatch through an outbound Worker, the depth limit, and
-//! the security rules of `hearth::nested` / `hearth_runtime::nested`. The
+//! the security rules of `hearth::invoker` / `hearth_runtime::outgoing`. The
 //! Workers are named so that their homes differ, and the nodes that served
 //! each level are checked from `x-hearth-node` as the samples report it.
 
@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hearth::cluster::ClusterConfig;
-use hearth::runtime::nested::MAX_DEPTH;
+use hearth::runtime::outgoing::MAX_DEPTH;
 use hearth::runtime::{Manifest, Plan};
-use hearth::sharding::overload::OverloadConfig;
+use hearth::sharding::admission::OverloadConfig;
 use hearth::testing::TestCluster;
 
 fn sample(name: &str) -> Vec<u8> {
@@ -66,7 +66,7 @@ fn names_on_distinct_homes(c: &TestCluster, prefix: &str, n: usize) -> Vec<Strin
 fn manifest(services: &[(&str, &str)]) -> Manifest {
     let mut m = Manifest::default();
     for (name, target) in services {
-        m.services.insert((*name).into(), (*target).into());
+        m.bindings.services.insert((*name).into(), (*target).into());
     }
     m
 }
@@ -297,11 +297,12 @@ async fn the_workers_for_platforms_flow_goes_through_the_outbound_worker() {
     let names = names_on_distinct_homes(&c, "wfp", 3);
     let (dispatcher, user, egress) = (&names[0], &names[1], &names[2]);
     let mut m = Manifest::default();
-    m.dispatch
+    m.bindings
+        .dispatch
         .entry("users".into())
         .or_default()
         .insert(user.clone());
-    m.outbound = Some(egress.clone());
+    m.bindings.outbound = Some(egress.clone());
     c.deploy_manifest(dispatcher, m, sample("dispatcher"))
         .await
         .expect("deploy");
@@ -437,16 +438,18 @@ async fn the_tail_worker_gets_the_whole_flow_from_every_node_in_one_invocation()
     let names = names_on_distinct_homes(&c, "traced", 3);
     let (dispatcher, user, egress) = (&names[0], &names[1], &names[2]);
     let mut m = Manifest::default();
-    m.dispatch
+    m.bindings
+        .dispatch
         .entry("users".into())
         .or_default()
         .insert(user.clone());
-    m.dispatch
+    m.bindings
+        .dispatch
         .entry("users".into())
         .or_default()
         .insert("crashy".into());
-    m.outbound = Some(egress.clone());
-    m.tail = vec!["traces".into()];
+    m.bindings.outbound = Some(egress.clone());
+    m.bindings.tail = vec!["traces".into()];
     c.deploy_manifest(dispatcher, m, sample("dispatcher"))
         .await
         .expect("deploy");
@@ -551,11 +554,12 @@ async fn the_tail_worker_gets_the_whole_flow_from_every_node_in_one_invocation()
 async fn a_user_worker_keeps_its_outbound_worker_through_its_own_bindings() {
     let c = TestCluster::start(3).await.expect("cluster");
     let mut m = Manifest::default();
-    m.dispatch
+    m.bindings
+        .dispatch
         .entry("users".into())
         .or_default()
         .insert("shop".into());
-    m.outbound = Some("egress".into());
+    m.bindings.outbound = Some("egress".into());
     c.deploy_manifest("platform", m, sample("dispatcher"))
         .await
         .expect("deploy");
@@ -669,4 +673,73 @@ async fn fetch_in_a_javascript_worker_reaches_its_bindings_unchanged() {
     let answer: serde_json::Value = serde_json::from_str(&r.text()).expect("JSON");
     assert!(answer["fetchError"].is_string(), "{answer}");
     assert!(answer.get("fetched").is_none(), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_subrequests_are_bounded_per_invocation() {
+    let c = TestCluster::start(1).await.expect("cluster");
+    c.deploy_manifest("fan", manifest(&[("next", "nap")]), sample("fan-out"))
+        .await
+        .expect("deploy");
+    c.deploy_manifest("nap", Manifest::default(), sample("fan-out"))
+        .await
+        .expect("deploy");
+    c.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
+    assert_eq!(c.get(0, "hello", "/").await.expect("hello").status, 200);
+    // The fan-out sends 1,000 calls before awaiting any; each callee naps
+    // 20 ms. The node's in-flight gauge counts every running instance:
+    // the fan-out, its callees, and the other tenant's request.
+    let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fan = async {
+        let r = c.get(0, "fan", "/1000?ms=20").await.expect("fan-out");
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        r
+    };
+    let watch = async {
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            peak.fetch_max(
+                c.stats(0).runtime.in_flight,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    let other = async {
+        let mut statuses = Vec::new();
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            statuses.push(c.get(0, "hello", "/").await.expect("hello").status);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        statuses
+    };
+    let (r, (), statuses) = tokio::join!(fan, watch, other);
+    let limit = 6;
+    let peak = peak.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!(
+        "fan-out: {} {:?}; peak in flight {peak}; hello {} of {}",
+        r.status,
+        r.text(),
+        statuses.iter().filter(|s| **s == 200).count(),
+        statuses.len()
+    );
+    assert!(
+        peak <= limit + 2,
+        "{peak} instances ran at once: the fan-out, hello and more than {limit} callees"
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.text(),
+        "1000 ok, 0 failed",
+        "every call is served, in turn"
+    );
+    assert!(
+        !statuses.is_empty() && statuses.iter().all(|s| *s == 200),
+        "{statuses:?}"
+    );
+    let s = c.stats(0).runtime;
+    assert_eq!(s.nested_calls, 1000);
+    assert!(s.nested_queued >= 1000 - limit, "{}", s.nested_queued);
 }

@@ -13,7 +13,7 @@ use hearth::cluster::ClusterConfig;
 use hearth::metrics::{Metrics, RequestLabels};
 use hearth::node::{ClusterLink, Node};
 use hearth::runtime::{Plan, Runtime, RuntimeConfig};
-use hearth::sharding::overload::OverloadConfig;
+use hearth::sharding::admission::OverloadConfig;
 use hearth::sharding::ring::{Member, NodeId, Ring, RingConfig, SharedRing};
 use hearth::sharding::routing::Route;
 use hearth::sharding::rpc::{RpcConfig, RpcNode};

@@ -43,8 +43,8 @@ async fn deploy_flow(c: &TestCluster) -> (usize, usize) {
         ..Manifest::default()
     };
     let mut entry = reuse.clone();
-    entry.services.insert("next".into(), "leaf".into());
-    entry.tail = vec!["traces".into()];
+    entry.bindings.services.insert("next".into(), "leaf".into());
+    entry.bindings.tail = vec!["traces".into()];
     c.deploy_manifest("entry", entry, sample("chatty"))
         .await
         .expect("deploy");

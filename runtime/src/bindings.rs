@@ -35,7 +35,7 @@
 //! external host with no outbound Worker in force are all refused with the
 //! wasi:http error code `HTTP-request-denied`, which the guest reads as the
 //! error of its request. How the host carries the call (the context stack,
-//! limits, the depth limit) is in [`crate::nested`].
+//! limits, the depth limit) is in [`crate::outgoing`].
 
 use std::collections::{BTreeMap, BTreeSet};
 

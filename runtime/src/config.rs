@@ -88,6 +88,7 @@ pub struct RuntimeConfig {
     pub(crate) buffer_before_slot: usize,
     pub(crate) miss_ttl: Duration,
     pub(crate) miss_capacity: usize,
+    pub(crate) max_concurrent_subrequests: usize,
 }
 
 impl RuntimeConfig {
@@ -96,7 +97,8 @@ impl RuntimeConfig {
     /// [`PlanLimits::default_for`], a 1 GiB memory budget, 5 min idle
     /// timeout, the default [`ReusePolicy`], the pooling allocator with 256
     /// slots (each reserves address space, not memory), the slow-client
-    /// defaults of [`crate::slow_client`], and a random artifact key, so
+    /// defaults of [`crate::slow_client`], 6 subrequests in flight per
+    /// invocation, and a random artifact key, so
     /// artifacts are trusted only by the process that wrote them until a
     /// shared one is set with [`RuntimeConfig::artifact_key`].
     pub fn new(store_dir: impl Into<PathBuf>) -> Self {
@@ -120,6 +122,7 @@ impl RuntimeConfig {
             buffer_before_slot: 64 * 1024,
             miss_ttl: crate::misses::DEFAULT_MISS_TTL,
             miss_capacity: crate::misses::DEFAULT_MISS_CAPACITY,
+            max_concurrent_subrequests: 6,
         }
     }
 
@@ -151,6 +154,16 @@ impl RuntimeConfig {
     /// 10 s).
     pub fn body_idle_timeout(mut self, d: Duration) -> Self {
         self.body_idle_timeout = d;
+        self
+    }
+
+    /// Subrequests (calls to bindings and the outbound Worker) one
+    /// invocation may have in flight at once (default 6, as on Cloudflare
+    /// Workers); further ones wait for one to end ([`crate::outgoing`]), so
+    /// one request cannot take every slot of a Worker it calls, or of the
+    /// node.
+    pub fn max_concurrent_subrequests(mut self, n: usize) -> Self {
+        self.max_concurrent_subrequests = n.max(1);
         self
     }
 

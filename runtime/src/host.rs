@@ -3,7 +3,7 @@
 //! Each instance gets a full WASI 0.2 context (clocks, random, cli with an
 //! environment holding `HEARTH_SCRIPT_ID`, a filesystem with no preopens,
 //! sockets denied) and a wasi:http context whose outgoing requests reach
-//! only the Worker's bindings ([`crate::nested`]), plus the two meters that enforce its limits: a [`MemoryLimiter`]
+//! only the Worker's bindings ([`crate::outgoing`]), plus the two meters that enforce its limits: a [`MemoryLimiter`]
 //! and a [`CpuMeter`].
 //!
 //! Host memory a Worker can make the node allocate is held to its limit:
@@ -12,13 +12,21 @@
 //!   limit (a table element as [`TABLE_ELEMENT_BYTES`]), and against the
 //!   node-wide cap on live instance memory ([`NodeMemory`]), so the
 //!   in-flight instances together cannot exceed it either;
-//! * the resources an instance holds (streams, pollables, header maps, ...)
-//!   are capped at [`MAX_RESOURCES`], and a header map it builds at
-//!   [`FIELD_SIZE_LIMIT`] bytes. wasmtime offers no hook to count those
-//!   allocations one by one, so their worst case, [`HOST_RESERVE`], is
-//!   reserved against the node-wide cap for as long as the instance lives:
-//!   however the in-flight instances use the host, together they stay
-//!   within the cap.
+//! * the resources an instance holds (streams, pollables, header maps,
+//!   outgoing requests and bodies, ...) are capped at [`MAX_RESOURCES`], a
+//!   header map it builds at [`FIELD_SIZE_LIMIT`] bytes, and what an
+//!   outgoing body (a subrequest's or the response's) buffers at
+//!   [`OUTGOING_BODY_BYTES`]: chunks of at most [`OUTGOING_BODY_CHUNK`]
+//!   bytes, [`OUTGOING_BODY_BUFFER_CHUNKS`] buffered plus the one in hand
+//!   (wasmtime-wasi-http's defaults, 1 MiB chunks, let a guest park 2 MiB in
+//!   every body it finishes and never sends). A write larger than the chunk
+//!   fails the guest's call (a trap); a guest that waits for `check-write`
+//!   waits for the body to be read. wasmtime offers no hook to count those
+//!   allocations one by one, so their worst case, [`HOST_RESERVE`] (every
+//!   resource a full header map with a full body buffer), is reserved
+//!   against the node-wide cap for as long as the instance lives: however
+//!   the in-flight instances use the host, together they stay within the
+//!   cap.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,14 +36,14 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::cpu::CpuMeter;
-use crate::nested::Outbound;
+use crate::outgoing::Outbound;
 
 /// The `T` of every instance's `Store<T>`.
 pub(crate) struct Host {
     wasi: WasiCtx,
     http: WasiHttpCtx,
     table: ResourceTable,
-    /// Where outgoing requests go: set per request ([`crate::nested`]).
+    /// Where outgoing requests go: set per request ([`crate::outgoing`]).
     pub(crate) hooks: Outbound,
     /// The instance's stdout and stderr: trace events while a traced
     /// request runs ([`crate::tail`]), else discarded.
@@ -51,9 +59,26 @@ pub(crate) const MAX_RESOURCES: usize = 1024;
 /// twice its wire size).
 pub(crate) const FIELD_SIZE_LIMIT: usize = 16 * 1024;
 
-/// The most host memory an instance's resources can take (every resource a
-/// full header map), reserved against the node-wide cap per live instance.
-pub(crate) const HOST_RESERVE: u64 = (MAX_RESOURCES * FIELD_SIZE_LIMIT) as u64;
+/// Largest write a guest may make to an outgoing body at once (what
+/// `check-write` grants): the `blocking-write-and-flush` limit of
+/// wasi:io, and the SDK's chunk.
+pub(crate) const OUTGOING_BODY_CHUNK: usize = 4096;
+
+/// Chunks an outgoing body buffers before `check-write` says wait
+/// (wasmtime-wasi-http keeps one more, so a body holds at most
+/// [`OUTGOING_BODY_BYTES`]).
+pub(crate) const OUTGOING_BODY_BUFFER_CHUNKS: usize = 1;
+
+/// The most bytes one outgoing body holds while nobody reads it.
+pub(crate) const OUTGOING_BODY_BYTES: usize =
+    (OUTGOING_BODY_BUFFER_CHUNKS + 1) * OUTGOING_BODY_CHUNK;
+
+/// The most host memory an instance's resources can take (every resource
+/// an outgoing request with a full header map and a full body buffer):
+/// 1024 × (16 KiB + 8 KiB) = 24 MiB, reserved against the node-wide cap
+/// per live instance.
+pub(crate) const HOST_RESERVE: u64 =
+    (MAX_RESOURCES * (FIELD_SIZE_LIMIT + OUTGOING_BODY_BYTES)) as u64;
 
 /// What one table element is counted as against the memory limit.
 pub(crate) const TABLE_ELEMENT_BYTES: usize = 16;

@@ -153,7 +153,7 @@ impl Instance {
         script_id: Arc<str>,
         req: http::Request<Body>,
         limits: PlanLimits,
-        hooks: crate::nested::Outbound,
+        hooks: crate::outgoing::Outbound,
         on_done: OnDone,
     ) -> Result<(tokio::task::JoinHandle<InvokeOutcome>, ResponseRx), RuntimeError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -197,7 +197,7 @@ impl Instance {
             match result {
                 Ok(()) => {
                     // An idle instance keeps nothing of its last flow.
-                    self.store.data_mut().hooks = crate::nested::Outbound::default();
+                    self.store.data_mut().hooks = crate::outgoing::Outbound::default();
                     self.store.data().logs.set(None);
                     self.served += 1;
                     self.idle_since = Instant::now();

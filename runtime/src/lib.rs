@@ -17,9 +17,10 @@
 //!   measured phases ([`timing`]): fetch, compile (or load the artifact),
 //!   instantiate (top-level code under the startup CPU budget, metered by
 //!   [`cpu`]), handler.
-//! * Warm Workers stay in memory under a byte budget ([`eviction`]) and are
-//!   evicted under pressure (LRU) or when idle; their instances are reused
-//!   per a [`ReusePolicy`]. A trap or limit hit discards the instance.
+//! * Warm Workers stay in memory under a byte budget and are evicted under
+//!   pressure (LRU) or, by a background sweep, when idle ([`eviction`]);
+//!   their instances are reused per a [`ReusePolicy`]. A trap or limit hit
+//!   discards the instance.
 //! * A name no Worker is deployed under is a 404 that costs at most one
 //!   store read per short TTL, shared by concurrent requests ([`misses`]).
 //! * A slow, stalled or vanished client costs a connection and a bounded
@@ -27,7 +28,7 @@
 //!   wall-clock deadline ([`PlanLimits::request_wall`]).
 //! * A Worker reaches other Workers only through the [`bindings`] it was
 //!   deployed with, by plain wasi:http requests to `.internal` names; the
-//!   node carries those calls across the cluster ([`nested`]).
+//!   node carries those calls across the cluster ([`outgoing`]).
 //! * A flow started by a Worker with tail Workers reports every level's
 //!   logs, subrequests, exceptions and outcome to its first node, which
 //!   hands them to the tail Workers in one invocation ([`tail`]).
@@ -61,14 +62,14 @@ pub mod config;
 pub mod cpu;
 mod engine;
 pub mod error;
-pub use hearth_residency as eviction;
+pub mod eviction;
 mod host;
 mod instance;
 pub mod lifecycle;
 pub mod limits;
 pub mod manifest;
 pub mod misses;
-pub mod nested;
+pub mod outgoing;
 pub mod pre_slot;
 mod runtime;
 pub mod s3_store;
@@ -90,7 +91,7 @@ pub use error::{
 pub use lifecycle::{Lifecycle, LifecycleChoice};
 pub use limits::{Plan, PlanLimits};
 pub use manifest::{Manifest, ManifestError};
-pub use nested::{Flow, Invoker, NestedCall};
+pub use outgoing::{Flow, Invoker, NestedCall};
 pub use runtime::{
     DeployReport, Prewarm, REQUEST_ID_HEADER, REVALIDATE_MS, Runtime, Served, decorate,
     error_response,

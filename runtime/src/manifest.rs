@@ -25,8 +25,6 @@
 //! users = ["user-a", "user-b"]
 //! ```
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use serde::{Deserialize, Serialize};
 
 use crate::bindings::Bindings;
@@ -34,6 +32,12 @@ use crate::lifecycle::Lifecycle;
 use crate::limits::Plan;
 
 /// The deploy-time settings of a Worker.
+///
+/// The bindings' keys (`services`, `dispatch`, `outbound`, `tail`) sit at
+/// the top level beside `plan` and `lifecycle`, as they always have:
+/// [`Bindings`] is flattened into the manifest, not a table of its own.
+/// Unknown keys are still refused (serde checks what the flattened part
+/// leaves over), though the message no longer lists the known ones.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Manifest {
@@ -41,18 +45,9 @@ pub struct Manifest {
     pub plan: Plan,
     /// Whether instances are reused across requests (default auto).
     pub lifecycle: Lifecycle,
-    /// Service bindings: name → script ID.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub services: BTreeMap<String, String>,
-    /// Dispatch namespaces: name → the user Workers in it.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub dispatch: BTreeMap<String, BTreeSet<String>>,
-    /// The outbound Worker of the user Workers this Worker dispatches to.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub outbound: Option<String>,
-    /// Tail Workers of the flows this Worker starts.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tail: Vec<String>,
+    /// The Workers it may call and the tail Workers of its flows.
+    #[serde(flatten)]
+    pub bindings: Bindings,
 }
 
 /// A manifest that could not be read.
@@ -64,24 +59,6 @@ impl Manifest {
     /// Parses a manifest from TOML text.
     pub fn from_toml(text: &str) -> Result<Self, ManifestError> {
         toml::from_str(text).map_err(|e| ManifestError(e.message().to_string()))
-    }
-
-    /// The bindings this manifest deploys.
-    pub fn bindings(&self) -> Bindings {
-        Bindings {
-            services: self.services.clone(),
-            dispatch: self.dispatch.clone(),
-            outbound: self.outbound.clone(),
-            tail: self.tail.clone(),
-        }
-    }
-
-    /// Sets the bindings this manifest deploys.
-    pub fn set_bindings(&mut self, b: Bindings) {
-        self.services = b.services;
-        self.dispatch = b.dispatch;
-        self.outbound = b.outbound;
-        self.tail = b.tail;
     }
 }
 
@@ -108,6 +85,29 @@ mod tests {
         assert!(err.to_string().contains("never"), "{err}");
     }
 
+    /// A manifest with every key, and how it is written back: the format
+    /// `hearth deploy` reads and the admin API's JSON, fixed.
+    const FULL: &str = "plan = \"paid\"\nlifecycle = \"fresh\"\noutbound = \"egress\"\n\
+                        tail = [\"traces\"]\n\n[services]\nauth = \"auth-worker\"\n\n\
+                        [dispatch]\nusers = [\"user-a\", \"user-b\"]\n";
+
+    #[test]
+    fn the_manifest_format_does_not_change() {
+        let m = Manifest::from_toml(FULL).expect("manifest");
+        assert_eq!((m.plan, m.lifecycle), (Plan::Paid, Lifecycle::Fresh));
+        assert_eq!(toml::to_string(&m).expect("writes"), FULL);
+        let json = serde_json::to_string(&m).expect("json");
+        assert_eq!(
+            json,
+            "{\"plan\":\"paid\",\"lifecycle\":\"fresh\",\"services\":{\"auth\":\"auth-worker\"},\
+             \"dispatch\":{\"users\":[\"user-a\",\"user-b\"]},\"outbound\":\"egress\",\"tail\":[\"traces\"]}"
+        );
+        assert_eq!(serde_json::from_str::<Manifest>(&json).expect("reads"), m);
+        // Bindings are top-level keys, not a table of their own.
+        assert!(Manifest::from_toml("[bindings]\ntail = [\"traces\"]\n").is_err());
+        assert!(serde_json::from_str::<Manifest>("{\"plan\":\"paid\",\"bogus\":1}").is_err());
+    }
+
     #[test]
     fn bindings_are_read_from_the_manifest() {
         let m = Manifest::from_toml(
@@ -115,7 +115,7 @@ mod tests {
              [dispatch]\nusers = [\"user-a\", \"user-b\"]\n",
         )
         .expect("manifest");
-        let b = m.bindings();
+        let b = &m.bindings;
         assert_eq!(b.services["auth"], "auth-worker");
         assert_eq!(b.dispatch["users"].len(), 2);
         assert_eq!(b.outbound.as_deref(), Some("egress"));

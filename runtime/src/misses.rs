@@ -20,10 +20,10 @@
 //!   that was under way when a name was forgotten does not remember its
 //!   miss (a generation counter tells).
 //! * **Single flight.** Concurrent lookups of one name, missing or cold,
-//!   share one store read ([`Lookups::meta`]).
+//!   share one store read (`Lookups::meta`).
 //! * **Rate-limited logging.** A request for an unknown name is logged as a
 //!   warning at most once per [`UNKNOWN_WARN_EVERY`], with the number of
-//!   such requests not logged since ([`WarnEvery`]); each is counted in
+//!   such requests not logged since (`WarnEvery`); each is counted in
 //!   `unknown_scripts`.
 //!
 //! A name with a store read in flight is not in the negative cache yet; a

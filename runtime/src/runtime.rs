@@ -16,7 +16,7 @@ use crate::body::{self, Body};
 use crate::config::RuntimeConfig;
 use crate::engine::{EpochTicker, build_engine, build_linker};
 use crate::error::{CompileError, ConfigError, DeployError, RuntimeError};
-use crate::eviction::{Evicted, EvictionCause, Residency};
+use crate::eviction::{Evicted, EvictionCause, IDLE_SWEEP_EVERY, IdleRule, IdleSweeper, Residency};
 use crate::host::Host;
 use crate::lifecycle::{self, Lifecycle};
 use crate::manifest::Manifest;
@@ -124,6 +124,9 @@ impl Served {
 #[derive(Clone)]
 pub struct Runtime {
     inner: Arc<Inner>,
+    /// The idle sweep ([`crate::eviction`]): a thread that holds the runtime
+    /// weakly and stops when the last clone is dropped.
+    sweeper: Arc<IdleSweeper>,
 }
 
 struct Inner {
@@ -143,11 +146,34 @@ struct Inner {
     stats: Arc<Stats>,
     node: Arc<NodeShared>,
     epoch: Instant,
-    last_sweep_ms: std::sync::atomic::AtomicU64,
+    idle: IdleRule,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Inner {
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// One idle sweep (the sweep thread's and [`Runtime::sweep_idle`]'s).
+    fn sweep_idle(&self) -> usize {
+        let now = self.now_ms();
+        let ev = self.idle.sweep(&mut *lock(&self.resident), now);
+        let n = ev.len();
+        self.count(ev);
+        n
+    }
+
+    /// Counts and logs `evicted` (and drops them).
+    fn count(&self, evicted: impl IntoIterator<Item = Evicted<String, Arc<Worker>>>) {
+        for e in evicted {
+            self.stats.evicted(e.cause);
+            tracing::debug!(script = %e.key, bytes = e.bytes, cause = e.cause.as_str(), "evicted");
+        }
+    }
 }
 
 impl Runtime {
@@ -183,31 +209,42 @@ impl Runtime {
         });
         let node = NodeShared::new(&config, stats.clone());
         let lookups = Lookups::new(config.miss_capacity, config.miss_ttl);
+        let inner = Arc::new(Inner {
+            idle: IdleRule::of(&config),
+            resident: Mutex::new(Residency::new(config.memory_budget)),
+            engine,
+            linker,
+            _ticker: ticker,
+            store,
+            artifacts,
+            config,
+            loading: Mutex::new(HashMap::new()),
+            deploying: Mutex::new(HashMap::new()),
+            sizes: Mutex::new(HashMap::new()),
+            lookups,
+            stats,
+            node,
+            epoch: Instant::now(),
+        });
+        let weak = Arc::downgrade(&inner);
+        let sweeper = IdleSweeper::start(IDLE_SWEEP_EVERY, move || match weak.upgrade() {
+            Some(inner) => {
+                inner.sweep_idle();
+                true
+            }
+            None => false,
+        })
+        .map_err(|e| ConfigError::Engine(format!("cannot start the idle sweep: {e}")))?;
         Ok(Runtime {
-            inner: Arc::new(Inner {
-                resident: Mutex::new(Residency::new(config.memory_budget)),
-                engine,
-                linker,
-                _ticker: ticker,
-                store,
-                artifacts,
-                config,
-                loading: Mutex::new(HashMap::new()),
-                deploying: Mutex::new(HashMap::new()),
-                sizes: Mutex::new(HashMap::new()),
-                lookups,
-                stats,
-                node,
-                epoch: Instant::now(),
-                last_sweep_ms: Default::default(),
-            }),
+            inner,
+            sweeper: Arc::new(sweeper),
         })
     }
 
     /// Installs what carries this node's nested Worker calls (the node
-    /// does, see [`crate::nested`]); replaces any earlier one. Until then
+    /// does, see [`crate::outgoing`]); replaces any earlier one. Until then
     /// every nested call is denied.
-    pub fn set_invoker(&self, invoker: Arc<dyn crate::nested::Invoker>) {
+    pub fn set_invoker(&self, invoker: Arc<dyn crate::outgoing::Invoker>) {
         *self
             .inner
             .node
@@ -232,7 +269,7 @@ impl Runtime {
     }
 
     fn now_ms(&self) -> u64 {
-        self.inner.epoch.elapsed().as_millis() as u64
+        self.inner.now_ms()
     }
 
     /// Validates, compiles and stores `source` as `script_id` with the
@@ -320,7 +357,7 @@ impl Runtime {
             });
         }
         validate_component(&source)?;
-        let bindings = manifest.bindings();
+        let bindings = manifest.bindings.clone();
         bindings.validate()?;
         let hash = blake3::hash(&source).to_hex().to_string();
         let t = Instant::now();
@@ -430,39 +467,33 @@ impl Runtime {
     pub fn invalidate(&self, script_id: &str) {
         self.inner.lookups.forget(script_id);
         lock(&self.inner.sizes).remove(script_id);
-        let ev = lock(&self.inner.resident).remove(&script_id.to_string(), EvictionCause::Replaced);
+        let ev = lock(&self.inner.resident).remove(script_id, EvictionCause::Replaced);
         self.count(ev);
     }
 
     /// Evicts `script_id` now (counted as manual); whether it was resident.
     pub fn evict(&self, script_id: &str) -> bool {
-        let ev = lock(&self.inner.resident).remove(&script_id.to_string(), EvictionCause::Manual);
+        let ev = lock(&self.inner.resident).remove(script_id, EvictionCause::Manual);
         let was = ev.is_some();
         self.count(ev);
         was
     }
 
-    /// Evicts Workers idle for longer than the idle timeout; returns how many.
-    /// Also runs by itself at most once a second as requests arrive.
+    /// Runs the idle sweep now: evicts Workers idle for the idle timeout
+    /// (see [`crate::eviction`]); returns how many. The runtime also runs
+    /// it by itself every [`IDLE_SWEEP_EVERY`], in the background.
     pub fn sweep_idle(&self) -> usize {
-        let now = self.now_ms();
-        self.inner
-            .last_sweep_ms
-            .store(now, std::sync::atomic::Ordering::Relaxed);
-        let idle = self.inner.config.idle_timeout.as_millis() as u64;
-        let min_used =
-            (self.inner.config.idle_sweep_above * self.inner.config.memory_budget as f64) as u64;
-        let ev = lock(&self.inner.resident).evict_idle_above(now, idle, min_used);
-        let n = ev.len();
-        self.count(ev);
-        n
+        self.inner.sweep_idle()
+    }
+
+    /// Waits until the background idle sweep has run once after this call
+    /// (for tests and tools that watch idle eviction happen by itself).
+    pub async fn next_idle_sweep(&self) {
+        self.sweeper.next().await;
     }
 
     fn count(&self, evicted: impl IntoIterator<Item = Evicted<String, Arc<Worker>>>) {
-        for e in evicted {
-            self.inner.stats.evicted(e.cause);
-            tracing::debug!(script = %e.key, bytes = e.bytes, cause = e.cause.as_str(), "evicted");
-        }
+        self.inner.count(evicted);
     }
 
     /// Whether `script_id` is warm (resident) here.
@@ -470,13 +501,9 @@ impl Runtime {
     /// sweep removes it, so the router sends it to its home instead of
     /// cold-starting a stale copy here.
     pub fn is_warm(&self, script_id: &str) -> bool {
-        let cfg = &self.inner.config;
         let r = lock(&self.inner.resident);
-        let Some(idle) = r.idle_ms(&script_id.to_string(), self.now_ms()) else {
-            return false;
-        };
-        let min_used = (cfg.idle_sweep_above * cfg.memory_budget as f64) as u64;
-        idle < cfg.idle_timeout.as_millis() as u64 || r.used() < min_used
+        r.idle_ms(script_id, self.now_ms())
+            .is_some_and(|idle| self.inner.idle.keeps(idle, r.used()))
     }
 
     /// Whether this node can host `script_id` without evicting a Worker used
@@ -744,12 +771,12 @@ impl Runtime {
     /// Drops `w` if it is still the resident copy of its script (a newer
     /// copy loaded meanwhile stays); whether it was dropped.
     fn invalidate_worker(&self, w: &Arc<Worker>) -> bool {
-        let id = w.meta.script_id.clone();
-        lock(&self.inner.sizes).remove(&id);
+        let id = w.meta.script_id.as_str();
+        lock(&self.inner.sizes).remove(id);
         let ev = {
             let mut r = lock(&self.inner.resident);
-            if r.peek(&id).is_some_and(|cur| Arc::ptr_eq(cur, w)) {
-                r.remove(&id, EvictionCause::Replaced)
+            if r.peek(id).is_some_and(|cur| Arc::ptr_eq(cur, w)) {
+                r.remove(id, EvictionCause::Replaced)
             } else {
                 None
             }
@@ -769,9 +796,7 @@ impl Runtime {
     pub async fn revalidate(&self, script_id: &str, hash: &str) -> bool {
         self.inner.lookups.forget(script_id);
         lock(&self.inner.sizes).remove(script_id);
-        let warm = lock(&self.inner.resident)
-            .peek(&script_id.to_string())
-            .cloned();
+        let warm = lock(&self.inner.resident).peek(script_id).cloned();
         match warm {
             Some(w) if w.meta.hash != hash => self.check_against_store(&w).await,
             _ => false,
@@ -789,9 +814,7 @@ impl Runtime {
         by_prewarm: bool,
     ) -> Result<(Arc<Worker>, Start), RuntimeError> {
         let now = self.now_ms();
-        let warm = lock(&self.inner.resident)
-            .get(&script_id.to_string(), now)
-            .cloned();
+        let warm = lock(&self.inner.resident).get(script_id, now).cloned();
         if let Some(w) = warm {
             self.revalidate_in_background(&w, now);
             let start = if !by_prewarm && w.take_prewarmed() {
@@ -880,7 +903,7 @@ impl Runtime {
         let (worker, start) = self.worker(script_id, &mut timing, true).await?;
         worker.prewarm_instance().await?;
         let bytes = worker.bytes();
-        let ev = lock(&self.inner.resident).set_bytes(&script_id.to_string(), bytes);
+        let ev = lock(&self.inner.resident).set_bytes(script_id, bytes);
         self.count(ev);
         Ok(match start {
             Start::Cold => Prewarm::Loaded,
@@ -896,14 +919,6 @@ impl Runtime {
     ) -> Result<Served, RuntimeError> {
         let inner = &self.inner;
         Stats::bump(&inner.stats.requests);
-        if self.now_ms().saturating_sub(
-            inner
-                .last_sweep_ms
-                .load(std::sync::atomic::Ordering::Relaxed),
-        ) > 1000
-        {
-            self.sweep_idle();
-        }
         let mut timing = Timing::default();
         let (worker, start) = match self.worker(script_id, &mut timing, false).await {
             Ok(found) => found,
@@ -927,7 +942,7 @@ impl Runtime {
         }
         timing.handler = Some(t.elapsed() - timing.instantiate.unwrap_or_default());
         let bytes = worker.bytes();
-        let ev = lock(&inner.resident).set_bytes(&script_id.to_string(), bytes);
+        let ev = lock(&inner.resident).set_bytes(script_id, bytes);
         self.count(ev);
         Ok(Served {
             response,

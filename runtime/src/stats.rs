@@ -37,6 +37,7 @@ pub struct Stats {
     pub(crate) nested_calls: AtomicU64,
     pub(crate) nested_denied: AtomicU64,
     pub(crate) nested_too_deep: AtomicU64,
+    pub(crate) nested_queued: AtomicU64,
     pub(crate) tail_deliveries: AtomicU64,
     pub(crate) tail_failures: AtomicU64,
     pub(crate) tail_late_reports: AtomicU64,
@@ -120,12 +121,15 @@ pub struct StatsSnapshot {
     /// Instances serving a request now.
     pub in_flight: u64,
     /// Outgoing requests of Workers that reached a Worker (a binding, a
-    /// dispatch namespace or the outbound Worker; [`crate::nested`]).
+    /// dispatch namespace or the outbound Worker; [`crate::outgoing`]).
     pub nested_calls: u64,
     /// Outgoing requests of Workers denied (not a binding, no outbound).
     pub nested_denied: u64,
     /// Nested calls refused at the depth limit (`loop-detected`).
     pub nested_too_deep: u64,
+    /// Nested calls that waited for one of their invocation's subrequest
+    /// slots (`RuntimeConfig::max_concurrent_subrequests`).
+    pub nested_queued: u64,
     /// Flows delivered to a tail Worker ([`crate::tail`]).
     pub tail_deliveries: u64,
     /// Tail deliveries the tail Worker did not accept (no 2xx).
@@ -191,6 +195,7 @@ impl StatsSnapshot {
             nested_calls: g(&s.nested_calls),
             nested_denied: g(&s.nested_denied),
             nested_too_deep: g(&s.nested_too_deep),
+            nested_queued: g(&s.nested_queued),
             tail_deliveries: g(&s.tail_deliveries),
             tail_failures: g(&s.tail_failures),
             tail_late_reports: g(&s.tail_late_reports),

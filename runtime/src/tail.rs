@@ -58,20 +58,9 @@ pub const MAX_FLOW_BYTES: usize = 1 << 20;
 /// before it gives them up and lets its response end.
 pub const REPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// One trace event of a flow.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TraceEvent {
-    /// The Worker that produced it.
-    pub script_id: String,
-    /// The node it was produced on (filled in by the node that reports it).
-    pub node: String,
-    /// When, in milliseconds since the Unix epoch.
-    pub timestamp_unix_ms: u64,
-    /// `log`, `subrequest`, `exception` or `outcome`.
-    pub kind: String,
-    /// The event's text.
-    pub message: String,
-}
+/// One trace event of a flow: the type the cluster layer carries too, in
+/// a crate of its own that both use (`hearth-trace-event`).
+pub use hearth_trace_event::TraceEvent;
 
 /// What a tail Worker receives: `POST /` with this as JSON.
 #[derive(Debug, Clone, Serialize)]
@@ -371,7 +360,7 @@ pub(crate) struct TailDelivery {
     pub(crate) collector: Arc<Collector>,
     pub(crate) entry: String,
     pub(crate) tails: Vec<String>,
-    pub(crate) invoker: Option<Arc<dyn crate::nested::Invoker>>,
+    pub(crate) invoker: Option<Arc<dyn crate::outgoing::Invoker>>,
     pub(crate) limits: crate::limits::PlanLimits,
     pub(crate) stats: Arc<crate::stats::Stats>,
 }
@@ -446,7 +435,7 @@ impl TailDelivery {
                 .header(http::header::CONTENT_TYPE, "application/json")
                 .body(crate::body::full(json.clone()));
             let Ok(req) = req else { continue };
-            let call = crate::nested::NestedCall {
+            let call = crate::outgoing::NestedCall {
                 caller: self.entry.clone(),
                 target: tail.clone(),
                 kind: crate::bindings::CallKind::Tail,

@@ -35,9 +35,11 @@ pub(crate) struct NodeShared {
     pub(crate) slot_wait: Duration,
     pub(crate) body_idle: Duration,
     pub(crate) buffer_before_slot: usize,
+    /// Subrequests one invocation may have in flight ([`crate::outgoing`]).
+    pub(crate) subrequests: usize,
     pub(crate) stats: Arc<Stats>,
-    /// Carries this node's nested calls ([`crate::nested`]), once installed.
-    pub(crate) invoker: std::sync::RwLock<Option<Arc<dyn crate::nested::Invoker>>>,
+    /// Carries this node's nested calls ([`crate::outgoing`]), once installed.
+    pub(crate) invoker: std::sync::RwLock<Option<Arc<dyn crate::outgoing::Invoker>>>,
 }
 
 impl NodeShared {
@@ -49,6 +51,7 @@ impl NodeShared {
             slot_wait: cfg.slot_wait,
             body_idle: cfg.body_idle_timeout,
             buffer_before_slot: cfg.buffer_before_slot,
+            subrequests: cfg.max_concurrent_subrequests,
             stats,
             invoker: std::sync::RwLock::new(None),
         })
@@ -296,7 +299,7 @@ impl Worker {
         // request is a flow's entry. Limits only tighten.
         let flow = parts
             .extensions
-            .get::<crate::nested::Flow>()
+            .get::<crate::outgoing::Flow>()
             .cloned()
             .unwrap_or_default();
         let limits = flow.tighten(self.limits, Instant::now());
@@ -330,8 +333,8 @@ impl Worker {
         // An instance that served before (not one just started, nor one a
         // prewarm parked unused) is a reused one.
         let reused = inst.served > 0;
-        let hooks = crate::nested::Outbound {
-            caller: Some(Arc::new(crate::nested::Caller {
+        let hooks = crate::outgoing::Outbound {
+            caller: Some(Arc::new(crate::outgoing::Caller {
                 script_id: self.script_id.clone(),
                 bindings: self.bindings.clone(),
                 flow,
@@ -341,6 +344,7 @@ impl Worker {
                 invoker,
                 trace: level.as_ref().map(|l| l.buffer.clone()),
                 stats: self.stats.clone(),
+                subrequests: Arc::new(Semaphore::new(self.node.subrequests)),
             })),
         };
         let (mut task, mut rx) =
@@ -467,9 +471,9 @@ impl Worker {
     /// sink goes into `extensions` for the nested calls to find.
     fn trace_level(
         &self,
-        flow: &crate::nested::Flow,
+        flow: &crate::outgoing::Flow,
         extensions: &mut http::Extensions,
-        invoker: &Option<Arc<dyn crate::nested::Invoker>>,
+        invoker: &Option<Arc<dyn crate::outgoing::Invoker>>,
         limits: PlanLimits,
     ) -> Option<crate::tail::Level> {
         use crate::tail::{Collector, Level, TailDelivery, TraceBuffer, Tracing};

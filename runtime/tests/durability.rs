@@ -214,9 +214,9 @@ async fn the_uncompressed_size_is_bounded_too() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_instances_are_held_to_the_node_memory_cap() {
     let dir = tempfile::tempdir().expect("tempdir");
-    // Each instance may hold 128 MiB, but all of them together only 48
-    // (16 of which each live instance reserves for its host resources).
-    let rt = Runtime::new(config(dir.path()).instance_memory_cap(48 << 20)).expect("runtime");
+    // Each instance may hold 128 MiB, but all of them together only 64
+    // (24 of which each live instance reserves for its host resources).
+    let rt = Runtime::new(config(dir.path()).instance_memory_cap(64 << 20)).expect("runtime");
     rt.deploy("mem", Plan::Free, sample("mem-hog"))
         .await
         .expect("deploy");
@@ -261,4 +261,134 @@ async fn can_host_never_reads_the_store_on_the_caller() {
         assert!(std::time::Instant::now() < deadline, "size never learned");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+}
+
+/// The test process's resident memory, from `/proc/self/status`.
+fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("proc status");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS");
+    kb * 1024
+}
+
+/// Serves `id` at `path` `total` times, `parallel` at a time, while a
+/// sampler records the peak RSS; (statuses with their text, peak RSS).
+async fn hammer(
+    rt: &Runtime,
+    id: &str,
+    path: &str,
+    total: usize,
+    parallel: usize,
+) -> (Vec<(u16, String)>, u64) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    let peak = Arc::new(AtomicU64::new(rss()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (peak, stop) = (peak.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                peak.fetch_max(rss(), Ordering::Relaxed);
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+    };
+    let next = AtomicUsize::new(0);
+    let lanes = (0..parallel).map(|_| async {
+        let mut out = Vec::new();
+        while next.fetch_add(1, Ordering::Relaxed) < total {
+            let req = http::Request::get(format!("http://{id}.localhost{path}"))
+                .body(body::full(""))
+                .expect("request");
+            let resp = rt.serve(id, req).await;
+            let status = resp.status().as_u16();
+            let bytes = resp
+                .into_body()
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            out.push((status, String::from_utf8_lossy(&bytes).into_owned()));
+        }
+        out
+    });
+    let results = futures::future::join_all(lanes).await.concat();
+    stop.store(true, Ordering::Relaxed);
+    sampler.await.expect("sampler");
+    peak.fetch_max(rss(), Ordering::Relaxed);
+    (results, peak.load(Ordering::Relaxed))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outgoing_bodies_cannot_pin_host_memory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 16 live instances × (24 MiB host reserve + their linear memory) fit.
+    let cap: u64 = 512 << 20;
+    let rt = Runtime::new(config(dir.path()).instance_memory_cap(cap)).expect("runtime");
+    rt.deploy("hog", Plan::Free, sample("body-hog"))
+        .await
+        .expect("deploy");
+    rt.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
+    assert_eq!(rt.serve("hello", get("hello")).await.status(), 200);
+    let before = rss();
+    // 100 requests, 16 at a time, each parking 4 bodies of 2 MiB in 1 MiB
+    // writes on a reused instance: 800 MiB if the host let it.
+    let ((greedy, peak), hello) = tokio::join!(
+        hammer(&rt, "hog", "/greedy/4", 100, 16),
+        hammer(&rt, "hello", "/", 50, 1)
+    );
+    assert!(
+        peak < before + cap,
+        "RSS grew by {} MiB, over the {} MiB cap",
+        (peak - before) >> 20,
+        cap >> 20
+    );
+    assert_eq!(greedy.len(), 100);
+    for (status, text) in &greedy {
+        assert!(
+            *status >= 400 && !text.trim().is_empty(),
+            "a 1 MiB write into an outgoing body must fail clearly: {status} {text}"
+        );
+    }
+    assert!(hello.0.iter().all(|(s, _)| *s == 200), "{:?}", hello.0);
+    // A guest that writes only what check-write grants parks at most 8 KiB
+    // per body; on a reused instance they pile up until its resource table
+    // is full (then the call traps and the instance goes).
+    let (fill, peak) = hammer(&rt, "hog", "/fill/200", 100, 16).await;
+    assert!(
+        peak < before + cap,
+        "RSS grew by {} MiB, over the {} MiB cap",
+        (peak - before) >> 20,
+        cap >> 20
+    );
+    for (status, text) in &fill {
+        assert!(
+            (*status == 200 && text.starts_with("held")) || *status >= 500,
+            "{status} {text}"
+        );
+        if let Some(bytes) = text
+            .strip_prefix("held ")
+            .and_then(|t| t.split_once(" bodies, "))
+        {
+            let bodies: u64 = bytes.0.parse().expect("count");
+            let held: u64 = bytes.1.trim_end_matches(" bytes").parse().expect("bytes");
+            assert!(held <= bodies * 8192, "{text}");
+        }
+    }
+    assert!(rt.stats().instance_bytes <= cap);
+    assert_eq!(rt.serve("hello", get("hello")).await.status(), 200);
+    let held = fill.iter().filter(|(s, _)| *s == 200).count();
+    eprintln!(
+        "greedy: {} of 100 failed ({:?}); fill: {held} answered, {} trapped; peak RSS +{} MiB; hello {} of {} served",
+        greedy.len(),
+        greedy.first(),
+        fill.len() - held,
+        (peak - before) >> 20,
+        hello.0.iter().filter(|(s, _)| *s == 200).count(),
+        hello.0.len()
+    );
 }

@@ -101,21 +101,10 @@ pub struct ContextFrame {
     pub feature_flags: Vec<String>,
 }
 
-/// One trace event of a flow.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct TraceEvent {
-    /// The Worker that produced it.
-    pub script_id: String,
-    /// The node it was produced on.
-    pub node: String,
-    /// When, in milliseconds since the Unix epoch.
-    pub timestamp_unix_ms: u64,
-    /// What kind of event: `log`, `subrequest`, `exception` or `outcome`
-    /// (the kinds `hearth_runtime::tail` records).
-    pub kind: String,
-    /// The event's text.
-    pub message: String,
-}
+/// One trace event of a flow (the runtime records them; this stack
+/// carries them to the flow's first node). Shared with the runtime through
+/// a crate of its own, `hearth-trace-event`.
+pub use hearth_trace_event::TraceEvent;
 
 /// Why trace events could not be reported.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

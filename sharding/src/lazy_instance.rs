@@ -24,7 +24,7 @@
 //! its answer) and the reflected body bytes are dropped. Only if the home
 //! *accepted* (`LazyInstance::release`) does a later network `fetch` serve
 //! like any Worker, and like any request that arrives over the network it
-//! must pass this node's admission control ([`crate::overload`]) first: a
+//! must pass this node's admission control ([`crate::admission`]) first: a
 //! peer holding the capability cannot run Workers here past the limits a
 //! sharded request meets. This keeps "served exactly once, body
 //! byte-exact" independent of how the reflected calls interleave with the
@@ -36,9 +36,9 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
+use crate::admission::OverloadGate;
 use crate::context_stack::ContextStack;
 use crate::hosted_workers::Body;
-use crate::overload::OverloadGate;
 use crate::routing::Route;
 use crate::schema::hearth_capnp::worker;
 use crate::worker_fetch::{WorkerHost, serve_fetch};
@@ -160,9 +160,9 @@ mod tests {
     use futures::future::BoxFuture;
 
     use super::*;
+    use crate::admission::OverloadConfig;
     use crate::byte_stream::ResponseSinkServer;
     use crate::hosted_workers::HostedWorkers;
-    use crate::overload::OverloadConfig;
     use hearth_body::full;
 
     #[derive(Default)]

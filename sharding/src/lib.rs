@@ -24,6 +24,7 @@
 //!   node runs itself, whichever role it serves them in (local, home or
 //!   fallback).
 
+pub mod admission;
 mod byte_stream;
 pub mod context_stack;
 pub mod handshake_gate;
@@ -32,7 +33,6 @@ mod http_wire;
 pub mod inline;
 pub mod lazy_instance;
 pub mod membership;
-pub mod overload;
 #[cfg(test)]
 mod peer_message_fuzz;
 pub mod ring;

@@ -88,6 +88,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::SocketAddr;
 use std::num::{NonZeroU8, NonZeroUsize};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -758,12 +759,6 @@ enum Event {
     DrainDeadline,
 }
 
-/// Whether the driver goes on after an event.
-enum Flow {
-    Continue,
-    Stop,
-}
-
 impl Driver {
     async fn bind(
         view: View,
@@ -851,7 +846,7 @@ impl Driver {
             match event {
                 Event::Command(None) => return,
                 Event::Command(Some(command)) => {
-                    if let Flow::Stop = self.on_command(command).await {
+                    if self.on_command(command).await.is_break() {
                         return;
                     }
                 }
@@ -880,7 +875,8 @@ impl Driver {
 
     /// A command from the [`Membership`] handle: shut down (say goodbye,
     /// then stop) or drain (leave the ring, answer once that is gossiped).
-    async fn on_command(&mut self, command: Command) -> Flow {
+    /// `Break` stops the driver.
+    async fn on_command(&mut self, command: Command) -> ControlFlow<()> {
         match command {
             Command::Shutdown(reply) => {
                 self.leaving = true;
@@ -893,7 +889,7 @@ impl Driver {
                     let _ = drained.send(());
                 }
                 let _ = reply.send(());
-                Flow::Stop
+                ControlFlow::Break(())
             }
             Command::Drain(reply) => {
                 if self.me.draining {
@@ -908,7 +904,7 @@ impl Driver {
                     let deadline = Instant::now() + self.timing.drain_timeout;
                     self.pending_drain = Some((reply, deadline));
                 }
-                Flow::Continue
+                ControlFlow::Continue(())
             }
         }
     }

@@ -70,11 +70,11 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_rustls::TlsAcceptor;
 
+use crate::admission::{OverloadConfig, OverloadGate, OverloadStats};
 use crate::context_stack::ContextStack;
 use crate::handshake_gate::{HandshakeGate, Refusal, Slot};
 use crate::hosted_workers::{Body, HostedWorkers, PrewarmOutcome};
 use crate::inline::{Gathered, MAX_INLINE_BODY_BYTES, gather};
-use crate::overload::{OverloadConfig, OverloadGate, OverloadStats};
 use crate::shard_client::{self, ClientCounters, ClientEnv, ForwardJob, PeerConn};
 use crate::shard_server::{ServerShared, ShardServerImpl};
 use crate::tls::NodeTls;

@@ -197,7 +197,7 @@ pub(crate) struct ClientEnv {
     pub(crate) counters: Arc<ClientCounters>,
     /// This node's admission control, which a network `fetch` on a
     /// released lazy instance passes like any sharded request.
-    pub(crate) gate: Arc<crate::overload::OverloadGate>,
+    pub(crate) gate: Arc<crate::admission::OverloadGate>,
     pub(crate) dispatch_timeout: Duration,
     pub(crate) speculative_budget: usize,
 }

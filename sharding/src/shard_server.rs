@@ -4,7 +4,7 @@
 //! A shard client either sends a small request whole with `call` (see
 //! [`crate::inline`]), or calls `dispatch(scriptId, context, lazy)` and,
 //! without waiting, pipelines `fetch` on the `worker` it will get back.
-//! Either way the home asks its admission control ([`crate::overload`]):
+//! Either way the home asks its admission control ([`crate::admission`]):
 //!
 //! * **admitted** → it answers with a Worker of its own for that one
 //!   request, holding the in-flight [`Permit`]; the pipelined `fetch`
@@ -34,12 +34,12 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use crate::admission::{OverloadGate, Permit};
 use crate::byte_stream;
 use crate::context_stack::{self, ContextStack};
 use crate::hosted_workers::Body;
 use crate::http_wire;
 use crate::inline::{Gathered, MAX_INLINE_BODY_BYTES};
-use crate::overload::{OverloadGate, Permit};
 use crate::routing::Route;
 use crate::schema::hearth_capnp::{response_sink, shard_server, worker};
 use crate::worker_fetch::{Closed, WorkerHost, serve_fetch};

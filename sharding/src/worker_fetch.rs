@@ -14,7 +14,7 @@
 //! caller gives up on it (its client went away: the question is finished)
 //! or the calling connection closes before the response is complete, the
 //! Worker's invocation is cancelled, so a vanished client or peer cannot
-//! pin an in-flight slot or burn CPU (see [`crate::overload::Permit`]).
+//! pin an in-flight slot or burn CPU (see [`crate::admission::Permit`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -23,12 +23,12 @@ use hearth_body::text_response;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::AbortOnDropHandle;
 
+use crate::admission::Permit;
 use crate::byte_stream::{ByteStreamServer, send_response};
 use crate::context_stack::ContextStack;
 use crate::hosted_workers::{Body, HostedWorkers};
 use crate::http_wire;
 use crate::inline::{Gathered, gather};
-use crate::overload::Permit;
 use crate::routing::Route;
 use crate::schema::hearth_capnp::worker;
 

@@ -12,13 +12,19 @@
 //!   longer than the idle timeout.
 //!
 //! Every eviction is returned to the caller with its [`EvictionCause`], so it
-//! can be counted. Time is a plain `u64` of milliseconds supplied by the
+//! can be counted. The runtime's side (when the idle sweep runs: a
+//! background thread, every second) is `hearth_runtime::eviction`. Time is a plain `u64` of milliseconds supplied by the
 //! caller: the live node passes time since it started, the data-center
 //! simulator passes virtual time, and both run this same code.
 //!
 //! An entry with requests in flight may be evicted; the requests keep their
 //! own reference and finish, and its memory is freed when they do.
+//!
+//! Lookups take the key borrowed, as `HashMap` and `lru` do: a
+//! `Residency<String, _>` is asked with a `&str`, so the request path does
+//! not allocate a `String` to find a Worker.
 
+use std::borrow::Borrow;
 use std::hash::Hash;
 
 use lru::LruCache;
@@ -105,25 +111,41 @@ impl<K: Hash + Eq + Clone, V> Residency<K, V> {
     }
 
     /// Whether `key` is resident (does not count as a use).
-    pub fn contains(&self, key: &K) -> bool {
+    pub fn contains<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.lru.contains(key)
     }
 
     /// How long `key` has been unused as of `now_ms`, if resident.
-    pub fn idle_ms(&self, key: &K, now_ms: u64) -> Option<u64> {
+    pub fn idle_ms<Q>(&self, key: &Q, now_ms: u64) -> Option<u64>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.lru
             .peek(key)
             .map(|s| now_ms.saturating_sub(s.last_used_ms))
     }
 
     /// The entry for `key`, without counting a use.
-    pub fn peek(&self, key: &K) -> Option<&V> {
+    pub fn peek<Q>(&self, key: &Q) -> Option<&V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.lru.peek(key).map(|s| &s.value)
     }
 
     /// The entry for `key`, counted as a use at `now_ms` (moves it to the
     /// most-recently-used end).
-    pub fn get(&mut self, key: &K, now_ms: u64) -> Option<&V> {
+    pub fn get<Q>(&mut self, key: &Q, now_ms: u64) -> Option<&V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let slot = self.lru.get_mut(key)?;
         slot.last_used_ms = slot.last_used_ms.max(now_ms);
         Some(&slot.value)
@@ -160,7 +182,11 @@ impl<K: Hash + Eq + Clone, V> Residency<K, V> {
 
     /// Re-accounts `key` at `bytes` (its instances grew or shrank), evicting
     /// others if that takes the total over budget.
-    pub fn set_bytes(&mut self, key: &K, bytes: u64) -> Vec<Evicted<K, V>> {
+    pub fn set_bytes<Q>(&mut self, key: &Q, bytes: u64) -> Vec<Evicted<K, V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let mut out = Vec::new();
         if let Some(slot) = self.lru.peek_mut(key) {
             self.used = self.used - slot.bytes + bytes;
@@ -171,7 +197,11 @@ impl<K: Hash + Eq + Clone, V> Residency<K, V> {
     }
 
     /// Removes `key`, recording `cause`.
-    pub fn remove(&mut self, key: &K, cause: EvictionCause) -> Option<Evicted<K, V>> {
+    pub fn remove<Q>(&mut self, key: &Q, cause: EvictionCause) -> Option<Evicted<K, V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let (key, slot) = self.lru.pop_entry(key)?;
         self.used -= slot.bytes;
         Some(Evicted {
@@ -308,6 +338,24 @@ mod tests {
         r.insert("b", (), 30, 9_999);
         let ev = r.evict_idle_above(10_000, 1000, 50);
         assert_eq!(ev.iter().map(|e| e.key).collect::<Vec<_>>(), vec!["a"]);
+    }
+
+    #[test]
+    fn string_keys_are_looked_up_by_str() {
+        let mut r: Residency<String, u32> = Residency::new(100);
+        r.insert("a".to_string(), 1, 10, 0);
+        let key: &str = "a";
+        assert_eq!(r.get(key, 5), Some(&1));
+        assert_eq!(r.idle_ms(key, 7), Some(2));
+        assert!(r.contains(key) && r.peek(key).is_some());
+        assert!(r.set_bytes(key, 20).is_empty());
+        assert_eq!(r.used(), 20);
+        let gone = r.remove(key, EvictionCause::Manual).expect("resident");
+        assert_eq!(
+            (gone.key.as_str(), gone.cause),
+            ("a", EvictionCause::Manual)
+        );
+        assert!(r.is_empty());
     }
 
     #[test]

@@ -5,15 +5,20 @@
 //! the admission control. Requests are handled in arrival order; the only
 //! other events are request completions, kept in a binary heap and applied
 //! before each arrival, because they are all that in-flight counters need.
-//! Idle eviction runs exactly when the live runtime runs it: on a server
-//! that serves a request, if its last sweep is more than a second old.
+//! Idle eviction is the live runtime's sweep (the same
+//! [`Residency::evict_idle_above`]), run lazily: the runtime sweeps every
+//! second in the background, the simulator sweeps a server when it serves a
+//! request and its last sweep is more than a second old. A request meets
+//! the same residency either way (swept within the last second); only a
+//! server without traffic holds its idle Workers, in the memory gauges,
+//! until its next request, which saves an event per server per second.
 //!
 //! A request for Worker `w` received by server `r`:
 //!
 //! * **unsharded** — served on `r`;
 //! * **sharded** — [`decide`]`(r, home(w), r has w resident)`:
 //!   `Serve(route)` is served on `r`; `Forward(h)` asks `h`'s admission
-//!   control (the live gate's rule, [`hearth_sharding::overload::admit`], with
+//!   control (the live gate's rule, [`hearth_sharding::admission::admit`], with
 //!   `can_host` = resident or [`Residency::fits_without_evicting_busy`] as in
 //!   the runtime), and [`after_forward`] of the answer gives
 //!   [`Route::Sharded`] (served on `h`, counted in flight there until it
@@ -31,14 +36,14 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use hearth_residency::{Evicted, EvictionCause, Residency};
-use hearth_sharding::overload::{self, OverloadConfig, RefusalReason};
+use hearth_sharding::admission::{self, OverloadConfig, RefusalReason};
 use hearth_sharding::routing::{Decision, HomeAnswer, Route, after_forward, decide};
 use serde::Serialize;
 
 use super::model::Request;
 
 /// Idle sweeps run at most this often per server, as in the runtime
-/// (`Runtime::handle` sweeps when the last sweep is more than 1 s old).
+/// (`hearth_runtime::eviction::IDLE_SWEEP_EVERY`).
 const SWEEP_EVERY_MS: u64 = 1000;
 
 /// Largest `servers × workers` for which each cold start is attributed to
@@ -372,10 +377,10 @@ impl<'w> Sim<'w> {
     }
 
     /// The home's admission control: the live gate's rule
-    /// ([`hearth_sharding::overload::admit`]) on the simulated counters.
+    /// ([`hearth_sharding::admission::admit`]) on the simulated counters.
     fn admit(&self, home: u32, worker: u32, now: u64) -> Result<(), RefusalReason> {
         let r = &self.resident[home as usize];
-        overload::admit(
+        admission::admit(
             &self.w.overload,
             self.node_in_flight[home as usize],
             self.worker_in_flight[worker as usize],

@@ -20,7 +20,7 @@
 //!   live node's ring ([`hearth_sharding::ring::Ring`], default virtual
 //!   nodes, servers named `server-0000`, …); a forwarded request is admitted
 //!   or refused by the home's admission control
-//!   ([`hearth_sharding::overload::OverloadConfig`] thresholds, plus "can host
+//!   ([`hearth_sharding::admission::OverloadConfig`] thresholds, plus "can host
 //!   without evicting a Worker used in the last `busy_window_ms`"), and a
 //!   refused one is served — and stays warm — on the receiving server
 //!   ([`hearth_sharding::routing::after_forward`]).
@@ -54,8 +54,8 @@
 //! * `--idle-sweep-above F`: run the idle sweep only on a server holding at
 //!   least `F` of its budget, so idle Workers stay warm while memory is
 //!   plentiful. This is what takes the sharded data center to five nines in
-//!   `docs/simulate-results.md`; in the runtime it is one condition in
-//!   `Runtime::sweep_idle`, with `Residency` unchanged.
+//!   `docs/simulate-results.md`; in the runtime it is one condition of its
+//!   idle sweep (`hearth_runtime::eviction`), with `Residency` unchanged.
 //!
 //! # Measures
 //!
@@ -94,7 +94,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use hearth_report::table::{Align, Table};
-use hearth_sharding::overload::OverloadConfig;
+use hearth_sharding::admission::OverloadConfig;
 use hearth_sharding::ring::{Member, NodeId, Ring, RingConfig, RingError};
 use serde::Serialize;
 

@@ -64,21 +64,22 @@ impl DeployArgs {
             let (name, target) = s
                 .split_once('=')
                 .with_context(|| format!("--service {s}: expected NAME=SCRIPT"))?;
-            m.services.insert(name.into(), target.into());
+            m.bindings.services.insert(name.into(), target.into());
         }
         for d in &self.dispatch {
             let (ns, worker) = d
                 .split_once('=')
                 .with_context(|| format!("--dispatch {d}: expected NS=SCRIPT"))?;
-            m.dispatch
+            m.bindings
+                .dispatch
                 .entry(ns.into())
                 .or_default()
                 .insert(worker.into());
         }
         if self.outbound.is_some() {
-            m.outbound = self.outbound.clone();
+            m.bindings.outbound = self.outbound.clone();
         }
-        m.tail.extend(self.tail.iter().cloned());
+        m.bindings.tail.extend(self.tail.iter().cloned());
         Ok(m)
     }
 }

@@ -1,11 +1,12 @@
-//! Nested Worker invocations across the cluster: the node's half.
+//! The node's invoker (`NodeInvoker`): nested Worker invocations across
+//! the cluster, the node's half (the runtime's is `hearth_runtime::outgoing`).
 //!
 //! # The model
 //!
 //! A Worker calls a Worker with a plain wasi:http request to a name of its
 //! [bindings](hearth_runtime::bindings); the runtime resolves the name,
 //! checks the depth limit and hands the call to this node's
-//! `NodeInvoker` ([`hearth_runtime::nested`]). The invoker:
+//! `NodeInvoker` ([`hearth_runtime::outgoing`]). The invoker:
 //!
 //! 1. takes the caller's **context stack** (the [`ContextStack`] in the
 //!    caller's request; a flow's entry Worker has none yet, so its own frame
@@ -46,8 +47,8 @@ use futures::future::BoxFuture;
 use hearth_runtime::Bindings;
 use hearth_runtime::bindings::CallKind;
 use hearth_runtime::body::Body;
-use hearth_runtime::nested::{Flow, Invoker, NestedCall};
-use hearth_runtime::tail::{self, TraceSink, Tracing};
+use hearth_runtime::outgoing::{Flow, Invoker, NestedCall};
+use hearth_runtime::tail::{TraceSink, Tracing};
 use hearth_sharding::context_stack::{
     ContextFrame, ContextStack, LimitOverrides, OutboundWorkerConfig, TailWorkerConfig, TraceError,
     TraceEvent, TraceReporter, TrustLevel,
@@ -226,11 +227,7 @@ fn origin_reporter(sink: Tracing) -> TraceReporter {
     use futures::FutureExt as _;
     TraceReporter::origin_checked(move |events: Vec<TraceEvent>| {
         // The collector answers synchronously: its future is ready.
-        match sink
-            .0
-            .report(events.into_iter().map(from_wire).collect())
-            .now_or_never()
-        {
+        match sink.0.report(events).now_or_never() {
             Some(Ok(())) | None => Ok(()),
             Some(Err(e)) => Err(TraceError::Refused(e.to_string())),
         }
@@ -244,36 +241,15 @@ struct ReportToFirstNode(TraceReporter);
 impl TraceSink for ReportToFirstNode {
     fn report(
         &self,
-        events: Vec<tail::TraceEvent>,
-    ) -> BoxFuture<'static, Result<(), tail::ReportError>> {
+        events: Vec<TraceEvent>,
+    ) -> BoxFuture<'static, Result<(), hearth_runtime::tail::ReportError>> {
         let reporter = self.0.clone();
         Box::pin(async move {
-            let events = events.into_iter().map(to_wire).collect();
             reporter.report(events).await.map_err(|e| match e {
-                TraceError::Refused(_) => tail::ReportError::FlowDelivered,
-                e => tail::ReportError::Unreachable(e.to_string()),
+                TraceError::Refused(_) => hearth_runtime::tail::ReportError::FlowDelivered,
+                e => hearth_runtime::tail::ReportError::Unreachable(e.to_string()),
             })
         })
-    }
-}
-
-fn to_wire(e: tail::TraceEvent) -> TraceEvent {
-    TraceEvent {
-        script_id: e.script_id,
-        node: e.node,
-        timestamp_unix_ms: e.timestamp_unix_ms,
-        kind: e.kind,
-        message: e.message,
-    }
-}
-
-fn from_wire(e: TraceEvent) -> tail::TraceEvent {
-    tail::TraceEvent {
-        script_id: e.script_id,
-        node: e.node,
-        timestamp_unix_ms: e.timestamp_unix_ms,
-        kind: e.kind,
-        message: e.message,
     }
 }
 

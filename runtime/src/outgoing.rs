@@ -1,4 +1,7 @@
-//! Nested invocations: a Worker calling a Worker, as the runtime sees it.
+//! A Worker's outgoing requests: the runtime's wasi:http hook
+//! (`Outbound`'s `send_request`), through which every request a guest
+//! makes passes, and which turns it into a nested invocation (a Worker
+//! calling a Worker) or denies it.
 //!
 //! # The model
 //!
@@ -28,6 +31,16 @@
 //!   `loop-detected`, logged with the chain's depth. Every level holds an
 //!   instance slot only while it runs, so a refused loop leaves nothing
 //!   behind.
+//! * **Fan-out is bounded.** One invocation has at most
+//!   `RuntimeConfig::max_concurrent_subrequests` (6) subrequests in flight:
+//!   a call holds one of its slots from the moment it is made until the
+//!   response body ends or is dropped. Further calls wait for a slot
+//!   (counted as `nested_queued`) until the flow's deadline, then fail with
+//!   `HTTP-response-timeout`; how many can wait is bounded by the
+//!   instance's resource cap (each holds a `future-incoming-response`). So
+//!   a Worker that fires a thousand calls at once runs them six at a time:
+//!   it cannot take every instance slot of a Worker it calls (an outbound
+//!   Worker shared by many tenants) or of the node.
 //!
 //! # The node's part
 //!
@@ -166,6 +179,8 @@ pub(crate) struct Caller {
     /// The request's trace events, if its flow is traced ([`crate::tail`]).
     pub(crate) trace: Option<Arc<crate::tail::TraceBuffer>>,
     pub(crate) stats: Arc<crate::stats::Stats>,
+    /// This invocation's subrequest slots (see the module docs).
+    pub(crate) subrequests: Arc<tokio::sync::Semaphore>,
 }
 
 /// The wasi:http hooks of an instance: outgoing requests are nested calls
@@ -181,6 +196,16 @@ type SendResult = wasmtime_wasi_http::Result<(
 )>;
 
 impl WasiHttpHooks for Outbound {
+    // Outgoing bodies (subrequests' and the response's) buffer little, so
+    // the host reserve bounds what a guest can park in them (crate::host).
+    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
+        crate::host::OUTGOING_BODY_BUFFER_CHUNKS
+    }
+
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        crate::host::OUTGOING_BODY_CHUNK
+    }
+
     fn send_request(
         &mut self,
         request: http::Request<WasiBody>,
@@ -251,6 +276,21 @@ impl Caller {
         if Instant::now() >= self.deadline {
             return Err(Error::HttpResponseTimeout);
         }
+        let slot = match self.subrequests.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                Stats::bump(&self.stats.nested_queued);
+                let wait = self.subrequests.clone().acquire_owned();
+                match tokio::time::timeout_at(self.deadline.into(), wait).await {
+                    Ok(Ok(slot)) => slot,
+                    _ => {
+                        tracing::debug!(script = %self.script_id, %target,
+                            "subrequest waited for a slot until the flow's deadline");
+                        return Err(Error::HttpResponseTimeout);
+                    }
+                }
+            }
+        };
         let (mut parts, body) = request.into_parts();
         strip_host_headers(&mut parts.headers);
         if let Ok(v) = http::HeaderValue::from_str(&self.script_id) {
@@ -276,8 +316,13 @@ impl Caller {
         let response = tokio::time::timeout_at(self.deadline.into(), response)
             .await
             .map_err(|_| Error::HttpResponseTimeout)?;
+        // The slot goes back when the response body ends or is dropped.
         let response = response.map(|b| {
             b.map_err(|e| Error::InternalError(Some(e.to_string())))
+                .map_frame(move |frame| {
+                    let _held = &slot;
+                    frame
+                })
                 .boxed_unsync()
         });
         Ok((response, Box::new(async { Ok(()) })))

@@ -24,6 +24,17 @@
 //! The rule itself is [`admit`], a pure function of the counters: the live
 //! gate ([`OverloadGate::try_admit`]) and the data-center simulator both
 //! call it, as they both call [`crate::routing::decide`].
+//!
+//! # Words
+//!
+//! A home is **overloaded** for a request when admitting it would pass one
+//! of the thresholds ([`OverloadConfig`]: per Worker, per node) or evict a
+//! busier Worker; the type names keep that word (`OverloadConfig`,
+//! [`OverloadGate`]). It then **refuses** the request: the caller gets its
+//! lazy capability back and serves it itself (a *fallback*), the refusal is
+//! counted by [`RefusalReason`] (`/metrics`), and a caller whose own gate
+//! refuses a peer's call on that capability answers the Cap'n Proto error
+//! `overloaded`.
 
 use std::collections::HashMap;
 use std::fmt;
