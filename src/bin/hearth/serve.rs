@@ -1,7 +1,7 @@
 //! `hearth serve`: one node, run with the [`ServeConfig`] that its flags
 //! and config file resolve to, until SIGTERM or SIGINT (Ctrl-C); then it
 //! drains: it reports not ready, leaves the ring, finishes what is in
-//! flight (closing what is left after `drain_timeout_s`) and exits 0. A
+//! flight (closing what is left after `drain_timeout`) and exits 0. A
 //! second signal exits at once. Under systemd (`Type=notify`) it says
 //! `READY=1` once it serves and `STOPPING=1` when it starts to drain.
 
