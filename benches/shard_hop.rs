@@ -6,7 +6,14 @@
 //! * **1 connection**: a local and a sharded request alternate, each on its
 //!   own keep-alive connection, so both rows see the same machine;
 //! * **32 connections**: phases of local and sharded load alternate
-//!   (`HEARTH_BENCH_ROUNDS` rounds of `HEARTH_BENCH_SECONDS` each).
+//!   (`HEARTH_BENCH_ROUNDS` rounds of `HEARTH_BENCH_SECONDS` each);
+//! * **paced**: the traffic sharding exists for — one request at a time,
+//!   `HEARTH_BENCH_PACE_MS` apart (default 5, i.e. 200 req/s), local and
+//!   sharded alternating, so the cluster's threads are asleep when each
+//!   request arrives. Beside the latencies it prints the cluster's thread
+//!   wake-ups per request (context switches of all its threads, counted
+//!   from `/proc`) and its CPU use while idle, so a change that buys
+//!   latency by spinning shows up.
 //!
 //! ```sh
 //! cargo bench -p hearth --bench shard_hop
@@ -14,7 +21,8 @@
 //!
 //! The load client is this process (hyper, one thread), not the cluster's.
 //! Settings: `HEARTH_BENCH_REQUESTS` (1-connection pairs, 3000),
-//! `HEARTH_BENCH_SECONDS` (per phase, 3), `HEARTH_BENCH_ROUNDS` (2).
+//! `HEARTH_BENCH_SECONDS` (per phase, 3), `HEARTH_BENCH_ROUNDS` (2),
+//! `HEARTH_BENCH_PACED` (paced pairs, 400), `HEARTH_BENCH_PACE_MS` (5).
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -74,6 +82,8 @@ struct Row {
     elapsed: Duration,
     /// CPU time the cluster process spent serving them, if measured.
     cpu: Option<Duration>,
+    /// Context switches of the cluster's threads while serving them.
+    switches: u64,
 }
 
 impl Row {
@@ -112,6 +122,26 @@ fn cpu_of(pid: u32) -> Option<Duration> {
     let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
     // Clock ticks of USER_HZ, which Linux fixes at 100 for user space.
     Some(Duration::from_millis(ticks * 10))
+}
+
+/// Context switches (voluntary and not) of every thread of process `pid`
+/// so far: each is a thread going to sleep or being preempted, so the
+/// count per request is the number of wake-ups serving it took.
+fn switches_of(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
 }
 
 /// `connections` clients sending back to back to `addr` for `secs`; the
@@ -192,6 +222,8 @@ fn main() -> anyhow::Result<()> {
     let pairs = env_or("HEARTH_BENCH_REQUESTS", 3000) as usize;
     let secs = env_or("HEARTH_BENCH_SECONDS", 3) as f64;
     let rounds = env_or("HEARTH_BENCH_ROUNDS", 2);
+    let paced_pairs = env_or("HEARTH_BENCH_PACED", 400);
+    let pace_ms = env_or("HEARTH_BENCH_PACE_MS", 5).max(1);
 
     let dir = tempfile::tempdir()?;
     let store = dir.path().join("store");
@@ -247,6 +279,40 @@ fn main() -> anyhow::Result<()> {
             }
         }
 
+        // Paced: one request every `pace`, alternating routes; the
+        // switches and CPU are read between requests, while all is idle.
+        let mut paced = [Row::default(), Row::default()];
+        let pace = Duration::from_millis(pace_ms);
+        let mut next = Instant::now();
+        for _ in 0..paced_pairs {
+            for (row, conn) in paced.iter_mut().zip([&mut local, &mut sharded]) {
+                next += pace;
+                tokio::time::sleep_until(next.into()).await;
+                let (cpu, switches) = (cpu_of(pid), switches_of(pid));
+                let t = Instant::now();
+                conn.get().await?;
+                let d = t.elapsed();
+                row.latencies.push(d);
+                row.elapsed += pace;
+                // The request's work may end after its response: read the
+                // counters just before the next send instead.
+                tokio::time::sleep_until((next + pace - Duration::from_micros(200)).into())
+                    .await;
+                row.switches += switches_of(pid).saturating_sub(switches);
+                if let (Some(a), Some(b)) = (cpu, cpu_of(pid)) {
+                    row.cpu = Some(row.cpu.unwrap_or_default() + (b - a));
+                }
+            }
+        }
+        let idle_secs = 2;
+        let (idle_cpu, idle_switches) = (cpu_of(pid), switches_of(pid));
+        tokio::time::sleep(Duration::from_secs(idle_secs)).await;
+        let idle_cpu = match (idle_cpu, cpu_of(pid)) {
+            (Some(a), Some(b)) => format!("{:.1}%", (b - a).as_secs_f64() * 100.0 / idle_secs as f64),
+            _ => "–".into(),
+        };
+        let idle_switches = switches_of(pid).saturating_sub(idle_switches) / idle_secs;
+
         let mut many = [Row::default(), Row::default()];
         for _ in 0..rounds {
             phase(local_addr, 32, secs, pid, &mut many[0]).await?;
@@ -274,6 +340,32 @@ fn main() -> anyhow::Result<()> {
             }
         }
         let (l1, s1, l32, s32) = (figures[0], figures[1], figures[2], figures[3]);
+
+        println!(
+            "\n| paced, {pace_ms} ms apart | route | p50 (µs) | p99 (µs) | wake-ups per request | cluster CPU per request (µs) |"
+        );
+        println!("|---|---|---:|---:|---:|---:|");
+        let mut p = Vec::new();
+        for (name, row) in ["local", "sharded"].into_iter().zip(paced.iter_mut()) {
+            let n = row.latencies.len().max(1) as f64;
+            let f = (row.pct_us(0.5), row.pct_us(0.99));
+            println!(
+                "| {} req/s | {name} | {:.0} | {:.0} | {:.1} | {:.0} |",
+                1000 / pace_ms.max(1),
+                f.0,
+                f.1,
+                row.switches as f64 / n,
+                row.cpu_us()
+            );
+            p.push(f);
+        }
+        println!(
+            "paced: the hop adds {:.0} µs p50, {:.0} µs p99; local paced p50 is {:.2}× its back-to-back p50; \
+             idle cluster: {idle_cpu} of a core, {idle_switches} wake-ups/s",
+            p[1].0 - p[0].0,
+            p[1].1 - p[0].1,
+            p[0].0 / l1.2,
+        );
         println!(
             "\n1 connection: the hop adds {:.0} µs mean, {:.0} µs p50, {:.0} µs p99",
             s1.1 - l1.1,

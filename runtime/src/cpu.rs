@@ -43,6 +43,9 @@ pub struct CpuMeter {
     /// Thread CPU time at the start of the poll in progress; 0 when idle.
     poll_start_ns: AtomicU64,
     budget_ns: AtomicU64,
+    /// The epoch ticker that must be awake while this meter's guest runs
+    /// ([`crate::epoch`]); set when the instance starts.
+    ticker: std::sync::OnceLock<std::sync::Arc<crate::epoch::Ticker>>,
 }
 
 /// A budget was exceeded: the error a store's epoch callback raises, which
@@ -57,6 +60,14 @@ pub struct CpuExceeded {
 }
 
 impl CpuMeter {
+    /// Ties this meter to `engine`'s epoch ticker, which then stays awake
+    /// while the meter's guest runs.
+    pub(crate) fn attach_ticker(&self, engine: &wasmtime::Engine) {
+        if let Some(t) = crate::epoch::Ticker::of(engine) {
+            let _ = self.ticker.set(t);
+        }
+    }
+
     /// Starts a new phase (startup or one request) with `budget`, from zero.
     pub fn reset(&self, budget: Duration) {
         self.used_ns.store(0, Ordering::Relaxed);
@@ -110,13 +121,16 @@ impl<F> Metered<F> {
 impl<F: Future> Future for Metered<F> {
     type Output = F::Output;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        // The epoch ticker stays awake while this poll runs guest code.
+        let _running = crate::epoch::Running::start(this.meter.ticker.get().map(|t| &**t));
         let start = (thread_cpu_time().as_nanos() as u64).max(1);
-        self.meter.poll_start_ns.store(start, Ordering::Relaxed);
-        let out = self.inner.as_mut().poll(cx);
+        this.meter.poll_start_ns.store(start, Ordering::Relaxed);
+        let out = this.inner.as_mut().poll(cx);
         let end = thread_cpu_time().as_nanos() as u64;
-        self.meter.poll_start_ns.store(0, Ordering::Relaxed);
-        self.meter
+        this.meter.poll_start_ns.store(0, Ordering::Relaxed);
+        this.meter
             .used_ns
             .fetch_add(end.saturating_sub(start), Ordering::Relaxed);
         out

@@ -1,14 +1,10 @@
-//! The wasmtime engine of a node: configuration, the epoch ticker and the
+//! The wasmtime engine of a node: configuration and the
 //! linker every Worker is instantiated against.
 //!
 //! One engine per runtime, with async support, epoch interruption, the
-//! pooling allocator and copy-on-write memory images. One ticker thread per
-//! engine bumps the epoch every millisecond (never one per request); each
-//! store's deadline callback then checks its CPU meter.
-
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+//! pooling allocator and copy-on-write memory images. The epoch is advanced
+//! by the engine's [ticker](crate::epoch) while guests run; each store's
+//! deadline callback then checks its CPU meter.
 
 use wasmtime::component::Linker;
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -16,9 +12,6 @@ use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAlloc
 use crate::config::RuntimeConfig;
 use crate::error::ConfigError;
 use crate::host::Host;
-
-/// How often the epoch advances: the granularity of CPU limit checks.
-pub const EPOCH_TICK: Duration = Duration::from_millis(1);
 
 /// Bytes of a pooled linear memory (and table) reset in place rather than
 /// returned to the kernel when an instance ends.
@@ -70,36 +63,4 @@ pub(crate) fn build_linker(engine: &Engine) -> Result<Linker<Host>, ConfigError>
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
         .map_err(|e| ConfigError::Engine(e.to_string()))?;
     Ok(linker)
-}
-
-/// The engine's epoch ticker; stops when dropped.
-pub(crate) struct EpochTicker {
-    stop: Arc<AtomicBool>,
-}
-
-impl EpochTicker {
-    /// Starts a ticker thread for `engine`.
-    pub(crate) fn start(engine: &Engine) -> std::io::Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let weak = engine.weak();
-        let flag = stop.clone();
-        std::thread::Builder::new()
-            .name("hearth-epoch".into())
-            .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    std::thread::sleep(EPOCH_TICK);
-                    match weak.upgrade() {
-                        Some(e) => e.increment_epoch(),
-                        None => break,
-                    }
-                }
-            })?;
-        Ok(EpochTicker { stop })
-    }
-}
-
-impl Drop for EpochTicker {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
 }

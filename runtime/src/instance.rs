@@ -106,6 +106,7 @@ impl Instance {
         });
         store.set_epoch_deadline(1);
         let meter = store.data().meter.clone();
+        meter.attach_ticker(engine);
         meter.reset(limits.startup_cpu);
         let cpu = meter.clone();
         let started = Metered::new(

@@ -61,6 +61,7 @@ pub use hearth_body as body;
 pub mod config;
 pub mod cpu;
 mod engine;
+pub mod epoch;
 pub mod error;
 pub mod eviction;
 mod host;
@@ -84,7 +85,7 @@ mod worker;
 pub use bindings::Bindings;
 pub use body::{Body, BoxError};
 pub use config::{ReusePolicy, RuntimeConfig};
-pub use engine::EPOCH_TICK;
+pub use epoch::EPOCH_TICK;
 pub use error::{
     CompileError, ConfigError, DeployError, RuntimeError, StoreError, ValidationError,
 };
