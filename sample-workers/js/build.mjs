@@ -1,13 +1,18 @@
 #!/usr/bin/env node
-// Builds the JS sample Worker (worker.js) into a wasi:http proxy component.
+// Builds a JS sample Worker into a wasi:http proxy component.
 //
-//   node build.mjs OUT.wasm
+//   node build.mjs OUT.wasm            worker.js, a fetch-event Worker
+//   node build.mjs --module OUT.wasm   module/worker.js, a Workers-module-
+//                                      syntax Worker behind module/shim.js
 //
 // Runs `npm ci` first when node_modules/ is missing (the exact versions are
 // pinned in package.json and package-lock.json), then componentizes
 // worker.js against ../wit/ (world `hearth:samples/js-worker`, which exports
 // wasi:http/incoming-handler@0.2.10) with componentize-js, and writes the
-// component to OUT.wasm (its directory is created if needed).
+// component to OUT.wasm (its directory is created if needed). With
+// --module the entry is module/entry.js, the world `js-module-worker`, and
+// the fetch event is disabled: the shim exports the incoming handler, so an
+// instance can serve many requests (see module/shim.js).
 
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -16,9 +21,11 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const out = process.argv[2];
-if (!out || process.argv.length > 3) {
-  console.error('usage: node build.mjs OUT.wasm');
+const args = process.argv.slice(2);
+const module = args[0] === '--module';
+const out = module ? args[1] : args[0];
+if (!out || args.length !== (module ? 2 : 1)) {
+  console.error('usage: node build.mjs [--module] OUT.wasm');
   process.exit(2);
 }
 const outPath = resolve(process.cwd(), out);
@@ -32,11 +39,20 @@ if (!existsSync(join(here, 'node_modules', '@bytecodealliance', 'componentize-js
 const { componentize } = await import('@bytecodealliance/componentize-js');
 
 const started = Date.now();
-const { component } = await componentize({
-  sourcePath: join(here, 'worker.js'),
-  witPath: join(here, '..', 'wit'),
-  worldName: 'js-worker',
-});
+const { component } = await componentize(
+  module
+    ? {
+        sourcePath: join(here, 'module', 'entry.js'),
+        witPath: join(here, '..', 'wit'),
+        worldName: 'js-module-worker',
+        disableFeatures: ['fetch-event'],
+      }
+    : {
+        sourcePath: join(here, 'worker.js'),
+        witPath: join(here, '..', 'wit'),
+        worldName: 'js-worker',
+      },
+);
 await mkdir(dirname(outPath), { recursive: true });
 await writeFile(outPath, component);
 console.error(

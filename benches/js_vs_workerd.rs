@@ -1,0 +1,325 @@
+//! JS Workers on hearth against Cloudflare's workerd, the same Worker logic,
+//! one run side by side (issue 29: the goal is at least 0.5× workerd's
+//! requests/s):
+//!
+//! ```sh
+//! apt-get install -y wrk               # the load tool (closed loop)
+//! cargo bench -p hearth --bench js_vs_workerd
+//! ```
+//!
+//! workerd is installed on demand with npm (`@cloudflare/workerd-linux-64`)
+//! into `~/.cache/hearth/workerd` (or `$HEARTH_WORKERD`, a `workerd` binary
+//! to use instead); without npm or wrk the bench says so and exits 0.
+//!
+//! The Worker is the JSON echo of the request. workerd runs
+//! `sample-workers/js/module/worker.js` unchanged, an ES module Worker
+//! (`export default { fetch }`, with a `config.capnp` written into a
+//! temporary directory). hearth runs it two ways: **fresh**, the `js`
+//! sample (the same logic as a fetch-event Worker, `sample-workers/js/
+//! worker.js`; componentize-js cannot serve a second fetch event, so a new
+//! instance per request) and **reuse**, the `js-module` sample (that very
+//! module file behind `sample-workers/js/module/shim.js`, which exports
+//! wasi:http/incoming-handler itself; deployed with `lifecycle = "reuse"`).
+//!
+//! Rounds alternate workerd, hearth, workerd, hearth, … so both see the
+//! same machine load, and each row reports, besides `wrk --latency`'s
+//! requests/s, p50 and p99, what does not depend on that load: the
+//! server's CPU time per request (`utime + stime` of its process in
+//! `/proc/PID/stat`), its page faults per request (`minflt + majflt`), and
+//! the TLB-shootdown interrupts per request (the `TLB` line of
+//! `/proc/interrupts`, summed over CPUs: machine-wide, so other processes
+//! count too). Settings: `HEARTH_BENCH_CONNECTIONS` (32),
+//! `HEARTH_BENCH_SECONDS` (5), `HEARTH_BENCH_ROUNDS` (2),
+//! `HEARTH_BENCH_BIN` (the `hearth` binary; two builds side by side).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+mod support;
+use support::*;
+
+/// The npm package of workerd's Linux x86-64 binary.
+const WORKERD_PACKAGE: &str = "@cloudflare/workerd-linux-64";
+
+/// Finds or installs workerd; None (with the reason printed) if it cannot.
+fn workerd() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("HEARTH_WORKERD") {
+        return Some(PathBuf::from(p));
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from)?;
+    let cache = home.join(".cache/hearth/workerd");
+    let binary = cache
+        .join("node_modules")
+        .join(WORKERD_PACKAGE)
+        .join("bin/workerd");
+    if binary.is_file() {
+        return Some(binary);
+    }
+    std::fs::create_dir_all(&cache).ok()?;
+    eprintln!("installing {WORKERD_PACKAGE} into {}", cache.display());
+    let status = Command::new("npm")
+        .args([
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--no-save",
+            WORKERD_PACKAGE,
+        ])
+        .current_dir(&cache)
+        .stdout(Stdio::null())
+        .status();
+    match status {
+        Ok(s) if s.success() && binary.is_file() => Some(binary),
+        Ok(s) => {
+            eprintln!("npm install {WORKERD_PACKAGE} failed ({s}): skipping the bench");
+            None
+        }
+        Err(e) => {
+            eprintln!("npm is not available ({e}): skipping the bench");
+            None
+        }
+    }
+}
+
+fn workerd_config(addr: SocketAddr) -> String {
+    format!(
+        r#"using Workerd = import "/workerd/workerd.capnp";
+const config :Workerd.Config = (
+  services = [ (name = "main", worker = .worker) ],
+  sockets = [ (name = "http", address = "{addr}", http = (), service = "main") ],
+);
+const worker :Workerd.Worker = (
+  modules = [ (name = "worker.mjs", esModule = embed "worker.mjs") ],
+  compatibilityDate = "2024-09-23",
+);
+"#
+    )
+}
+
+/// A process's counters from `/proc/PID/stat`: CPU seconds and page faults.
+#[derive(Clone, Copy, Default)]
+struct ProcStat {
+    cpu_s: f64,
+    faults: u64,
+}
+
+fn proc_stat(pid: u32) -> ProcStat {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = text.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // After ')': state(0) ppid pgrp session tty tpgid flags minflt(7)
+    // cminflt majflt(9) cmajflt utime(11) stime(12).
+    // SAFETY: sysconf reads a constant of the C library; no memory is shared.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    ProcStat {
+        cpu_s: (num(11) + num(12)) as f64 / ticks,
+        faults: num(7) + num(9),
+    }
+}
+
+/// TLB-shootdown interrupts so far, summed over CPUs.
+fn tlb_shootdowns() -> u64 {
+    let text = std::fs::read_to_string("/proc/interrupts").unwrap_or_default();
+    text.lines()
+        .find(|l| l.trim_start().starts_with("TLB:"))
+        .map(|l| {
+            l.split_whitespace()
+                .skip(1)
+                .map_while(|v| v.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// One wrk run against one server, with that server's counters.
+struct Row {
+    rps: f64,
+    requests: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    errors: u64,
+    cpu_us_per_req: f64,
+    faults_per_req: f64,
+    tlb_per_req: f64,
+}
+
+/// `wrk`'s latency figure ("1.23ms", "800.00us", "1.01s") in ms.
+fn wrk_ms(v: &str) -> f64 {
+    let (num, scale) = if let Some(n) = v.strip_suffix("us") {
+        (n, 0.001)
+    } else if let Some(n) = v.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = v.strip_suffix('s') {
+        (n, 1000.0)
+    } else {
+        (v, f64::NAN)
+    };
+    num.parse::<f64>().map(|n| n * scale).unwrap_or(f64::NAN)
+}
+
+fn drive(addr: SocketAddr, host: &str, pid: u32, connections: u64, seconds: u64) -> Row {
+    let before = proc_stat(pid);
+    let tlb0 = tlb_shootdowns();
+    let out = Command::new("wrk")
+        .args(["-t1", "--latency", "-c"])
+        .arg(connections.to_string())
+        .arg("-d")
+        .arg(format!("{seconds}s"))
+        .arg("-H")
+        .arg(format!("Host: {host}"))
+        .arg(format!("http://{addr}/"))
+        .output()
+        .expect("run wrk");
+    let tlb = tlb_shootdowns() - tlb0;
+    let after = proc_stat(pid);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut row = Row {
+        rps: f64::NAN,
+        requests: f64::NAN,
+        p50_ms: f64::NAN,
+        p99_ms: f64::NAN,
+        errors: 0,
+        cpu_us_per_req: f64::NAN,
+        faults_per_req: f64::NAN,
+        tlb_per_req: f64::NAN,
+    };
+    for line in text.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        match w.as_slice() {
+            ["Requests/sec:", v] => row.rps = v.parse().unwrap_or(f64::NAN),
+            ["50%", v] => row.p50_ms = wrk_ms(v),
+            ["99%", v] => row.p99_ms = wrk_ms(v),
+            [n, "requests", "in", ..] => row.requests = n.parse().unwrap_or(f64::NAN),
+            ["Non-2xx", "or", "3xx", "responses:", n] => row.errors += n.parse().unwrap_or(0),
+            ["Socket", "errors:", ..] => {
+                // "Socket errors: connect 0, read 0, write 0, timeout 0"
+                row.errors += w
+                    .iter()
+                    .filter_map(|v| v.trim_end_matches(',').parse::<u64>().ok())
+                    .sum::<u64>();
+            }
+            _ => {}
+        }
+    }
+    let n = row.requests;
+    row.cpu_us_per_req = (after.cpu_s - before.cpu_s) * 1e6 / n;
+    row.faults_per_req = (after.faults - before.faults) as f64 / n;
+    row.tlb_per_req = tlb as f64 / n;
+    row
+}
+
+fn deploy(store: &Path, name: &str, lifecycle: &str, file: &Path) {
+    let out = Command::new(bin())
+        .args(["deploy", "--store"])
+        .arg(store)
+        .args(["--name", name, "--plan", "paid", "--lifecycle", lifecycle])
+        .arg(file)
+        .output()
+        .expect("run hearth deploy");
+    assert!(
+        out.status.success(),
+        "deploy {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn main() {
+    if Command::new("wrk").arg("--version").output().is_err() {
+        eprintln!("wrk is not on PATH (apt-get install -y wrk): skipping the bench");
+        return;
+    }
+    let Some(workerd) = workerd() else { return };
+    let connections = env_or("HEARTH_BENCH_CONNECTIONS", 32);
+    let seconds = env_or("HEARTH_BENCH_SECONDS", 5);
+    let rounds = env_or("HEARTH_BENCH_ROUNDS", 2);
+
+    let module = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample-workers/js/module/worker.js");
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    // workerd: the module Worker as it is.
+    let w_addr = free_addr();
+    std::fs::copy(&module, dir.path().join("worker.mjs")).expect("copy the module Worker");
+    std::fs::write(dir.path().join("config.capnp"), workerd_config(w_addr)).expect("write config");
+    let w_proc = Proc(
+        Command::new(&workerd)
+            .arg("serve")
+            .arg(dir.path().join("config.capnp"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start workerd"),
+    );
+    wait_ready(w_addr, "localhost", Duration::from_secs(60));
+
+    // hearth: the fetch-event build, fresh per request, and the module
+    // build, reused.
+    let store = dir.path().join("store");
+    let js = hearth_sample_workers::path("js").expect("the js sample");
+    deploy(&store, "js-fresh", "fresh", js);
+    let js_module = hearth_sample_workers::path("js-module").expect("the js-module sample");
+    deploy(&store, "js-reuse", "reuse", js_module);
+    let (listen, admin) = (free_addr(), free_addr());
+    let h_proc = Proc(
+        Command::new(bin())
+            .arg("serve")
+            .arg("--listen")
+            .arg(listen.to_string())
+            .arg("--admin")
+            .arg(admin.to_string())
+            .arg("--store")
+            .arg(&store)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start hearth serve"),
+    );
+    let hearth_hosts = [
+        ("hearth, fresh", "js-fresh.localhost"),
+        ("hearth, reuse", "js-reuse.localhost"),
+    ];
+    for (_, host) in hearth_hosts {
+        wait_ready(listen, host, Duration::from_secs(180));
+    }
+
+    // Warm every server (caches, instance pools, workerd's JIT).
+    drive(w_addr, "localhost", w_proc.0.id(), connections, 1);
+    for (_, host) in hearth_hosts {
+        drive(listen, host, h_proc.0.id(), connections, 1);
+    }
+
+    println!(
+        "\n## JSON-echo JS Worker, wrk -t1 -c{connections} -d{seconds}s, {rounds} alternating rounds\n"
+    );
+    println!(
+        "| round | host | requests/s | p50 (ms) | p99 (ms) | errors | CPU µs/req | faults/req | TLB IPIs/req | × workerd |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut ratios = vec![Vec::new(); hearth_hosts.len()];
+    for round in 1..=rounds {
+        let w = drive(w_addr, "localhost", w_proc.0.id(), connections, seconds);
+        print_row(round, "workerd", &w, 1.0);
+        for (i, (name, host)) in hearth_hosts.iter().enumerate() {
+            let h = drive(listen, host, h_proc.0.id(), connections, seconds);
+            let ratio = h.rps / w.rps;
+            ratios[i].push(ratio);
+            print_row(round, name, &h, ratio);
+        }
+    }
+    println!();
+    for ((name, _), r) in hearth_hosts.iter().zip(&ratios) {
+        let mean = r.iter().sum::<f64>() / r.len().max(1) as f64;
+        println!("{name} / workerd requests/s, mean of the rounds: {mean:.3} (goal ≥ 0.5)");
+    }
+}
+
+fn print_row(round: u64, name: &str, r: &Row, ratio: f64) {
+    println!(
+        "| {round} | {name} | {:.0} | {:.2} | {:.2} | {} | {:.0} | {:.1} | {:.2} | {ratio:.3} |",
+        r.rps, r.p50_ms, r.p99_ms, r.errors, r.cpu_us_per_req, r.faults_per_req, r.tlb_per_req
+    );
+}

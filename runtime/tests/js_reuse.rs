@@ -1,0 +1,183 @@
+//! A JS Worker in the Workers module syntax (`js-module`: componentize-js
+//! behind `sample-workers/js/module/shim.js`, which exports
+//! wasi:http/incoming-handler itself) served with `lifecycle = "reuse"`:
+//! one instance answers request after request, module state persists, and
+//! nothing of a finished request runs in the next one; an error, a trap or
+//! a CPU overrun retires the instance.
+
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+
+use hearth_runtime::body::{self, Body};
+use hearth_runtime::{Lifecycle, Manifest, Plan, Runtime, RuntimeConfig};
+
+const ID: &str = "jsm";
+
+async fn reuse_runtime(dir: &tempfile::TempDir) -> Runtime {
+    let rt = Runtime::new(
+        RuntimeConfig::new(dir.path())
+            .artifact_key([7; 32])
+            .instance_pool_size(16)
+            // Short, so the test of a loop that never ends takes a moment.
+            .request_cpu(Plan::Paid, Duration::from_millis(300)),
+    )
+    .expect("runtime");
+    let report = rt
+        .deploy(
+            ID,
+            Manifest {
+                plan: Plan::Paid,
+                lifecycle: Lifecycle::Reuse,
+                ..Manifest::default()
+            },
+            hearth_sample_workers::bytes("js-module").expect("js-module is built"),
+        )
+        .await
+        .expect("deploy");
+    assert_eq!(report.meta.lifecycle.chosen, Lifecycle::Reuse);
+    rt
+}
+
+/// Waits until no invocation is running: the instance that served the last
+/// request has finished its call (after the response: `waitUntil` work and
+/// the end-of-request cleanup) and is idle again, so the next request
+/// finds it rather than starting another.
+async fn settle(rt: &Runtime) {
+    for _ in 0..10_000 {
+        if rt.stats().in_flight == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("an invocation never ended: {:?}", rt.stats());
+}
+
+/// Sends one request with `headers` (and `body`, as a POST), waits until
+/// its invocation has ended, and returns the status and the body.
+async fn send(
+    rt: &Runtime,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> (u16, Vec<u8>) {
+    let mut req = match body {
+        Some(_) => http::Request::post(format!("http://{ID}.localhost{path}")),
+        None => http::Request::get(format!("http://{ID}.localhost{path}")),
+    };
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req: http::Request<Body> = req
+        .body(body::full(body.unwrap_or("").to_string()))
+        .expect("request");
+    let resp = rt.serve(ID, req).await;
+    let status = resp.status().as_u16();
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes()
+        .to_vec();
+    settle(rt).await;
+    (status, bytes)
+}
+
+/// A request that must answer 200 with JSON; returns the JSON.
+async fn json(rt: &Runtime, path: &str, headers: &[(&str, &str)]) -> serde_json::Value {
+    let (status, bytes) = send(rt, path, headers, None).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    serde_json::from_slice(&bytes).expect("JSON answer")
+}
+
+/// One runtime and one deploy for every check (compiling the 12 MB
+/// component is the slow part), in an order where each check starts from
+/// what the one before left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_syntax_js_worker_is_reused_and_requests_stay_apart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = reuse_runtime(&dir).await;
+    one_instance_serves_many_requests_and_keeps_module_state(&rt).await;
+    a_finished_request_s_timers_and_promises_never_run_in_the_next(&rt).await;
+    wait_until_work_finishes_after_the_response_on_the_same_instance(&rt).await;
+    an_error_or_a_cpu_overrun_retires_the_instance(&rt).await;
+}
+
+async fn one_instance_serves_many_requests_and_keeps_module_state(rt: &Runtime) {
+    for i in 1..=100u64 {
+        let (status, bytes, path, sent) = if i % 2 == 0 {
+            let path = format!("/get/{i}?q={i}");
+            let (s, b) = send(rt, &path, &[("x-test", "t")], None).await;
+            (s, b, path, String::new())
+        } else {
+            let path = format!("/post/{i}");
+            let text = format!("body of request {i}: {}", "x".repeat(i as usize));
+            let (s, b) = send(rt, &path, &[("x-test", "t")], Some(&text)).await;
+            (s, b, path, text)
+        };
+        assert_eq!(
+            status,
+            200,
+            "request {i}: {}",
+            String::from_utf8_lossy(&bytes)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+        assert_eq!(v["path"], path, "request {i}");
+        assert_eq!(v["body"], sent, "request {i}");
+        assert_eq!(v["bodyLength"], sent.len(), "request {i}");
+        assert_eq!(v["headers"]["x-test"], "t", "request {i}");
+        // The module-level counter: the same instance, its globals kept.
+        assert_eq!(v["served"], i, "request {i}");
+    }
+    let s = rt.stats();
+    assert_eq!(s.instances_started, 1, "{s:?}");
+    assert_eq!((s.traps, s.reuse_demotions), (0, 0), "{s:?}");
+}
+
+async fn a_finished_request_s_timers_and_promises_never_run_in_the_next(rt: &Runtime) {
+    // Leaves a 0 ms timer and a promise chain on a 1 ms timer behind.
+    let first = json(rt, "/", &[("x-js-leave", "timer")]).await;
+    assert_eq!(first["leaked"], false);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // This one waits on a timer of its own, so the event loop runs every
+    // due timer while it waits: the first request's must be gone.
+    let second = json(rt, "/", &[("x-js-sleep", "20")]).await;
+    assert_eq!(
+        second["served"].as_u64(),
+        first["served"].as_u64().map(|n| n + 1),
+        "the same instance"
+    );
+    assert_eq!(
+        second["leaked"], false,
+        "a callback of request 1 ran in request 2"
+    );
+    let third = json(rt, "/", &[("x-js-sleep", "5")]).await;
+    assert_eq!(third["leaked"], false);
+}
+
+async fn wait_until_work_finishes_after_the_response_on_the_same_instance(rt: &Runtime) {
+    let first = json(rt, "/", &[("x-js-wait-until", "1")]).await;
+    assert_eq!(first["waitedUntil"], 0, "runs after the answer");
+    let second = json(rt, "/", &[]).await;
+    assert_eq!(second["waitedUntil"], 1);
+}
+
+async fn an_error_or_a_cpu_overrun_retires_the_instance(rt: &Runtime) {
+    let before = rt.stats();
+    assert!(json(rt, "/", &[]).await["served"].as_u64() > Some(1));
+
+    // A thrown error: 500, and the instance is not used again.
+    let (status, body) = send(rt, "/", &[("x-js-throw", "1")], None).await;
+    assert_eq!(status, 500, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(rt.stats().traps, before.traps + 1);
+    assert_eq!(json(rt, "/", &[]).await["served"], 1, "a new instance");
+
+    // A loop that never ends: the CPU limit stops it, and again the next
+    // request starts from a new instance.
+    let (status, _) = send(rt, "/", &[("x-js-spin", "1")], None).await;
+    assert_ne!(status, 200);
+    assert_eq!(rt.stats().cpu_kills, before.cpu_kills + 1);
+    assert_eq!(json(rt, "/", &[]).await["served"], 1, "a new instance");
+    assert_eq!(rt.stats().instances_started, before.instances_started + 2);
+}
