@@ -201,7 +201,7 @@ async fn private_addresses_are_refused_by_default() {
     for host in &hosts {
         let out = fetch(&c, "fetcher", &format!("{host}/hello"), 1).await;
         assert_eq!(
-            out, "error HTTP error: DestinationIpProhibited\n",
+            out, "error HTTP error: ErrorCode::DestinationIpProhibited\n",
             "{host} is allowed by the Worker but private"
         );
     }
@@ -227,7 +227,10 @@ async fn limits_fail_the_fetch_with_an_error_the_worker_reads() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 52);
     assert!(lines[..50].iter().all(|l| *l == "200 hello from origin"));
-    assert_eq!(lines[50], "error HTTP error: ConnectionLimitReached");
+    assert_eq!(
+        lines[50],
+        "error HTTP error: ErrorCode::ConnectionLimitReached"
+    );
     assert_eq!(origin.hits("/hello"), 50);
     // The count is per request.
     assert_eq!(
@@ -242,7 +245,7 @@ async fn limits_fail_the_fetch_with_an_error_the_worker_reads() {
     // A 64 KiB body over a 16 KiB cap.
     let out = fetch(&c, "fetcher", &format!("{base}/big"), 1).await;
     assert!(
-        out.starts_with("error HTTP error: HttpResponseBodySize"),
+        out.starts_with("error HTTP error: ErrorCode::HttpResponseBodySize"),
         "{out}"
     );
 

@@ -6,7 +6,7 @@
 //! ```text
 //! 200 <the origin's body>
 //! 302 location=http://127.0.0.1:9/
-//! error HTTP error: DestinationIpProhibited
+//! error HTTP error: ErrorCode::DestinationIpProhibited
 //! ```
 //!
 //! A 3xx line shows its `location` instead of its body (hearth does not
