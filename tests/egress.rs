@@ -145,7 +145,7 @@ async fn allowed_origins_are_fetched_and_every_other_host_is_denied() {
     let base = format!("http://{}", origin.addr);
     c.deploy_manifest(
         "fetcher",
-        allowing(Plan::Free, &[base.clone()]),
+        allowing(Plan::Free, std::slice::from_ref(&base)),
         sample("fetcher"),
     )
     .await
@@ -216,7 +216,7 @@ async fn limits_fail_the_fetch_with_an_error_the_worker_reads() {
     let base = format!("http://{}", origin.addr);
     c.deploy_manifest(
         "fetcher",
-        allowing(Plan::Free, &[base.clone()]),
+        allowing(Plan::Free, std::slice::from_ref(&base)),
         sample("fetcher"),
     )
     .await
@@ -258,9 +258,13 @@ async fn a_js_worker_fetches_an_allowed_origin_with_plain_fetch() {
     let origin = Origin::start(None).await;
     let (c, _dir) = node(private_allowed()).await;
     let base = format!("http://{}", origin.addr);
-    c.deploy_manifest("js", allowing(Plan::Paid, &[base.clone()]), sample("js"))
-        .await
-        .expect("deploy");
+    c.deploy_manifest(
+        "js",
+        allowing(Plan::Paid, std::slice::from_ref(&base)),
+        sample("js"),
+    )
+    .await
+    .expect("deploy");
     let ask = |url: String| {
         let c = &c;
         async move {
