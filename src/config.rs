@@ -1277,6 +1277,27 @@ mod tests {
     }
 
     #[test]
+    fn egress_settings_and_fetches_per_request_reach_the_runtime() {
+        let c: NodeConfig = toml::from_str(
+            "[egress]\nallow_private_addresses = true\nconnect_timeout = \"2s\"\n\
+             first_byte_timeout = \"5s\"\nmax_response_size = \"1MiB\"\n\
+             [plans.free]\nsubrequests = 7\n",
+        )
+        .expect("[egress]");
+        let cfg = c.apply(RuntimeConfig::new("/tmp/hearth-egress-config"));
+        let e = cfg.egress_config();
+        assert!(e.allow_private_addresses);
+        assert_eq!(e.connect_timeout, Duration::from_secs(2));
+        assert_eq!(e.first_byte_timeout, Duration::from_secs(5));
+        assert_eq!(e.max_response_size, 1 << 20);
+        assert_eq!(cfg.limits(Plan::Free).subrequests, 7);
+        assert_eq!(cfg.limits(Plan::Paid).subrequests, 1000);
+        let default = NodeConfig::default().apply(RuntimeConfig::new("/tmp/hearth-egress-config"));
+        assert!(!default.egress_config().allow_private_addresses);
+        assert!(toml::from_str::<NodeConfig>("[egress]\nallow_private = true\n").is_err());
+    }
+
+    #[test]
     fn durations_and_sizes_are_written_with_their_units() {
         let c: NodeConfig = toml::from_str(
             "memory_budget = \"512MiB\"\nidle_timeout = \"90s\"\n\
