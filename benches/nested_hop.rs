@@ -7,6 +7,12 @@
 //! (b a lone relay) adds exactly one nested call. The pair is measured with
 //! `b` on `a`'s node and on another node; one client connection, requests to
 //! `a`'s home, the three kinds interleaved, warm. Prints a table.
+//!
+//! `cargo bench -p hearth --bench nested_hop -- egress` measures the egress
+//! path instead (`hearth_runtime::egress`): one node allowed to reach
+//! private addresses, a local origin on 127.0.0.1, and the `fetcher`
+//! Worker (warm) fetching it through its allow-list, against the same
+//! origin requested directly; one client connection, interleaved.
 
 use std::time::{Duration, Instant};
 
@@ -25,7 +31,115 @@ fn main() -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(run())
+    if std::env::args().any(|a| a == "egress") {
+        rt.block_on(egress())
+    } else {
+        rt.block_on(run())
+    }
+}
+
+/// A local origin that answers every request `hello from origin`.
+async fn origin() -> anyhow::Result<std::net::SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(|_req| async {
+                    Ok::<_, std::convert::Infallible>(http::Response::new(
+                        http_body_util::Full::new(bytes::Bytes::from_static(b"hello from origin")),
+                    ))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// The egress mode (see the module docs).
+async fn egress() -> anyhow::Result<()> {
+    use http_body_util::BodyExt;
+    let addr = origin().await?;
+    let dir = tempfile::tempdir()?;
+    let mut cfg = hearth::cluster::ClusterConfig::new(1, dir.path());
+    cfg.https = false;
+    cfg.runtime = std::sync::Arc::new(|c| {
+        c.instance_pool_size(16)
+            .egress(hearth::runtime::egress::EgressConfig {
+                allow_private_addresses: true,
+                ..Default::default()
+            })
+    });
+    let c = TestCluster::with_config(cfg, None).await?;
+    let mut m = Manifest::default();
+    m.bindings.allowed_hosts = vec![format!("http://{addr}")];
+    c.deploy_manifest("fetcher", m, hearth_sample_workers::bytes("fetcher")?)
+        .await?;
+    let url = format!("http://{addr}/hello");
+    let direct = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let via_worker = || async {
+        let r = c
+            .send(
+                0,
+                "fetcher",
+                http::Method::GET,
+                "/",
+                bytes::Bytes::new(),
+                &[("x-fetch", &url)],
+            )
+            .await?;
+        anyhow::ensure!(r.text() == "200 hello from origin\n", "{}", r.text());
+        Ok(())
+    };
+    let straight = || async {
+        let r = direct.get(url.parse()?).await?;
+        let body = r.into_body().collect().await?.to_bytes();
+        anyhow::ensure!(&body[..] == b"hello from origin", "{body:?}");
+        Ok(())
+    };
+    for _ in 0..100 {
+        via_worker().await?;
+        straight().await?;
+    }
+    let mut samples = [Vec::with_capacity(REQUESTS), Vec::with_capacity(REQUESTS)];
+    let mut spent = [Duration::ZERO; 2];
+    for _ in 0..REQUESTS {
+        let t = Instant::now();
+        straight().await?;
+        samples[0].push(t.elapsed());
+        let t = Instant::now();
+        via_worker().await?;
+        samples[1].push(t.elapsed());
+    }
+    for (i, s) in samples.iter_mut().enumerate() {
+        spent[i] = s.iter().sum();
+        s.sort();
+    }
+    println!("\n{REQUESTS} requests each, 1 connection each, interleaved, one in-process node\n");
+    println!("| request | requests/s | p50 (µs) | p99 (µs) |");
+    println!("|---|---:|---:|---:|");
+    for (i, name) in [
+        "the origin, directly",
+        "a warm Worker fetching the origin (allow-list, pooled)",
+    ]
+    .iter()
+    .enumerate()
+    {
+        println!(
+            "| {name} | {:.0} | {:.0} | {:.0} |",
+            REQUESTS as f64 / spent[i].as_secs_f64(),
+            pct(&samples[i], 0.5),
+            pct(&samples[i], 0.99)
+        );
+    }
+    let s = c.stats(0).runtime.subrequests;
+    println!("\nsubrequests: {} ok, {} failed", s.ok, s.error + s.timeout);
+    drop(c);
+    Ok(())
 }
 
 async fn run() -> anyhow::Result<()> {

@@ -16,7 +16,10 @@
 //! A deploy's [bindings](hearth_runtime::bindings) are query parameters
 //! too, each repeatable: `service=<name>:<script>`, `dispatch=<namespace>:<script>`
 //! (one user Worker per parameter), `tail=<script>`, and `outbound=<script>`
-//! once. The deploy report and `GET /v1/scripts` show them under `bindings`.
+//! once; so is the allow-list of origins, `allow_host=<scheme://host[:port]>`
+//! (repeatable, see [`hearth_runtime::egress`]; a bad entry is a 422 that
+//! says why). The deploy report and `GET /v1/scripts` show them under
+//! `bindings`.
 //!
 //! A deploy answers once every other member of the cluster has dropped a
 //! stale copy (its `announced` field counts them, see
@@ -254,6 +257,7 @@ fn manifest_from_query(query: &[(String, String)]) -> Result<Manifest, String> {
             }
             "outbound" => m.bindings.outbound = Some(v.to_string()),
             "tail" => m.bindings.tail.push(v.to_string()),
+            "allow_host" => m.bindings.allowed_hosts.push(v.to_string()),
             _ => {}
         }
     }
@@ -280,6 +284,9 @@ pub fn manifest_query(m: &Manifest) -> String {
     }
     for t in &m.bindings.tail {
         pairs.push(("tail", t.clone()));
+    }
+    for h in &m.bindings.allowed_hosts {
+        pairs.push(("allow_host", h.clone()));
     }
     // Serializing pairs of strings cannot fail.
     serde_urlencoded::to_string(&pairs).unwrap_or_default()
@@ -335,6 +342,7 @@ mod tests {
     fn bindings_travel_as_query_parameters_and_back() {
         let m = Manifest::from_toml(
             "plan = \"paid\"\noutbound = \"egress\"\ntail = [\"t1\", \"t2\"]\n\
+             allowed_hosts = [\"https://api.example.com\", \"http://*.example.com:8080\"]\n\
              [services]\nauth = \"auth-worker\"\n[dispatch]\nusers = [\"a\", \"b\"]\n",
         )
         .expect("manifest");

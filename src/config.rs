@@ -73,6 +73,13 @@
 //! timeout = "5s"             # one call; then a clear error
 //! max_retries = 2
 //!
+//! [egress]                   # Workers' fetches of allowed origins
+//! allow_private_addresses = false  # loopback, RFC 1918, ULA, link-local,
+//!                            #   metadata: refused unless true (tests)
+//! connect_timeout = "10s"    # DNS, then TCP connect
+//! first_byte_timeout = "30s" # request sent -> response head
+//! max_response_size = "32MiB"
+//!
 //! [plans.free]               # any field of a plan may be given
 //! max_script_size = "3MiB"   # gzip-compressed
 //! startup_cpu = "400ms"      # CPU time of instantiation
@@ -80,6 +87,7 @@
 //! request_wall = "60s"       # wall clock per request
 //! memory = "128MiB"          # per instance
 //! max_uncompressed_size = "32MiB"  # as uploaded
+//! subrequests = 50           # origin fetches per request (paid: 1000)
 //! ```
 
 use std::net::SocketAddr;
@@ -394,6 +402,26 @@ pub struct PlanOverrides {
     pub memory: Option<ByteSize>,
     /// Script size as uploaded.
     pub max_uncompressed_size: Option<ByteSize>,
+    /// Fetches of origins per request.
+    pub subrequests: Option<u32>,
+}
+
+/// The `[egress]` section: how Workers' fetches of allowed origins are
+/// made ([`hearth_runtime::egress`]).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EgressSection {
+    /// Whether loopback, private, link-local and metadata addresses may be
+    /// reached (default false).
+    pub allow_private_addresses: Option<bool>,
+    /// DNS resolution, then TCP connect, each at most this long.
+    #[serde(default, with = "humantime_serde")]
+    pub connect_timeout: Option<Duration>,
+    /// From sending a request until its response head.
+    #[serde(default, with = "humantime_serde")]
+    pub first_byte_timeout: Option<Duration>,
+    /// The largest response body a Worker may read.
+    pub max_response_size: Option<ByteSize>,
 }
 
 /// The `[limits]` section: what clients may hold on this node.
@@ -765,6 +793,9 @@ pub struct NodeConfig {
     /// What clients may hold.
     #[serde(default)]
     pub limits: ClientLimits,
+    /// Workers' fetches of origins.
+    #[serde(default)]
+    pub egress: EgressSection,
     /// Cluster membership; absent for a standalone node.
     pub cluster: Option<ClusterSection>,
     // The keys these replace, read for one release (see `Renamed`).
@@ -912,9 +943,26 @@ impl NodeConfig {
             if let Some(v) = o.memory {
                 l.memory = v.as_u64();
             }
+            if let Some(v) = o.subrequests {
+                l.subrequests = v;
+            }
             cfg = cfg.plan_limits(plan, l);
         }
-        cfg
+        let e = &self.egress;
+        let mut egress = *cfg.egress_config();
+        if let Some(v) = e.allow_private_addresses {
+            egress.allow_private_addresses = v;
+        }
+        if let Some(v) = e.connect_timeout {
+            egress.connect_timeout = v;
+        }
+        if let Some(v) = e.first_byte_timeout {
+            egress.first_byte_timeout = v;
+        }
+        if let Some(v) = e.max_response_size {
+            egress.max_response_size = v.as_u64();
+        }
+        cfg.egress(egress)
     }
 
     /// The node's prewarm settings: the defaults with the file's.
@@ -1226,6 +1274,27 @@ mod tests {
         )
         .expect("a config with secrets of its own");
         assert_eq!(good.settings.admin_token.as_deref(), Some(good_token));
+    }
+
+    #[test]
+    fn egress_settings_and_fetches_per_request_reach_the_runtime() {
+        let c: NodeConfig = toml::from_str(
+            "[egress]\nallow_private_addresses = true\nconnect_timeout = \"2s\"\n\
+             first_byte_timeout = \"5s\"\nmax_response_size = \"1MiB\"\n\
+             [plans.free]\nsubrequests = 7\n",
+        )
+        .expect("[egress]");
+        let cfg = c.apply(RuntimeConfig::new("/tmp/hearth-egress-config"));
+        let e = cfg.egress_config();
+        assert!(e.allow_private_addresses);
+        assert_eq!(e.connect_timeout, Duration::from_secs(2));
+        assert_eq!(e.first_byte_timeout, Duration::from_secs(5));
+        assert_eq!(e.max_response_size, 1 << 20);
+        assert_eq!(cfg.limits(Plan::Free).subrequests, 7);
+        assert_eq!(cfg.limits(Plan::Paid).subrequests, 1000);
+        let default = NodeConfig::default().apply(RuntimeConfig::new("/tmp/hearth-egress-config"));
+        assert!(!default.egress_config().allow_private_addresses);
+        assert!(toml::from_str::<NodeConfig>("[egress]\nallow_private = true\n").is_err());
     }
 
     #[test]

@@ -212,6 +212,19 @@ impl Collector for RuntimeCollector {
                 ConstCounter::new(v).encode(fam.encode_family(&[("cause", cause)])?)?;
             }
         }
+        {
+            let c = ConstCounter::new(0u64);
+            let mut fam = enc.encode_descriptor(
+                "hearth_subrequests",
+                "Fetches of origins by Workers, by outcome (ok, denied, private_address, timeout, too_many, too_large, error)",
+                None,
+                c.metric_type(),
+            )?;
+            for o in hearth_runtime::egress::SubrequestOutcome::ALL {
+                ConstCounter::new(s.subrequests.get(o))
+                    .encode(fam.encode_family(&[("outcome", o.label())])?)?;
+            }
+        }
         for (name, help, v) in [
             (
                 "hearth_resident_workers",

@@ -12,7 +12,10 @@
 //! * an **outbound Worker**: the Worker that intercepts every subrequest of
 //!   the user Workers it dispatches to (it may rewrite, answer or block it);
 //! * **tail Workers**: Workers that receive the trace events of each flow
-//!   this Worker starts.
+//!   this Worker starts;
+//! * **allowed hosts**: the origins on the network it may fetch
+//!   (`https://api.example.com`, `http://*.example.com:8080`; the model is
+//!   in [`crate::egress`]).
 //!
 //! These settings are stored with the script ([`crate::ScriptMeta`]) and
 //! can change only by a deploy: nothing a guest sends at run time adds to
@@ -28,11 +31,12 @@
 //! |---|---|
 //! | `http://<binding>.internal/<path>` | the Worker of service binding `<binding>` |
 //! | `http://<worker>.<namespace>.dispatch.internal/<path>` | user Worker `<worker>` of dispatch namespace `<namespace>` |
-//! | any other host | the outbound Worker in force for this level of the flow, if any; else denied |
+//! | any other host | the outbound Worker in force for this level of the flow, if any; else the origin if it is on the allow-list ([`crate::egress`]); else denied |
 //!
 //! The scheme (`http`/`https`) and port are ignored. A name that is not one
 //! of the Worker's bindings, a Worker that is not in the namespace, and an
-//! external host with no outbound Worker in force are all refused with the
+//! external host with no outbound Worker in force and not on the allow-list
+//! are all refused with the
 //! wasi:http error code `HTTP-request-denied`, which the guest reads as the
 //! error of its request. How the host carries the call (the context stack,
 //! limits, the depth limit) is in [`crate::outgoing`].
@@ -72,6 +76,10 @@ pub struct Bindings {
     /// Tail Workers of the flows this Worker starts.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tail: Vec<String>,
+    /// Origins on the network it may fetch ([`crate::egress`]), as written
+    /// at deploy.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_hosts: Vec<String>,
 }
 
 /// Bindings that cannot be deployed.
@@ -86,6 +94,7 @@ impl Bindings {
             && self.dispatch.is_empty()
             && self.outbound.is_none()
             && self.tail.is_empty()
+            && self.allowed_hosts.is_empty()
     }
 
     /// Checks names, targets and counts: every name is a DNS label (it is
@@ -132,6 +141,8 @@ impl Bindings {
         for t in &self.tail {
             label("tail Worker", t)?;
         }
+        crate::egress::AllowList::parse(&self.allowed_hosts)
+            .map_err(|e| BindingsError(e.to_string()))?;
         Ok(())
     }
 }
@@ -212,6 +223,7 @@ mod tests {
             .into(),
             outbound: Some("egress".into()),
             tail: vec!["tail".into()],
+            allowed_hosts: vec!["https://api.example.com".into()],
         }
     }
 
@@ -266,5 +278,9 @@ mod tests {
         let mut b = bindings();
         b.outbound = Some("".into());
         assert!(b.validate().is_err());
+        let mut b = bindings();
+        b.allowed_hosts.push("https://*".into());
+        let err = b.validate().expect_err("a bare * is refused");
+        assert!(err.to_string().contains("bare *"), "{err}");
     }
 }

@@ -89,6 +89,7 @@ pub struct RuntimeConfig {
     pub(crate) miss_ttl: Duration,
     pub(crate) miss_capacity: usize,
     pub(crate) max_concurrent_subrequests: usize,
+    pub(crate) egress: crate::egress::EgressConfig,
 }
 
 impl RuntimeConfig {
@@ -123,6 +124,7 @@ impl RuntimeConfig {
             miss_ttl: crate::misses::DEFAULT_MISS_TTL,
             miss_capacity: crate::misses::DEFAULT_MISS_CAPACITY,
             max_concurrent_subrequests: 6,
+            egress: crate::egress::EgressConfig::default(),
         }
     }
 
@@ -157,14 +159,29 @@ impl RuntimeConfig {
         self
     }
 
-    /// Subrequests (calls to bindings and the outbound Worker) one
-    /// invocation may have in flight at once (default 6, as on Cloudflare
-    /// Workers); further ones wait for one to end ([`crate::outgoing`]), so
+    /// Subrequests (calls to bindings and the outbound Worker, fetches of
+    /// origins) one invocation may have in flight at once (default 6, as on
+    /// Cloudflare Workers); further ones wait for one to end ([`crate::outgoing`]), so
     /// one request cannot take every slot of a Worker it calls, or of the
     /// node.
     pub fn max_concurrent_subrequests(mut self, n: usize) -> Self {
         self.max_concurrent_subrequests = n.max(1);
         self
+    }
+
+    /// How Workers' fetches of origins are made: private addresses,
+    /// timeouts, the response size cap (default [`EgressConfig::default`]);
+    /// see [`crate::egress`].
+    ///
+    /// [`EgressConfig::default`]: crate::egress::EgressConfig::default
+    pub fn egress(mut self, egress: crate::egress::EgressConfig) -> Self {
+        self.egress = egress;
+        self
+    }
+
+    /// The egress settings ([`RuntimeConfig::egress`]).
+    pub fn egress_config(&self) -> &crate::egress::EgressConfig {
+        &self.egress
     }
 
     /// Bytes of a request body that must have arrived (or the whole body)

@@ -28,7 +28,9 @@
 //!   wall-clock deadline ([`PlanLimits::request_wall`]).
 //! * A Worker reaches other Workers only through the [`bindings`] it was
 //!   deployed with, by plain wasi:http requests to `.internal` names; the
-//!   node carries those calls across the cluster ([`outgoing`]).
+//!   node carries those calls across the cluster ([`outgoing`]). It reaches
+//!   an origin on the network only if its deploy allows that origin; the
+//!   node fetches it, refusing private addresses ([`egress`]).
 //! * A flow started by a Worker with tail Workers reports every level's
 //!   logs, subrequests, exceptions and outcome to its first node, which
 //!   hands them to the tail Workers in one invocation ([`tail`]).
@@ -60,6 +62,7 @@ pub mod bindings;
 pub use hearth_body as body;
 pub mod config;
 pub mod cpu;
+pub mod egress;
 mod engine;
 pub mod epoch;
 pub mod error;

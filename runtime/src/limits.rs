@@ -70,10 +70,18 @@ pub struct PlanLimits {
     /// waits. CPU is limited separately, by `request_cpu`.
     #[serde(default = "default_request_wall", with = "millis")]
     pub request_wall: Duration,
+    /// Origins one request may fetch (each level of a flow counts its
+    /// own; calls to bindings are not counted, see [`crate::egress`]).
+    #[serde(default = "default_subrequests")]
+    pub subrequests: u32,
 }
 
 fn default_uncompressed() -> u64 {
     64 * MIB
+}
+
+fn default_subrequests() -> u32 {
+    50
 }
 
 fn default_request_wall() -> Duration {
@@ -85,7 +93,9 @@ const MIB: u64 = 1024 * 1024;
 impl PlanLimits {
     /// The defaults of `plan`: 3 MiB (free) or 10 MiB (paid) compressed and
     /// 32 MiB (free) or 64 MiB (paid) uncompressed, 400 ms startup CPU,
-    /// 30 s request CPU, 60 s request wall time, 128 MiB memory.
+    /// 30 s request CPU, 60 s request wall time, 128 MiB memory, 50 (free)
+    /// or 1000 (paid) fetches of origins per request, as on Cloudflare
+    /// Workers.
     pub fn default_for(plan: Plan) -> Self {
         PlanLimits {
             max_script_size: match plan {
@@ -100,6 +110,10 @@ impl PlanLimits {
             request_cpu: Duration::from_secs(30),
             memory: 128 * MIB,
             request_wall: default_request_wall(),
+            subrequests: match plan {
+                Plan::Free => default_subrequests(),
+                Plan::Paid => 1000,
+            },
         }
     }
 

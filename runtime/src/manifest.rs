@@ -19,6 +19,8 @@
 //! ```toml
 //! outbound = "egress"            # intercepts the dispatched user Workers' subrequests
 //! tail = ["traces"]              # receive each flow's trace events
+//! allowed_hosts = ["https://api.example.com", "http://*.example.com:8080"]
+//!                                # origins it may fetch (crate::egress)
 //! [services]                     # http://auth.internal/ -> Worker auth-worker
 //! auth = "auth-worker"
 //! [dispatch]                     # http://user-a.users.dispatch.internal/
@@ -106,6 +108,22 @@ mod tests {
         // Bindings are top-level keys, not a table of their own.
         assert!(Manifest::from_toml("[bindings]\ntail = [\"traces\"]\n").is_err());
         assert!(serde_json::from_str::<Manifest>("{\"plan\":\"paid\",\"bogus\":1}").is_err());
+    }
+
+    #[test]
+    fn allowed_hosts_are_read_and_checked_at_deploy() {
+        let m = Manifest::from_toml(
+            "allowed_hosts = [\"https://api.example.com\", \"http://*.example.com:8080\"]\n",
+        )
+        .expect("manifest");
+        assert_eq!(m.bindings.allowed_hosts.len(), 2);
+        assert!(m.bindings.validate().is_ok());
+        let back = Manifest::from_toml(&toml::to_string(&m).expect("writes")).expect("reads");
+        assert_eq!(back, m);
+        let bad = Manifest::from_toml("allowed_hosts = [\"https://api.example.com/v1\"]\n")
+            .expect("parses; checked at deploy");
+        let err = bad.bindings.validate().expect_err("a path is refused");
+        assert!(err.to_string().contains("path"), "{err}");
     }
 
     #[test]

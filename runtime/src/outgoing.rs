@@ -1,7 +1,8 @@
 //! A Worker's outgoing requests: the runtime's wasi:http hook
 //! (`Outbound`'s `send_request`), through which every request a guest
 //! makes passes, and which turns it into a nested invocation (a Worker
-//! calling a Worker) or denies it.
+//! calling a Worker), a fetch of an allowed origin ([`crate::egress`]), or
+//! denies it.
 //!
 //! # The model
 //!
@@ -31,6 +32,10 @@
 //!   `loop-detected`, logged with the chain's depth. Every level holds an
 //!   instance slot only while it runs, so a refused loop leaves nothing
 //!   behind.
+//! * **Origins are not levels.** A request to a host outside `.internal`
+//!   with no outbound Worker in force is fetched by the node if the
+//!   Worker's allow-list has it, and denied otherwise ([`crate::egress`]).
+//!   It holds a subrequest slot like a nested call.
 //! * **Fan-out is bounded.** One invocation has at most
 //!   `RuntimeConfig::max_concurrent_subrequests` (6) subrequests in flight:
 //!   a call holds one of its slots from the moment it is made until the
@@ -53,6 +58,7 @@
 //! on its own, without a node) denies every nested call.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -62,6 +68,7 @@ use wasmtime_wasi_http::{RequestOptions, WasiBody, WasiHttpHooks};
 use crate::bindings::{Bindings, CallKind, Resolved, resolve};
 use crate::body::Body;
 use crate::cpu::CpuMeter;
+use crate::egress::{AllowList, Egress, SubrequestOutcome};
 use crate::limits::PlanLimits;
 use crate::stats::Stats;
 
@@ -106,7 +113,8 @@ pub struct Flow {
     /// The flow's wall-clock deadline.
     pub deadline: Option<Instant>,
     /// The outbound Worker that this level's subrequests to hosts outside
-    /// `.internal` go to (none: they are denied).
+    /// `.internal` go to (none: to the origin if the Worker's allow-list
+    /// has it, else denied; see [`crate::egress`]).
     pub outbound: Option<String>,
 }
 
@@ -171,6 +179,14 @@ pub trait Invoker: Send + Sync + 'static {
 pub(crate) struct Caller {
     pub(crate) script_id: Arc<str>,
     pub(crate) bindings: Arc<Bindings>,
+    /// The origins the Worker may fetch ([`crate::egress`]).
+    pub(crate) allowed: Arc<AllowList>,
+    /// The node's client for them.
+    pub(crate) egress: Arc<Egress>,
+    /// Fetches this invocation may make (its plan's `subrequests`).
+    pub(crate) fetch_limit: u32,
+    /// Fetches it has made (or tried).
+    pub(crate) fetches: AtomicU32,
     pub(crate) flow: Flow,
     pub(crate) deadline: Instant,
     pub(crate) extensions: http::Extensions,
@@ -184,7 +200,7 @@ pub(crate) struct Caller {
 }
 
 /// The wasi:http hooks of an instance: outgoing requests are nested calls
-/// of the request it is serving, or denied.
+/// of the request it is serving, fetches of allowed origins, or denied.
 #[derive(Default)]
 pub(crate) struct Outbound {
     pub(crate) caller: Option<Arc<Caller>>,
@@ -209,13 +225,14 @@ impl WasiHttpHooks for Outbound {
     fn send_request(
         &mut self,
         request: http::Request<WasiBody>,
-        _options: Option<RequestOptions>,
+        options: Option<RequestOptions>,
         _fut: Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>,
     ) -> Box<dyn Future<Output = SendResult> + Send> {
         let caller = self.caller.clone();
+        let first_byte = options.and_then(|o| o.first_byte_timeout);
         Box::new(async move {
             match caller {
-                Some(c) => c.send(request).await,
+                Some(c) => c.send(request, first_byte).await,
                 None => Err(wasmtime_wasi_http::Error::HttpRequestDenied),
             }
         })
@@ -223,9 +240,13 @@ impl WasiHttpHooks for Outbound {
 }
 
 impl Caller {
-    async fn send(&self, request: http::Request<WasiBody>) -> SendResult {
+    async fn send(
+        &self,
+        request: http::Request<WasiBody>,
+        first_byte: Option<Duration>,
+    ) -> SendResult {
         let what = format!("{} {}", request.method(), request.uri());
-        let result = self.send_inner(request).await;
+        let result = self.send_inner(request, first_byte).await;
         if let Some(t) = &self.trace {
             let how = match &result {
                 Ok((r, _)) => r.status().to_string(),
@@ -236,7 +257,11 @@ impl Caller {
         result
     }
 
-    async fn send_inner(&self, request: http::Request<WasiBody>) -> SendResult {
+    async fn send_inner(
+        &self,
+        request: http::Request<WasiBody>,
+        first_byte: Option<Duration>,
+    ) -> SendResult {
         use wasmtime_wasi_http::Error;
         let host = request
             .uri()
@@ -247,12 +272,7 @@ impl Caller {
             Resolved::Worker { script_id, kind } => (script_id, kind),
             Resolved::External => match &self.flow.outbound {
                 Some(o) => (o.clone(), CallKind::Outbound),
-                None => {
-                    Stats::bump(&self.stats.nested_denied);
-                    tracing::debug!(script = %self.script_id, %host,
-                        "outgoing request denied: not a binding and no outbound Worker");
-                    return Err(Error::HttpRequestDenied);
-                }
+                None => return self.fetch(request, first_byte).await,
             },
             Resolved::NotBound(why) => {
                 Stats::bump(&self.stats.nested_denied);
@@ -276,21 +296,7 @@ impl Caller {
         if Instant::now() >= self.deadline {
             return Err(Error::HttpResponseTimeout);
         }
-        let slot = match self.subrequests.clone().try_acquire_owned() {
-            Ok(slot) => slot,
-            Err(_) => {
-                Stats::bump(&self.stats.nested_queued);
-                let wait = self.subrequests.clone().acquire_owned();
-                match tokio::time::timeout_at(self.deadline.into(), wait).await {
-                    Ok(Ok(slot)) => slot,
-                    _ => {
-                        tracing::debug!(script = %self.script_id, %target,
-                            "subrequest waited for a slot until the flow's deadline");
-                        return Err(Error::HttpResponseTimeout);
-                    }
-                }
-            }
-        };
+        let slot = self.slot(&target).await?;
         let (mut parts, body) = request.into_parts();
         strip_host_headers(&mut parts.headers);
         if let Ok(v) = http::HeaderValue::from_str(&self.script_id) {
@@ -326,6 +332,87 @@ impl Caller {
                 .boxed_unsync()
         });
         Ok((response, Box::new(async { Ok(()) })))
+    }
+
+    /// One of this invocation's subrequest slots, waited for until the
+    /// flow's deadline (see the module docs).
+    async fn slot(
+        &self,
+        target: &str,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, wasmtime_wasi_http::Error> {
+        match self.subrequests.clone().try_acquire_owned() {
+            Ok(slot) => Ok(slot),
+            Err(_) => {
+                Stats::bump(&self.stats.nested_queued);
+                let wait = self.subrequests.clone().acquire_owned();
+                match tokio::time::timeout_at(self.deadline.into(), wait).await {
+                    Ok(Ok(slot)) => Ok(slot),
+                    _ => {
+                        tracing::debug!(script = %self.script_id, %target,
+                            "subrequest waited for a slot until the flow's deadline");
+                        Err(wasmtime_wasi_http::Error::HttpResponseTimeout)
+                    }
+                }
+            }
+        }
+    }
+
+    /// A request to a host outside `.internal` with no outbound Worker in
+    /// force: fetched from the origin if the Worker's allow-list has it,
+    /// within the plan's fetches per request ([`crate::egress`]); counted
+    /// by outcome either way.
+    async fn fetch(
+        &self,
+        request: http::Request<WasiBody>,
+        first_byte: Option<Duration>,
+    ) -> SendResult {
+        use wasmtime_wasi_http::Error;
+        let outcome = |o: SubrequestOutcome| self.stats.subrequests.bump(o);
+        let uri = request.uri().clone();
+        if !self.allowed.allows(&uri) {
+            Stats::bump(&self.stats.nested_denied);
+            outcome(SubrequestOutcome::Denied);
+            tracing::debug!(script = %self.script_id, %uri,
+                "outgoing request denied: not a binding, no outbound Worker, not an allowed host");
+            return Err(Error::HttpRequestDenied);
+        }
+        let made = self.fetches.fetch_add(1, Ordering::Relaxed);
+        if made >= self.fetch_limit {
+            outcome(SubrequestOutcome::TooMany);
+            tracing::debug!(script = %self.script_id, %uri, limit = self.fetch_limit,
+                "fetch refused: too many subrequests in one request");
+            return Err(Error::ConnectionLimitReached);
+        }
+        if Instant::now() >= self.deadline {
+            outcome(SubrequestOutcome::Timeout);
+            return Err(Error::HttpResponseTimeout);
+        }
+        let slot = match self.slot(&uri.to_string()).await {
+            Ok(slot) => slot,
+            Err(e) => {
+                outcome(SubrequestOutcome::Timeout);
+                return Err(e);
+            }
+        };
+        let request = request.map(crate::body::boxed);
+        match self.egress.send(request, first_byte, self.deadline).await {
+            Ok(response) => {
+                outcome(SubrequestOutcome::Ok);
+                // The slot goes back when the response body ends or is dropped.
+                let response = response.map(|b| {
+                    b.map_frame(move |frame| {
+                        let _held = &slot;
+                        frame
+                    })
+                    .boxed_unsync()
+                });
+                Ok((response, Box::new(async { Ok(()) })))
+            }
+            Err(refused) => {
+                outcome(refused.outcome);
+                Err(refused.error)
+            }
+        }
     }
 }
 

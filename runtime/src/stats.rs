@@ -44,6 +44,8 @@ pub struct Stats {
     pub(crate) store_reads: AtomicU64,
     pub(crate) unknown_scripts: AtomicU64,
     pub(crate) unknown_cached: AtomicU64,
+    /// Fetches of origins by outcome ([`crate::egress`]).
+    pub(crate) subrequests: crate::egress::SubrequestCounters,
 }
 
 impl Stats {
@@ -144,6 +146,8 @@ pub struct StatsSnapshot {
     /// Lookups of an unknown script ID answered from the negative cache,
     /// without a store read ([`crate::misses`]).
     pub unknown_cached: u64,
+    /// Fetches of origins by Workers, by outcome ([`crate::egress`]).
+    pub subrequests: crate::egress::SubrequestCounts,
     /// Bytes live instances hold now against the node's instance memory
     /// cap: linear memories, tables and each one's host reserve.
     pub instance_bytes: u64,
@@ -202,6 +206,7 @@ impl StatsSnapshot {
             store_reads: g(&s.store_reads),
             unknown_scripts: g(&s.unknown_scripts),
             unknown_cached: g(&s.unknown_cached),
+            subrequests: s.subrequests.snapshot(),
             instance_bytes,
             resident_workers,
             resident_bytes,

@@ -38,6 +38,8 @@ pub(crate) struct NodeShared {
     /// Subrequests one invocation may have in flight ([`crate::outgoing`]).
     pub(crate) subrequests: usize,
     pub(crate) stats: Arc<Stats>,
+    /// The node's client for Workers' fetches of origins ([`crate::egress`]).
+    pub(crate) egress: Arc<crate::egress::Egress>,
     /// Carries this node's nested calls ([`crate::outgoing`]), once installed.
     pub(crate) invoker: std::sync::RwLock<Option<Arc<dyn crate::outgoing::Invoker>>>,
 }
@@ -52,10 +54,21 @@ impl NodeShared {
             body_idle: cfg.body_idle_timeout,
             buffer_before_slot: cfg.buffer_before_slot,
             subrequests: cfg.max_concurrent_subrequests,
+            egress: Arc::new(crate::egress::Egress::new(cfg.egress, stats.clone())),
             stats,
             invoker: std::sync::RwLock::new(None),
         })
     }
+}
+
+/// The allow-list of `meta`'s deploy (checked then); a list this release
+/// can no longer read allows nothing, and says so.
+fn allow_list(meta: &ScriptMeta) -> crate::egress::AllowList {
+    crate::egress::AllowList::parse(&meta.bindings.allowed_hosts).unwrap_or_else(|e| {
+        tracing::warn!(script = %meta.script_id, error = %e,
+            "stored allow-list refused: the Worker may fetch no origin until redeployed");
+        crate::egress::AllowList::default()
+    })
 }
 
 /// The two slots a serving instance holds (its Worker's and the node's),
@@ -87,6 +100,8 @@ pub(crate) struct Worker {
     script_id: Arc<str>,
     /// The Worker's bindings, shared with every request's hooks.
     bindings: Arc<crate::bindings::Bindings>,
+    /// The origins it may fetch, parsed from its bindings' allowed hosts.
+    allowed: Arc<crate::egress::AllowList>,
     engine: Engine,
     pre: ProxyPre<Host>,
     init: Option<ComponentExportIndex>,
@@ -136,6 +151,7 @@ impl Worker {
         Ok(Worker {
             script_id: meta.script_id.as_str().into(),
             bindings: Arc::new(meta.bindings.clone()),
+            allowed: Arc::new(allow_list(&meta)),
             meta,
             limits,
             engine: engine.clone(),
@@ -337,6 +353,10 @@ impl Worker {
             caller: Some(Arc::new(crate::outgoing::Caller {
                 script_id: self.script_id.clone(),
                 bindings: self.bindings.clone(),
+                allowed: self.allowed.clone(),
+                egress: self.node.egress.clone(),
+                fetch_limit: limits.subrequests,
+                fetches: std::sync::atomic::AtomicU32::new(0),
                 flow,
                 deadline,
                 extensions,

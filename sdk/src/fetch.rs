@@ -143,8 +143,9 @@ impl Response {
 /// Why a fetch failed.
 #[derive(Debug)]
 pub enum FetchError {
-    /// The host refused the request: not one of the Worker's bindings, and
-    /// no outbound Worker takes it (`HTTP-request-denied`).
+    /// The host refused the request: not one of the Worker's bindings, no
+    /// outbound Worker takes it, and its origin is not on the Worker's
+    /// allow-list (`HTTP-request-denied`).
     Denied,
     /// The flow is as deep as hearth allows: a loop of bindings?
     /// (`loop-detected`).
@@ -162,7 +163,9 @@ pub enum FetchError {
 impl core::fmt::Display for FetchError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            FetchError::Denied => f.write_str("request denied: not a binding of this Worker"),
+            FetchError::Denied => {
+                f.write_str("request denied: not a binding or an allowed host of this Worker")
+            }
             FetchError::LoopDetected => {
                 f.write_str("loop detected: the flow is as deep as hearth allows")
             }

@@ -161,6 +161,9 @@ pub struct BindingsInfo {
     /// Tail Workers of the flows it starts.
     #[serde(default)]
     pub tail: Vec<String>,
+    /// Origins it may fetch (`scheme://host[:port]`).
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
 }
 
 /// What a deploy reports.

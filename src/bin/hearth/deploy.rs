@@ -41,6 +41,11 @@ pub(crate) struct DeployArgs {
     /// Tail Worker of the flows this Worker starts (repeatable).
     #[arg(long = "tail", value_name = "SCRIPT")]
     tail: Vec<String>,
+    /// Origin the Worker may fetch, scheme://host[:port] (repeatable; adds
+    /// to the manifest's allowed_hosts): https://api.example.com,
+    /// http://*.example.com:8080. Any other host is denied.
+    #[arg(long = "allow-host", value_name = "URL")]
+    allow_hosts: Vec<String>,
     /// Admin URL of a running node, e.g. http://127.0.0.1:8081.
     #[arg(long, conflicts_with = "store")]
     admin: Option<String>,
@@ -80,6 +85,9 @@ impl DeployArgs {
             m.bindings.outbound = self.outbound.clone();
         }
         m.bindings.tail.extend(self.tail.iter().cloned());
+        m.bindings
+            .allowed_hosts
+            .extend(self.allow_hosts.iter().cloned());
         Ok(m)
     }
 }
@@ -167,6 +175,9 @@ fn print_report(name: &str, report: &DeployReport) {
     }
     if !b.tail.is_empty() {
         println!("tail Workers: {}", b.tail.join(", "));
+    }
+    if !b.allowed_hosts.is_empty() {
+        println!("allowed hosts: {}", b.allowed_hosts.join(", "));
     }
     let a = &report.announced;
     if a.members > 0 {
