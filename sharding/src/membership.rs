@@ -225,7 +225,7 @@ impl PeerAddr {
 
     /// The addresses this stands for now, sorted: itself for an IP
     /// address, what the system resolver answers for a name (an error if
-    /// it answers nothing within [`LOOKUP_TIMEOUT`]).
+    /// it answers nothing within 5 s).
     pub async fn resolve(&self) -> io::Result<Vec<SocketAddr>> {
         let (host, port) = match self {
             Self::Ip(addr) => return Ok(vec![*addr]),
