@@ -13,7 +13,9 @@ use tokio::net::TcpListener;
 
 use hearth_runtime::{ConfigError, StoreError};
 use hearth_sharding::admission::OverloadConfig;
-use hearth_sharding::membership::{Membership, MembershipConfig, MembershipError};
+use hearth_sharding::membership::{
+    Membership, MembershipConfig, MembershipError, PeerAddr, StaticMember,
+};
 use hearth_sharding::ring::{Member, NodeId};
 use hearth_sharding::rpc::{RpcConfig, RpcError, RpcNode, ServerHandle};
 use hearth_sharding::tls::{NodeTls, TlsError};
@@ -96,10 +98,11 @@ pub struct JoinConfig {
     pub pki_dir: PathBuf,
     /// UDP address for gossip (port 0 picks one); `None` for static only.
     pub gossip: Option<SocketAddr>,
-    /// Gossip addresses of nodes to join through.
-    pub seeds: Vec<SocketAddr>,
-    /// Members that are always on the ring.
-    pub static_nodes: Vec<Member>,
+    /// Gossip addresses of nodes to join through (DNS names are resolved
+    /// again every few seconds, see [`hearth_sharding::membership`]).
+    pub seeds: Vec<PeerAddr>,
+    /// Members that are always on the ring (their addresses may be names).
+    pub static_nodes: Vec<StaticMember>,
     /// This node's weight on the ring.
     pub weight: u32,
     /// The cluster's gossip key (datagrams without a valid MAC are dropped).
@@ -139,11 +142,12 @@ pub async fn join(node: Node, cfg: JoinConfig) -> Result<Joined, ClusterError> {
     let rpc_server = rpc.serve(cfg.rpc_listener)?;
     let me = Member::new(NodeId::new(cfg.node_id.clone()), rpc_addr).with_weight(cfg.weight);
     let mut mc = match cfg.gossip {
-        Some(listen) => MembershipConfig::gossip(me, listen, cfg.seeds),
+        Some(listen) => MembershipConfig::gossip(me, listen, Vec::new()),
         None => MembershipConfig::fixed(me, Vec::new()),
     };
     mc.static_nodes = cfg.static_nodes;
     if let Some(g) = mc.gossip.as_mut() {
+        g.seeds = cfg.seeds;
         g.key = cfg.gossip_key;
         // A ring slot needs the node's certificate, not just the gossip key.
         g.verify = Some(identity_check);

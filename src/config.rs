@@ -21,8 +21,15 @@
 //! ([`NodeConfig::check_secrets`]). The admin API is plain HTTP: keep
 //! `admin` on loopback (the default) or a private network.
 //!
+//! One file can serve every node of a cluster (the pods `hearth-0…N` of a
+//! Kubernetes StatefulSet): `node_id` and the `[cluster]` `rpc` and
+//! `gossip` addresses may name environment variables (`$HOSTNAME`,
+//! `${POD_IP}`), expanded when the node starts ([`expand_env`]), and seeds
+//! and static members may be DNS names (`hearth.default.svc:7001`),
+//! resolved again every 10 s ([`hearth_sharding::membership::PeerAddr`]).
+//!
 //! ```toml
-//! node_id = "node-1"
+//! node_id = "node-1"          # or "$HOSTNAME" (or --node-id)
 //! listen = "127.0.0.1:8080"
 //! admin = "127.0.0.1:8081"
 //! tls_listen = "127.0.0.1:8443"   # HTTPS (h2 + http/1.1); off if absent
@@ -41,6 +48,7 @@
 //! memory_budget = "1GiB"     # warm Workers, all together
 //! idle_timeout = "5m"        # a Worker idle this long may be swept
 //! idle_sweep_above = 0.9     # sweep idle Workers only above 90% of the budget
+//! metrics_top_workers = 50   # Workers with their own `script` label in /metrics
 //!
 //! [limits]                   # what clients may hold (defaults shown)
 //! max_connections = 4096     # open at once on each listener
@@ -53,14 +61,15 @@
 //! instance_memory = "8GiB"   # memory all live instances may hold together
 //!
 //! [cluster]                  # optional: join a cluster
-//! rpc = "127.0.0.1:7000"     # shard server; the address peers dial
+//! rpc = "127.0.0.1:7000"     # shard server; the address peers dial ("${POD_IP}:7000")
 //! pki = "./pki"              # ca.pem, <node_id>.pem, <node_id>-key.pem (`hearth pki`)
 //! gossip = "127.0.0.1:7001"  # SWIM failure detection (optional)
-//! seeds = ["127.0.0.1:7101"] # gossip addresses to join through
+//! seeds = ["127.0.0.1:7101"] # gossip addresses to join through; IP:PORT or
+//!                            #   NAME:PORT (every address NAME resolves to)
 //! weight = 1
 //! gossip_key = "REPLACE-ME"  # 64 hex digits; required with gossip, the same
 //!                            #   on every node
-//! nodes = [{ id = "node-2", rpc = "127.0.0.1:7100" }]   # static members
+//! nodes = [{ id = "node-2", rpc = "127.0.0.1:7100" }]   # static members (rpc may be NAME:PORT)
 //! max_in_flight_per_worker = 64
 //! max_in_flight_node = 1024
 //!
@@ -102,7 +111,7 @@ use hearth_runtime::{
     DirStore, Plan, PlanLimits, RuntimeConfig, S3Settings, S3Store, ScriptStore, StoreError,
 };
 use hearth_sharding::admission::OverloadConfig;
-use hearth_sharding::ring::Member;
+use hearth_sharding::membership::{PeerAddr, StaticMember};
 
 use crate::cluster::JoinConfig;
 use crate::listener::ServeLimits;
@@ -268,6 +277,43 @@ pub enum NodeConfigError {
     /// The script store answered its first call with an error.
     #[error("cannot use the script store: {0}")]
     UseStore(StoreError),
+    /// A setting names an environment variable that is not set.
+    #[error(
+        "{setting} = \"{value}\" names the environment variable {name}, which is not set \
+         (export it, e.g. `export {name}`, or write the value itself)"
+    )]
+    UnsetVariable {
+        /// The setting, e.g. `node_id`.
+        setting: &'static str,
+        /// Its value as written.
+        value: String,
+        /// The variable.
+        name: String,
+    },
+    /// A node ID (after expanding variables) cannot name a node.
+    #[error(
+        "{setting} = \"{value}\" gives the node ID \"{id}\", which cannot name a node: use \
+         lowercase letters, digits, '-' and '_' (dot-separated labels, at most 63 bytes), \
+         e.g. a Kubernetes pod name such as hearth-0"
+    )]
+    BadNodeId {
+        /// Where it came from: `node_id` or `--node-id`.
+        setting: &'static str,
+        /// As written.
+        value: String,
+        /// As expanded.
+        id: String,
+    },
+    /// An address (after expanding variables) is not an IP address and port.
+    #[error("{setting} = \"{value}\" expands to \"{expanded}\", which is not an IP:PORT address")]
+    BadAddress {
+        /// The setting, e.g. `[cluster] rpc`.
+        setting: &'static str,
+        /// As written.
+        value: String,
+        /// As expanded.
+        expanded: String,
+    },
 }
 
 /// `hearth serve`'s flags. Each overrides the same setting of the
@@ -275,6 +321,11 @@ pub enum NodeConfigError {
 /// the node runs with.
 #[derive(Debug, Default, Clone, clap::Args)]
 pub struct ServeArgs {
+    /// This node's ID on the ring (and the name of its cluster
+    /// certificate); overrides the config's node_id, e.g.
+    /// `--node-id "$(hostname)"`.
+    #[arg(long)]
+    pub node_id: Option<String>,
     /// Address for Worker traffic (routed by the first label of Host).
     #[arg(long)]
     pub listen: Option<SocketAddr>,
@@ -344,7 +395,21 @@ impl ServeArgs {
             Some(path) => NodeConfig::load(path)?,
             None => NodeConfig::default(),
         };
+        file.expand_secrets()?;
         file.check_secrets()?;
+        let node_id = match self.node_id {
+            Some(id) => node_id("--node-id", &id)?,
+            None => match file.node_id.take() {
+                Some(id) => node_id("node_id", &id)?,
+                None => DEFAULT_NODE_ID.into(),
+            },
+        };
+        if let Some(c) = file.cluster.as_mut() {
+            c.rpc.expand("[cluster] rpc")?;
+            if let Some(g) = c.gossip.as_mut() {
+                g.expand("[cluster] gossip")?;
+            }
+        }
         if self.no_sni_prewarm {
             file.sni_prewarm = Some(false);
         }
@@ -364,10 +429,7 @@ impl ServeArgs {
             (Some(_), _, _) => return Err(NodeConfigError::TlsHalfPair),
         };
         Ok(ServeConfig {
-            node_id: file
-                .node_id
-                .take()
-                .unwrap_or_else(|| DEFAULT_NODE_ID.into()),
+            node_id,
             listen: self.listen.or(file.listen.take()).unwrap_or(DEFAULT_LISTEN),
             admin: self.admin.or(file.admin.take()).unwrap_or(DEFAULT_ADMIN),
             store: self
@@ -377,6 +439,144 @@ impl ServeArgs {
             tls,
             settings: file,
         })
+    }
+}
+
+/// `value` with each `$NAME` or `${NAME}` replaced by that environment
+/// variable, so one config file serves every pod of a StatefulSet
+/// (`node_id = "$HOSTNAME"`). A `$` not followed by a name (a letter or
+/// `_`, then letters, digits and `_`) is kept. An
+/// unset variable is an error naming `setting`.
+pub fn expand_env(setting: &'static str, value: &str) -> Result<String, NodeConfigError> {
+    expand_with(setting, value, |name| std::env::var(name).ok())
+}
+
+/// [`expand_env`] with the variables from `var`.
+fn expand_with(
+    setting: &'static str,
+    value: &str,
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<String, NodeConfigError> {
+    let is_name = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let (name, tail) = match after.strip_prefix('{') {
+            Some(braced) => match braced.find('}') {
+                Some(end) => (&braced[..end], &braced[end + 1..]),
+                None => ("", after),
+            },
+            None => {
+                let end = after.find(|c| !is_name(c)).unwrap_or(after.len());
+                (&after[..end], &after[end..])
+            }
+        };
+        let starts_ok = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+        if !starts_ok || !name.chars().all(is_name) {
+            out.push('$');
+            rest = after;
+            continue;
+        }
+        let v = var(name).ok_or_else(|| NodeConfigError::UnsetVariable {
+            setting,
+            value: value.to_string(),
+            name: name.to_string(),
+        })?;
+        out.push_str(&v);
+        rest = tail;
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// The node ID `value` of `setting` gives: variables expanded; one that
+/// came from a variable (a hostname) must be usable as a node's name.
+fn node_id(setting: &'static str, value: &str) -> Result<String, NodeConfigError> {
+    node_id_with(setting, value, |name| std::env::var(name).ok())
+}
+
+/// [`node_id`] with the variables from `var`.
+fn node_id_with(
+    setting: &'static str,
+    value: &str,
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<String, NodeConfigError> {
+    let id = expand_with(setting, value, var)?;
+    if id != value && hearth_sharding::tls::node_server_name(&id).is_err() {
+        return Err(NodeConfigError::BadNodeId {
+            setting,
+            value: value.to_string(),
+            id,
+        });
+    }
+    Ok(id)
+}
+
+/// A listening address of the `[cluster]` section: `IP:PORT`, or a value
+/// naming environment variables (`"${POD_IP}:7000"`) that
+/// [`ServeArgs::resolve`] expands when the node starts.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub enum ListenAddr {
+    /// An address.
+    Addr(SocketAddr),
+    /// A value with variables, not yet expanded.
+    Template(String),
+}
+
+impl TryFrom<String> for ListenAddr {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        if s.contains('$') {
+            return Ok(Self::Template(s));
+        }
+        s.parse()
+            .map(Self::Addr)
+            .map_err(|_| format!("{s:?} is not an IP:PORT address"))
+    }
+}
+
+impl From<SocketAddr> for ListenAddr {
+    fn from(addr: SocketAddr) -> Self {
+        Self::Addr(addr)
+    }
+}
+
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Addr(a) => write!(f, "{a}"),
+            Self::Template(t) => f.write_str(t),
+        }
+    }
+}
+
+impl ListenAddr {
+    /// The address; for a template, its variables expanded (an error names
+    /// `setting`).
+    pub fn addr(&self, setting: &'static str) -> Result<SocketAddr, NodeConfigError> {
+        let template = match self {
+            Self::Addr(a) => return Ok(*a),
+            Self::Template(t) => t,
+        };
+        let expanded = expand_env(setting, template)?;
+        expanded.parse().map_err(|_| NodeConfigError::BadAddress {
+            setting,
+            value: template.clone(),
+            expanded,
+        })
+    }
+
+    /// Expands a template in place.
+    fn expand(&mut self, setting: &'static str) -> Result<(), NodeConfigError> {
+        *self = Self::Addr(self.addr(setting)?);
+        Ok(())
     }
 }
 
@@ -661,8 +861,9 @@ pub struct Plans {
 pub struct StaticNode {
     /// Its node ID.
     pub id: String,
-    /// Its RPC address.
-    pub rpc: SocketAddr,
+    /// Its RPC address: `IP:PORT`, or `NAME:PORT` resolved again every
+    /// 10 s (a StatefulSet pod's stable DNS name).
+    pub rpc: PeerAddr,
     /// Its weight (default 1).
     #[serde(default = "one")]
     pub weight: u32,
@@ -676,15 +877,18 @@ fn one() -> u32 {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSection {
-    /// RPC listener, also the address peers dial.
-    pub rpc: SocketAddr,
+    /// RPC listener, also the address peers dial (may name environment
+    /// variables, e.g. `"${POD_IP}:7000"`).
+    pub rpc: ListenAddr,
     /// Directory holding the cluster CA and this node's certificate.
     pub pki: PathBuf,
-    /// Gossip (UDP) address, if failure detection is wanted.
-    pub gossip: Option<SocketAddr>,
-    /// Gossip seeds.
+    /// Gossip (UDP) address, if failure detection is wanted (may name
+    /// environment variables).
+    pub gossip: Option<ListenAddr>,
+    /// Gossip seeds: `IP:PORT`, or `NAME:PORT` for every address the name
+    /// resolves to (a headless Service), resolved again every 10 s.
     #[serde(default)]
-    pub seeds: Vec<SocketAddr>,
+    pub seeds: Vec<PeerAddr>,
     /// This node's weight on the ring.
     #[serde(default = "one")]
     pub weight: u32,
@@ -730,16 +934,24 @@ impl ClusterSection {
         if let Some(n) = self.max_in_flight_node {
             overload.max_in_flight_node = n;
         }
+        let gossip = match &self.gossip {
+            Some(g) => Some(g.addr("[cluster] gossip")?),
+            None => None,
+        };
         Ok(JoinConfig {
             node_id: node_id.to_string(),
             rpc_listener,
             pki_dir: self.pki.clone(),
-            gossip: self.gossip,
+            gossip,
             seeds: self.seeds.clone(),
             static_nodes: self
                 .nodes
                 .iter()
-                .map(|n| Member::new(n.id.as_str(), n.rpc).with_weight(n.weight))
+                .map(|n| StaticMember {
+                    id: n.id.as_str().into(),
+                    addr: n.rpc.clone(),
+                    weight: n.weight,
+                })
                 .collect(),
             weight: self.weight,
             gossip_key: self.gossip_key()?,
@@ -787,6 +999,9 @@ pub struct NodeConfig {
     pub idle_timeout: Option<Duration>,
     /// Sweep idle Workers only above this fraction of the memory budget.
     pub idle_sweep_above: Option<f64>,
+    /// How many of the busiest Workers get their own `script` label in
+    /// `/metrics` (the rest are `_other`); default 50.
+    pub metrics_top_workers: Option<usize>,
     /// Plan limits.
     #[serde(default)]
     pub plans: Plans,
@@ -844,6 +1059,33 @@ impl NodeConfig {
             path: path.to_path_buf(),
             error,
         })
+    }
+
+    /// Replaces each secret (`artifact_key`, `admin_token`, `[cluster]
+    /// gossip_key`) written as one environment variable (`"$HEARTH_ADMIN_TOKEN"`
+    /// or `"${HEARTH_ADMIN_TOKEN}"`) by its value, so a config shared by
+    /// many nodes (a Kubernetes ConfigMap) names secrets kept elsewhere (a
+    /// Secret). Any other value is a secret itself, `$` and all.
+    pub fn expand_secrets(&mut self) -> Result<(), NodeConfigError> {
+        let gossip_key = self.cluster.as_mut().map(|c| &mut c.gossip_key);
+        for (setting, value) in [
+            ("artifact_key", Some(&mut self.artifact_key)),
+            ("admin_token", Some(&mut self.admin_token)),
+            ("[cluster] gossip_key", gossip_key),
+        ] {
+            let Some(Some(v)) = value else { continue };
+            let name = v
+                .strip_prefix("${")
+                .and_then(|n| n.strip_suffix('}'))
+                .or_else(|| v.strip_prefix('$'));
+            if let Some(name) = name
+                && !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            {
+                *v = expand_env(setting, v)?;
+            }
+        }
+        Ok(())
     }
 
     /// Refuses secrets that protect nothing, before the node starts: an
@@ -1165,7 +1407,7 @@ mod tests {
             assert_eq!(c.store.as_deref(), Some("s3://hearth/prod"));
             let cluster = c.cluster.as_ref().expect("[cluster]");
             assert!(cluster.gossip.is_some(), "gossip, so gossip_key is needed");
-            rpcs.push(cluster.rpc);
+            rpcs.push(cluster.rpc.clone());
             // Every secret is a placeholder the node refuses, each with a
             // fresh value that it then accepts.
             for key in ["artifact_key", "gossip_key", "admin_token"] {
@@ -1478,6 +1720,87 @@ mod tests {
             missing.to_string().starts_with("cannot read config "),
             "{missing}"
         );
+    }
+
+    #[test]
+    fn variables_in_node_ids_and_addresses_are_expanded_and_checked() {
+        let env = |name: &str| match name {
+            "HOSTNAME" => Some("hearth-2".to_string()),
+            "POD_IP" => Some("10.1.2.3".to_string()),
+            "BAD" => Some("Not A Node".to_string()),
+            _ => None,
+        };
+        let x = |v: &str| expand_with("node_id", v, env);
+        assert_eq!(x("$HOSTNAME").expect("set"), "hearth-2");
+        assert_eq!(x("${POD_IP}:7000").expect("set"), "10.1.2.3:7000");
+        assert_eq!(x("n-$HOSTNAME.x").expect("set"), "n-hearth-2.x");
+        assert_eq!(x("no variables").expect("plain"), "no variables");
+        assert_eq!(x("cost: $5 and $").expect("a lone $"), "cost: $5 and $");
+        let unset = x("$NOPE").expect_err("unset");
+        assert_eq!(
+            unset.to_string(),
+            "node_id = \"$NOPE\" names the environment variable NOPE, which is not set \
+             (export it, e.g. `export NOPE`, or write the value itself)"
+        );
+        // A hostname is checked as a node name; a literal ID is taken as is.
+        let checked = |v: &str| node_id_with("node_id", v, env);
+        assert!(matches!(
+            checked("$BAD"),
+            Err(NodeConfigError::BadNodeId { .. })
+        ));
+        assert_eq!(checked("$HOSTNAME").expect("a pod name"), "hearth-2");
+
+        // Secrets: a value that is one variable names it; any other value
+        // is the secret itself, `$` and all.
+        let dir = env!("CARGO_MANIFEST_DIR");
+        let mut c: NodeConfig = toml::from_str(
+            "artifact_key = \"${CARGO_MANIFEST_DIR}\"\nadmin_token = \"$CARGO_MANIFEST_DIR\"\n\
+             [cluster]\nrpc = \"1.2.3.4:1\"\npki = \"p\"\ngossip_key = \"a$b${c}\"\n",
+        )
+        .expect("secrets naming variables");
+        c.expand_secrets().expect("set variables");
+        assert_eq!(c.artifact_key.as_deref(), Some(dir));
+        assert_eq!(c.admin_token.as_deref(), Some(dir));
+        let cluster = c.cluster.as_ref().expect("[cluster]");
+        assert_eq!(cluster.gossip_key.as_deref(), Some("a$b${c}"));
+        let mut c: NodeConfig =
+            toml::from_str("admin_token = \"$HEARTH_TEST_NEVER_SET\"\n").expect("config");
+        assert!(matches!(
+            c.expand_secrets(),
+            Err(NodeConfigError::UnsetVariable {
+                setting: "admin_token",
+                ..
+            })
+        ));
+
+        // Addresses: templates wait for the node to start; literals are
+        // checked when the file is read.
+        let c: NodeConfig = toml::from_str(
+            "[cluster]\nrpc = \"${POD_IP}:7000\"\ngossip = \"127.0.0.1:7001\"\npki = \"p\"\n\
+             seeds = [\"hearth.default.svc.cluster.local:7001\", \"10.0.0.9:7001\"]\n\
+             nodes = [{ id = \"hearth-0\", rpc = \"hearth-0.hearth:7000\" }]\n",
+        )
+        .expect("config with names and variables");
+        let cluster = c.cluster.expect("[cluster]");
+        assert_eq!(cluster.rpc, ListenAddr::Template("${POD_IP}:7000".into()));
+        assert_eq!(
+            cluster.seeds,
+            vec![
+                PeerAddr::Name {
+                    host: "hearth.default.svc.cluster.local".into(),
+                    port: 7001
+                },
+                PeerAddr::Ip("10.0.0.9:7001".parse().expect("addr")),
+            ]
+        );
+        assert!(cluster.nodes[0].rpc.is_name());
+        for bad in [
+            "[cluster]\nrpc = \"localhost\"\npki = \"p\"\n",
+            "[cluster]\nrpc = \"1.2.3.4:1\"\npki = \"p\"\nseeds = [\"no port\"]\n",
+            "[cluster]\nrpc = \"1.2.3.4:1\"\npki = \"p\"\nseeds = [\"a..b:1\"]\n",
+        ] {
+            assert!(toml::from_str::<NodeConfig>(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -244,7 +244,7 @@ async fn start_node(
                 rpc_listener: rpc,
                 pki_dir: common.pki.clone(),
                 gossip: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
-                seeds: seeds.clone(),
+                seeds: seeds.iter().map(|&a| a.into()).collect(),
                 static_nodes: Vec::new(),
                 weight: 1,
                 gossip_key: Some(common.gossip_key),

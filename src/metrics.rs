@@ -3,6 +3,14 @@
 //! Request outcomes (by route and start) and the shard hop latency are
 //! recorded live; the runtime's counters and residency gauges are read at
 //! scrape time through a collector, so there is one source of truth for them.
+//!
+//! Per-Worker series (`hearth_worker_requests_total{script}`, `..._errors`,
+//! `..._cold_starts`, `hearth_worker_cpu_seconds_total`) have a bounded `script` label ([`WorkerMetrics`]):
+//! only the busiest Workers (`metrics_top_workers`, default
+//! [`DEFAULT_TOP_WORKERS`]) get their own value, every other Worker is
+//! counted under [`OTHER_WORKERS`], so a node hosting thousands of Workers
+//! (or asked for thousands of names) exports at most N + 1 series per
+//! metric.
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -12,7 +20,8 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use std::sync::{Arc, OnceLock};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use hearth_runtime::Runtime;
 use hearth_sharding::membership::GossipCounters;
@@ -39,6 +48,236 @@ pub struct Metrics {
     pub hop_latency: Histogram,
     /// Prewarms by where they ran and how they ended ([`crate::prewarm`]).
     pub prewarms: Family<crate::prewarm::PrewarmLabels, Counter>,
+    /// Requests, errors and cold starts by Worker (top N, the rest
+    /// `_other`).
+    pub workers: WorkerMetrics,
+}
+
+/// How many Workers get their own `script` label unless
+/// `metrics_top_workers` says otherwise.
+pub const DEFAULT_TOP_WORKERS: usize = 50;
+
+/// The `script` label of every Worker outside the top N.
+pub const OTHER_WORKERS: &str = "_other";
+
+/// How many Workers' traffic is tracked per labelled one: enough to find
+/// the busiest under a long tail, with memory bounded whatever the names.
+const TRACKED_PER_TOP: usize = 8;
+
+/// Requests between two re-rankings of the busiest Workers.
+const RERANK_EVERY: u64 = 1024;
+
+/// Per-Worker counters with a bounded `script` label: the busiest
+/// `top` Workers by recent traffic each have their own series, all others
+/// share [`OTHER_WORKERS`].
+///
+/// Traffic is counted per Worker in a table of at most `TRACKED_PER_TOP ·
+/// top` entries (a *space-saving* sketch: a new name takes the place of the
+/// least busy one), halved at each re-ranking (every `RERANK_EVERY`
+/// requests) so the ranking follows current traffic. A Worker that leaves
+/// the top N loses its series (its later requests count under `_other`);
+/// each series only ever grows while it exists, so every counter stays
+/// monotonic.
+#[derive(Clone, Debug)]
+pub struct WorkerMetrics(Arc<Mutex<WorkerTable>>);
+
+/// One series' counts.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerCounts {
+    /// Requests served (or failed) by the Worker on this node.
+    pub requests: u64,
+    /// Of those, answered with an error (trap, limit, failed load).
+    pub errors: u64,
+    /// Of those, cold starts (the Worker was loaded for it).
+    pub cold_starts: u64,
+    /// CPU time its handlers used on this node, in nanoseconds.
+    pub cpu_ns: u64,
+}
+
+#[derive(Debug)]
+struct WorkerTable {
+    top: usize,
+    traffic: HashMap<String, u64>,
+    /// The top Workers at the last re-ranking.
+    ranked: HashSet<String>,
+    labelled: HashMap<String, WorkerCounts>,
+    other: WorkerCounts,
+    since_rerank: u64,
+}
+
+impl WorkerMetrics {
+    /// A table that labels the `top` busiest Workers.
+    pub fn new(top: usize) -> Self {
+        WorkerMetrics(Arc::new(Mutex::new(WorkerTable {
+            top,
+            traffic: HashMap::new(),
+            ranked: HashSet::new(),
+            labelled: HashMap::new(),
+            other: WorkerCounts::default(),
+            since_rerank: 0,
+        })))
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, WorkerTable> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Labels the `top` busiest Workers from now on (`metrics_top_workers`).
+    pub fn set_top(&self, top: usize) {
+        let mut t = self.table();
+        t.top = top;
+        t.rerank();
+    }
+
+    /// Counts one request of `script` that started `start` (`cold`,
+    /// `warm`, `prewarmed` or `error`).
+    pub fn record(&self, script: &str, start: &str) {
+        let mut t = self.table();
+        t.count_traffic(script);
+        let counts = t.series(script);
+        counts.requests += 1;
+        match start {
+            "error" => counts.errors += 1,
+            "cold" => counts.cold_starts += 1,
+            _ => {}
+        }
+        t.since_rerank += 1;
+        if t.since_rerank >= RERANK_EVERY {
+            t.rerank();
+        }
+    }
+
+    /// Adds `cpu`, one invocation's handler CPU time, to `script`'s series
+    /// (told by the runtime when the invocation ends, after its request
+    /// was counted).
+    pub fn record_cpu(&self, script: &str, cpu: std::time::Duration) {
+        let mut t = self.table();
+        let counts = t.series(script);
+        counts.cpu_ns = counts
+            .cpu_ns
+            .saturating_add(u64::try_from(cpu.as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    /// Every series now: each labelled Worker, then [`OTHER_WORKERS`].
+    pub fn snapshot(&self) -> Vec<(String, WorkerCounts)> {
+        let t = self.table();
+        let mut out: Vec<(String, WorkerCounts)> =
+            t.labelled.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out.push((OTHER_WORKERS.to_string(), t.other));
+        out
+    }
+}
+
+impl WorkerTable {
+    /// One more request of `script` in the traffic sketch.
+    fn count_traffic(&mut self, script: &str) {
+        if let Some(n) = self.traffic.get_mut(script) {
+            *n += 1;
+            return;
+        }
+        let cap = self.top.max(1) * TRACKED_PER_TOP;
+        let mut start = 1;
+        if self.traffic.len() >= cap
+            && let Some((least, n)) = self
+                .traffic
+                .iter()
+                .min_by_key(|(_, n)| **n)
+                .map(|(k, n)| (k.clone(), *n))
+        {
+            self.traffic.remove(&least);
+            start = n + 1;
+        }
+        self.traffic.insert(script.to_string(), start);
+    }
+
+    /// The series `script`'s request counts under: its own if it has one
+    /// or may take a free one (it was among the busiest at the last
+    /// ranking, or there has been no full ranking yet), else `_other`.
+    fn series(&mut self, script: &str) -> &mut WorkerCounts {
+        let admit = !self.labelled.contains_key(script)
+            && self.labelled.len() < self.top
+            && (self.ranked.len() < self.top || self.ranked.contains(script));
+        if admit {
+            self.labelled
+                .insert(script.to_string(), WorkerCounts::default());
+        }
+        match self.labelled.get_mut(script) {
+            Some(c) => c,
+            None => &mut self.other,
+        }
+    }
+
+    /// Ranks the Workers by traffic since the last ranking (halved since):
+    /// labelled Workers no longer among the top N lose their series.
+    fn rerank(&mut self) {
+        self.since_rerank = 0;
+        let mut by_traffic: Vec<(&String, &u64)> = self.traffic.iter().collect();
+        by_traffic.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+        self.ranked = by_traffic
+            .into_iter()
+            .take(self.top)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let ranked = &self.ranked;
+        self.labelled.retain(|k, _| ranked.contains(k));
+        for n in self.traffic.values_mut() {
+            *n /= 2;
+        }
+        self.traffic.retain(|_, n| *n > 0);
+    }
+}
+
+struct WorkerCollector(WorkerMetrics);
+
+impl std::fmt::Debug for WorkerCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WorkerCollector")
+    }
+}
+
+impl Collector for WorkerCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let series = self.0.snapshot();
+        type Pick = fn(&WorkerCounts) -> u64;
+        let families: [(&str, &str, Pick); 3] = [
+            (
+                "hearth_worker_requests",
+                "Requests by Worker (the busiest metrics_top_workers; the rest as _other)",
+                |c| c.requests,
+            ),
+            (
+                "hearth_worker_errors",
+                "Requests answered with an error (trap, limit, failed load) by Worker",
+                |c| c.errors,
+            ),
+            (
+                "hearth_worker_cold_starts",
+                "Requests that loaded their Worker, by Worker",
+                |c| c.cold_starts,
+            ),
+        ];
+        for (name, help, pick) in families {
+            let c = ConstCounter::new(0u64);
+            let mut fam = enc.encode_descriptor(name, help, None, c.metric_type())?;
+            for (script, counts) in &series {
+                ConstCounter::new(pick(counts))
+                    .encode(fam.encode_family(&[("script", script.as_str())])?)?;
+            }
+        }
+        let c = ConstCounter::new(0f64);
+        let mut fam = enc.encode_descriptor(
+            "hearth_worker_cpu_seconds",
+            "CPU time of Worker handlers on this node, by Worker",
+            None,
+            c.metric_type(),
+        )?;
+        for (script, counts) in &series {
+            ConstCounter::new(counts.cpu_ns as f64 / 1e9)
+                .encode(fam.encode_family(&[("script", script.as_str())])?)?;
+        }
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -412,7 +651,11 @@ impl Metrics {
             "Prewarms from TLS ClientHellos (and homes' prewarm calls), by where they ran (here, home) and outcome",
             prewarms.clone(),
         );
+        let workers = WorkerMetrics::new(DEFAULT_TOP_WORKERS);
+        let cpu = workers.clone();
+        runtime.observe_cpu(Arc::new(move |script, used| cpu.record_cpu(script, used)));
         registry.register_collector(Box::new(RuntimeCollector(runtime)));
+        registry.register_collector(Box::new(WorkerCollector(workers.clone())));
         registry.register_collector(Box::new(RpcCollector(rpc)));
         let gossip = Arc::new(OnceLock::new());
         registry.register_collector(Box::new(GossipCollector(gossip.clone())));
@@ -425,6 +668,7 @@ impl Metrics {
             requests,
             hop_latency,
             prewarms,
+            workers,
         }
     }
 
@@ -458,5 +702,83 @@ impl Metrics {
             out.push_str("# encoding failed\n");
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_script_label_is_bounded_to_the_busiest_workers() {
+        let m = WorkerMetrics::new(3);
+        // A long tail of 10,000 names once each, and three busy Workers.
+        for round in 0..10_000 {
+            m.record(&format!("tail-{round}"), "cold");
+            for busy in ["a", "b", "c"] {
+                m.record(busy, if round % 100 == 0 { "error" } else { "warm" });
+            }
+        }
+        let series = m.snapshot();
+        assert!(series.len() <= 4, "top 3 + _other: {}", series.len());
+        let names: Vec<&str> = series.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(
+            names,
+            ["a", "b", "c", OTHER_WORKERS],
+            "the busiest keep their label"
+        );
+        // Every request is counted, but a series dropped at a ranking goes
+        // with its counts: here the one first tail name, labelled while
+        // no ranking had been made.
+        let total: u64 = series.iter().map(|(_, c)| c.requests).sum();
+        assert_eq!(total, 40_000 - 1);
+        let table = m.table();
+        assert!(
+            table.traffic.len() <= 3 * TRACKED_PER_TOP,
+            "the traffic sketch is bounded too: {}",
+            table.traffic.len()
+        );
+        drop(table);
+        let (_, a) = &series[0];
+        assert!(a.requests > 9_000 && a.errors >= 90, "{a:?}");
+
+        // The label set shows in the exposition, bounded the same way.
+        let text = {
+            let mut r = Registry::default();
+            r.register_collector(Box::new(WorkerCollector(m.clone())));
+            let mut out = String::new();
+            prometheus_client::encoding::text::encode(&mut out, &r).expect("encode");
+            out
+        };
+        let labelled = text
+            .lines()
+            .filter(|l| l.starts_with("hearth_worker_requests_total{"))
+            .count();
+        assert_eq!(labelled, 4, "{text}");
+        assert!(
+            text.contains("hearth_worker_requests_total{script=\"_other\"}"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_worker_that_becomes_busy_gets_a_label_and_an_idle_one_loses_it() {
+        let m = WorkerMetrics::new(1);
+        for _ in 0..RERANK_EVERY {
+            m.record("early", "warm");
+        }
+        for _ in 0..(4 * RERANK_EVERY) {
+            m.record("later", "warm");
+        }
+        let names: Vec<String> = m.snapshot().into_iter().map(|(s, _)| s).collect();
+        assert_eq!(names, ["later", OTHER_WORKERS]);
+        m.record_cpu("later", std::time::Duration::from_millis(1500));
+        m.record_cpu("nobody", std::time::Duration::from_millis(250));
+        let cpu: Vec<u64> = m.snapshot().iter().map(|(_, c)| c.cpu_ns).collect();
+        assert_eq!(
+            cpu,
+            [1_500_000_000, 250_000_000],
+            "CPU to the label, the rest _other"
+        );
     }
 }

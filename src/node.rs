@@ -51,6 +51,8 @@ pub(crate) struct NodeState {
     members_expected: AtomicUsize,
     /// Set when the node starts to drain: it stops reporting ready.
     draining: AtomicBool,
+    /// Precompiling for a new engine ([`Node::set_precompiling`]).
+    precompiling: AtomicBool,
 }
 
 /// Where a request is served, decided once by [`NodeState::place`].
@@ -102,7 +104,8 @@ impl NodeState {
     /// Serves `script_id` on this node in `role`. The one place a response
     /// gets this node's name (`x-hearth-node`), its role
     /// (`x-hearth-route`) and `server-timing`, and is counted
-    /// (`hearth_requests_total{route, start}`).
+    /// (`hearth_requests_total{route, start}`, and per Worker
+    /// `hearth_worker_*{script}`).
     async fn serve(
         &self,
         role: Route,
@@ -110,14 +113,21 @@ impl NodeState {
         mut req: http::Request<Body>,
     ) -> http::Response<Body> {
         crate::invoker::attach_flow(&mut req);
-        let (mut resp, start) = match self.runtime.handle(script_id, req).await {
+        let (mut resp, start, deployed) = match self.runtime.handle(script_id, req).await {
             Ok(served) => {
                 let start = served.start.as_str();
-                (served.into_response(), start)
+                (served.into_response(), start, true)
             }
-            Err(e) => (error_response(&e), "error"),
+            Err(e) => {
+                let deployed = !matches!(e, hearth_runtime::RuntimeError::UnknownScript(_));
+                (error_response(&e), "error", deployed)
+            }
         };
         self.metrics.record(role, start);
+        // Names nobody deployed get no per-Worker series.
+        if deployed {
+            self.metrics.workers.record(script_id, start);
+        }
         self.stamp(&mut resp, role);
         resp
     }
@@ -212,6 +222,10 @@ pub enum NotReady {
     /// It is draining (a signal asked it to stop).
     #[error("draining")]
     Draining,
+    /// It is new to this engine (hearth was upgraded) and precompiles its
+    /// Workers first, so its first requests load instead of compiling.
+    #[error("precompiling Workers for this engine")]
+    Precompiling,
     /// Its script store did not answer a read in time, or failed.
     #[error("the script store does not answer: {0}")]
     Store(String),
@@ -311,6 +325,7 @@ impl Node {
                 link: OnceLock::new(),
                 members_expected: AtomicUsize::new(0),
                 draining: AtomicBool::new(false),
+                precompiling: AtomicBool::new(false),
             }),
         };
         node.install_invoker();
@@ -370,13 +385,23 @@ impl Node {
         self.state.draining.store(true, Ordering::Relaxed);
     }
 
-    /// Whether the node should get traffic now (`/readyz`): not draining,
+    /// Keeps the node not ready while `on` ([`NotReady::Precompiling`]):
+    /// `hearth serve` sets it while it precompiles for a new engine.
+    pub fn set_precompiling(&self, on: bool) {
+        self.state.precompiling.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the node should get traffic now (`/readyz`): not draining, not
+    /// precompiling for a new engine,
     /// its script store answers a read within [`READY_STORE_TIMEOUT`], and
     /// its ring has the members it waits for ([`Node::expect_members`]).
     pub async fn readiness(&self) -> Result<(), NotReady> {
         let state = &self.state;
         if state.draining.load(Ordering::Relaxed) {
             return Err(NotReady::Draining);
+        }
+        if state.precompiling.load(Ordering::Relaxed) {
+            return Err(NotReady::Precompiling);
         }
         let expected = state.members_expected.load(Ordering::Relaxed);
         let members = state

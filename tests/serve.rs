@@ -1,7 +1,8 @@
-//! Real `hearth serve` processes forming a cluster from their config files
-//! (static members, mTLS certificates from `hearth pki`), sharding a Worker
-//! to its home, and draining cleanly on Ctrl-C; `hearth cluster` serving on
-//! when nobody reads its output.
+//! Real `hearth serve` processes forming a cluster from one shared config
+//! file, as the pods of a StatefulSet do (node IDs from `$HOSTNAME`, gossip
+//! seeds given as `localhost:PORT` names, mTLS certificates from `hearth
+//! pki`), sharding a Worker to its home, and draining cleanly on SIGTERM;
+//! `hearth cluster` serving on when nobody reads its output.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -70,18 +71,36 @@ fn header<'a>(resp: &'a str, name: &str) -> &'a str {
         .unwrap_or("")
 }
 
-fn config(dir: &Path, me: usize, ports: &[(u16, u16, u16)]) -> std::path::PathBuf {
-    let (http, admin, rpc) = ports[me];
-    let other = 1 - me;
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free UDP port")
+}
+
+/// One node's ports: HTTP, admin, RPC, gossip.
+type Ports = (u16, u16, u16, u16);
+
+/// The one config file both nodes run with: the node ID from `$HOSTNAME`,
+/// the cluster ports from variables (as a pod's IP would be), and the seeds
+/// as names, the way a Kubernetes ConfigMap shared by a StatefulSet's pods
+/// writes them. (The Worker and admin ports differ by flag: on one host
+/// they cannot be the same.)
+fn shared_config(dir: &Path, ports: &[Ports]) -> std::path::PathBuf {
+    let seeds: Vec<String> = ports
+        .iter()
+        .map(|p| format!("\"localhost:{}\"", p.3))
+        .collect();
     let text = format!(
-        "node_id = \"node-{}\"\nlisten = \"127.0.0.1:{http}\"\nadmin = \"127.0.0.1:{admin}\"\nstore = \"{}\"\n\n[cluster]\nrpc = \"127.0.0.1:{rpc}\"\npki = \"{}\"\nnodes = [{{ id = \"node-{}\", rpc = \"127.0.0.1:{}\" }}]\n",
-        me + 1,
+        "node_id = \"$HOSTNAME\"\n\
+         store = \"{}\"\n\n[cluster]\nrpc = \"127.0.0.1:${{RPC_PORT}}\"\ngossip = \"127.0.0.1:${{GOSSIP_PORT}}\"\n\
+         seeds = [{}]\ngossip_key = \"{}\"\npki = \"{}\"\n",
         dir.join("store").display(),
+        seeds.join(", "),
+        "6b".repeat(32),
         dir.join("pki").display(),
-        other + 1,
-        ports[other].2,
     );
-    let path = dir.join(format!("node-{}.toml", me + 1));
+    let path = dir.join("hearth.toml");
     std::fs::write(&path, text).expect("write config");
     path
 }
@@ -100,8 +119,8 @@ fn two_serve_processes_shard_and_drain() {
         "node-2",
     ]);
     let hello = hearth_sample_workers::path("hello").expect("hello built");
-    let ports: Vec<(u16, u16, u16)> = (0..2)
-        .map(|_| (free_port(), free_port(), free_port()))
+    let ports: Vec<Ports> = (0..2)
+        .map(|_| (free_port(), free_port(), free_port(), free_udp_port()))
         .collect();
     // Pick a script ID homed at node-2, so a request to node-1 is sharded.
     let ring = Ring::new(
@@ -127,12 +146,18 @@ fn two_serve_processes_shard_and_drain() {
         hello.to_str().expect("utf8"),
     ]);
 
+    let cfg = shared_config(d, &ports);
     let mut procs: Vec<Proc> = (0..2)
         .map(|i| {
-            let cfg = config(d, i, &ports);
+            let (http, admin, rpc, gossip) = ports[i];
             Proc(
                 Command::new(BIN)
                     .args(["serve", "--config", cfg.to_str().expect("utf8")])
+                    .args(["--listen", &format!("127.0.0.1:{http}")])
+                    .args(["--admin", &format!("127.0.0.1:{admin}")])
+                    .env("HOSTNAME", format!("node-{}", i + 1))
+                    .env("RPC_PORT", rpc.to_string())
+                    .env("GOSSIP_PORT", gossip.to_string())
                     .stdout(Stdio::null())
                     .stderr(
                         std::fs::File::create(d.join(format!("node-{}.log", i + 1)))
@@ -145,28 +170,52 @@ fn two_serve_processes_shard_and_drain() {
         .collect();
     let node1: SocketAddr = ([127, 0, 0, 1], ports[0].0).into();
     let host = format!("{id}.localhost");
+    let logs = || {
+        format!(
+            "node logs:\n{}\n{}",
+            std::fs::read_to_string(d.join("node-1.log")).unwrap_or_default(),
+            std::fs::read_to_string(d.join("node-2.log")).unwrap_or_default()
+        )
+    };
+    // Both join through the seeds' names: ready once each has met the
+    // other (and proved its node ID).
     let deadline = Instant::now() + Duration::from_secs(30);
+    for (i, p) in ports.iter().enumerate() {
+        loop {
+            let ready = admin_get(([127, 0, 0, 1], p.1).into(), "/readyz");
+            if matches!(ready, Some((200, _))) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node-{} never ready ({ready:?}); {}",
+                i + 1,
+                logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    // Both on both rings: a request to node-1 is served at node-2.
+    let deadline = Instant::now() + Duration::from_secs(10);
     let resp = loop {
-        if let Some((200, r)) = get(node1, &host) {
+        if let Some((200, r)) = get(node1, &host)
+            && header(&r, "x-hearth-route") == "sharded"
+        {
             break r;
         }
         assert!(
             Instant::now() < deadline,
-            "node-1 never served {id}; node logs:\n{}\n{}",
-            std::fs::read_to_string(d.join("node-1.log")).unwrap_or_default(),
-            std::fs::read_to_string(d.join("node-2.log")).unwrap_or_default()
+            "node-1 never sharded {id}; {}",
+            logs()
         );
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert_eq!(header(&resp, "x-hearth-route"), "sharded", "{resp}");
-    assert_eq!(header(&resp, "x-hearth-node"), "node-2");
+    assert_eq!(
+        header(&resp, "x-hearth-node"),
+        "node-2",
+        "node ID from $HOSTNAME"
+    );
     assert!(resp.contains(&format!("hello from {id}")));
-    // Both joined through their seeds: ready.
-    for (i, p) in ports.iter().enumerate() {
-        let (code, body) =
-            admin_get(([127, 0, 0, 1], p.1).into(), "/readyz").expect("admin answers");
-        assert_eq!(code, 200, "node-{} not ready: {body}", i + 1);
-    }
 
     // SIGTERM (what systemd, Docker and Kubernetes send) on node-2: it
     // drains and exits cleanly; node-1 keeps serving.
@@ -260,5 +309,170 @@ fn hearth_cluster_keeps_serving_when_nobody_reads_its_stdout() {
     assert!(
         log.contains("could not print to stdout"),
         "the lost output is not reported:\n{log}"
+    );
+}
+
+/// `node_id = "$HOSTNAME"` with no such variable, or with a hostname that
+/// cannot name a node, stops `hearth serve` at once with a message that
+/// says which.
+#[test]
+fn a_node_id_from_an_unusable_hostname_is_refused_at_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("hearth.toml");
+    std::fs::write(&cfg, "node_id = \"$HOSTNAME\"\n").expect("write config");
+    let serve = |hostname: Option<&str>| {
+        let mut c = Command::new(BIN);
+        c.args(["serve", "--config", cfg.to_str().expect("utf8")]);
+        match hostname {
+            Some(h) => c.env("HOSTNAME", h),
+            None => c.env_remove("HOSTNAME"),
+        };
+        let out = c.output().expect("run hearth serve");
+        assert!(!out.status.success(), "hearth serve started");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let unset = serve(None);
+    assert!(
+        unset.contains("names the environment variable HOSTNAME, which is not set"),
+        "{unset}"
+    );
+    let bad = serve(Some("Build Box"));
+    assert!(
+        bad.contains("gives the node ID \"Build Box\", which cannot name a node"),
+        "{bad}"
+    );
+}
+
+/// The value of counter `name` in a `/metrics` body.
+fn counter(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}_total ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name}_total in /metrics:\n{metrics}"))
+}
+
+/// After an upgrade the engine has no artifacts of its own (here: the
+/// deploys' artifacts are renamed to another engine's). `hearth precompile
+/// pre` makes one for `pre`; the node, finding `up` compiled only by the
+/// old engine, precompiles it before it reports ready. So the node's first
+/// requests to both load artifacts: it compiles nothing on a request.
+#[test]
+fn after_precompile_a_fresh_node_compiles_nothing_on_its_first_request() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    let store_s = store.to_str().expect("utf8");
+    let hello = hearth_sample_workers::path("hello").expect("hello built");
+    let echo = hearth_sample_workers::path("echo").expect("echo built");
+    for (name, wasm) in [("pre", &hello), ("up", &echo)] {
+        run_ok(&[
+            "deploy",
+            "--store",
+            store_s,
+            "--name",
+            name,
+            wasm.to_str().expect("utf8"),
+        ]);
+    }
+    // The deploys compiled for this engine; make their artifacts an older
+    // engine's, as an upgrade finds them.
+    let artifacts = store.join("artifacts");
+    let mut renamed = 0;
+    for e in std::fs::read_dir(&artifacts).expect("artifact dir") {
+        let path = e.expect("entry").path();
+        let name = path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        if let Some((hash, _engine)) = name.strip_suffix(".cwasm").and_then(|s| s.rsplit_once('-'))
+        {
+            std::fs::rename(
+                &path,
+                artifacts.join(format!("{hash}-0000000000000000.cwasm")),
+            )
+            .expect("rename artifact");
+            renamed += 1;
+        }
+    }
+    assert_eq!(renamed, 2, "each deploy wrote one artifact");
+    let precompile = || {
+        let out = Command::new(BIN)
+            .args(["precompile", "pre", "--store", store_s])
+            .output()
+            .expect("run hearth precompile");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let first = precompile();
+    assert!(first.contains("pre: compiled"), "{first}");
+    assert!(
+        first.contains("1 of 1 Workers have artifacts for this engine"),
+        "{first}"
+    );
+    assert!(precompile().contains("pre: already cached"), "idempotent");
+    let all = Command::new(BIN)
+        .args(["precompile", "--all", "nope", "--store", store_s])
+        .output()
+        .expect("run hearth precompile");
+    assert!(
+        !all.status.success(),
+        "--all and names together are refused"
+    );
+
+    let (http, admin) = (free_port(), free_port());
+    let log = dir.path().join("node.log");
+    let out = dir.path().join("node.out");
+    let _node = Proc(
+        Command::new(BIN)
+            .args(["serve", "--store", store_s])
+            .args(["--listen", &format!("127.0.0.1:{http}")])
+            .args(["--admin", &format!("127.0.0.1:{admin}")])
+            .stdout(std::fs::File::create(&out).expect("stdout file"))
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn hearth serve"),
+    );
+    let admin: SocketAddr = ([127, 0, 0, 1], admin).into();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !matches!(admin_get(admin, "/readyz"), Some((200, _))) {
+        assert!(
+            Instant::now() < deadline,
+            "never ready: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let said = std::fs::read_to_string(&out).unwrap_or_default();
+    assert!(
+        said.contains("new engine: precompiled 1 Workers before reporting ready"),
+        "{said}"
+    );
+    let (_, metrics) = admin_get(admin, "/metrics").expect("metrics");
+    assert_eq!(
+        counter(&metrics, "hearth_compiles"),
+        1,
+        "`up`, before ready"
+    );
+    for script in ["pre", "up"] {
+        let host = format!("{script}.localhost");
+        let (code, resp) = get(([127, 0, 0, 1], http).into(), &host).expect("answers");
+        assert_eq!(code, 200, "{resp}");
+        assert_eq!(header(&resp, "x-hearth-start"), "cold", "{resp}");
+    }
+    let (_, metrics) = admin_get(admin, "/metrics").expect("metrics");
+    assert_eq!(
+        counter(&metrics, "hearth_compiles"),
+        1,
+        "no request compiled"
+    );
+    assert_eq!(
+        counter(&metrics, "hearth_artifact_loads"),
+        2,
+        "both loaded artifacts"
     );
 }

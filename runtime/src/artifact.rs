@@ -33,6 +33,16 @@
 //! (what [`ArtifactCache::store`] does). Truncating or rewriting a mapped
 //! artifact in place (`cp` over it, say) would fault the node (SIGBUS) the
 //! next time that code runs; operators must not do it.
+//!
+//! ## Ahead of a rollout
+//!
+//! The engine fingerprint changes with the hearth build (wasmtime version,
+//! its settings), so a node on a new build finds no artifact of its own
+//! and would compile every Worker on its first request.
+//! [`Runtime::precompile`](crate::Runtime::precompile) (`hearth precompile
+//! --all`, run with the new binary before the rollout) fills the cache,
+//! and a store that shares artifacts (S3) hands them to every node, which
+//! then loads on its first request ([`Precompiled`]).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -259,9 +269,72 @@ impl ArtifactCache {
         Ok(())
     }
 
+    /// The source hashes that have an artifact of another engine (an
+    /// earlier hearth build) in this cache but none of this engine, newest
+    /// first: Workers this node compiled or loaded before an upgrade and
+    /// has not yet on this build. Empty if the cache cannot be read.
+    pub fn other_engine_hashes(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut own = std::collections::HashSet::new();
+        let mut found: Vec<(std::time::SystemTime, String)> = Vec::new();
+        for entry in entries.flatten() {
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            let Some((hash, engine)) = name
+                .strip_suffix(".cwasm")
+                .and_then(|stem| stem.rsplit_once('-'))
+            else {
+                continue;
+            };
+            if !crate::script_store::is_source_hash(hash) {
+                continue;
+            }
+            if engine == self.engine_id {
+                own.insert(hash.to_string());
+                continue;
+            }
+            let modified = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            found.push((modified, hash.to_string()));
+        }
+        found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        found
+            .into_iter()
+            .filter_map(|(_, h)| own.insert(h.clone()).then_some(h))
+            .collect()
+    }
+
     /// The directory artifacts are kept in.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+}
+
+/// What [`Runtime::precompile`](crate::Runtime::precompile) found or did
+/// for one Worker: after any of these, a node on this engine loads the
+/// Worker's artifact on its first request instead of compiling it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precompiled {
+    /// Its artifact for this engine was already in the local cache.
+    Cached,
+    /// The store shared one (another node compiled it): now cached here.
+    Fetched,
+    /// Compiled now, cached here and shared through the store.
+    Compiled,
+}
+
+impl std::fmt::Display for Precompiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Precompiled::Cached => "already cached",
+            Precompiled::Fetched => "fetched from the store",
+            Precompiled::Compiled => "compiled",
+        })
     }
 }
 

@@ -11,7 +11,7 @@ use tokio::sync::OnceCell;
 use wasmtime::Engine;
 use wasmtime::component::{Component, Linker};
 
-use crate::artifact::{ArtifactCache, Lookup};
+use crate::artifact::{ArtifactCache, Lookup, Precompiled};
 use crate::body::{self, Body};
 use crate::config::RuntimeConfig;
 use crate::engine::{build_engine, build_linker};
@@ -88,6 +88,11 @@ pub enum Prewarm {
     /// the busy window (memory pressure drops prewarms first).
     NoRoom,
 }
+
+/// Told the script ID and handler CPU time of each invocation as it ends
+/// ([`Runtime::observe_cpu`]); runs on the invocation's task, so it must
+/// be quick.
+pub type CpuObserver = Arc<dyn Fn(&str, Duration) + Send + Sync>;
 
 /// A served request: the response and how it was produced.
 pub struct Served {
@@ -254,6 +259,13 @@ impl Runtime {
             .unwrap_or_else(|p| p.into_inner()) = Some(invoker);
     }
 
+    /// Installs what is told each invocation's handler CPU time, with its
+    /// script ID, when the invocation ends (the node's per-Worker
+    /// metrics); only the first call installs one.
+    pub fn observe_cpu(&self, observer: CpuObserver) {
+        let _ = self.inner.node.cpu_observer.set(observer);
+    }
+
     /// The configuration this runtime was built from.
     pub fn config(&self) -> &RuntimeConfig {
         &self.inner.config
@@ -415,6 +427,50 @@ impl Runtime {
         })
         .await;
         matches!(written, Ok(Ok(())))
+    }
+
+    /// Makes sure the current version of `script_id` has an artifact for
+    /// this engine, in the local cache and (for a store that shares
+    /// artifacts) in the store, so a node on this engine loads it on its
+    /// first request instead of compiling ([`crate::artifact`]). Nothing is
+    /// made resident. The compile runs on the blocking pool.
+    pub async fn precompile(&self, script_id: &str) -> Result<Precompiled, RuntimeError> {
+        let inner = &self.inner;
+        let err = |message: String| RuntimeError::Load {
+            script_id: script_id.into(),
+            message,
+        };
+        let meta = self
+            .store_meta(script_id)
+            .await
+            .map_err(|e| err(e.to_string()))?
+            .ok_or_else(|| RuntimeError::UnknownScript(script_id.into()))?;
+        if self.load_artifact_async(&meta.hash).await.is_some() {
+            return Ok(Precompiled::Cached);
+        }
+        if inner.store.keeps_artifacts()
+            && self.fetch_artifact(&meta.hash).await
+            && self.load_artifact_async(&meta.hash).await.is_some()
+        {
+            return Ok(Precompiled::Fetched);
+        }
+        Stats::bump(&inner.stats.store_reads);
+        let (meta, source) = inner
+            .store
+            .get(script_id)
+            .await
+            .map_err(|e| err(e.to_string()))?
+            .ok_or_else(|| RuntimeError::UnknownScript(script_id.into()))?;
+        let rt = self.clone();
+        let hash = meta.hash.clone();
+        tokio::task::spawn_blocking(move || rt.compile_source(&hash, &source))
+            .await
+            .map_err(|e| err(e.to_string()))?
+            .map_err(|e| err(e.to_string()))?;
+        if inner.store.keeps_artifacts() {
+            self.share_artifact(&meta.hash).await;
+        }
+        Ok(Precompiled::Compiled)
     }
 
     /// The lock that serialises deploys of `script_id` on this node (the

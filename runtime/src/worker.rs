@@ -42,6 +42,9 @@ pub(crate) struct NodeShared {
     pub(crate) egress: Arc<crate::egress::Egress>,
     /// Carries this node's nested calls ([`crate::outgoing`]), once installed.
     pub(crate) invoker: std::sync::RwLock<Option<Arc<dyn crate::outgoing::Invoker>>>,
+    /// Told each invocation's handler CPU time, once installed
+    /// ([`crate::Runtime::observe_cpu`]).
+    pub(crate) cpu_observer: std::sync::OnceLock<crate::runtime::CpuObserver>,
 }
 
 impl NodeShared {
@@ -57,6 +60,7 @@ impl NodeShared {
             egress: Arc::new(crate::egress::Egress::new(cfg.egress, stats.clone())),
             stats,
             invoker: std::sync::RwLock::new(None),
+            cpu_observer: std::sync::OnceLock::new(),
         })
     }
 }
@@ -345,7 +349,7 @@ impl Worker {
                 (i, Some(s))
             }
         };
-        let on_done = self.on_done(slots);
+        let on_done = self.on_done(slots, inst.meter());
         // An instance that served before (not one just started, nor one a
         // prewarm parked unused) is a reused one.
         let reused = inst.served > 0;
@@ -465,9 +469,13 @@ impl Worker {
     /// What happens when an invocation ends: a healthy instance goes back
     /// to the idle pool, a failed one is discarded and counted by why;
     /// either way the request's `slots` are given back.
-    fn on_done(self: &Arc<Self>, slots: Slots) -> OnDone {
+    fn on_done(self: &Arc<Self>, slots: Slots, meter: Arc<crate::cpu::CpuMeter>) -> OnDone {
         let me = self.clone();
         Box::new(move |r| {
+            // Read before the instance goes back: its next request resets it.
+            if let Some(observe) = me.node.cpu_observer.get() {
+                observe(&me.script_id, meter.used());
+            }
             match r {
                 Ok(inst) => me.put_idle(inst),
                 Err(e) => {

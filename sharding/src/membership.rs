@@ -14,6 +14,15 @@
 //! - **Static nodes** (`MembershipConfig::static_nodes`) are pinned: always
 //!   on the ring, never failure-checked. With `gossip: None` they are the
 //!   whole cluster (development, tests, or a cluster managed by config).
+//! - **Names**: a static node's address and a gossip seed may be a DNS name
+//!   with a port ([`PeerAddr`]) instead of an IP address. Names are resolved
+//!   when membership starts and again every
+//!   [`MembershipConfig::resolve_every`] ([`RESOLVE_EVERY`] by default), so
+//!   a Kubernetes headless Service (one name, one address per pod, pods
+//!   coming and going with new IPs) works as the seed list: a seed name
+//!   stands for every address it resolves to, a static node takes the first.
+//!   A name that does not resolve (yet) leaves its node off the ring, or its
+//!   seeds out, until it does; each failure is logged once until it resolves.
 //! - **Gossip members** carry their node ID, RPC address, weight, a
 //!   *generation* (start time in ms) and a *draining* flag inside their gossip
 //!   identity, so the live set needs no second round of lookups. A restarted
@@ -84,11 +93,12 @@
 //! then it stays off the ring; a member that fails is warned about and
 //! checked again every [`IDENTITY_RETRY`] while it keeps gossiping.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::net::SocketAddr;
 use std::num::{NonZeroU8, NonZeroUsize};
 use std::ops::ControlFlow;
+use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -122,6 +132,228 @@ const MAX_PACKET: usize = 1400;
 /// How soon a gossip member that failed its [`IdentityCheck`] is checked
 /// again (it may only have been starting).
 pub const IDENTITY_RETRY: Duration = Duration::from_secs(2);
+
+/// How often DNS names among the seeds and static nodes are resolved again
+/// unless [`MembershipConfig::resolve_every`] says otherwise.
+pub const RESOLVE_EVERY: Duration = Duration::from_secs(10);
+
+/// The longest one name's lookup may take before that round counts it as
+/// not resolving (the system resolver can retry for much longer).
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A peer's address as configured: an IP address and port, or a DNS name
+/// and port (`hearth.default.svc.cluster.local:7001`) that membership
+/// resolves at start and again every [`MembershipConfig::resolve_every`].
+/// Written `ip:port`, `[ipv6]:port` or `name:port`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[serde(try_from = "String")]
+pub enum PeerAddr {
+    /// An IP address and port, used as is.
+    Ip(SocketAddr),
+    /// A DNS name and port, resolved again and again.
+    Name {
+        /// The name, e.g. a headless Service's.
+        host: String,
+        /// The port on every address it resolves to.
+        port: u16,
+    },
+}
+
+/// Why a string is not a [`PeerAddr`].
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{0:?} is not a peer address: write IP:PORT, [IPv6]:PORT or NAME:PORT \
+     (e.g. \"hearth.default.svc.cluster.local:7001\")"
+)]
+pub struct PeerAddrError(String);
+
+impl FromStr for PeerAddr {
+    type Err = PeerAddrError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Ok(addr) = s.parse::<SocketAddr>() {
+            return Ok(Self::Ip(addr));
+        }
+        let bad = || PeerAddrError(s.to_string());
+        let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+        };
+        let host = host.strip_suffix('.').unwrap_or(host);
+        if host.len() > 253 || !host.split('.').all(label_ok) {
+            return Err(bad());
+        }
+        Ok(Self::Name {
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+impl TryFrom<String> for PeerAddr {
+    type Error = PeerAddrError;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<SocketAddr> for PeerAddr {
+    fn from(addr: SocketAddr) -> Self {
+        Self::Ip(addr)
+    }
+}
+
+impl std::fmt::Display for PeerAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Ip(addr) => write!(f, "{addr}"),
+            Self::Name { host, port } => write!(f, "{host}:{port}"),
+        }
+    }
+}
+
+impl PeerAddr {
+    /// Whether this is a name (and so worth resolving again).
+    pub fn is_name(&self) -> bool {
+        matches!(self, Self::Name { .. })
+    }
+
+    /// The addresses this stands for now, sorted: itself for an IP
+    /// address, what the system resolver answers for a name (an error if
+    /// it answers nothing within 5 s).
+    pub async fn resolve(&self) -> io::Result<Vec<SocketAddr>> {
+        let (host, port) = match self {
+            Self::Ip(addr) => return Ok(vec![*addr]),
+            Self::Name { host, port } => (host.as_str(), *port),
+        };
+        let found = tokio::time::timeout(LOOKUP_TIMEOUT, tokio::net::lookup_host((host, port)))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "DNS lookup timed out"))??;
+        let mut addrs: Vec<SocketAddr> = found.collect();
+        addrs.sort();
+        addrs.dedup();
+        if addrs.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "no addresses"));
+        }
+        Ok(addrs)
+    }
+}
+
+/// A static member as configured: its address may be a DNS name
+/// ([`PeerAddr`]), e.g. a StatefulSet pod's stable name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StaticMember {
+    /// Its node ID.
+    pub id: NodeId,
+    /// Where its shard server listens.
+    pub addr: PeerAddr,
+    /// Its weight on the ring.
+    pub weight: u32,
+}
+
+impl From<Member> for StaticMember {
+    fn from(m: Member) -> Self {
+        Self {
+            id: m.id,
+            addr: PeerAddr::Ip(m.rpc_addr),
+            weight: m.weight,
+        }
+    }
+}
+
+/// The names of a membership's seeds and static nodes, and what they
+/// resolved to last.
+struct Names {
+    statics: Vec<StaticMember>,
+    seeds: Vec<PeerAddr>,
+    /// Names whose last lookup failed (each failure is logged once).
+    failing: HashSet<PeerAddr>,
+}
+
+/// What the configured seeds and static nodes stand for at one moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Resolved {
+    statics: Vec<Member>,
+    seeds: Vec<SocketAddr>,
+}
+
+impl Names {
+    fn any(&self) -> bool {
+        self.seeds.iter().any(PeerAddr::is_name) || self.statics.iter().any(|s| s.addr.is_name())
+    }
+
+    /// Resolves every address once; a name that fails is left out.
+    async fn resolve(&mut self) -> Resolved {
+        let mut resolved = Resolved {
+            statics: Vec::new(),
+            seeds: Vec::new(),
+        };
+        for s in &self.statics {
+            if let Some(addrs) = lookup(&mut self.failing, &s.addr).await {
+                if addrs.len() > 1 {
+                    tracing::debug!(node = %s.id, name = %s.addr, ?addrs,
+                        "static node's name has several addresses; using the first");
+                }
+                resolved
+                    .statics
+                    .push(Member::new(s.id.clone(), addrs[0]).with_weight(s.weight));
+            }
+        }
+        for seed in &self.seeds {
+            if let Some(addrs) = lookup(&mut self.failing, seed).await {
+                resolved.seeds.extend(addrs);
+            }
+        }
+        resolved.seeds.sort();
+        resolved.seeds.dedup();
+        resolved
+    }
+}
+
+/// `addr`'s addresses, or `None` (logged when it starts failing).
+async fn lookup(failing: &mut HashSet<PeerAddr>, addr: &PeerAddr) -> Option<Vec<SocketAddr>> {
+    match addr.resolve().await {
+        Ok(addrs) => {
+            if failing.remove(addr) {
+                tracing::info!(name = %addr, ?addrs, "peer name resolves again");
+            }
+            Some(addrs)
+        }
+        Err(error) => {
+            if failing.insert(addr.clone()) {
+                tracing::warn!(name = %addr, %error,
+                    "peer name does not resolve; left out until it does (retried every few seconds)");
+            }
+            None
+        }
+    }
+}
+
+/// Resolves `names` every `every` and sends each change to the membership
+/// task, until that task stops.
+async fn re_resolve(
+    mut names: Names,
+    mut last: Resolved,
+    every: Duration,
+    commands: mpsc::UnboundedSender<Command>,
+) {
+    loop {
+        tokio::time::sleep(every).await;
+        let now = names.resolve().await;
+        if now != last {
+            tracing::info!(seeds = ?now.seeds, statics = ?now.statics, "peer names resolve to new addresses");
+            if commands.send(Command::Resolved(now.clone())).is_err() {
+                return;
+            }
+            last = now;
+        }
+    }
+}
 
 /// Proves a gossip member is the node it claims to be before it gets a ring
 /// slot: resolves `Ok` only if the node listening at `node.rpc_addr` holds
@@ -158,11 +390,14 @@ pub struct MembershipConfig {
     pub node: Member,
     /// Nodes that are always members (no failure detection). An entry with
     /// this node's own ID is ignored.
-    pub static_nodes: Vec<Member>,
+    pub static_nodes: Vec<StaticMember>,
     /// Gossip with the other nodes; `None` for a static cluster.
     pub gossip: Option<GossipConfig>,
     /// Ring layout; must be the same on every node.
     pub ring: RingConfig,
+    /// How often DNS names among the seeds and static nodes are resolved
+    /// again ([`RESOLVE_EVERY`] by default).
+    pub resolve_every: Duration,
 }
 
 impl MembershipConfig {
@@ -174,12 +409,13 @@ impl MembershipConfig {
             static_nodes: Vec::new(),
             gossip: Some(GossipConfig {
                 listen,
-                seeds,
+                seeds: seeds.into_iter().map(PeerAddr::Ip).collect(),
                 timing: FailureDetection::default(),
                 key: None,
                 verify: None,
             }),
             ring: RingConfig::default(),
+            resolve_every: RESOLVE_EVERY,
         }
     }
 
@@ -187,9 +423,10 @@ impl MembershipConfig {
     pub fn fixed(node: Member, static_nodes: Vec<Member>) -> Self {
         Self {
             node,
-            static_nodes,
+            static_nodes: static_nodes.into_iter().map(StaticMember::from).collect(),
             gossip: None,
             ring: RingConfig::default(),
+            resolve_every: RESOLVE_EVERY,
         }
     }
 }
@@ -201,9 +438,10 @@ pub struct GossipConfig {
     /// (not 0.0.0.0); port 0 picks a free port (see
     /// [`Membership::gossip_addr`]).
     pub listen: SocketAddr,
-    /// Gossip addresses of nodes to join through. This node keeps announcing
-    /// to them while it knows no peer, so start order does not matter.
-    pub seeds: Vec<SocketAddr>,
+    /// Gossip addresses of nodes to join through (a name stands for every
+    /// address it resolves to). This node keeps announcing to them while it
+    /// knows no peer, so start order does not matter.
+    pub seeds: Vec<PeerAddr>,
     /// Failure-detection timing.
     pub timing: FailureDetection,
     /// The cluster's shared gossip key. When set, every datagram carries a
@@ -379,6 +617,8 @@ pub struct Membership {
     updates: watch::Receiver<Arc<Ring>>,
     commands: mpsc::UnboundedSender<Command>,
     task: Option<JoinHandle<()>>,
+    /// Resolves the configured names again and again, if there are any.
+    resolver: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Membership {
@@ -394,6 +634,8 @@ impl std::fmt::Debug for Membership {
 enum Command {
     Drain(oneshot::Sender<()>),
     Shutdown(oneshot::Sender<()>),
+    /// The seeds' and static nodes' names resolve to new addresses.
+    Resolved(Resolved),
 }
 
 impl Membership {
@@ -404,13 +646,23 @@ impl Membership {
         let MembershipConfig {
             node,
             static_nodes,
-            gossip,
+            mut gossip,
             ring: ring_config,
+            resolve_every,
         } = config;
-        let statics: Vec<Member> = static_nodes
-            .into_iter()
-            .filter(|n| n.id != node.id)
-            .collect();
+        let mut names = Names {
+            statics: static_nodes
+                .into_iter()
+                .filter(|n| n.id != node.id)
+                .collect(),
+            seeds: gossip
+                .as_mut()
+                .map(|g| std::mem::take(&mut g.seeds))
+                .unwrap_or_default(),
+            failing: HashSet::new(),
+        };
+        let resolved = names.resolve().await;
+        let statics = resolved.statics.clone();
         let initial = Arc::new(Ring::new(
             statics.iter().cloned().chain([node.clone()]),
             ring_config,
@@ -433,10 +685,14 @@ impl Membership {
         let (gossip_addr, task) = match gossip {
             None => (None, tokio::spawn(run_static(view, command_rx))),
             Some(gossip) => {
-                let driver = Driver::bind(view, gossip, counters.clone()).await?;
+                let driver =
+                    Driver::bind(view, gossip, resolved.seeds.clone(), counters.clone()).await?;
                 (Some(driver.me.gossip), tokio::spawn(driver.run(command_rx)))
             }
         };
+        let resolver = names
+            .any()
+            .then(|| tokio::spawn(re_resolve(names, resolved, resolve_every, commands.clone())));
         Ok(Self {
             self_id,
             gossip_addr,
@@ -445,6 +701,7 @@ impl Membership {
             updates,
             commands,
             task: Some(task),
+            resolver,
         })
     }
 
@@ -490,6 +747,9 @@ impl Membership {
     /// Leaves the cluster (peers are told, so they drop this node without
     /// waiting for failure detection) and stops the membership task.
     pub async fn shutdown(mut self) -> Result<(), MembershipError> {
+        if let Some(resolver) = self.resolver.take() {
+            resolver.abort();
+        }
         let (reply, done) = oneshot::channel();
         self.commands
             .send(Command::Shutdown(reply))
@@ -508,6 +768,9 @@ impl Drop for Membership {
         if let Some(task) = self.task.take() {
             task.abort();
         }
+        if let Some(resolver) = self.resolver.take() {
+            resolver.abort();
+        }
     }
 }
 
@@ -523,6 +786,12 @@ struct View {
 }
 
 impl View {
+    /// Replaces the static members (their names resolved anew), leaving out
+    /// this node.
+    fn set_statics(&mut self, statics: Vec<Member>) {
+        self.statics = statics.into_iter().filter(|n| n.id != self.me.id).collect();
+    }
+
     /// Recomputes the live set from the gossip members (those allowed on the
     /// ring) and, if it changed, builds, publishes and logs the new ring.
     fn rebuild<'a>(&self, gossip_members: impl Iterator<Item = &'a GossipIdentity>) {
@@ -616,6 +885,10 @@ async fn run_static(mut view: View, mut commands: mpsc::UnboundedReceiver<Comman
             Command::Shutdown(reply) => {
                 let _ = reply.send(());
                 return;
+            }
+            Command::Resolved(resolved) => {
+                view.set_statics(resolved.statics);
+                view.rebuild(std::iter::empty());
             }
         }
     }
@@ -760,14 +1033,16 @@ enum Event {
 }
 
 impl Driver {
+    /// Binds the gossip socket; `seeds` are the configured seeds resolved.
     async fn bind(
         view: View,
         gossip: GossipConfig,
+        seeds: Vec<SocketAddr>,
         counters: GossipCounters,
     ) -> Result<Self, MembershipError> {
         let GossipConfig {
             listen,
-            seeds,
+            seeds: _,
             timing,
             key,
             verify,
@@ -904,6 +1179,13 @@ impl Driver {
                     let deadline = Instant::now() + self.timing.drain_timeout;
                     self.pending_drain = Some((reply, deadline));
                 }
+                ControlFlow::Continue(())
+            }
+            Command::Resolved(resolved) => {
+                let own = self.me.gossip;
+                self.seeds = resolved.seeds.into_iter().filter(|s| *s != own).collect();
+                self.view.set_statics(resolved.statics);
+                self.rebuild();
                 ControlFlow::Continue(())
             }
         }

@@ -11,7 +11,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hearth_sharding::membership::{
-    FailureDetection, GossipCounters, Membership, MembershipConfig, MembershipError,
+    FailureDetection, GossipCounters, Membership, MembershipConfig, MembershipError, PeerAddr,
+    StaticMember,
 };
 use hearth_sharding::ring::{Member, NodeId, RingError, SharedRing};
 use tokio::sync::mpsc;
@@ -288,6 +289,35 @@ async fn static_membership_and_drain() {
     let latest = updates.borrow_and_update().clone();
     assert_eq!(latest.len(), 2);
     membership.shutdown().await.expect("shutdown");
+}
+
+/// A static member may be given by DNS name (a StatefulSet pod's stable
+/// name): it is on the ring at the address the name resolves to.
+#[tokio::test]
+async fn a_static_member_named_by_dns_is_on_the_ring_at_its_address() {
+    let me = Member::new("me", rpc(1));
+    let mut config = MembershipConfig::fixed(me, vec![]);
+    config.static_nodes.push(StaticMember {
+        id: NodeId::new("peer"),
+        addr: "localhost:7123".parse().expect("a name and a port"),
+        weight: 2,
+    });
+    let membership = Membership::start(config).await.expect("starts");
+    let ring = membership.ring().load_full();
+    let peer = ring
+        .get(&NodeId::new("peer"))
+        .expect("the named peer is on the ring");
+    assert!(peer.rpc_addr.ip().is_loopback(), "{peer:?}");
+    assert_eq!((peer.rpc_addr.port(), peer.weight), (7123, 2));
+    membership.shutdown().await.expect("shutdown");
+
+    for bad in ["localhost", "localhost:http", ":80", "a b:1", "[::1]"] {
+        assert!(bad.parse::<PeerAddr>().is_err(), "{bad}");
+    }
+    assert_eq!(
+        "10.0.0.1:7001".parse::<PeerAddr>().expect("ip"),
+        PeerAddr::Ip(([10, 0, 0, 1], 7001).into())
+    );
 }
 
 #[tokio::test]

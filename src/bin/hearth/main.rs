@@ -6,6 +6,7 @@
 mod cluster;
 mod deploy;
 mod hand_back;
+mod precompile;
 mod ring;
 mod serve;
 
@@ -51,6 +52,10 @@ enum Command {
     /// other node drop its warm copy (after a crashed home has rejoined,
     /// its Workers otherwise drift back only as the copies go idle).
     HandBack(hand_back::HandBackArgs),
+    /// Compile Workers for this build's engine into the store's artifact
+    /// cache ahead of a rollout, so upgraded nodes load instead of
+    /// compiling on their first request.
+    Precompile(precompile::PrecompileArgs),
     /// List the sample Workers built with hearth, with their paths.
     Samples,
     /// Create a development cluster CA (if DIR has none) and certificates
@@ -127,6 +132,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Deploy(args) => deploy::run(args).await,
         Command::Ring(args) => ring::run(args).await,
         Command::HandBack(args) => hand_back::run(args).await,
+        Command::Precompile(args) => precompile::run(args).await,
         Command::Cluster(args) => cluster::run(args).await,
         Command::Pki { dir, nodes } => {
             if !dir.join("ca.pem").exists() {

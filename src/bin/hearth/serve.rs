@@ -29,7 +29,11 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let runtime = Runtime::with_store(cfg.settings.apply(store.runtime), store.scripts)?;
     let token = token(&cfg, &store.data_dir)?;
     let node = Node::with_prewarm(cfg.node_id.clone(), runtime, cfg.settings.prewarm());
+    if let Some(top) = cfg.settings.metrics_top_workers {
+        node.metrics().workers.set_top(top);
+    }
     let (node, joined) = join(node, &cfg).await?;
+    precompile_after_upgrade(&node);
     // Catch the signals before anything listens, so an early SIGTERM drains
     // too instead of killing the process.
     let mut signals = Signals::new()?;
@@ -77,6 +81,66 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// How many Workers a node new to its engine precompiles before it
+/// reports ready.
+const UPGRADE_PRECOMPILE: usize = 16;
+
+/// The longest a node new to its engine stays not ready to precompile.
+const UPGRADE_PRECOMPILE_FOR: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// After an upgrade (the artifact cache holds only another engine's
+/// artifacts): precompiles, in the background and one at a time, the
+/// Workers this node had artifacts for, most recently compiled first (at
+/// most [`UPGRADE_PRECOMPILE`], for at most [`UPGRADE_PRECOMPILE_FOR`]),
+/// and reports not ready (`/readyz`) until done, so the first requests it
+/// gets load artifacts instead of compiling. Artifacts another node or
+/// `hearth precompile` already shared are fetched, not compiled.
+fn precompile_after_upgrade(node: &Node) {
+    let hashes = node.runtime().artifacts().other_engine_hashes();
+    if hashes.is_empty() {
+        return;
+    }
+    node.set_precompiling(true);
+    let node = node.clone();
+    tokio::spawn(async move {
+        let work = async {
+            let metas = match node.runtime().script_store().list().await {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot list Workers to precompile after the upgrade");
+                    return 0;
+                }
+            };
+            let ids: Vec<&str> = hashes
+                .iter()
+                .filter_map(|h| metas.iter().find(|m| &m.hash == h))
+                .map(|m| m.script_id.as_str())
+                .take(UPGRADE_PRECOMPILE)
+                .collect();
+            let mut done = 0;
+            for id in ids {
+                match node.runtime().precompile(id).await {
+                    Ok(how) => {
+                        tracing::info!(script = id, "precompiled for the new engine: {how}");
+                        done += 1;
+                    }
+                    Err(e) => tracing::warn!(script = id, error = %e, "cannot precompile"),
+                }
+            }
+            done
+        };
+        match tokio::time::timeout(UPGRADE_PRECOMPILE_FOR, work).await {
+            Ok(done) => crate::say(&format!(
+                "new engine: precompiled {done} Workers before reporting ready"
+            )),
+            Err(_) => tracing::warn!(
+                "new engine: precompiling took over {UPGRADE_PRECOMPILE_FOR:?}; ready anyway"
+            ),
+        }
+        node.set_precompiling(false);
+    });
 }
 
 /// The signals that stop a node: SIGTERM (systemd, Docker, Kubernetes) and
@@ -133,15 +197,16 @@ async fn join(node: Node, cfg: &ServeConfig) -> anyhow::Result<(Node, Option<Joi
     let Some(c) = &cfg.settings.cluster else {
         return Ok((node, None));
     };
-    let rpc_listener = TcpListener::bind(c.rpc)
+    let rpc = c.rpc.addr("[cluster] rpc")?;
+    let rpc_listener = TcpListener::bind(rpc)
         .await
-        .with_context(|| format!("cannot listen for RPC on {}", c.rpc))?;
+        .with_context(|| format!("cannot listen for RPC on {rpc}"))?;
     // Through seeds, the node is ready once it has met one of them.
     node.expect_members(if c.seeds.is_empty() { 1 } else { 2 });
     let joined = hearth::cluster::join(node, c.join_config(&cfg.node_id, rpc_listener)?).await?;
     crate::say(&format!(
         "joined the cluster: rpc {} (pki {})",
-        c.rpc,
+        rpc,
         c.pki.display()
     ));
     Ok((joined.node.clone(), Some(joined)))
