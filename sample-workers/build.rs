@@ -42,6 +42,7 @@ const WORKERS: &[&str] = &[
     "chatty",
     "body-hog",
     "fan-out",
+    "config-echo",
 ];
 
 /// A sample Worker in another language, built by its own toolchain.

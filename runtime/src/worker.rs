@@ -38,6 +38,8 @@ pub(crate) struct NodeShared {
     /// Subrequests one invocation may have in flight ([`crate::outgoing`]).
     pub(crate) subrequests: usize,
     pub(crate) stats: Arc<Stats>,
+    /// Seals and opens Worker secrets ([`crate::secrets`]).
+    pub(crate) secrets_key: crate::secrets::SecretsKey,
     /// Carries this node's nested calls ([`crate::outgoing`]), once installed.
     pub(crate) invoker: std::sync::RwLock<Option<Arc<dyn crate::outgoing::Invoker>>>,
 }
@@ -53,6 +55,7 @@ impl NodeShared {
             buffer_before_slot: cfg.buffer_before_slot,
             subrequests: cfg.max_concurrent_subrequests,
             stats,
+            secrets_key: crate::secrets::SecretsKey::derive(&cfg.artifact_key),
             invoker: std::sync::RwLock::new(None),
         })
     }
@@ -85,6 +88,8 @@ pub(crate) struct Worker {
     checked_ms: AtomicU64,
     pub(crate) limits: PlanLimits,
     script_id: Arc<str>,
+    /// Its environment and node log, shared by its instances.
+    io: Arc<crate::host::WorkerIo>,
     /// The Worker's bindings, shared with every request's hooks.
     bindings: Arc<crate::bindings::Bindings>,
     engine: Engine,
@@ -118,6 +123,7 @@ impl Worker {
         linker: &Linker<Host>,
         component: &Component,
         meta: ScriptMeta,
+        env: crate::secrets::WorkerEnv,
         limits: PlanLimits,
         reuse: ReusePolicy,
         node: Arc<NodeShared>,
@@ -133,8 +139,14 @@ impl Worker {
             });
         let range = component.image_range();
         let code_bytes = (range.end as usize).saturating_sub(range.start as usize) as u64;
+        let script_id: Arc<str> = meta.script_id.as_str().into();
         Ok(Worker {
-            script_id: meta.script_id.as_str().into(),
+            io: Arc::new(crate::host::WorkerIo {
+                script_id: script_id.clone(),
+                env,
+                log: crate::tail::WorkerLog::new(script_id.clone()),
+            }),
+            script_id,
             bindings: Arc::new(meta.bindings.clone()),
             meta,
             limits,
@@ -227,7 +239,7 @@ impl Worker {
             &self.engine,
             &self.pre,
             self.init.as_ref(),
-            &self.script_id,
+            &self.io,
             &self.limits,
             self.instance_bytes.clone(),
             self.node.memory.clone(),

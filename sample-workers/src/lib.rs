@@ -51,6 +51,7 @@
 //! | `fan-out` | `/<n>?ms=<ms>`: sends `n` requests to binding `next` (`/nap/<ms>`) before awaiting any; `"<ok> ok, <failed> failed"`. `/nap/<ms>` sleeps `ms` and answers `napped` |
 //! | `tail-log` | a tail Worker: keeps each `POST`ed batch of trace events in memory; `GET` answers the count, then one batch per line |
 //! | `chatty` | writes `?lines=N` log lines of `?bytes=B` bytes, then calls binding `next` `?fan=F` times; `?late=MS` starts one call that ends `MS` ms after its answer (events of a traced flow, beyond its bounds and after its end) |
+//! | `config-echo` | `/<NAME>`: `env=<value> config=<value>`, a var or secret read from the environment and from `wasi:config/store` (`-` if unset); `/` lists the names each holds; `?log=TEXT` prints `TEXT` to stdout first |
 //! | `js` | JavaScript (`sample-workers/js/worker.js`, componentize-js 0.23 / StarlingMonkey): JSON of the request's method, path, headers and body (with `x-js-fetch: <url>`, also the result of the standard `fetch(url)`, e.g. a binding); ~12.8 MB raw, paid plan; gets fresh instances |
 //! | `python` | Python (`sample-workers/python/app.py`, componentize-py 0.25): the same JSON; ~18.5 MB raw (6.3 MB gzip), paid plan; reuses its instance |
 //!

@@ -41,6 +41,10 @@ pub(crate) struct DeployArgs {
     /// Tail Worker of the flows this Worker starts (repeatable).
     #[arg(long = "tail", value_name = "SCRIPT")]
     tail: Vec<String>,
+    /// Var NAME=VALUE the Worker reads from its environment (repeatable;
+    /// over the manifest's [vars]). Secrets: `hearth secret put`.
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    vars: Vec<String>,
     /// Admin URL of a running node, e.g. http://127.0.0.1:8081.
     #[arg(long, conflicts_with = "store")]
     admin: Option<String>,
@@ -80,6 +84,13 @@ impl DeployArgs {
             m.bindings.outbound = self.outbound.clone();
         }
         m.bindings.tail.extend(self.tail.iter().cloned());
+        for v in &self.vars {
+            let (name, value) = v
+                .split_once('=')
+                .with_context(|| format!("--var {v}: expected NAME=VALUE"))?;
+            m.vars.insert(name.into(), value.into());
+        }
+        hearth::runtime::secrets::check_vars(&m.vars, [])?;
         Ok(m)
     }
 }
@@ -113,7 +124,9 @@ pub(crate) async fn run(args: DeployArgs) -> anyhow::Result<()> {
             let rt = Runtime::new(runtime_config(store)?)?;
             let report = rt.deploy(name, manifest, bytes).await?;
             // The same report the admin API answers, read the same way.
-            serde_json::from_value(serde_json::to_value(report)?)?
+            let mut value = serde_json::to_value(report)?;
+            hearth::admin::names_only(&mut value);
+            serde_json::from_value(value)?
         }
         (None, None) => bail!("say where to deploy: --admin URL (a running node) or --store DIR"),
     };
@@ -167,6 +180,13 @@ fn print_report(name: &str, report: &DeployReport) {
     }
     if !b.tail.is_empty() {
         println!("tail Workers: {}", b.tail.join(", "));
+    }
+    if !meta.vars.is_empty() {
+        let names: Vec<&str> = meta.vars.keys().map(String::as_str).collect();
+        println!("vars: {}", names.join(", "));
+    }
+    if !meta.secrets.is_empty() {
+        println!("secrets (kept from before): {}", meta.secrets.join(", "));
     }
     let a = &report.announced;
     if a.members > 0 {
