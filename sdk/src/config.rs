@@ -32,17 +32,17 @@ impl std::error::Error for ConfigError {}
 
 /// The WIT of the imported interface, for the component linker
 /// (`wasm-component-ld` reads `component-type*` custom sections to type a
-/// module's imports): `wasi:config/store@0.2.0-draft` as
+/// module's imports): `wasi:config/store@0.2.0-rc.1` as
 /// `wit_component::metadata::encode` 0.254 encodes a world importing it
 /// (the WIT is wasmtime-wasi-config 48's `wit/deps/config/store.wit`).
 #[cfg(target_arch = "wasm32")]
 #[unsafe(link_section = "component-type:hearth-sdk:wasi-config-store")]
 #[used]
-static COMPONENT_TYPE: [u8; 265] = *include_bytes!("config_component_type.bin");
+static COMPONENT_TYPE: [u8; 264] = *include_bytes!("config_component_type.bin");
 
 #[cfg(target_arch = "wasm32")]
 mod abi {
-    #[link(wasm_import_module = "wasi:config/store@0.2.0-draft")]
+    #[link(wasm_import_module = "wasi:config/store@0.2.0-rc.1")]
     unsafe extern "C" {
         #[link_name = "get"]
         pub(super) fn get(key: *const u8, len: usize, ret: *mut u8);
