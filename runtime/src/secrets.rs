@@ -345,18 +345,6 @@ impl WorkerEnv {
             .collect();
         Ok(WorkerEnv { pairs, config })
     }
-
-    /// Only `HEARTH_SCRIPT_ID` (a Worker with no vars or secrets).
-    #[cfg(test)]
-    pub(crate) fn bare(script_id: &str) -> Self {
-        WorkerEnv {
-            pairs: vec![(
-                "HEARTH_SCRIPT_ID".to_string(),
-                Zeroizing::new(script_id.to_string()),
-            )],
-            config: wasmtime_wasi_config::WasiConfigVariables::new(),
-        }
-    }
 }
 
 #[cfg(test)]

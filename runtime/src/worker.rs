@@ -118,6 +118,10 @@ pub(crate) struct Started {
 
 impl Worker {
     /// Links `component` and finds its exports (the one-time work).
+    // Each argument comes from a different owner (the engine, the store's
+    // metadata, the Worker's opened environment, its plan, the node); a
+    // struct bundling them would be built only to be taken apart here.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         engine: &Engine,
         linker: &Linker<Host>,
