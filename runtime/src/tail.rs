@@ -9,7 +9,9 @@
 //!
 //! * `log`: each line the Worker writes to stdout or stderr (so `println!`,
 //!   `console.log` and `print` all count; at most [`MAX_EVENTS`] events per
-//!   level, a line cut at [`MAX_LINE_BYTES`]);
+//!   level, a line cut at [`MAX_LINE_BYTES`]). Traced or not, each line
+//!   also goes to the node's own log, rate-limited per Worker
+//!   ([`LOG_LINES_PER_SEC`], [`LOG_BURST_LINES`]);
 //! * `subrequest`: each outgoing request, where it went and how it ended
 //!   (including denied ones);
 //! * `exception`: the error a level failed with (trap, limit, ...);
