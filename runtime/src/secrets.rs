@@ -10,7 +10,7 @@
 //! outlive redeploys, and are stored **sealed**: each value is encrypted
 //! with XChaCha20-Poly1305 (a random 192-bit nonce per value, from the OS, so nonces
 //! never need coordinating between nodes) under the node's
-//! [`SecretsKey`], with the script ID and the secret's name as associated
+//! secrets key, with the script ID and the secret's name as associated
 //! data, so a sealed value copied to another name or Worker does not open.
 //! The admin API only ever shows their names.
 //!
@@ -29,8 +29,8 @@
 //! Both kinds reach an instance the same two ways: as environment
 //! variables (`wasi:cli/environment`: `std::env::var`, `process.env`,
 //! `os.environ`) and through `wasi:config/store` (`get`, `get-all`). A
-//! secret is opened once, when the Worker is loaded, into a
-//! [`WorkerEnv`] whose copies are wiped ([`zeroize`]) when the Worker is
+//! secret is opened once, when the Worker is loaded, into the
+//! Worker's environment, whose copies are wiped ([`zeroize`]) when the Worker is
 //! dropped; the copies wasmtime's WASI contexts make cannot be.
 //!
 //! Names are environment-variable-like (`[A-Za-z_][A-Za-z0-9_]*`, at most
