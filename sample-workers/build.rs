@@ -43,6 +43,7 @@ const WORKERS: &[&str] = &[
     "body-hog",
     "fan-out",
     "fetcher",
+    "config-echo",
 ];
 
 /// A sample Worker in another language, built by its own toolchain.

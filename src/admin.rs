@@ -7,6 +7,9 @@
 //! | GET    | `/v1/scripts`                 | list deployed scripts          |
 //! | POST   | `/v1/scripts/{id}/evict`      | evict `id` from this node      |
 //! | POST   | `/v1/scripts/{id}/hand-back`  | prewarm `id` at its home and drop every other node's copy ([`crate::node::HandBack`]) |
+//! | PUT    | `/v1/scripts/{id}/secrets/{name}` | set secret `name` of `id` to the body (UTF-8), and tell every member |
+//! | GET    | `/v1/scripts/{id}/secrets`    | the names of `id`'s secrets (never a value) |
+//! | DELETE | `/v1/scripts/{id}/secrets/{name}` | delete secret `name` of `id`, and tell every member |
 //! | GET    | `/v1/stats`                   | runtime counters (JSON)        |
 //! | GET    | `/v1/ring?script={id}`        | the ring as this node sees it, and `id`'s home and successors ([`RingView`]) |
 //! | GET    | `/metrics`                    | Prometheus metrics             |
@@ -20,6 +23,9 @@
 //! (repeatable, see [`hearth_runtime::egress`]; a bad entry is a 422 that
 //! says why). The deploy report and `GET /v1/scripts` show them under
 //! `bindings`.
+//! Vars are `var=<NAME>=<value>`, repeatable ([`hearth_runtime::secrets`]).
+//! No answer carries a secret's value: wherever a script's metadata is
+//! shown, its `secrets` are the list of their names.
 //!
 //! A deploy answers once every other member of the cluster has dropped a
 //! stale copy (its `announced` field counts them, see
@@ -99,6 +105,13 @@ pub async fn handle(
         (&Method::POST, ["v1", "scripts", id, "evict"]) => Endpoint::Evict(id.to_string()),
         (&Method::POST, ["v1", "scripts", id, "hand-back"]) => Endpoint::HandBack(id.to_string()),
         (&Method::PUT | &Method::POST, ["v1", "scripts", id]) => Endpoint::Deploy(id.to_string()),
+        (&Method::GET, ["v1", "scripts", id, "secrets"]) => Endpoint::Secrets(id.to_string()),
+        (&Method::PUT, ["v1", "scripts", id, "secrets", name]) => {
+            Endpoint::PutSecret(id.to_string(), name.to_string())
+        }
+        (&Method::DELETE, ["v1", "scripts", id, "secrets", name]) => {
+            Endpoint::DeleteSecret(id.to_string(), name.to_string())
+        }
         _ => {
             return text(
                 StatusCode::NOT_FOUND,
@@ -107,6 +120,45 @@ pub async fn handle(
         }
     };
     match endpoint {
+        Endpoint::Secrets(id) => match node.runtime().secret_names(&id).await {
+            Ok(names) => json(
+                StatusCode::OK,
+                &serde_json::json!({ "script_id": id, "secrets": names }),
+            ),
+            Err(e) => secret_error(&e),
+        },
+        Endpoint::PutSecret(id, name) => {
+            let limit = hearth_runtime::secrets::MAX_VALUE_BYTES;
+            let bytes = match read_limited(req.into_body(), limit).await {
+                Ok(b) => zeroize::Zeroizing::new(b),
+                Err(e) => {
+                    return text(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        format!("secret {name}: {e}\n"),
+                    );
+                }
+            };
+            let Ok(value) = std::str::from_utf8(&bytes) else {
+                let e = hearth_runtime::secrets::EnvError::NotText { name };
+                return text(StatusCode::BAD_REQUEST, format!("{e}\n"));
+            };
+            match node.put_secret(&id, &name, value).await {
+                Ok(announced) => json(
+                    StatusCode::OK,
+                    &serde_json::json!({ "script_id": id, "secret": name, "announced": announced }),
+                ),
+                Err(e) => secret_error(&e),
+            }
+        }
+        Endpoint::DeleteSecret(id, name) => match node.delete_secret(&id, &name).await {
+            Ok((deleted, announced)) => json(
+                StatusCode::OK,
+                &serde_json::json!({
+                    "script_id": id, "secret": name, "deleted": deleted, "announced": announced
+                }),
+            ),
+            Err(e) => secret_error(&e),
+        },
         Endpoint::Stats => json(StatusCode::OK, &node.runtime().stats()),
         Endpoint::Ring(script) => json(StatusCode::OK, &ring_view(&node, script.as_deref())),
         Endpoint::List => match node.runtime().script_store().list().await {
@@ -153,6 +205,17 @@ pub async fn handle(
     }
 }
 
+/// The answer for a secret that could not be put, deleted or listed.
+fn secret_error(e: &hearth_runtime::secrets::SecretError) -> http::Response<Body> {
+    use hearth_runtime::secrets::SecretError;
+    let status = match e {
+        SecretError::Env(_) => StatusCode::BAD_REQUEST,
+        SecretError::UnknownScript(_) => StatusCode::NOT_FOUND,
+        SecretError::Store(s) => store_status(s),
+    };
+    text(status, format!("{e}\n"))
+}
+
 /// The status for a store failure: 503 when the store is unreachable (try
 /// again later), 500 when what it holds is damaged.
 fn store_status(e: &hearth_runtime::StoreError) -> StatusCode {
@@ -170,6 +233,9 @@ enum Endpoint {
     List,
     Evict(String),
     Deploy(String),
+    Secrets(String),
+    PutSecret(String, String),
+    DeleteSecret(String, String),
 }
 
 /// `node`'s ring, and `script`'s place on it, as `GET /v1/ring` answers.
@@ -258,6 +324,12 @@ fn manifest_from_query(query: &[(String, String)]) -> Result<Manifest, String> {
             "outbound" => m.bindings.outbound = Some(v.to_string()),
             "tail" => m.bindings.tail.push(v.to_string()),
             "allow_host" => m.bindings.allowed_hosts.push(v.to_string()),
+            "var" => {
+                let (name, value) = v
+                    .split_once('=')
+                    .ok_or_else(|| format!("var={v}: expected var=<NAME>=<value>"))?;
+                m.vars.insert(name.to_string(), value.to_string());
+            }
             _ => {}
         }
     }
@@ -288,6 +360,9 @@ pub fn manifest_query(m: &Manifest) -> String {
     for h in &m.bindings.allowed_hosts {
         pairs.push(("allow_host", h.clone()));
     }
+    for (name, value) in &m.vars {
+        pairs.push(("var", format!("{name}={value}")));
+    }
     // Serializing pairs of strings cannot fail.
     serde_urlencoded::to_string(&pairs).unwrap_or_default()
 }
@@ -306,9 +381,16 @@ fn query_param<'a>(query: &'a [(String, String)], name: &str) -> Option<&'a str>
         .map(|(_, v)| v.as_str())
 }
 
-/// A JSON response.
+/// A JSON response. Every `secrets` map in it (a script's metadata holds
+/// its sealed secrets) is replaced by the list of its names, so no admin
+/// answer carries a secret, sealed or not.
 fn json(status: http::StatusCode, value: &impl serde::Serialize) -> http::Response<Body> {
-    let bytes = serde_json::to_vec_pretty(value)
+    let bytes = serde_json::to_value(value)
+        .map(|mut v| {
+            names_only(&mut v);
+            v
+        })
+        .and_then(|v| serde_json::to_vec_pretty(&v))
         .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}").into_bytes());
     let mut r = http::Response::new(body::full(bytes));
     *r.status_mut() = status;
@@ -317,6 +399,29 @@ fn json(status: http::StatusCode, value: &impl serde::Serialize) -> http::Respon
         http::HeaderValue::from_static("application/json"),
     );
     r
+}
+
+/// Replaces every object under a `secrets` key in `v` by its keys: a
+/// script's metadata as every admin answer shows it (sealed secrets are
+/// never shown, only their names).
+pub fn names_only(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::Object(map) => {
+            for (k, child) in map.iter_mut() {
+                if k == "secrets"
+                    && let Value::Object(secrets) = child
+                {
+                    let names = secrets.keys().cloned().map(Value::String).collect();
+                    *child = Value::Array(names);
+                } else {
+                    names_only(child);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(names_only),
+        _ => {}
+    }
 }
 
 /// Reads a whole body of at most `max` bytes.
@@ -352,6 +457,20 @@ mod tests {
         assert_eq!(manifest_from_query(&query_pairs(&uri)).expect("parses"), m);
         let bad: http::Uri = "/v1/scripts/x?service=auth".parse().expect("uri");
         assert!(manifest_from_query(&query_pairs(&bad)).is_err());
+    }
+
+    #[test]
+    fn vars_travel_as_query_parameters_and_secrets_show_as_names() {
+        let m =
+            Manifest::from_toml("[vars]\nAPI_BASE = \"https://a.example/?x=1&y=2\"\nE = \"\"\n")
+                .expect("manifest");
+        let uri: http::Uri = format!("/v1/scripts/x?{}", manifest_query(&m))
+            .parse()
+            .expect("uri");
+        assert_eq!(manifest_from_query(&query_pairs(&uri)).expect("parses"), m);
+        let mut v = serde_json::json!([{ "meta": { "secrets": { "K": "abcdef" } } }]);
+        names_only(&mut v);
+        assert_eq!(v, serde_json::json!([{ "meta": { "secrets": ["K"] } }]));
     }
 
     #[test]

@@ -191,8 +191,8 @@ impl HostedWorkers for NodeWorkers {
         Box::pin(async move { prewarmer.here(&id).await })
     }
 
-    /// A member took a deploy of `script_id`: revalidate a warm copy of
-    /// another version against the store.
+    /// A member took a deploy (or a secret change) of `script_id`:
+    /// revalidate a warm copy of another revision against the store.
     fn redeployed(&self, script_id: &str, hash: &str) -> BoxFuture<'static, ()> {
         let runtime = self.0.runtime.clone();
         let (id, hash) = (script_id.to_string(), hash.to_string());
@@ -464,7 +464,7 @@ impl Node {
             .runtime
             .deploy(script_id, manifest, source)
             .await?;
-        let announced = self.announce(script_id, &report.meta.hash).await;
+        let announced = self.announce(script_id, &report.meta.revision()).await;
         if !announced.failed.is_empty() {
             tracing::warn!(script = script_id, failed = ?announced.failed,
                 "some members were not told of the deploy; they revalidate within a second");
@@ -472,8 +472,42 @@ impl Node {
         Ok(NodeDeploy { report, announced })
     }
 
-    /// Tells every other ring member that `script_id` now has source
-    /// `hash`, all at once.
+    /// Puts secret `name` of `script_id` (see [`Runtime::put_secret`]),
+    /// then announces the change as a deploy is announced: when this
+    /// returns, every member that acknowledged serves with the new value.
+    pub async fn put_secret(
+        &self,
+        script_id: &str,
+        name: &str,
+        value: &str,
+    ) -> Result<Announcement, hearth_runtime::secrets::SecretError> {
+        let meta = self
+            .state
+            .runtime
+            .put_secret(script_id, name, value)
+            .await?;
+        Ok(self.announce(script_id, &meta.revision()).await)
+    }
+
+    /// Deletes secret `name` of `script_id`, announced like
+    /// [`Node::put_secret`] if there was one; whether there was.
+    pub async fn delete_secret(
+        &self,
+        script_id: &str,
+        name: &str,
+    ) -> Result<(bool, Announcement), hearth_runtime::secrets::SecretError> {
+        let (meta, deleted) = self.state.runtime.delete_secret(script_id, name).await?;
+        let announced = if deleted {
+            self.announce(script_id, &meta.revision()).await
+        } else {
+            Announcement::default()
+        };
+        Ok((deleted, announced))
+    }
+
+    /// Tells every other ring member that `script_id` is now at
+    /// `revision` ([`hearth_runtime::ScriptMeta::revision`]: its source
+    /// hash, vars and secrets), all at once.
     async fn announce(&self, script_id: &str, hash: &str) -> Announcement {
         let (Some(cluster), Some(rpc)) = (self.state.link.get(), self.state.rpc.get()) else {
             return Announcement::default();

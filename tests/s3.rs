@@ -119,6 +119,51 @@ async fn a_deploy_through_one_node_serves_from_another_with_no_shared_disk() {
     assert_eq!(get(&b, "app").await.2, "hello from wstd");
     // An announcement of the version B already has drops nothing.
     assert!(!b.revalidate("app", &report.meta.hash).await);
+
+    // Vars and a secret set through A reach B through the bucket; the
+    // secret is sealed there.
+    let secret = "bucket-secret-5d1e";
+    let mut manifest = hearth::runtime::Manifest::default();
+    manifest
+        .vars
+        .insert("API_BASE".into(), "https://x.example".into());
+    a.deploy("cfg", manifest, sample("config-echo"))
+        .await
+        .expect("deploy config-echo");
+    assert_eq!(
+        get_path(&b, "cfg", "/API_BASE").await,
+        "env=https://x.example config=https://x.example"
+    );
+    let meta = a
+        .put_secret("cfg", "API_KEY", secret)
+        .await
+        .expect("secret put");
+    assert!(b.revalidate("cfg", &meta.revision()).await, "B told");
+    assert_eq!(
+        get_path(&b, "cfg", "/API_KEY").await,
+        format!("env={secret} config={secret}")
+    );
+    let stored = b
+        .script_store()
+        .meta("cfg")
+        .await
+        .expect("meta")
+        .expect("cfg");
+    let json = serde_json::to_string(&stored).expect("json");
+    assert!(json.contains("API_KEY") && !json.contains(secret), "{json}");
+}
+
+/// The body of `GET path` on Worker `id` of `rt`.
+async fn get_path(rt: &Runtime, id: &str, path: &str) -> String {
+    let req = http::Request::get(format!("http://{id}.localhost{path}"))
+        .body(body::full(""))
+        .expect("request");
+    let resp = rt.serve(id, req).await;
+    resp.into_body()
+        .collect()
+        .await
+        .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
+        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

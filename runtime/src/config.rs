@@ -319,7 +319,7 @@ impl RuntimeConfig {
 
 /// 32 random bytes from the OS (or, failing that, from the std hasher's
 /// random seeds, the time and the process ID).
-fn random_key() -> [u8; 32] {
+pub(crate) fn random_key() -> [u8; 32] {
     use std::hash::{BuildHasher, Hasher};
     use std::io::Read;
     let mut key = [0u8; 32];

@@ -62,5 +62,8 @@ pub(crate) fn build_linker(engine: &Engine) -> Result<Linker<Host>, ConfigError>
         .map_err(|e| ConfigError::Engine(e.to_string()))?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
         .map_err(|e| ConfigError::Engine(e.to_string()))?;
+    // A Worker's vars and secrets, also in its environment (crate::secrets).
+    wasmtime_wasi_config::add_to_linker(&mut linker, Host::config)
+        .map_err(|e| ConfigError::Engine(e.to_string()))?;
     Ok(linker)
 }

@@ -51,6 +51,10 @@ pub enum DeployError {
     /// The bindings are invalid ([`crate::bindings`]).
     #[error(transparent)]
     Bindings(#[from] crate::bindings::BindingsError),
+    /// The vars are invalid, or collide with the Worker's secrets
+    /// ([`crate::secrets`]).
+    #[error(transparent)]
+    Env(#[from] crate::secrets::EnvError),
 }
 
 /// Why wasmtime could not turn a component into a Worker's code. The

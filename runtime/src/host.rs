@@ -1,10 +1,13 @@
 //! The host side of one instance: the data every wasmtime `Store` carries.
 //!
 //! Each instance gets a full WASI 0.2 context (clocks, random, cli with an
-//! environment holding `HEARTH_SCRIPT_ID`, a filesystem with no preopens,
-//! sockets denied) and a wasi:http context whose outgoing requests reach
-//! only the Worker's bindings ([`crate::outgoing`]), plus the two meters that enforce its limits: a [`MemoryLimiter`]
-//! and a [`CpuMeter`].
+//! environment holding `HEARTH_SCRIPT_ID` and the Worker's vars and
+//! secrets, a filesystem with no preopens, sockets denied), the same vars
+//! and secrets through `wasi:config/store` ([`crate::secrets`]), stdout and
+//! stderr that go to the node's log and any trace ([`crate::tail`]), and a
+//! wasi:http context whose outgoing requests reach only the Worker's
+//! bindings ([`crate::outgoing`]), plus the two meters that enforce its
+//! limits: a [`MemoryLimiter`] and a [`CpuMeter`].
 //!
 //! Host memory a Worker can make the node allocate is held to its limit:
 //!
@@ -45,9 +48,12 @@ pub(crate) struct Host {
     table: ResourceTable,
     /// Where outgoing requests go: set per request ([`crate::outgoing`]).
     pub(crate) hooks: Outbound,
-    /// The instance's stdout and stderr: trace events while a traced
-    /// request runs ([`crate::tail`]), else discarded.
-    pub(crate) logs: crate::tail::LogPipe,
+    /// The instance's stdout and stderr: the node's log, and trace events
+    /// while a traced request runs ([`crate::tail`]).
+    logs: [crate::tail::LogPipe; 2],
+    /// What the Worker's instances share: its environment (read by
+    /// `wasi:config/store` from here) and its node log.
+    io: Arc<WorkerIo>,
     pub(crate) memory: MemoryLimiter,
     pub(crate) meter: Arc<CpuMeter>,
 }
@@ -119,16 +125,31 @@ impl NodeMemory {
     }
 }
 
+/// What every instance of one Worker gets from the host besides its
+/// limits: its script ID, environment and node log.
+pub(crate) struct WorkerIo {
+    /// The Worker.
+    pub(crate) script_id: Arc<str>,
+    /// `HEARTH_SCRIPT_ID`, vars and opened secrets.
+    pub(crate) env: crate::secrets::WorkerEnv,
+    /// Where its output lines go on this node.
+    pub(crate) log: Arc<crate::tail::WorkerLog>,
+}
+
 impl Host {
-    /// Host state for an instance of `script_id` limited to `memory` bytes
-    /// of its own and to what is left of `node`, which must already hold
-    /// this instance's [`HOST_RESERVE`] (given back when the host drops).
-    pub(crate) fn new(script_id: &str, memory: u64, node: Arc<NodeMemory>) -> Self {
-        let logs = crate::tail::LogPipe::default();
-        let wasi = WasiCtxBuilder::new()
-            .env("HEARTH_SCRIPT_ID", script_id)
-            .stdout(logs.clone())
-            .stderr(logs.clone())
+    /// Host state for an instance of the Worker `io` describes, limited to
+    /// `memory` bytes of its own and to what is left of `node`, which must
+    /// already hold this instance's [`HOST_RESERVE`] (given back when the
+    /// host drops).
+    pub(crate) fn new(io: &Arc<WorkerIo>, memory: u64, node: Arc<NodeMemory>) -> Self {
+        let (stdout, stderr) = crate::tail::LogPipe::pair(io.log.clone());
+        let mut wasi = WasiCtxBuilder::new();
+        for (name, value) in &io.env.pairs {
+            wasi.env(name, value.as_str());
+        }
+        let wasi = wasi
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
             .allow_ip_name_lookup(false)
             .allow_tcp(false)
             .allow_udp(false)
@@ -142,7 +163,8 @@ impl Host {
             http,
             table,
             hooks: Outbound::default(),
-            logs,
+            logs: [stdout, stderr],
+            io: io.clone(),
             memory: MemoryLimiter {
                 limit: usize::try_from(memory).unwrap_or(usize::MAX),
                 total: 0,
@@ -151,6 +173,32 @@ impl Host {
             },
             meter: Arc::new(CpuMeter::default()),
         }
+    }
+}
+
+impl Host {
+    /// A request starts: the instance's output goes to `trace` too (or
+    /// only to the node's log), tagged with a new request ID.
+    pub(crate) fn begin_request(&self, trace: Option<Arc<crate::tail::TraceBuffer>>) {
+        for pipe in &self.logs {
+            pipe.flush_line();
+        }
+        self.logs[0].set(trace);
+        self.logs[0].begin_request();
+    }
+
+    /// The request ended: its unfinished lines are logged, and the
+    /// instance keeps nothing of its trace.
+    pub(crate) fn end_request(&self) {
+        for pipe in &self.logs {
+            pipe.flush_line();
+        }
+        self.logs[0].set(None);
+    }
+
+    /// The Worker's `wasi:config/store`: its vars and secrets.
+    pub(crate) fn config(&mut self) -> wasmtime_wasi_config::WasiConfig<'_> {
+        wasmtime_wasi_config::WasiConfig::from(&self.io.env.config)
     }
 }
 

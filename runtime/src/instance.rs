@@ -87,18 +87,19 @@ impl Instance {
         engine: &Engine,
         pre: &ProxyPre<Host>,
         init: Option<&ComponentExportIndex>,
-        script_id: &str,
+        io: &Arc<crate::host::WorkerIo>,
         limits: &PlanLimits,
         counter: Arc<AtomicU64>,
         node_memory: Arc<crate::host::NodeMemory>,
     ) -> Result<(Instance, std::time::Duration), RuntimeError> {
+        let script_id = &*io.script_id;
         if !node_memory.try_take(crate::host::HOST_RESERVE) {
             return Err(RuntimeError::MemoryExceeded {
                 script_id: script_id.into(),
                 limit: limits.memory,
             });
         }
-        let mut store = Store::new(engine, Host::new(script_id, limits.memory, node_memory));
+        let mut store = Store::new(engine, Host::new(io, limits.memory, node_memory));
         store.limiter(|h| &mut h.memory);
         store.epoch_deadline_callback(|ctx| {
             ctx.data().meter.check().map_err(wasmtime::Error::new)?;
@@ -175,7 +176,7 @@ impl Instance {
         self.store.data_mut().memory.hit = false;
         self.store.data_mut().memory.set_limit(limits.memory);
         let trace = hooks.caller.as_ref().and_then(|c| c.trace.clone());
-        self.store.data().logs.set(trace);
+        self.store.data().begin_request(trace);
         self.store.data_mut().hooks = hooks;
         self.store.set_epoch_deadline(1);
         let task = tokio::spawn(async move {
@@ -199,7 +200,7 @@ impl Instance {
                 Ok(()) => {
                     // An idle instance keeps nothing of its last flow.
                     self.store.data_mut().hooks = crate::outgoing::Outbound::default();
-                    self.store.data().logs.set(None);
+                    self.store.data().end_request();
                     self.served += 1;
                     self.idle_since = Instant::now();
                     self.reaccount();

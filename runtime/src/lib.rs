@@ -78,6 +78,7 @@ pub mod pre_slot;
 mod runtime;
 pub mod s3_store;
 pub mod script_store;
+pub mod secrets;
 pub mod slow_client;
 pub mod stats;
 pub mod tail;

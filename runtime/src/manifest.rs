@@ -26,6 +26,15 @@
 //! [dispatch]                     # http://user-a.users.dispatch.internal/
 //! users = ["user-a", "user-b"]
 //! ```
+//!
+//! Vars (see [`crate::secrets`]; secrets are never in a manifest):
+//!
+//! ```toml
+//! [vars]
+//! API_BASE = "https://api.example.com"
+//! ```
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -50,6 +59,10 @@ pub struct Manifest {
     /// The Workers it may call and the tail Workers of its flows.
     #[serde(flatten)]
     pub bindings: Bindings,
+    /// Its vars: names and values its instances read from their
+    /// environment ([`crate::secrets`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub vars: BTreeMap<String, String>,
 }
 
 /// A manifest that could not be read.
@@ -124,6 +137,19 @@ mod tests {
             .expect("parses; checked at deploy");
         let err = bad.bindings.validate().expect_err("a path is refused");
         assert!(err.to_string().contains("path"), "{err}");
+    }
+
+    #[test]
+    fn vars_are_a_table_and_round_trip() {
+        let m = Manifest::from_toml("plan = \"paid\"\n[vars]\nAPI_BASE = \"https://a.example\"\n")
+            .expect("manifest");
+        assert_eq!(m.vars["API_BASE"], "https://a.example");
+        let back = Manifest::from_toml(&toml::to_string(&m).expect("writes")).expect("reads");
+        assert_eq!(back, m);
+        assert!(
+            Manifest::from_toml("[vars]\nN = 1\n").is_err(),
+            "values are strings"
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@ use crate::lifecycle::{self, Lifecycle};
 use crate::manifest::Manifest;
 use crate::misses::{Found, Lookups, UNKNOWN_WARN_EVERY, WarnEvery};
 use crate::script_store::{DirStore, ScriptMeta, ScriptStore};
+use crate::secrets::SecretError;
 use crate::stats::{Stats, StatsSnapshot};
 use crate::timing::{CodeSource, SERVER_TIMING_HEADER, START_HEADER, Start, Timing};
 use crate::validate::{compressed_size, valid_script_id, validate_component};
@@ -62,6 +63,7 @@ struct Checked {
     compressed: u64,
     lifecycle: crate::LifecycleChoice,
     bindings: crate::Bindings,
+    vars: std::collections::BTreeMap<String, String>,
     hash: String,
     compile_time: Duration,
     code_source: CodeSource,
@@ -313,6 +315,12 @@ impl Runtime {
         // wrote.
         let name_lock = self.deploy_lock(script_id);
         let _serial = name_lock.lock().await;
+        // Secrets outlive redeploys: the new version keeps the old one's.
+        let secrets = match self.inner.store.meta(script_id).await? {
+            Some(old) => old.secrets,
+            None => Default::default(),
+        };
+        crate::secrets::check_vars(&checked.vars, secrets.keys())?;
         let meta = ScriptMeta {
             script_id: script_id.into(),
             plan: checked.plan,
@@ -325,6 +333,8 @@ impl Runtime {
                 .unwrap_or(0),
             lifecycle: checked.lifecycle,
             bindings: checked.bindings,
+            vars: checked.vars,
+            secrets,
         };
         self.inner.store.put(&meta, &source).await?;
         self.invalidate(script_id);
@@ -337,6 +347,96 @@ impl Runtime {
             compile_time: checked.compile_time,
             code_source: checked.code_source,
         })
+    }
+
+    /// Seals `value` as secret `name` of `script_id` and stores it with the
+    /// script's metadata, replacing a secret of that name; the warm copy
+    /// here is dropped, so its next request sees it. Returns the new
+    /// metadata (announce its [`ScriptMeta::revision`] to the other
+    /// members, as a deploy does).
+    pub async fn put_secret(
+        &self,
+        script_id: &str,
+        name: &str,
+        value: &str,
+    ) -> Result<ScriptMeta, SecretError> {
+        use crate::secrets::{EnvError, MAX_ENTRIES, MAX_VALUE_BYTES, check_name};
+        check_name("secret", name)?;
+        if value.len() > MAX_VALUE_BYTES {
+            return Err(EnvError::ValueTooLarge {
+                kind: "secret",
+                name: name.into(),
+                bytes: value.len(),
+            }
+            .into());
+        }
+        let key = self.inner.node.secrets_key.clone();
+        let (meta, _) = self
+            .change_secrets(script_id, |meta| {
+                if meta.vars.contains_key(name) {
+                    return Err(EnvError::Conflict { name: name.into() });
+                }
+                let count = meta.vars.len() + meta.secrets.len() + 1;
+                if !meta.secrets.contains_key(name) && count > MAX_ENTRIES {
+                    return Err(EnvError::TooMany { count });
+                }
+                let sealed = key.seal(script_id, name, value);
+                meta.secrets.insert(name.to_string(), sealed);
+                Ok(true)
+            })
+            .await?;
+        tracing::info!(script = script_id, secret = name, "secret put");
+        Ok(meta)
+    }
+
+    /// Deletes secret `name` of `script_id` (as [`Runtime::put_secret`]
+    /// stores a change); the new metadata, and whether there was one.
+    pub async fn delete_secret(
+        &self,
+        script_id: &str,
+        name: &str,
+    ) -> Result<(ScriptMeta, bool), SecretError> {
+        let (meta, deleted) = self
+            .change_secrets(script_id, |meta| Ok(meta.secrets.remove(name).is_some()))
+            .await?;
+        if deleted {
+            tracing::info!(script = script_id, secret = name, "secret deleted");
+        }
+        Ok((meta, deleted))
+    }
+
+    /// The names of `script_id`'s secrets (never their values).
+    pub async fn secret_names(&self, script_id: &str) -> Result<Vec<String>, SecretError> {
+        let meta = self
+            .inner
+            .store
+            .meta(script_id)
+            .await?
+            .ok_or_else(|| SecretError::UnknownScript(script_id.into()))?;
+        Ok(meta.secrets.into_keys().collect())
+    }
+
+    /// Applies `change` to `script_id`'s metadata under its deploy lock,
+    /// and stores it (with the same source) if `change` says it changed.
+    async fn change_secrets(
+        &self,
+        script_id: &str,
+        change: impl FnOnce(&mut ScriptMeta) -> Result<bool, crate::secrets::EnvError>,
+    ) -> Result<(ScriptMeta, bool), SecretError> {
+        let name_lock = self.deploy_lock(script_id);
+        let _serial = name_lock.lock().await;
+        let (mut meta, source) = self
+            .inner
+            .store
+            .get(script_id)
+            .await?
+            .ok_or_else(|| SecretError::UnknownScript(script_id.into()))?;
+        let changed = change(&mut meta)?;
+        if changed {
+            self.inner.store.put(&meta, &source).await?;
+            self.invalidate(script_id);
+        }
+        Ok((meta, changed))
     }
 
     /// The CPU-bound part of a deploy: every check on `source`, then the
@@ -372,6 +472,7 @@ impl Runtime {
         validate_component(&source)?;
         let bindings = manifest.bindings.clone();
         bindings.validate()?;
+        crate::secrets::check_vars(&manifest.vars, [])?;
         let hash = blake3::hash(&source).to_hex().to_string();
         let t = Instant::now();
         let (component, code_source) = self
@@ -384,6 +485,7 @@ impl Runtime {
             compressed,
             lifecycle: lifecycle::decide(manifest.lifecycle, &source),
             bindings,
+            vars: manifest.vars.clone(),
             hash,
             compile_time: t.elapsed(),
             code_source,
@@ -652,11 +754,14 @@ impl Runtime {
         if !meta.lifecycle.reuses() {
             reuse.max_requests_per_instance = 1;
         }
+        let env = crate::secrets::WorkerEnv::open(&meta, &self.inner.node.secrets_key)
+            .map_err(|e| load_err(e.to_string()))?;
         let worker = Worker::new(
             &self.inner.engine,
             &self.inner.linker,
             &loaded.component,
             meta,
+            env,
             limits,
             reuse,
             self.inner.node.clone(),
@@ -816,7 +921,7 @@ impl Runtime {
     async fn check_against_store(&self, w: &Arc<Worker>) -> bool {
         let id = &w.meta.script_id;
         match self.store_meta(id).await {
-            Ok(Some(m)) if m.hash == w.meta.hash => false,
+            Ok(Some(m)) if m.revision() == w.meta.revision() => false,
             Ok(_) => self.invalidate_worker(w),
             Err(e) => {
                 tracing::debug!(script = %id, error = %e, "revalidation skipped: store unreadable");
@@ -843,19 +948,20 @@ impl Runtime {
         dropped
     }
 
-    /// A deploy of `script_id` with source `hash` was announced (by
+    /// A deploy of `script_id` at `revision` ([`ScriptMeta::revision`]:
+    /// its source hash, and its vars and secrets) was announced (by
     /// another node of the cluster): a warm copy of another version is
     /// checked against the store and dropped if the store agrees it is
     /// stale, so the next request loads the new version. The store is read
     /// only when this node holds a copy that differs from the announced
-    /// hash, so a member cannot make a node drop a current Worker, nor read
+    /// revision, so a member cannot make a node drop a current Worker, nor read
     /// the store for Workers it does not hold. Whether a copy was dropped.
-    pub async fn revalidate(&self, script_id: &str, hash: &str) -> bool {
+    pub async fn revalidate(&self, script_id: &str, revision: &str) -> bool {
         self.inner.lookups.forget(script_id);
         lock(&self.inner.sizes).remove(script_id);
         let warm = lock(&self.inner.resident).peek(script_id).cloned();
         match warm {
-            Some(w) if w.meta.hash != hash => self.check_against_store(&w).await,
+            Some(w) if w.meta.revision() != revision => self.check_against_store(&w).await,
             _ => false,
         }
     }
@@ -1064,7 +1170,7 @@ pub fn error_response(err: &RuntimeError) -> http::Response<Body> {
 
 /// A node-unique, hard-to-guess ID for a failed request: 64 bits of
 /// (time, counter) mixed through blake3, as 16 hex digits.
-fn request_id() -> String {
+pub(crate) fn request_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let t = SystemTime::now()

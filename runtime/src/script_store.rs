@@ -32,10 +32,13 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use std::collections::BTreeMap;
+
 use crate::bindings::Bindings;
 use crate::error::StoreError;
 use crate::lifecycle::LifecycleChoice;
 use crate::limits::Plan;
+use crate::secrets::Sealed;
 
 /// What is recorded about a deployed script.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,6 +63,13 @@ pub struct ScriptMeta {
     /// ([`crate::bindings`]).
     #[serde(default, skip_serializing_if = "Bindings::is_empty")]
     pub bindings: Bindings,
+    /// Its vars, in the clear ([`crate::secrets`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub vars: BTreeMap<String, String>,
+    /// Its secrets, sealed ([`crate::secrets`]); the admin API shows only
+    /// their names.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secrets: BTreeMap<String, Sealed>,
 }
 
 /// Whether `hash` is a source hash as a deploy writes it: blake3, 64
@@ -71,6 +81,20 @@ pub fn is_source_hash(hash: &str) -> bool {
 }
 
 impl ScriptMeta {
+    /// What a node compares to tell whether its warm copy is current: the
+    /// source hash, and a digest of the vars and secrets when there are
+    /// any (so changing them takes effect like a redeploy). What a deploy
+    /// or a secret change announces to the other members.
+    pub fn revision(&self) -> String {
+        if self.vars.is_empty() && self.secrets.is_empty() {
+            return self.hash.clone();
+        }
+        let mut h = blake3::Hasher::new();
+        // Serializing maps of strings cannot fail.
+        h.update(&serde_json::to_vec(&(&self.vars, &self.secrets)).unwrap_or_default());
+        format!("{}+{}", self.hash, &h.finalize().to_hex()[..16])
+    }
+
     /// Parses metadata read from `path` (a file or an object key), refusing
     /// a hash that is not [`is_source_hash`] with [`StoreError::BadHash`].
     pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<ScriptMeta, StoreError> {
@@ -409,6 +433,8 @@ mod tests {
             deployed_at_ms: 1,
             lifecycle: LifecycleChoice::default(),
             bindings: Bindings::default(),
+            vars: BTreeMap::new(),
+            secrets: BTreeMap::new(),
         }
     }
 

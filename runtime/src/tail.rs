@@ -9,7 +9,9 @@
 //!
 //! * `log`: each line the Worker writes to stdout or stderr (so `println!`,
 //!   `console.log` and `print` all count; at most [`MAX_EVENTS`] events per
-//!   level, a line cut at [`MAX_LINE_BYTES`]);
+//!   level, a line cut at [`MAX_LINE_BYTES`]). Traced or not, each line
+//!   also goes to the node's own log, rate-limited per Worker
+//!   ([`LOG_LINES_PER_SEC`], [`LOG_BURST_LINES`]);
 //! * `subrequest`: each outgoing request, where it went and how it ended
 //!   (including denied ones);
 //! * `exception`: the error a level failed with (trap, limit, ...);
@@ -218,17 +220,179 @@ fn push_locked(s: &mut BufferState, script_id: &str, kind: &str, message: String
     });
 }
 
-/// A Worker's stdout or stderr: lines go to the trace buffer of the request
-/// it is serving, if that request is traced, else nowhere.
-#[derive(Clone, Default)]
+/// Lines a Worker may write to the node's log per second, on each node
+/// (its token bucket's refill rate).
+pub const LOG_LINES_PER_SEC: u32 = 100;
+/// Lines a Worker may write to the node's log in one burst (its token
+/// bucket's size).
+pub const LOG_BURST_LINES: u32 = 200;
+
+/// Where a Worker's output lines go on this node besides any trace: the
+/// node's log (tracing target `hearth::worker`, level info), one event per
+/// line tagged with the script ID and the request ID, through a token
+/// bucket of [`LOG_BURST_LINES`] refilled at [`LOG_LINES_PER_SEC`] shared
+/// by all the Worker's instances. Lines over it are dropped and counted;
+/// the count is logged as one `N lines dropped` line when the next line
+/// gets through (or the Worker is dropped), so a chatty Worker cannot
+/// flood the node's log.
+pub(crate) struct WorkerLog {
+    script_id: Arc<str>,
+    bucket: Mutex<Bucket>,
+}
+
+struct Bucket {
+    tokens: f64,
+    last: std::time::Instant,
+    dropped: u64,
+}
+
+impl WorkerLog {
+    /// The node log of Worker `script_id`, with a full bucket.
+    pub(crate) fn new(script_id: Arc<str>) -> Arc<Self> {
+        Arc::new(WorkerLog {
+            script_id,
+            bucket: Mutex::new(Bucket {
+                tokens: f64::from(LOG_BURST_LINES),
+                last: std::time::Instant::now(),
+                dropped: 0,
+            }),
+        })
+    }
+
+    /// Takes a token for one line: `Some(n)` if it may be logged (`n`
+    /// lines were dropped since the last one that was), `None` if not.
+    fn admit(&self) -> Option<u64> {
+        let mut b = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        let refill = now.duration_since(b.last).as_secs_f64() * f64::from(LOG_LINES_PER_SEC);
+        b.tokens = (b.tokens + refill).min(f64::from(LOG_BURST_LINES));
+        b.last = now;
+        if b.tokens < 1.0 {
+            b.dropped += 1;
+            return None;
+        }
+        b.tokens -= 1.0;
+        Some(std::mem::take(&mut b.dropped))
+    }
+
+    /// Logs one line the Worker wrote to `stream`, if the bucket allows.
+    fn line(&self, stream: &'static str, request_id: &str, text: &str) {
+        let Some(dropped) = self.admit() else {
+            return;
+        };
+        let script = &*self.script_id;
+        if dropped > 0 {
+            report_dropped(script, dropped);
+        }
+        tracing::info!(target: "hearth::worker", script, request_id, stream, "{text}");
+    }
+}
+
+fn report_dropped(script: &str, dropped: u64) {
+    tracing::warn!(target: "hearth::worker", script, dropped,
+        "{dropped} lines dropped: over the log rate limit of {LOG_LINES_PER_SEC} lines/s \
+         ({LOG_BURST_LINES} in a burst) per Worker");
+}
+
+impl Drop for WorkerLog {
+    fn drop(&mut self) {
+        let b = self.bucket.get_mut().unwrap_or_else(|p| p.into_inner());
+        if b.dropped > 0 {
+            report_dropped(&self.script_id, b.dropped);
+        }
+    }
+}
+
+/// A Worker's stdout or stderr. Each complete line goes to the node's log
+/// ([`WorkerLog`]), and to the trace buffer of the request it is serving
+/// if that request is traced (a tail Worker's `log` events).
+#[derive(Clone)]
 pub(crate) struct LogPipe {
     pub(crate) tap: Arc<Mutex<Option<Arc<TraceBuffer>>>>,
+    /// The request being served (its ID made on its first line), shared
+    /// by the instance's stdout and stderr.
+    request: Arc<Mutex<Option<String>>>,
+    /// This stream's unfinished line.
+    partial: Arc<Mutex<Vec<u8>>>,
+    stream: &'static str,
+    log: Arc<WorkerLog>,
 }
 
 impl LogPipe {
+    /// An instance's stdout and stderr, logging to `log`.
+    pub(crate) fn pair(log: Arc<WorkerLog>) -> (LogPipe, LogPipe) {
+        let stdout = LogPipe {
+            tap: Arc::default(),
+            request: Arc::default(),
+            partial: Arc::default(),
+            stream: "stdout",
+            log,
+        };
+        let stderr = LogPipe {
+            partial: Arc::default(),
+            stream: "stderr",
+            ..stdout.clone()
+        };
+        (stdout, stderr)
+    }
+
     /// Sends what the instance writes from now on to `buffer` (or nowhere).
     pub(crate) fn set(&self, buffer: Option<Arc<TraceBuffer>>) {
         *self.tap.lock().unwrap_or_else(|p| p.into_inner()) = buffer;
+    }
+
+    /// A new request starts: its lines get a new request ID.
+    pub(crate) fn begin_request(&self) {
+        *self.request.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// The request ID lines are tagged with now (made on first use).
+    fn request_id(&self) -> String {
+        self.request
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(crate::runtime::request_id)
+            .clone()
+    }
+
+    /// Logs each complete line of `bytes` (and a line over
+    /// [`MAX_LINE_BYTES`] without its end).
+    fn to_node_log(&self, bytes: &[u8]) {
+        let mut partial = self.partial.lock().unwrap_or_else(|p| p.into_inner());
+        partial.extend_from_slice(bytes);
+        let mut request = None;
+        while let Some(i) = partial.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = partial.drain(..=i).collect();
+            let text = String::from_utf8_lossy(&line[..i]);
+            let id = request.get_or_insert_with(|| self.request_id());
+            self.log.line(
+                self.stream,
+                id,
+                clip(text.trim_end_matches('\r').to_string()).as_str(),
+            );
+        }
+        if partial.len() > MAX_LINE_BYTES {
+            let line = std::mem::take(&mut *partial);
+            let id = request.get_or_insert_with(|| self.request_id());
+            self.log.line(
+                self.stream,
+                id,
+                clip(String::from_utf8_lossy(&line).into_owned()).as_str(),
+            );
+        }
+    }
+
+    /// Logs this stream's unfinished last line, if any (its request ended).
+    pub(crate) fn flush_line(&self) {
+        let line = std::mem::take(&mut *self.partial.lock().unwrap_or_else(|p| p.into_inner()));
+        if !line.is_empty() {
+            let id = self.request_id();
+            self.log.line(
+                self.stream,
+                &id,
+                clip(String::from_utf8_lossy(&line).into_owned()).as_str(),
+            );
+        }
     }
 }
 
@@ -242,6 +406,7 @@ impl tokio::io::AsyncWrite for LogPipe {
         if let Some(b) = tap {
             b.write_log(buf);
         }
+        self.to_node_log(buf);
         std::task::Poll::Ready(Ok(buf.len()))
     }
 

@@ -40,6 +40,8 @@ pub(crate) struct NodeShared {
     pub(crate) stats: Arc<Stats>,
     /// The node's client for Workers' fetches of origins ([`crate::egress`]).
     pub(crate) egress: Arc<crate::egress::Egress>,
+    /// Seals and opens Worker secrets ([`crate::secrets`]).
+    pub(crate) secrets_key: crate::secrets::SecretsKey,
     /// Carries this node's nested calls ([`crate::outgoing`]), once installed.
     pub(crate) invoker: std::sync::RwLock<Option<Arc<dyn crate::outgoing::Invoker>>>,
     /// Told each invocation's handler CPU time, once installed
@@ -59,6 +61,7 @@ impl NodeShared {
             subrequests: cfg.max_concurrent_subrequests,
             egress: Arc::new(crate::egress::Egress::new(cfg.egress, stats.clone())),
             stats,
+            secrets_key: crate::secrets::SecretsKey::derive(&cfg.artifact_key),
             invoker: std::sync::RwLock::new(None),
             cpu_observer: std::sync::OnceLock::new(),
         })
@@ -102,6 +105,8 @@ pub(crate) struct Worker {
     checked_ms: AtomicU64,
     pub(crate) limits: PlanLimits,
     script_id: Arc<str>,
+    /// Its environment and node log, shared by its instances.
+    io: Arc<crate::host::WorkerIo>,
     /// The Worker's bindings, shared with every request's hooks.
     bindings: Arc<crate::bindings::Bindings>,
     /// The origins it may fetch, parsed from its bindings' allowed hosts.
@@ -132,11 +137,16 @@ pub(crate) struct Started {
 
 impl Worker {
     /// Links `component` and finds its exports (the one-time work).
+    // Each argument comes from a different owner (the engine, the store's
+    // metadata, the Worker's opened environment, its plan, the node); a
+    // struct bundling them would be built only to be taken apart here.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         engine: &Engine,
         linker: &Linker<Host>,
         component: &Component,
         meta: ScriptMeta,
+        env: crate::secrets::WorkerEnv,
         limits: PlanLimits,
         reuse: ReusePolicy,
         node: Arc<NodeShared>,
@@ -152,8 +162,14 @@ impl Worker {
             });
         let range = component.image_range();
         let code_bytes = (range.end as usize).saturating_sub(range.start as usize) as u64;
+        let script_id: Arc<str> = meta.script_id.as_str().into();
         Ok(Worker {
-            script_id: meta.script_id.as_str().into(),
+            io: Arc::new(crate::host::WorkerIo {
+                script_id: script_id.clone(),
+                env,
+                log: crate::tail::WorkerLog::new(script_id.clone()),
+            }),
+            script_id,
             bindings: Arc::new(meta.bindings.clone()),
             allowed: Arc::new(allow_list(&meta)),
             meta,
@@ -247,7 +263,7 @@ impl Worker {
             &self.engine,
             &self.pre,
             self.init.as_ref(),
-            &self.script_id,
+            &self.io,
             &self.limits,
             self.instance_bytes.clone(),
             self.node.memory.clone(),

@@ -28,6 +28,8 @@
 //!   request and response, whose subrequests can run concurrently
 //!   ([`join_all`]).
 //! - [`tail::parse`] reads what hearth sends a tail Worker.
+//! - [`config::get`] reads a var or secret through `wasi:config/store`
+//!   (hearth also puts them in the environment, for `std::env::var`).
 //!
 //! ## Example: the lowest level
 //!
@@ -97,6 +99,7 @@
 
 #![warn(missing_docs)]
 
+pub mod config;
 pub mod fetch;
 pub mod tail;
 pub mod worker;

@@ -133,6 +133,36 @@ pub struct ScriptInfo {
     /// What it may call.
     #[serde(default)]
     pub bindings: BindingsInfo,
+    /// Its vars: name → value.
+    #[serde(default)]
+    pub vars: BTreeMap<String, String>,
+    /// The names of its secrets (the admin API never shows a value).
+    #[serde(default)]
+    pub secrets: Vec<String>,
+}
+
+/// A Worker's secrets as `GET /v1/scripts/{id}/secrets` lists them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct SecretList {
+    /// The Worker.
+    pub script_id: String,
+    /// The names of its secrets.
+    pub secrets: Vec<String>,
+}
+
+/// What putting or deleting a secret did.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct SecretChange {
+    /// The Worker.
+    pub script_id: String,
+    /// The secret's name.
+    pub secret: String,
+    /// For a delete: whether there was such a secret.
+    #[serde(default)]
+    pub deleted: Option<bool>,
+    /// How the other members heard of the change (like a deploy's).
+    #[serde(default)]
+    pub announced: Announcement,
 }
 
 /// The lifecycle of a [`ScriptInfo`].
@@ -447,6 +477,44 @@ impl AdminClient {
         let body = self
             .call(Method::PUT, &path, true, Bytes::from(component))
             .await?;
+        self.parse(&path, &body)
+    }
+
+    /// Sets secret `name` of `script_id` to `value` (sent as the body,
+    /// never in the URL).
+    pub async fn put_secret(
+        &self,
+        script_id: &str,
+        name: &str,
+        value: &str,
+    ) -> Result<SecretChange, AdminError> {
+        let path = format!("/v1/scripts/{script_id}/secrets/{name}");
+        let body = self
+            .call(
+                Method::PUT,
+                &path,
+                true,
+                Bytes::copy_from_slice(value.as_bytes()),
+            )
+            .await?;
+        self.parse(&path, &body)
+    }
+
+    /// The names of `script_id`'s secrets.
+    pub async fn secrets(&self, script_id: &str) -> Result<SecretList, AdminError> {
+        let path = format!("/v1/scripts/{script_id}/secrets");
+        let body = self.call(Method::GET, &path, true, Bytes::new()).await?;
+        self.parse(&path, &body)
+    }
+
+    /// Deletes secret `name` of `script_id`.
+    pub async fn delete_secret(
+        &self,
+        script_id: &str,
+        name: &str,
+    ) -> Result<SecretChange, AdminError> {
+        let path = format!("/v1/scripts/{script_id}/secrets/{name}");
+        let body = self.call(Method::DELETE, &path, true, Bytes::new()).await?;
         self.parse(&path, &body)
     }
 

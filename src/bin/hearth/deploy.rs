@@ -46,6 +46,10 @@ pub(crate) struct DeployArgs {
     /// http://*.example.com:8080. Any other host is denied.
     #[arg(long = "allow-host", value_name = "URL")]
     allow_hosts: Vec<String>,
+    /// Var NAME=VALUE the Worker reads from its environment (repeatable;
+    /// over the manifest's [vars]). Secrets: `hearth secret put`.
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    vars: Vec<String>,
     /// Admin URL of a running node, e.g. http://127.0.0.1:8081.
     #[arg(long, conflicts_with = "store")]
     admin: Option<String>,
@@ -88,6 +92,13 @@ impl DeployArgs {
         m.bindings
             .allowed_hosts
             .extend(self.allow_hosts.iter().cloned());
+        for v in &self.vars {
+            let (name, value) = v
+                .split_once('=')
+                .with_context(|| format!("--var {v}: expected NAME=VALUE"))?;
+            m.vars.insert(name.into(), value.into());
+        }
+        hearth::runtime::secrets::check_vars(&m.vars, [])?;
         Ok(m)
     }
 }
@@ -121,7 +132,9 @@ pub(crate) async fn run(args: DeployArgs) -> anyhow::Result<()> {
             let rt = Runtime::new(runtime_config(store)?)?;
             let report = rt.deploy(name, manifest, bytes).await?;
             // The same report the admin API answers, read the same way.
-            serde_json::from_value(serde_json::to_value(report)?)?
+            let mut value = serde_json::to_value(report)?;
+            hearth::admin::names_only(&mut value);
+            serde_json::from_value(value)?
         }
         (None, None) => bail!("say where to deploy: --admin URL (a running node) or --store DIR"),
     };
@@ -178,6 +191,13 @@ fn print_report(name: &str, report: &DeployReport) {
     }
     if !b.allowed_hosts.is_empty() {
         println!("allowed hosts: {}", b.allowed_hosts.join(", "));
+    }
+    if !meta.vars.is_empty() {
+        let names: Vec<&str> = meta.vars.keys().map(String::as_str).collect();
+        println!("vars: {}", names.join(", "));
+    }
+    if !meta.secrets.is_empty() {
+        println!("secrets (kept from before): {}", meta.secrets.join(", "));
     }
     let a = &report.announced;
     if a.members > 0 {

@@ -1,0 +1,351 @@
+//! Vars, secrets and Worker logs on a real `hearth serve` process, driven
+//! by the commands a user types (`hearth deploy --var`, `hearth secret
+//! put|list|delete`): a Rust Worker reads both through `std::env` and
+//! `wasi:config/store`; a secret's value is in no admin answer, no log
+//! line and no byte of the store; a Worker's output reaches the node's log
+//! tagged with its script and request ID, and a chatty one is held to its
+//! rate. One node for the whole file.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hearth");
+const TOKEN: &str = "env-test-admin-token-0123456789abcdef";
+/// The secret: it must never show up outside the Worker.
+const SECRET: &str = "s3cr3t-Value-7f1c2b9e";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+struct Node {
+    child: Child,
+    http: SocketAddr,
+    admin: String,
+    log: PathBuf,
+    store: PathBuf,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Node {
+    fn start(dir: &Path) -> Node {
+        let store = dir.join("store");
+        let (http, admin) = (free_port(), free_port());
+        let cfg = dir.join("node.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "listen = \"127.0.0.1:{http}\"\nadmin = \"127.0.0.1:{admin}\"\nstore = \"{}\"\n\
+                 admin_token = \"{TOKEN}\"\n",
+                store.display()
+            ),
+        )
+        .expect("write config");
+        let log = dir.join("node.log");
+        let child = Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(&cfg)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("spawn hearth serve");
+        let node = Node {
+            child,
+            http: ([127, 0, 0, 1], http).into(),
+            admin: format!("http://127.0.0.1:{admin}"),
+            log,
+            store,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(node.http).is_err() {
+            assert!(Instant::now() < deadline, "never listened: {}", node.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        node
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Runs `hearth ARGS` against this node with `stdin`; its output, or
+    /// its error output if it failed (`Err`).
+    fn hearth(&self, args: &[&str], stdin: &str) -> Result<String, String> {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env("HEARTH_ADMIN_TOKEN", TOKEN)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run hearth");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(stdin.as_bytes())
+            .expect("write stdin");
+        let out = child.wait_with_output().expect("hearth ends");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() {
+            Ok(text)
+        } else {
+            Err(format!("{text}{}", String::from_utf8_lossy(&out.stderr)))
+        }
+    }
+
+    fn deploy(&self, name: &str, extra: &[&str]) -> Result<String, String> {
+        let path = hearth_sample_workers::path(name).expect("sample built");
+        let path = path.to_string_lossy().into_owned();
+        let mut args = vec!["deploy", "--admin", &self.admin, "--name", name];
+        args.extend_from_slice(extra);
+        args.push(&path);
+        self.hearth(&args, "")
+    }
+
+    fn secret(&self, args: &[&str], stdin: &str) -> Result<String, String> {
+        let mut all = vec!["secret", "--admin", &self.admin];
+        all.extend_from_slice(args);
+        self.hearth(&all, stdin)
+    }
+
+    /// GET `path` with `Host: host`; status and the whole response.
+    fn get(&self, addr: SocketAddr, host: &str, path: &str, auth: bool) -> (u16, String) {
+        use std::io::Read;
+        let mut s = std::net::TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let auth = if auth {
+            format!("Authorization: Bearer {TOKEN}\r\n")
+        } else {
+            String::new()
+        };
+        write!(
+            s,
+            // HTTP/1.0: the body comes as is, not chunked.
+            "GET {path} HTTP/1.0\r\nHost: {host}\r\n{auth}\r\n"
+        )
+        .expect("write");
+        let mut buf = String::new();
+        s.read_to_string(&mut buf).expect("read");
+        let status = buf
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .expect("a status line");
+        (status, buf)
+    }
+
+    /// The body of `GET path` on Worker `script`.
+    fn worker(&self, script: &str, path: &str) -> String {
+        let (status, resp) = self.get(self.http, &format!("{script}.localhost"), path, false);
+        assert_eq!(status, 200, "{resp}");
+        resp.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default()
+    }
+
+    /// An admin answer, whatever its status.
+    fn admin(&self, path: &str) -> String {
+        let addr: SocketAddr = self
+            .admin
+            .trim_start_matches("http://")
+            .parse()
+            .expect("admin addr");
+        self.get(addr, "admin", path, true).1
+    }
+}
+
+/// The bytes of every file under `dir`.
+fn all_files(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
+    for entry in std::fs::read_dir(dir).expect("read dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            all_files(&path, out);
+        } else if let Ok(bytes) = std::fs::read(&path) {
+            out.push((path, bytes));
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+#[test]
+fn vars_secrets_and_logs_on_a_real_node() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(dir.path());
+
+    // Vars: set at deploy, read through both interfaces.
+    let out = node
+        .deploy(
+            "config-echo",
+            &[
+                "--var",
+                "API_BASE=https://api.example.com/v1",
+                "--var",
+                "MODE=test",
+            ],
+        )
+        .expect("deploy");
+    assert!(out.contains("vars: API_BASE, MODE"), "{out}");
+    assert_eq!(
+        node.worker("config-echo", "/API_BASE"),
+        "env=https://api.example.com/v1 config=https://api.example.com/v1"
+    );
+    assert_eq!(
+        node.worker("config-echo", "/"),
+        "env: API_BASE,HEARTH_SCRIPT_ID,MODE config: API_BASE,MODE"
+    );
+
+    // Bad names and reserved names are refused with the rule.
+    let err = node
+        .deploy("config-echo", &["--var", "1BAD=x"])
+        .expect_err("a bad var name");
+    assert!(err.contains("invalid var name \"1BAD\""), "{err}");
+    let err = node
+        .secret(&["put", "config-echo", "HEARTH_TOKEN"], "x")
+        .expect_err("a reserved name");
+    assert!(err.contains("400") && err.contains("reserved"), "{err}");
+    let err = node
+        .secret(&["put", "config-echo", "MODE"], "x")
+        .expect_err("a var's name");
+    assert!(err.contains("both a var and a secret"), "{err}");
+    let err = node
+        .secret(&["put", "nobody", "API_KEY"], "x")
+        .expect_err("no such Worker");
+    assert!(err.contains("404"), "{err}");
+
+    // A secret: from stdin, read through both interfaces at once (the
+    // warm copy was dropped), kept by a redeploy.
+    let out = node
+        .secret(&["put", "config-echo", "API_KEY"], &format!("{SECRET}\n"))
+        .expect("secret put");
+    assert!(out.contains("secret API_KEY of config-echo set"), "{out}");
+    let both = format!("env={SECRET} config={SECRET}");
+    assert_eq!(node.worker("config-echo", "/API_KEY"), both);
+    let out = node
+        .deploy("config-echo", &["--var", "MODE=again"])
+        .expect("redeploy");
+    assert!(out.contains("secrets (kept from before): API_KEY"), "{out}");
+    assert!(!out.contains(SECRET), "{out}");
+    assert_eq!(node.worker("config-echo", "/API_KEY"), both);
+    assert_eq!(node.worker("config-echo", "/API_BASE"), "env=- config=-");
+    let list = node
+        .secret(&["list", "config-echo"], "")
+        .expect("secret list");
+    assert_eq!(list, "API_KEY\n");
+
+    // No admin answer carries the value (nor its sealed form).
+    let store_meta =
+        std::fs::read_to_string(node.store.join("scripts/config-echo.json")).expect("metadata");
+    let sealed: serde_json::Value = serde_json::from_str(&store_meta).expect("json");
+    let sealed = sealed["secrets"]["API_KEY"]
+        .as_str()
+        .expect("a sealed secret")
+        .to_string();
+    for path in [
+        "/v1/scripts",
+        "/v1/scripts/config-echo/secrets",
+        "/v1/stats",
+        "/metrics",
+    ] {
+        let answer = node.admin(path);
+        assert!(!answer.contains(SECRET), "{path}: {answer}");
+        assert!(!answer.contains(&sealed[..32]), "{path}: {answer}");
+    }
+    assert!(node.admin("/v1/scripts").contains("\"API_KEY\""));
+
+    // Stored encrypted: no file of the store holds the value.
+    let mut files = Vec::new();
+    all_files(&node.store, &mut files);
+    assert!(files.len() > 2, "the store has files");
+    for (path, bytes) in &files {
+        assert!(
+            !contains(bytes, SECRET),
+            "{} holds the secret",
+            path.display()
+        );
+    }
+
+    // Logs: a line from a Worker with no tail Worker reaches the node's
+    // log, tagged.
+    node.worker("config-echo", "/?log=hello-from-the-worker-42");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let line = loop {
+        let log = node.log();
+        if let Some(l) = log.lines().find(|l| l.contains("hello-from-the-worker-42")) {
+            break l.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Worker line in the log:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        line.contains("script=\"config-echo\"") || line.contains("script=config-echo"),
+        "{line}"
+    );
+    assert!(line.contains("request_id="), "{line}");
+    assert!(
+        line.contains("stream=\"stdout\"") || line.contains("stream=stdout"),
+        "{line}"
+    );
+
+    // A chatty Worker is held to its rate: of 1000 lines, about a burst
+    // gets through, and the rest are reported as dropped.
+    node.deploy("chatty", &[]).expect("deploy chatty");
+    node.worker("chatty", "/?lines=1000&bytes=8");
+    std::thread::sleep(Duration::from_millis(100));
+    node.worker("chatty", "/?lines=1&bytes=8");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let log = loop {
+        let log = node.log();
+        if log.contains("lines dropped") {
+            break log;
+        }
+        assert!(Instant::now() < deadline, "no dropped report:\n{log}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let logged = log
+        .lines()
+        .filter(|l| l.contains("chatty") && l.contains("xxxxxxxx"))
+        .count();
+    let burst = hearth::runtime::tail::LOG_BURST_LINES as usize;
+    assert!(
+        (burst..burst + 300).contains(&logged),
+        "{logged} of 1000 lines logged"
+    );
+
+    // Deleting the secret takes it away at once.
+    let out = node
+        .secret(&["delete", "config-echo", "API_KEY"], "")
+        .expect("secret delete");
+    assert!(out.contains("deleted"), "{out}");
+    assert_eq!(node.worker("config-echo", "/API_KEY"), "env=- config=-");
+    assert_eq!(
+        node.secret(&["list", "config-echo"], "").expect("list"),
+        "config-echo has no secrets\n"
+    );
+
+    // Nothing the node logged holds the value.
+    let log = node.log();
+    assert!(!log.contains(SECRET), "the node log holds the secret");
+}
