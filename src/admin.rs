@@ -17,6 +17,8 @@
 //! too, each repeatable: `service=<name>:<script>`, `dispatch=<namespace>:<script>`
 //! (one user Worker per parameter), `tail=<script>`, and `outbound=<script>`
 //! once. The deploy report and `GET /v1/scripts` show them under `bindings`.
+//! `dispatch_only=true` deploys a user Worker that clients cannot address
+//! directly ([`hearth_runtime::manifest`]).
 //!
 //! A deploy answers once every other member of the cluster has dropped a
 //! stale copy (its `announced` field counts them, see
@@ -233,6 +235,13 @@ fn manifest_from_query(query: &[(String, String)]) -> Result<Manifest, String> {
     if let Some(l) = query_param(query, "lifecycle") {
         m.lifecycle = l.parse::<Lifecycle>()?;
     }
+    if let Some(d) = query_param(query, "dispatch_only") {
+        m.dispatch_only = match d {
+            "true" | "1" => true,
+            "false" | "0" => false,
+            other => return Err(format!("dispatch_only={other}: expected true or false")),
+        };
+    }
     let split = |key: &str, v: &str| {
         v.split_once(':')
             .map(|(a, b)| (a.to_string(), b.to_string()))
@@ -280,6 +289,9 @@ pub fn manifest_query(m: &Manifest) -> String {
     }
     for t in &m.bindings.tail {
         pairs.push(("tail", t.clone()));
+    }
+    if m.dispatch_only {
+        pairs.push(("dispatch_only", "true".into()));
     }
     // Serializing pairs of strings cannot fail.
     serde_urlencoded::to_string(&pairs).unwrap_or_default()
@@ -334,7 +346,7 @@ mod tests {
     #[test]
     fn bindings_travel_as_query_parameters_and_back() {
         let m = Manifest::from_toml(
-            "plan = \"paid\"\noutbound = \"egress\"\ntail = [\"t1\", \"t2\"]\n\
+            "plan = \"paid\"\noutbound = \"egress\"\ntail = [\"t1\", \"t2\"]\ndispatch_only = true\n\
              [services]\nauth = \"auth-worker\"\n[dispatch]\nusers = [\"a\", \"b\"]\n",
         )
         .expect("manifest");

@@ -60,6 +60,10 @@ pub struct ScriptMeta {
     /// ([`crate::bindings`]).
     #[serde(default, skip_serializing_if = "Bindings::is_empty")]
     pub bindings: Bindings,
+    /// A user Worker, served only as a nested call, never as a flow's
+    /// entry ([`crate::manifest`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dispatch_only: bool,
 }
 
 /// Whether `hash` is a source hash as a deploy writes it: blake3, 64
@@ -409,6 +413,7 @@ mod tests {
             deployed_at_ms: 1,
             lifecycle: LifecycleChoice::default(),
             bindings: Bindings::default(),
+            dispatch_only: false,
         }
     }
 

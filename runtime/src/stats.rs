@@ -44,6 +44,8 @@ pub struct Stats {
     pub(crate) store_reads: AtomicU64,
     pub(crate) unknown_scripts: AtomicU64,
     pub(crate) unknown_cached: AtomicU64,
+    pub(crate) dispatch_only_refused: AtomicU64,
+    pub(crate) nested_cpu_refused: AtomicU64,
 }
 
 impl Stats {
@@ -144,6 +146,12 @@ pub struct StatsSnapshot {
     /// Lookups of an unknown script ID answered from the negative cache,
     /// without a store read ([`crate::misses`]).
     pub unknown_cached: u64,
+    /// Client requests (a flow's entry) for a dispatch-only user Worker,
+    /// refused with a 404 ([`crate::manifest`]).
+    pub dispatch_only_refused: u64,
+    /// Nested calls refused because their flow's CPU budget for nested
+    /// invocations on this node was spent ([`crate::cpu::FlowCpu`]).
+    pub nested_cpu_refused: u64,
     /// Bytes live instances hold now against the node's instance memory
     /// cap: linear memories, tables and each one's host reserve.
     pub instance_bytes: u64,
@@ -202,6 +210,8 @@ impl StatsSnapshot {
             store_reads: g(&s.store_reads),
             unknown_scripts: g(&s.unknown_scripts),
             unknown_cached: g(&s.unknown_cached),
+            dispatch_only_refused: g(&s.dispatch_only_refused),
+            nested_cpu_refused: g(&s.nested_cpu_refused),
             instance_bytes,
             resident_workers,
             resident_bytes,

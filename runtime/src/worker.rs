@@ -37,6 +37,8 @@ pub(crate) struct NodeShared {
     pub(crate) buffer_before_slot: usize,
     /// Subrequests one invocation may have in flight ([`crate::outgoing`]).
     pub(crate) subrequests: usize,
+    /// Each flow's CPU budget for nested invocations here ([`crate::cpu`]).
+    pub(crate) flow_pools: Arc<crate::cpu::FlowPools>,
     pub(crate) stats: Arc<Stats>,
     /// Carries this node's nested calls ([`crate::outgoing`]), once installed.
     pub(crate) invoker: std::sync::RwLock<Option<Arc<dyn crate::outgoing::Invoker>>>,
@@ -52,6 +54,7 @@ impl NodeShared {
             body_idle: cfg.body_idle_timeout,
             buffer_before_slot: cfg.buffer_before_slot,
             subrequests: cfg.max_concurrent_subrequests,
+            flow_pools: Arc::default(),
             stats,
             invoker: std::sync::RwLock::new(None),
         })
@@ -302,10 +305,21 @@ impl Worker {
             .get::<crate::outgoing::Flow>()
             .cloned()
             .unwrap_or_default();
-        let limits = flow.tighten(self.limits, Instant::now());
+        let mut limits = flow.tighten(self.limits, Instant::now());
         let deadline = flow
             .deadline
             .unwrap_or_else(|| Instant::now() + limits.request_wall);
+        // A nested invocation runs on its flow's CPU budget ([`crate::cpu`]).
+        let pools = self.node.flow_pools.clone();
+        let flow_cpu = match flow.nested_cpu {
+            Some(n) => {
+                let handle = crate::cpu::FlowCpuHandle::nested(pools, n, deadline);
+                let left = handle.pool().1.left().max(Duration::from_millis(1));
+                limits.request_cpu = limits.request_cpu.min(left);
+                handle
+            }
+            None => crate::cpu::FlowCpuHandle::entry(pools, limits.request_cpu, deadline),
+        };
         let mut extensions = parts.extensions.clone();
         let invoker = self
             .node
@@ -345,6 +359,7 @@ impl Worker {
                 trace: level.as_ref().map(|l| l.buffer.clone()),
                 stats: self.stats.clone(),
                 subrequests: Arc::new(Semaphore::new(self.node.subrequests)),
+                flow_cpu,
             })),
         };
         let (mut task, mut rx) =
@@ -452,7 +467,9 @@ impl Worker {
                 Ok(inst) => me.put_idle(inst),
                 Err(e) => {
                     let c = match e {
-                        RuntimeError::CpuExceeded { .. } => &me.stats.cpu_kills,
+                        RuntimeError::CpuExceeded { .. } | RuntimeError::FlowCpuExceeded { .. } => {
+                            &me.stats.cpu_kills
+                        }
                         RuntimeError::MemoryExceeded { .. } => &me.stats.memory_kills,
                         RuntimeError::WallTimeExceeded { .. } => &me.stats.wall_kills,
                         _ => &me.stats.traps,
