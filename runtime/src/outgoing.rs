@@ -342,6 +342,14 @@ impl Caller {
         let response = tokio::time::timeout_at(self.deadline.into(), response)
             .await
             .map_err(|_| Error::HttpResponseTimeout)?;
+        // The flow's budget is spent where the callee ran: spent here too.
+        let h = response.headers();
+        if !h.contains_key(crate::timing::START_HEADER)
+            && h.get(crate::UNKNOWN_SCRIPT_HEADER)
+                .is_some_and(|v| v == crate::FLOW_CPU_SPENT)
+        {
+            flow_cpu.spend_all();
+        }
         // The slot goes back when the response body ends or is dropped.
         let response = response.map(|b| {
             b.map_err(|e| Error::InternalError(Some(e.to_string())))

@@ -1011,6 +1011,12 @@ pub const REQUEST_ID_HEADER: &str = "x-hearth-request-id";
 /// remember the name ([`Runtime::remember_missing`]).
 pub const UNKNOWN_SCRIPT_HEADER: &str = "x-hearth-error";
 
+/// The value of [`UNKNOWN_SCRIPT_HEADER`] on a nested invocation stopped or
+/// refused because its flow's CPU budget for nested calls is spent on the
+/// node that ran it ([`crate::cpu`]): the caller's node then spends its own
+/// budget of the flow too, so the guest's next calls fail at once.
+pub const FLOW_CPU_SPENT: &str = "flow-cpu-spent";
+
 /// The response a client sees for `err`: its status, the short
 /// [`RuntimeError::public_message`] and a request ID (also in the
 /// `x-hearth-request-id` header). The full error, with any backtrace or
@@ -1037,11 +1043,20 @@ pub fn error_response(err: &RuntimeError) -> http::Response<Body> {
     if let Ok(v) = http::HeaderValue::from_str(&id) {
         resp.headers_mut().insert(REQUEST_ID_HEADER, v);
     }
-    if matches!(err, RuntimeError::UnknownScript(_)) {
-        resp.headers_mut().insert(
-            UNKNOWN_SCRIPT_HEADER,
-            http::HeaderValue::from_static("unknown-script"),
-        );
+    match err {
+        RuntimeError::UnknownScript(_) => {
+            resp.headers_mut().insert(
+                UNKNOWN_SCRIPT_HEADER,
+                http::HeaderValue::from_static("unknown-script"),
+            );
+        }
+        RuntimeError::FlowCpuExceeded { .. } => {
+            resp.headers_mut().insert(
+                UNKNOWN_SCRIPT_HEADER,
+                http::HeaderValue::from_static(FLOW_CPU_SPENT),
+            );
+        }
+        _ => {}
     }
     if let Some(secs) = err.retry_after() {
         resp.headers_mut()

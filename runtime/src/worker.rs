@@ -314,8 +314,18 @@ impl Worker {
         let flow_cpu = match flow.nested_cpu {
             Some(n) => {
                 let handle = crate::cpu::FlowCpuHandle::nested(pools, n, deadline);
-                let left = handle.pool().1.left().max(Duration::from_millis(1));
-                limits.request_cpu = limits.request_cpu.min(left);
+                let pool = handle.pool().1;
+                if pool.left().is_zero() {
+                    // Spent: refused before it takes a slot, with a clear
+                    // answer the caller's node recognizes.
+                    Stats::bump(&self.stats.nested_cpu_refused);
+                    return Err(RuntimeError::FlowCpuExceeded {
+                        script_id: self.script_id.to_string(),
+                        used: Duration::ZERO,
+                        flow_budget: pool.budget(),
+                    });
+                }
+                limits.request_cpu = limits.request_cpu.min(pool.left());
                 handle
             }
             None => crate::cpu::FlowCpuHandle::entry(pools, limits.request_cpu, deadline),
