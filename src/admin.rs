@@ -26,6 +26,8 @@
 //! Vars are `var=<NAME>=<value>`, repeatable ([`hearth_runtime::secrets`]).
 //! No answer carries a secret's value: wherever a script's metadata is
 //! shown, its `secrets` are the list of their names.
+//! `dispatch_only=true` deploys a user Worker that clients cannot address
+//! directly ([`hearth_runtime::manifest`]).
 //!
 //! A deploy answers once every other member of the cluster has dropped a
 //! stale copy (its `announced` field counts them, see
@@ -302,6 +304,13 @@ fn manifest_from_query(query: &[(String, String)]) -> Result<Manifest, String> {
     if let Some(l) = query_param(query, "lifecycle") {
         m.lifecycle = l.parse::<Lifecycle>()?;
     }
+    if let Some(d) = query_param(query, "dispatch_only") {
+        m.dispatch_only = match d {
+            "true" | "1" => true,
+            "false" | "0" => false,
+            other => return Err(format!("dispatch_only={other}: expected true or false")),
+        };
+    }
     let split = |key: &str, v: &str| {
         v.split_once(':')
             .map(|(a, b)| (a.to_string(), b.to_string()))
@@ -362,6 +371,9 @@ pub fn manifest_query(m: &Manifest) -> String {
     }
     for (name, value) in &m.vars {
         pairs.push(("var", format!("{name}={value}")));
+    }
+    if m.dispatch_only {
+        pairs.push(("dispatch_only", "true".into()));
     }
     // Serializing pairs of strings cannot fail.
     serde_urlencoded::to_string(&pairs).unwrap_or_default()
@@ -446,7 +458,7 @@ mod tests {
     #[test]
     fn bindings_travel_as_query_parameters_and_back() {
         let m = Manifest::from_toml(
-            "plan = \"paid\"\noutbound = \"egress\"\ntail = [\"t1\", \"t2\"]\n\
+            "plan = \"paid\"\noutbound = \"egress\"\ntail = [\"t1\", \"t2\"]\ndispatch_only = true\n\
              allowed_hosts = [\"https://api.example.com\", \"http://*.example.com:8080\"]\n\
              [services]\nauth = \"auth-worker\"\n[dispatch]\nusers = [\"a\", \"b\"]\n",
         )

@@ -18,8 +18,12 @@
 //! hearth's documentation prints ([`SECRET_PLACEHOLDER`], or an example
 //! value shipped before) or an admin token shorter than
 //! [`MIN_ADMIN_TOKEN_BYTES`], and offers a fresh one
-//! ([`NodeConfig::check_secrets`]). The admin API is plain HTTP: keep
-//! `admin` on loopback (the default) or a private network.
+//! ([`NodeConfig::check_secrets`]). The admin API is plain HTTP unless
+//! `admin_tls_cert` and `admin_tls_key` are set (then HTTPS only): keep
+//! `admin` on loopback (the default) or a private network either way. Give
+//! each node only its own certificate and key from `hearth pki` (and the
+//! CA certificate `ca.pem`), never the CA's key `ca-key.pem`: whoever holds
+//! that can make certificates for any node ID.
 //!
 //! One file can serve every node of a cluster (the pods `hearth-0…N` of a
 //! Kubernetes StatefulSet): `node_id` and the `[cluster]` `rpc` and
@@ -45,6 +49,9 @@
 //!                            #   keeps it in the store
 //! admin_token = "REPLACE-ME" # at least 32 bytes; generated and saved in the
 //!                            #   store if absent
+//! admin_tls_cert = "./pki/node-1.pem"     # admin API over HTTPS only (else
+//! admin_tls_key = "./pki/node-1-key.pem"  #   plain HTTP); e.g. the node's own
+//!                            #   certificate from `hearth pki`
 //! memory_budget = "1GiB"     # warm Workers, all together
 //! idle_timeout = "5m"        # a Worker idle this long may be swept
 //! idle_sweep_above = 0.9     # sweep idle Workers only above 90% of the budget
@@ -59,6 +66,14 @@
 //! slot_wait = "2s"           # then 503 + retry-after
 //! max_in_flight = 256        # instances serving at once on the node
 //! instance_memory = "8GiB"   # memory all live instances may hold together
+//! header_read_timeout = "10s" # request head, TLS handshake, idle HTTP/2
+//!                            #   connection; also the keep-alive idle timeout
+//! h2_keep_alive = "10s"      # HTTP/2 PING after this long without a frame
+//! max_pre_slot_bytes_per_connection = "1MiB" # body bytes held before a slot
+//! max_pre_slot_bytes = "64MiB"  # the same, every front door together
+//! max_concurrent_subrequests = 6 # one invocation's subrequests in flight
+//! unknown_script_ttl = "5s"  # a name not deployed: 404 without a store read
+//! unknown_script_cache = 16384 # names remembered as not deployed
 //!
 //! [cluster]                  # optional: join a cluster
 //! rpc = "127.0.0.1:7000"     # shard server; the address peers dial ("${POD_IP}:7000")
@@ -233,6 +248,11 @@ pub enum NodeConfigError {
     /// Only one of certificate and key is given.
     #[error("give both tls_cert and tls_key (--tls-cert, --tls-key), or neither")]
     TlsHalfPair,
+    /// Only one of the admin API's certificate and key is given.
+    #[error(
+        "give both admin_tls_cert and admin_tls_key (--admin-tls-cert, --admin-tls-key), or neither"
+    )]
+    AdminTlsHalfPair,
     /// A store secret or its directory could not be created.
     #[error("cannot create {}: {error}", path.display())]
     Create {
@@ -348,6 +368,14 @@ pub struct ServeArgs {
     /// PEM private key for --tls-cert.
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// PEM certificate chain (leaf first) to serve the admin API over
+    /// HTTPS with, e.g. this node's certificate from `hearth pki`;
+    /// without it the admin API is plain HTTP.
+    #[arg(long, requires = "admin_tls_key")]
+    pub admin_tls_cert: Option<PathBuf>,
+    /// PEM private key for --admin-tls-cert.
+    #[arg(long, requires = "admin_tls_cert")]
+    pub admin_tls_key: Option<PathBuf>,
     /// Do not prewarm Workers from the TLS ClientHello's SNI.
     #[arg(long)]
     pub no_sni_prewarm: bool,
@@ -371,6 +399,9 @@ pub struct ServeConfig {
     pub store: String,
     /// The HTTPS front door, if any.
     pub tls: Option<TlsConfig>,
+    /// The admin API's certificate chain and key (PEM files): it serves
+    /// HTTPS only, if given; plain HTTP otherwise.
+    pub admin_tls: Option<(PathBuf, PathBuf)>,
     /// The file's other settings, with the flags' over them: runtime and
     /// client limits, prewarm, cluster, S3, admin token. The settings
     /// resolved into the fields above are taken out of it.
@@ -428,7 +459,17 @@ impl ServeArgs {
             }),
             (Some(_), _, _) => return Err(NodeConfigError::TlsHalfPair),
         };
+        let admin_tls = match self.admin_tls_cert {
+            Some(cert) => (Some(cert), self.admin_tls_key),
+            None => (file.admin_tls_cert.take(), file.admin_tls_key.take()),
+        };
+        let admin_tls = match admin_tls {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some((cert, key)),
+            _ => return Err(NodeConfigError::AdminTlsHalfPair),
+        };
         Ok(ServeConfig {
+            admin_tls,
             node_id,
             listen: self.listen.or(file.listen.take()).unwrap_or(DEFAULT_LISTEN),
             admin: self.admin.or(file.admin.take()).unwrap_or(DEFAULT_ADMIN),
@@ -648,6 +689,28 @@ pub struct ClientLimits {
     pub max_in_flight: Option<usize>,
     /// Memory all live instances may hold together.
     pub instance_memory: Option<ByteSize>,
+    /// How long a request head (and a TLS handshake, and an HTTP/2
+    /// connection with no stream open) may take; also the HTTP/1.1
+    /// keep-alive idle timeout.
+    #[serde(default, with = "humantime_serde")]
+    pub header_read_timeout: Option<Duration>,
+    /// HTTP/2 keep-alive: a PING after this long without a frame, to be
+    /// answered within as long again.
+    #[serde(default, with = "humantime_serde")]
+    pub h2_keep_alive: Option<Duration>,
+    /// Request body bytes one connection's requests may hold before they
+    /// take their slots.
+    pub max_pre_slot_bytes_per_connection: Option<ByteSize>,
+    /// The same over every front-door connection of the node together.
+    pub max_pre_slot_bytes: Option<ByteSize>,
+    /// Subrequests one invocation may have in flight.
+    pub max_concurrent_subrequests: Option<usize>,
+    /// How long a name no Worker is deployed under is answered 404 without
+    /// a store read.
+    #[serde(default, with = "humantime_serde")]
+    pub unknown_script_ttl: Option<Duration>,
+    /// Names the negative cache of unknown script IDs holds at most.
+    pub unknown_script_cache: Option<usize>,
     // The keys these replace, read for one release (see `Renamed`).
     write_timeout_s: Option<u64>,
     drain_timeout_s: Option<u64>,
@@ -976,6 +1039,11 @@ pub struct NodeConfig {
     pub tls_cert: Option<PathBuf>,
     /// PEM private key of the HTTPS listener.
     pub tls_key: Option<PathBuf>,
+    /// PEM certificate chain of the admin API (leaf first): with
+    /// `admin_tls_key`, the admin API is served over HTTPS only.
+    pub admin_tls_cert: Option<PathBuf>,
+    /// PEM private key of the admin API.
+    pub admin_tls_key: Option<PathBuf>,
     /// Whether a ClientHello's SNI starts a prewarm (default true).
     pub sni_prewarm: Option<bool>,
     /// Prewarms in flight at once on the node (default 4).
@@ -1162,6 +1230,15 @@ impl NodeConfig {
         if let Some(size) = c.instance_memory {
             cfg = cfg.instance_memory_cap(size.as_u64());
         }
+        if let Some(n) = c.max_concurrent_subrequests {
+            cfg = cfg.max_concurrent_subrequests(n);
+        }
+        if let Some(d) = c.unknown_script_ttl {
+            cfg = cfg.unknown_script_ttl(d);
+        }
+        if let Some(n) = c.unknown_script_cache {
+            cfg = cfg.unknown_script_capacity(n);
+        }
         for (plan, o) in [
             (Plan::Free, &self.plans.free),
             (Plan::Paid, &self.plans.paid),
@@ -1225,9 +1302,21 @@ impl NodeConfig {
             max_per_peer: c.max_connections_per_peer.unwrap_or(d.max_per_peer),
             write_timeout: c.write_timeout.unwrap_or(d.write_timeout),
             drain_timeout: c.drain_timeout.unwrap_or(d.drain_timeout),
-            ..d
+            header_read_timeout: c.header_read_timeout.unwrap_or(d.header_read_timeout),
+            h2_keep_alive: c.h2_keep_alive.unwrap_or(d.h2_keep_alive),
+            max_pre_slot_bytes_per_connection: c
+                .max_pre_slot_bytes_per_connection
+                .map_or(d.max_pre_slot_bytes_per_connection, bytes_usize),
+            max_pre_slot_bytes: c
+                .max_pre_slot_bytes
+                .map_or(d.max_pre_slot_bytes, bytes_usize),
         }
     }
+}
+
+/// A size from the config as a byte count in memory (saturating).
+fn bytes_usize(size: ByteSize) -> usize {
+    usize::try_from(size.as_u64()).unwrap_or(usize::MAX)
 }
 
 /// Reads the secret in `store/name`, creating a random one (mode 0600) on
@@ -1583,6 +1672,42 @@ mod tests {
         ] {
             assert!(toml::from_str::<NodeConfig>(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn every_listener_and_runtime_limit_can_be_set_in_the_file() {
+        let c: NodeConfig = toml::from_str(
+            "[limits]\nheader_read_timeout = \"3s\"\nh2_keep_alive = \"20s\"\n\
+             max_pre_slot_bytes_per_connection = \"256KiB\"\nmax_pre_slot_bytes = \"8MiB\"\n\
+             max_concurrent_subrequests = 3\nunknown_script_ttl = \"2s\"\n\
+             unknown_script_cache = 100\n",
+        )
+        .expect("config");
+        let limits = c.serve_limits();
+        assert_eq!(limits.header_read_timeout, Duration::from_secs(3));
+        assert_eq!(limits.h2_keep_alive, Duration::from_secs(20));
+        assert_eq!(limits.max_pre_slot_bytes_per_connection, 256 << 10);
+        assert_eq!(limits.max_pre_slot_bytes, 8 << 20);
+        // The runtime's settings are private; its Debug form shows them.
+        let rt = format!("{:?}", c.apply(RuntimeConfig::new("/tmp/unused")));
+        for field in [
+            "max_concurrent_subrequests: 3",
+            "miss_ttl: 2s",
+            "miss_capacity: 100",
+        ] {
+            assert!(rt.contains(field), "{field} not in {rt}");
+        }
+        // Unset, each keeps its default.
+        let d = NodeConfig::default().serve_limits();
+        assert_eq!(
+            d.header_read_timeout,
+            ServeLimits::default().header_read_timeout
+        );
+        assert_eq!(
+            d.max_pre_slot_bytes,
+            ServeLimits::default().max_pre_slot_bytes
+        );
+        assert!(toml::from_str::<NodeConfig>("[limits]\nh2_keep_alive = 10\n").is_err());
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! [`Node::handle`], which decides where it is served (here, or at the
 //! Worker's home) and in which role. Anything that names no Worker gets a
 //! 404 with a clear body. [`spawn_listeners`] runs a node's front doors
-//! (plain HTTP/1.1 and HTTPS with HTTP/2) and its admin API on their
+//! (plain HTTP/1.1 and HTTPS with HTTP/2) and its admin API (plain HTTP,
+//! or HTTPS only when the node has an admin certificate) on their
 //! listeners ([`crate::listener`]).
 
 use std::sync::Arc;
@@ -45,6 +46,9 @@ pub struct Listeners {
     pub https: Option<(tokio::net::TcpListener, crate::https::TlsFrontDoor)>,
     /// The admin API.
     pub admin: tokio::net::TcpListener,
+    /// The admin API's TLS, if it is served over HTTPS (then only HTTPS:
+    /// a plain HTTP request gets its connection closed).
+    pub admin_tls: Option<crate::https::TlsFrontDoor>,
 }
 
 /// Serves `node`'s front doors (plain HTTP, and HTTPS if given) and its
@@ -123,7 +127,13 @@ pub fn spawn_listeners(
         },
         stopped(admin_stopped),
         None,
-        None,
+        listeners
+            .admin_tls
+            .map(|door| crate::listener::TlsListener {
+                door,
+                // The admin API prewarms nothing.
+                on_sni: Arc::new(|_: &str| {}),
+            }),
     ));
     vec![fronts, admin]
 }

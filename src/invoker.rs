@@ -19,7 +19,8 @@
 //!    (a dispatch Worker's outbound Worker for the user Workers it
 //!    dispatches to, inherited through their service bindings, so a user
 //!    Worker cannot shed it by calling a binding);
-//! 3. sets the flow's deadline on the stack and routes the request exactly
+//! 3. sets the flow's deadline and its CPU budget for nested invocations
+//!    (its ID and what is left, [`hearth_runtime::cpu`]) on the stack, and routes the request exactly
 //!    like a client's ([`crate::node::Node::route`]): warm here → here;
 //!    else to its home over the shard client with the stack; a refusing or
 //!    unreachable home → served here lazily. The stack travels as Cap'n
@@ -50,8 +51,8 @@ use hearth_runtime::body::Body;
 use hearth_runtime::outgoing::{Flow, Invoker, NestedCall};
 use hearth_runtime::tail::{TraceSink, Tracing};
 use hearth_sharding::context_stack::{
-    ContextFrame, ContextStack, LimitOverrides, OutboundWorkerConfig, TailWorkerConfig, TraceError,
-    TraceEvent, TraceReporter, TrustLevel,
+    ContextFrame, ContextStack, LimitOverrides, NestedCpu, OutboundWorkerConfig, TailWorkerConfig,
+    TraceError, TraceEvent, TraceReporter, TrustLevel,
 };
 
 use crate::node::{Node, NodeState};
@@ -110,6 +111,10 @@ impl Invoker for NodeInvoker {
             }
             stack.push(frame);
             stack.set_deadline(Some(call.deadline));
+            stack.set_nested_cpu(call.nested_cpu.map(|n| NestedCpu {
+                flow_id: n.flow_id,
+                left: n.left,
+            }));
             node.route(&call.target, req, stack).await
         })
     }
@@ -202,6 +207,10 @@ pub fn flow_of(stack: &ContextStack) -> Option<Flow> {
         memory: limits.memory_bytes,
         deadline: stack.deadline(),
         outbound: top.outbound.as_ref().map(|o| o.script_id.clone()),
+        nested_cpu: stack.nested_cpu().map(|n| hearth_runtime::cpu::NestedCpu {
+            flow_id: n.flow_id,
+            left: n.left,
+        }),
     })
 }
 
@@ -269,6 +278,7 @@ mod tests {
             deadline: Instant::now() + Duration::from_secs(5),
             caller_bindings: Arc::new(bindings),
             caller_extensions: http::Extensions::new(),
+            nested_cpu: None,
         }
     }
 

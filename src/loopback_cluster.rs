@@ -271,6 +271,7 @@ async fn start_node(
             http,
             https: https.zip(common.door.clone()),
             admin,
+            admin_tls: None,
         },
         common.token.clone(),
         cfg.serve_limits,

@@ -429,6 +429,16 @@ impl Collector for RuntimeCollector {
                 "Lookups of an unknown script ID answered from the negative cache, without a store read",
                 s.unknown_cached,
             ),
+            (
+                "hearth_dispatch_only_refused",
+                "Client requests for a dispatch-only user Worker, refused with a 404",
+                s.dispatch_only_refused,
+            ),
+            (
+                "hearth_nested_cpu_refused",
+                "Nested calls refused because their flow's CPU budget for nested calls was spent",
+                s.nested_cpu_refused,
+            ),
         ];
         for (name, help, v) in counters {
             let c = ConstCounter::new(v);

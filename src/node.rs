@@ -84,9 +84,16 @@ impl NodeState {
 
     /// The routing decision for a request for `script_id` arriving here now
     /// ([`decide`]). A node that has not joined a cluster, or whose ring is
-    /// empty, has no home to ask: it is every Worker's home.
+    /// empty, has no home to ask: it is every Worker's home. A name this
+    /// node knows no Worker is deployed under (its negative cache, filled by
+    /// its own store reads and by its homes' "not deployed" answers) is
+    /// answered here, as `local`: the same 404 its home would give, without
+    /// the shard hop.
     fn place(&self, script_id: &str) -> Placement<'_> {
         let warm = self.runtime.is_warm(script_id);
+        if !warm && self.runtime.is_known_missing(script_id) {
+            return Placement::Here(Route::Local);
+        }
         let cluster = self.link.get().zip(self.rpc.get());
         let ring = cluster.map(|(link, _)| link.ring.load());
         let home = cluster.zip(ring.as_ref()).and_then(|((_, rpc), ring)| {
@@ -140,6 +147,17 @@ impl NodeState {
         }
         h.insert(ROUTE_HEADER, role.header_value());
     }
+}
+
+/// Whether `resp` is a node's "no Worker is deployed under this name": a
+/// 404 the runtime made ([`hearth_runtime::UNKNOWN_SCRIPT_HEADER`], and no
+/// `x-hearth-start`, which every response a Worker served carries).
+fn is_not_deployed(resp: &http::Response<Body>) -> bool {
+    let h = resp.headers();
+    resp.status() == http::StatusCode::NOT_FOUND
+        && !h.contains_key(hearth_runtime::timing::START_HEADER)
+        && h.get(hearth_runtime::UNKNOWN_SCRIPT_HEADER)
+            .is_some_and(|v| v == "unknown-script")
 }
 
 /// Prepends the shard hop to a response's `server-timing` (the serving
@@ -636,7 +654,11 @@ impl Node {
         match self.state.place(script_id) {
             Placement::Here(role) => self.state.serve(role, script_id, req).await,
             Placement::Home(home, rpc) => {
+                let generation = self.state.runtime.miss_generation();
                 let forwarded = rpc.forward(&home, script_id, context, req).await;
+                if is_not_deployed(&forwarded.response) {
+                    self.state.runtime.remember_missing(script_id, generation);
+                }
                 let hop = forwarded.hop;
                 let route = forwarded.route();
                 let mut resp = forwarded.response;

@@ -476,3 +476,117 @@ fn after_precompile_a_fresh_node_compiles_nothing_on_its_first_request() {
         "both loaded artifacts"
     );
 }
+
+/// The admin API over TLS: a node configured with its own certificate
+/// from `hearth pki` (`admin_tls_cert`, `admin_tls_key`) answers the admin
+/// client over HTTPS (trusting the cluster's CA), and a plain HTTP request
+/// to the same port gets no answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_serves_https_with_the_nodes_own_certificate() {
+    use hearth_admin_client::{AdminClient, AdminError};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let pki = d.join("pki");
+    run_ok(&["pki", "--dir", pki.to_str().expect("utf8"), "node-1"]);
+    let (http, admin) = (free_port(), free_port());
+    let token = "an-admin-token-of-at-least-32-bytes-0123456789";
+    let cfg = d.join("node-1.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "node_id = \"node-1\"\nlisten = \"127.0.0.1:{http}\"\nadmin = \"127.0.0.1:{admin}\"\n\
+             store = \"{}\"\nadmin_token = \"{token}\"\nadmin_tls_cert = \"{}\"\nadmin_tls_key = \"{}\"\n",
+            d.join("store").display(),
+            pki.join("node-1.pem").display(),
+            pki.join("node-1-key.pem").display(),
+        ),
+    )
+    .expect("config");
+    let _node = Proc(
+        Command::new(BIN)
+            .args(["serve", "--config", cfg.to_str().expect("utf8")])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(d.join("node-1.log")).expect("log file"))
+            .spawn()
+            .expect("spawn hearth serve"),
+    );
+    let url = format!("https://127.0.0.1:{admin}");
+    let client = AdminClient::with_ca(
+        &url,
+        Some(token.into()),
+        &pki.join("ca.pem"),
+        Some("node-1.node.hearth.cluster"),
+    )
+    .expect("client")
+    .with_timeout(Duration::from_secs(2));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let scripts = loop {
+        match client.list().await {
+            Ok(s) => break s,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "no HTTPS admin answer: {e}; node log:\n{}",
+                    std::fs::read_to_string(d.join("node-1.log")).unwrap_or_default()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert!(scripts.is_empty());
+    assert!(
+        client
+            .metrics()
+            .await
+            .expect("metrics")
+            .0
+            .contains("hearth_")
+    );
+    // A wrong token is still refused over TLS.
+    let wrong = AdminClient::with_ca(
+        &url,
+        Some("x".repeat(40)),
+        &pki.join("ca.pem"),
+        Some("node-1.node.hearth.cluster"),
+    )
+    .expect("client");
+    assert_eq!(
+        wrong.list().await.expect_err("wrong token").status(),
+        Some(http::StatusCode::UNAUTHORIZED)
+    );
+    // Plain HTTP to the admin port: no HTTP answer.
+    let plain =
+        tokio::task::spawn_blocking(move || admin_get(([127, 0, 0, 1], admin).into(), "/healthz"))
+            .await
+            .expect("plain request");
+    assert!(
+        plain.as_ref().is_none_or(|(code, _)| *code != 200),
+        "plain HTTP answered: {plain:?}"
+    );
+    let http_client = AdminClient::new(&format!("http://127.0.0.1:{admin}"), Some(token.into()))
+        .expect("client")
+        .with_timeout(Duration::from_secs(5));
+    assert!(matches!(
+        http_client.list().await,
+        Err(AdminError::Unreachable { .. })
+    ));
+    // A client that does not trust the node's CA is refused by the handshake.
+    let other = tempfile::tempdir().expect("tempdir");
+    run_ok(&[
+        "pki",
+        "--dir",
+        other.path().to_str().expect("utf8"),
+        "node-1",
+    ]);
+    let stranger = AdminClient::with_ca(
+        &url,
+        Some(token.into()),
+        &other.path().join("ca.pem"),
+        Some("node-1.node.hearth.cluster"),
+    )
+    .expect("client");
+    assert!(matches!(
+        stranger.list().await,
+        Err(AdminError::Unreachable { .. })
+    ));
+}

@@ -195,3 +195,35 @@ async fn a_name_deployed_after_its_404_is_served_at_once_from_every_node() {
         assert_eq!(r.status, 200, "node {i} still says {}", r.text());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_known_unknown_costs_no_shard_hop() {
+    let c = TestCluster::start(3).await.expect("cluster");
+    let name = random_names(1).remove(0);
+    let home = c.home_of(&name).expect("a home");
+    let at = (home + 1) % 3;
+    let forwarded = |c: &TestCluster| c.stats(at).rpc.forwarded;
+    let before = forwarded(&c);
+    let r = c.get(at, &name, "/").await.expect("an answer");
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(forwarded(&c), before + 1, "the first request asks the home");
+    // Asked again within the TTL: the node that forwarded remembers the
+    // home's answer, and answers itself.
+    for _ in 0..10 {
+        let r = c.get(at, &name, "/").await.expect("an answer");
+        assert_eq!(r.status, 404, "{}", r.text());
+        assert!(r.text().contains("no Worker is deployed"), "{}", r.text());
+        assert_eq!(r.header("x-hearth-route"), "local");
+    }
+    assert_eq!(
+        forwarded(&c),
+        before + 1,
+        "a known-unknown name was forwarded again"
+    );
+    // A deploy announced to every member is served at once from here.
+    c.deploy(&name, Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
+    let r = c.get(at, &name, "/").await.expect("an answer");
+    assert_eq!(r.status, 200, "{}", r.text());
+}

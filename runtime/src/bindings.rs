@@ -21,6 +21,12 @@
 //! can change only by a deploy: nothing a guest sends at run time adds to
 //! them.
 //!
+//! A user Worker itself is deployed with `dispatch_only = true`
+//! ([`crate::manifest`]): then it runs only as a nested call (through the
+//! namespace of a dispatch Worker that lists it), and a client that
+//! addresses it directly by Host gets a 404 instead of running it as a
+//! flow's (trusted) entry, as on Workers for Platforms.
+//!
 //! # How a Worker calls a binding
 //!
 //! With an ordinary `wasi:http/outgoing-handler` request (`fetch()` in JS,

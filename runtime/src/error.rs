@@ -156,6 +156,12 @@ pub enum RuntimeError {
     /// No Worker is deployed under this script ID.
     #[error("no Worker is deployed as {0:?}")]
     UnknownScript(String),
+    /// A client addressed a user Worker deployed `dispatch_only`: it is
+    /// served only through a dispatch namespace ([`crate::manifest`]).
+    #[error(
+        "no Worker is served at {0:?}: it is a user Worker, reachable only through its platform's dispatch namespace"
+    )]
+    DispatchOnly(String),
     /// Top-level code used more CPU than the startup budget.
     #[error(
         "Worker {script_id} exceeded its startup CPU budget: used {used:?} of {budget:?} during instantiation; it was stopped and will be retried on the next request"
@@ -179,6 +185,19 @@ pub enum RuntimeError {
         used: Duration,
         /// The per-request limit.
         budget: Duration,
+    },
+    /// A nested invocation was stopped because its flow's CPU budget for
+    /// nested invocations on this node ran out ([`crate::cpu::FlowCpu`]).
+    #[error(
+        "Worker {script_id} was stopped after {used:?} of CPU: its flow's CPU budget for nested calls ({flow_budget:?} on this node) is spent; the instance was discarded"
+    )]
+    FlowCpuExceeded {
+        /// The Worker.
+        script_id: String,
+        /// CPU this invocation used when it was stopped.
+        used: Duration,
+        /// The flow's budget for nested invocations.
+        flow_budget: Duration,
     },
     /// The instance tried to grow past its memory limit and then failed.
     #[error(
@@ -278,7 +297,7 @@ impl RuntimeError {
     pub fn status(&self) -> http::StatusCode {
         use http::StatusCode as S;
         match self {
-            RuntimeError::UnknownScript(_) => S::NOT_FOUND,
+            RuntimeError::UnknownScript(_) | RuntimeError::DispatchOnly(_) => S::NOT_FOUND,
             RuntimeError::BadRequest { .. } => S::BAD_REQUEST,
             RuntimeError::ClientTimeout { .. } => S::REQUEST_TIMEOUT,
             RuntimeError::WallTimeExceeded { .. } => S::GATEWAY_TIMEOUT,
@@ -287,6 +306,7 @@ impl RuntimeError {
             | RuntimeError::PreSlotFull { .. }
             | RuntimeError::StoreUnavailable { .. }
             | RuntimeError::CpuExceeded { .. }
+            | RuntimeError::FlowCpuExceeded { .. }
             | RuntimeError::MemoryExceeded { .. } => S::SERVICE_UNAVAILABLE,
             RuntimeError::Trap { .. } | RuntimeError::NoResponse(_) | RuntimeError::Load { .. } => {
                 S::INTERNAL_SERVER_ERROR

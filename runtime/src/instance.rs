@@ -64,6 +64,11 @@ pub(crate) fn classify(
             used: c.used,
             budget: c.budget,
         },
+        (Some(c), Phase::Request) if c.flow.is_some() => RuntimeError::FlowCpuExceeded {
+            script_id: script_id.into(),
+            used: c.used,
+            flow_budget: c.flow.unwrap_or_default(),
+        },
         (Some(c), Phase::Request) => RuntimeError::CpuExceeded {
             script_id: script_id.into(),
             used: c.used,
@@ -172,7 +177,8 @@ impl Instance {
         let req = http.new_incoming_request(Scheme::Http, req).map_err(bad)?;
         let out = http.new_response_outparam(tx).map_err(bad)?;
         let meter = self.store.data().meter.clone();
-        meter.reset(limits.request_cpu);
+        let flow_cpu = hooks.caller.as_ref().and_then(|c| c.flow_cpu.charged());
+        meter.reset_in_flow(limits.request_cpu, flow_cpu);
         self.store.data_mut().memory.hit = false;
         self.store.data_mut().memory.set_limit(limits.memory);
         let trace = hooks.caller.as_ref().and_then(|c| c.trace.clone());
@@ -195,6 +201,7 @@ impl Instance {
                     limit: limits.request_wall,
                 }),
             };
+            meter.settle_flow();
             let cpu = meter.used();
             match result {
                 Ok(()) => {

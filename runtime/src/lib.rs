@@ -98,8 +98,8 @@ pub use limits::{Plan, PlanLimits};
 pub use manifest::{Manifest, ManifestError};
 pub use outgoing::{Flow, Invoker, NestedCall};
 pub use runtime::{
-    CpuObserver, DeployReport, Prewarm, REQUEST_ID_HEADER, REVALIDATE_MS, Runtime, Served,
-    decorate, error_response,
+    CpuObserver, DeployReport, FLOW_CPU_SPENT, Prewarm, REQUEST_ID_HEADER, REVALIDATE_MS, Runtime,
+    Served, UNKNOWN_SCRIPT_HEADER, decorate, error_response,
 };
 pub use s3_store::{S3Settings, S3Store};
 pub use script_store::{DirStore, ScriptMeta, ScriptStore};

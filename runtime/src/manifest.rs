@@ -33,6 +33,15 @@
 //! [vars]
 //! API_BASE = "https://api.example.com"
 //! ```
+//!
+//! A *user Worker* (one a platform's dispatch Worker picks, as on Workers
+//! for Platforms) is deployed with `dispatch_only = true` (`hearth deploy
+//! --dispatch-only`, admin API `?dispatch_only=true`): it is then served
+//! only as a nested call (through its dispatcher's namespace, or any other
+//! binding of a Worker that reaches it), never as a flow's entry. A client
+//! that addresses it directly by Host gets a 404 on every front door and
+//! on its home ([`crate::RuntimeError::DispatchOnly`]), so it can never run
+//! as a trusted entry Worker.
 
 use std::collections::BTreeMap;
 
@@ -63,6 +72,10 @@ pub struct Manifest {
     /// environment ([`crate::secrets`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub vars: BTreeMap<String, String>,
+    /// A user Worker: served only as a nested call (through a dispatch
+    /// namespace), never to a client directly (see the module docs).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dispatch_only: bool,
 }
 
 /// A manifest that could not be read.
@@ -166,5 +179,21 @@ mod tests {
         assert_eq!(b.tail, vec!["traces".to_string()]);
         let back = Manifest::from_toml(&toml::to_string(&m).expect("writes")).expect("reads");
         assert_eq!(back, m);
+    }
+
+    #[test]
+    fn dispatch_only_is_read_and_written_only_when_set() {
+        let m = Manifest::from_toml("dispatch_only = true\n").expect("manifest");
+        assert!(m.dispatch_only);
+        assert_eq!(
+            toml::to_string(&m).expect("writes"),
+            "plan = \"free\"\nlifecycle = \"auto\"\ndispatch_only = true\n"
+        );
+        assert!(!Manifest::default().dispatch_only);
+        assert!(
+            !toml::to_string(&Manifest::default())
+                .expect("writes")
+                .contains("dispatch_only")
+        );
     }
 }

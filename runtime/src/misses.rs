@@ -29,6 +29,14 @@
 //! A name with a store read in flight is not in the negative cache yet; a
 //! name asked for the first time always costs one read (on the node that
 //! looks it up: a Worker's home, for a request forwarded to it).
+//!
+//! In a cluster the node a request arrives at learns the miss too: when
+//! its home answers "not deployed" (a 404 with
+//! [`crate::UNKNOWN_SCRIPT_HEADER`]), the forwarding node remembers the name
+//! ([`crate::Runtime::remember_missing`]), and the router consults this
+//! cache before the next hop ([`crate::Runtime::is_known_missing`]): a
+//! known-unknown name is a 404 where it arrives, with no shard hop. Deploy
+//! announcements reach every member, so each forgets the name at once.
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
@@ -170,9 +178,14 @@ impl Lookups {
         Found::Read(result)
     }
 
+    /// The generation now (bumped by every [`Lookups::forget`]).
+    pub(crate) fn generation(&self) -> u64 {
+        lock(&self.misses).generation
+    }
+
     /// Puts `script_id` in the negative cache, unless a deploy was seen
     /// since the read that missed it began (`generation`).
-    fn remember_missing(&self, script_id: &str, generation: u64) {
+    pub(crate) fn remember_missing(&self, script_id: &str, generation: u64) {
         let mut m = lock(&self.misses);
         if m.generation != generation {
             return;

@@ -46,6 +46,10 @@
 //!   a Worker that fires a thousand calls at once runs them six at a time:
 //!   it cannot take every instance slot of a Worker it calls (an outbound
 //!   Worker shared by many tenants) or of the node.
+//! * **Nested CPU is bounded per flow.** Every nested invocation of a flow
+//!   draws from one CPU budget per node ([`crate::cpu::FlowCpu`], twice the
+//!   entry's per-request CPU limit); once it is spent, further calls fail
+//!   with an `internal-error` that says so.
 //!
 //! # The node's part
 //!
@@ -116,6 +120,8 @@ pub struct Flow {
     /// `.internal` go to (none: to the origin if the Worker's allow-list
     /// has it, else denied; see [`crate::egress`]).
     pub outbound: Option<String>,
+    /// The flow's CPU budget for nested invocations ([`crate::cpu`]).
+    pub nested_cpu: Option<crate::cpu::NestedCpu>,
 }
 
 impl Flow {
@@ -156,6 +162,9 @@ pub struct NestedCall {
     pub caller_bindings: Arc<Bindings>,
     /// The caller's request extensions (the node's context stack is there).
     pub caller_extensions: http::Extensions,
+    /// The flow's CPU budget for nested invocations, for the callee
+    /// ([`crate::cpu`]).
+    pub nested_cpu: Option<crate::cpu::NestedCpu>,
 }
 
 /// Carries nested calls for the runtime; the node implements it.
@@ -197,6 +206,8 @@ pub(crate) struct Caller {
     pub(crate) stats: Arc<crate::stats::Stats>,
     /// This invocation's subrequest slots (see the module docs).
     pub(crate) subrequests: Arc<tokio::sync::Semaphore>,
+    /// Its flow's CPU budget for nested invocations ([`crate::cpu`]).
+    pub(crate) flow_cpu: crate::cpu::FlowCpuHandle,
 }
 
 /// The wasi:http hooks of an instance: outgoing requests are nested calls
@@ -297,6 +308,17 @@ impl Caller {
             return Err(Error::HttpResponseTimeout);
         }
         let slot = self.slot(&target).await?;
+        // Every nested invocation of the flow draws from one CPU budget.
+        let (flow_id, flow_cpu) = self.flow_cpu.pool();
+        if flow_cpu.left().is_zero() {
+            Stats::bump(&self.stats.nested_cpu_refused);
+            tracing::debug!(script = %self.script_id, %target,
+                "nested call refused: the flow's CPU budget for nested calls is spent");
+            return Err(Error::InternalError(Some(format!(
+                "nested call refused: this flow's CPU budget for nested calls ({:?} on this node) is spent",
+                flow_cpu.budget()
+            ))));
+        }
         let (mut parts, body) = request.into_parts();
         strip_host_headers(&mut parts.headers);
         if let Ok(v) = http::HeaderValue::from_str(&self.script_id) {
@@ -313,15 +335,27 @@ impl Caller {
             target,
             kind,
             depth,
-            cpu_left: self.meter.budget().saturating_sub(self.meter.used()),
+            cpu_left: (self.meter.budget().saturating_sub(self.meter.used())).min(flow_cpu.left()),
             deadline: self.deadline,
             caller_bindings: self.bindings.clone(),
             caller_extensions: self.extensions.clone(),
+            nested_cpu: Some(crate::cpu::NestedCpu {
+                flow_id,
+                left: flow_cpu.left(),
+            }),
         };
         let response = invoker.invoke(call, http::Request::from_parts(parts, body));
         let response = tokio::time::timeout_at(self.deadline.into(), response)
             .await
             .map_err(|_| Error::HttpResponseTimeout)?;
+        // The flow's budget is spent where the callee ran: spent here too.
+        let h = response.headers();
+        if !h.contains_key(crate::timing::START_HEADER)
+            && h.get(crate::UNKNOWN_SCRIPT_HEADER)
+                .is_some_and(|v| v == crate::FLOW_CPU_SPENT)
+        {
+            flow_cpu.spend_all();
+        }
         // The slot goes back when the response body ends or is dropped.
         let response = response.map(|b| {
             b.map_err(|e| Error::InternalError(Some(e.to_string())))

@@ -64,6 +64,7 @@ struct Checked {
     lifecycle: crate::LifecycleChoice,
     bindings: crate::Bindings,
     vars: std::collections::BTreeMap<String, String>,
+    dispatch_only: bool,
     hash: String,
     compile_time: Duration,
     code_source: CodeSource,
@@ -335,6 +336,7 @@ impl Runtime {
             bindings: checked.bindings,
             vars: checked.vars,
             secrets,
+            dispatch_only: checked.dispatch_only,
         };
         self.inner.store.put(&meta, &source).await?;
         self.invalidate(script_id);
@@ -486,6 +488,7 @@ impl Runtime {
             lifecycle: lifecycle::decide(manifest.lifecycle, &source),
             bindings,
             vars: manifest.vars.clone(),
+            dispatch_only: manifest.dispatch_only,
             hash,
             compile_time: t.elapsed(),
             code_source,
@@ -653,6 +656,27 @@ impl Runtime {
 
     fn count(&self, evicted: impl IntoIterator<Item = Evicted<String, Arc<Worker>>>) {
         self.inner.count(evicted);
+    }
+
+    /// Whether `script_id` is in this node's negative cache: its store had
+    /// no Worker under it within the TTL and no deploy of it was seen since
+    /// ([`crate::misses`]). A router asks this before a shard hop: the
+    /// answer here is the same 404, without the hop.
+    pub fn is_known_missing(&self, script_id: &str) -> bool {
+        self.inner.lookups.is_known_missing(script_id)
+    }
+
+    /// The negative cache's generation now: take it before asking another
+    /// node about a name, and hand it to [`Runtime::remember_missing`].
+    pub fn miss_generation(&self) -> u64 {
+        self.inner.lookups.generation()
+    }
+
+    /// Another node (the name's home) answered that no Worker is deployed
+    /// under `script_id`: remember it here too, unless a deploy of the name
+    /// was seen since `generation` ([`Runtime::miss_generation`]).
+    pub fn remember_missing(&self, script_id: &str, generation: u64) {
+        self.inner.lookups.remember_missing(script_id, generation);
     }
 
     /// Whether `script_id` is warm (resident) here.
@@ -1092,6 +1116,13 @@ impl Runtime {
                 return Err(e);
             }
         };
+        // A user Worker runs only as a nested call: a request without a
+        // flow is a client's (at any front door, or forwarded to this
+        // home), and never reaches it. The one check for every path.
+        if worker.meta.dispatch_only && req.extensions().get::<crate::outgoing::Flow>().is_none() {
+            Stats::bump(&inner.stats.dispatch_only_refused);
+            return Err(RuntimeError::DispatchOnly(script_id.into()));
+        }
         Stats::bump(match start {
             Start::Cold => &inner.stats.cold,
             Start::Warm => &inner.stats.warm,
@@ -1136,6 +1167,19 @@ pub fn decorate(headers: &mut http::HeaderMap, start: Start, timing: &Timing) {
 /// The header that carries the ID of a failed request, as in the log.
 pub const REQUEST_ID_HEADER: &str = "x-hearth-request-id";
 
+/// The header on the 404 for a script ID no Worker is deployed under
+/// (value `unknown-script`). A Worker's own answers never carry it with
+/// [`START_HEADER`] absent (every served response has that), so a node that
+/// forwarded a request can tell its home's "not deployed" apart and
+/// remember the name ([`Runtime::remember_missing`]).
+pub const UNKNOWN_SCRIPT_HEADER: &str = "x-hearth-error";
+
+/// The value of [`UNKNOWN_SCRIPT_HEADER`] on a nested invocation stopped or
+/// refused because its flow's CPU budget for nested calls is spent on the
+/// node that ran it ([`crate::cpu`]): the caller's node then spends its own
+/// budget of the flow too, so the guest's next calls fail at once.
+pub const FLOW_CPU_SPENT: &str = "flow-cpu-spent";
+
 /// The response a client sees for `err`: its status, the short
 /// [`RuntimeError::public_message`] and a request ID (also in the
 /// `x-hearth-request-id` header). The full error, with any backtrace or
@@ -1145,10 +1189,11 @@ pub fn error_response(err: &RuntimeError) -> http::Response<Body> {
     static UNKNOWN: WarnEvery = WarnEvery::new(UNKNOWN_WARN_EVERY);
     let id = request_id();
     match err {
-        RuntimeError::UnknownScript(_) => match UNKNOWN.allow() {
+        RuntimeError::UnknownScript(_) | RuntimeError::DispatchOnly(_) => match UNKNOWN.allow() {
             Some(suppressed) => tracing::warn!(request_id = %id, error = %err, suppressed,
-                "request for a script not deployed (at most one such warning every {}s; \
-                 `suppressed` were not logged, all are counted in unknown_scripts)",
+                "request for a script not deployed or not routable (at most one such warning \
+                 every {}s; `suppressed` were not logged, all are counted in unknown_scripts \
+                 or dispatch_only_refused)",
                 UNKNOWN_WARN_EVERY.as_secs()),
             None => tracing::debug!(request_id = %id, error = %err, "request failed"),
         },
@@ -1160,6 +1205,21 @@ pub fn error_response(err: &RuntimeError) -> http::Response<Body> {
     );
     if let Ok(v) = http::HeaderValue::from_str(&id) {
         resp.headers_mut().insert(REQUEST_ID_HEADER, v);
+    }
+    match err {
+        RuntimeError::UnknownScript(_) => {
+            resp.headers_mut().insert(
+                UNKNOWN_SCRIPT_HEADER,
+                http::HeaderValue::from_static("unknown-script"),
+            );
+        }
+        RuntimeError::FlowCpuExceeded { .. } => {
+            resp.headers_mut().insert(
+                UNKNOWN_SCRIPT_HEADER,
+                http::HeaderValue::from_static(FLOW_CPU_SPENT),
+            );
+        }
+        _ => {}
     }
     if let Some(secs) = err.retry_after() {
         resp.headers_mut()

@@ -70,6 +70,10 @@ pub struct ScriptMeta {
     /// their names.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub secrets: BTreeMap<String, Sealed>,
+    /// A user Worker, served only as a nested call, never as a flow's
+    /// entry ([`crate::manifest`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dispatch_only: bool,
 }
 
 /// Whether `hash` is a source hash as a deploy writes it: blake3, 64
@@ -435,6 +439,7 @@ mod tests {
             bindings: Bindings::default(),
             vars: BTreeMap::new(),
             secrets: BTreeMap::new(),
+            dispatch_only: false,
         }
     }
 

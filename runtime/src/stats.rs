@@ -46,6 +46,8 @@ pub struct Stats {
     pub(crate) unknown_cached: AtomicU64,
     /// Fetches of origins by outcome ([`crate::egress`]).
     pub(crate) subrequests: crate::egress::SubrequestCounters,
+    pub(crate) dispatch_only_refused: AtomicU64,
+    pub(crate) nested_cpu_refused: AtomicU64,
 }
 
 impl Stats {
@@ -148,6 +150,12 @@ pub struct StatsSnapshot {
     pub unknown_cached: u64,
     /// Fetches of origins by Workers, by outcome ([`crate::egress`]).
     pub subrequests: crate::egress::SubrequestCounts,
+    /// Client requests (a flow's entry) for a dispatch-only user Worker,
+    /// refused with a 404 ([`crate::manifest`]).
+    pub dispatch_only_refused: u64,
+    /// Nested calls refused because their flow's CPU budget for nested
+    /// invocations on this node was spent ([`crate::cpu::FlowCpu`]).
+    pub nested_cpu_refused: u64,
     /// Bytes live instances hold now against the node's instance memory
     /// cap: linear memories, tables and each one's host reserve.
     pub instance_bytes: u64,
@@ -207,6 +215,8 @@ impl StatsSnapshot {
             unknown_scripts: g(&s.unknown_scripts),
             unknown_cached: g(&s.unknown_cached),
             subrequests: s.subrequests.snapshot(),
+            dispatch_only_refused: g(&s.dispatch_only_refused),
+            nested_cpu_refused: g(&s.nested_cpu_refused),
             instance_bytes,
             resident_workers,
             resident_bytes,

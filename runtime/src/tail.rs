@@ -609,6 +609,7 @@ impl TailDelivery {
                 deadline: std::time::Instant::now() + self.limits.request_wall,
                 caller_bindings: Arc::new(crate::bindings::Bindings::default()),
                 caller_extensions: http::Extensions::new(),
+                nested_cpu: None,
             };
             let resp = invoker.invoke(call, req).await;
             let status = resp.status();

@@ -37,6 +37,8 @@ pub(crate) struct NodeShared {
     pub(crate) buffer_before_slot: usize,
     /// Subrequests one invocation may have in flight ([`crate::outgoing`]).
     pub(crate) subrequests: usize,
+    /// Each flow's CPU budget for nested invocations here ([`crate::cpu`]).
+    pub(crate) flow_pools: Arc<crate::cpu::FlowPools>,
     pub(crate) stats: Arc<Stats>,
     /// The node's client for Workers' fetches of origins ([`crate::egress`]).
     pub(crate) egress: Arc<crate::egress::Egress>,
@@ -60,6 +62,7 @@ impl NodeShared {
             buffer_before_slot: cfg.buffer_before_slot,
             subrequests: cfg.max_concurrent_subrequests,
             egress: Arc::new(crate::egress::Egress::new(cfg.egress, stats.clone())),
+            flow_pools: Arc::default(),
             stats,
             secrets_key: crate::secrets::SecretsKey::derive(&cfg.artifact_key),
             invoker: std::sync::RwLock::new(None),
@@ -338,10 +341,31 @@ impl Worker {
             .get::<crate::outgoing::Flow>()
             .cloned()
             .unwrap_or_default();
-        let limits = flow.tighten(self.limits, Instant::now());
+        let mut limits = flow.tighten(self.limits, Instant::now());
         let deadline = flow
             .deadline
             .unwrap_or_else(|| Instant::now() + limits.request_wall);
+        // A nested invocation runs on its flow's CPU budget ([`crate::cpu`]).
+        let pools = self.node.flow_pools.clone();
+        let flow_cpu = match flow.nested_cpu {
+            Some(n) => {
+                let handle = crate::cpu::FlowCpuHandle::nested(pools, n, deadline);
+                let pool = handle.pool().1;
+                if pool.left().is_zero() {
+                    // Spent: refused before it takes a slot, with a clear
+                    // answer the caller's node recognizes.
+                    Stats::bump(&self.stats.nested_cpu_refused);
+                    return Err(RuntimeError::FlowCpuExceeded {
+                        script_id: self.script_id.to_string(),
+                        used: Duration::ZERO,
+                        flow_budget: pool.budget(),
+                    });
+                }
+                limits.request_cpu = limits.request_cpu.min(pool.left());
+                handle
+            }
+            None => crate::cpu::FlowCpuHandle::entry(pools, limits.request_cpu, deadline),
+        };
         let mut extensions = parts.extensions.clone();
         let invoker = self
             .node
@@ -385,6 +409,7 @@ impl Worker {
                 trace: level.as_ref().map(|l| l.buffer.clone()),
                 stats: self.stats.clone(),
                 subrequests: Arc::new(Semaphore::new(self.node.subrequests)),
+                flow_cpu,
             })),
         };
         let (mut task, mut rx) =
@@ -496,7 +521,9 @@ impl Worker {
                 Ok(inst) => me.put_idle(inst),
                 Err(e) => {
                     let c = match e {
-                        RuntimeError::CpuExceeded { .. } => &me.stats.cpu_kills,
+                        RuntimeError::CpuExceeded { .. } | RuntimeError::FlowCpuExceeded { .. } => {
+                            &me.stats.cpu_kills
+                        }
                         RuntimeError::MemoryExceeded { .. } => &me.stats.memory_kills,
                         RuntimeError::WallTimeExceeded { .. } => &me.stats.wall_kills,
                         _ => &me.stats.traps,

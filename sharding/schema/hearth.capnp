@@ -133,6 +133,12 @@ struct ContextStack {
   # Milliseconds left until the flow's wall-clock deadline, measured when
   # the stack is written (so clocks need not agree); 0 means no deadline.
   deadlineMs @2 :UInt64;
+  # The flow's ID for its CPU budget of nested calls (0: none), and the
+  # microseconds of that budget left on the sending node when it called.
+  # Each node keeps one budget per flow ID: every nested invocation of the
+  # flow on that node draws from it.
+  flowId @3 :UInt64;
+  nestedCpuUs @4 :UInt64;
 }
 
 # ---------------------------------------------------------------- shard server

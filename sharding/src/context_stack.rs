@@ -250,6 +250,20 @@ pub struct ContextStack {
     frames: Vec<ContextFrame>,
     traces: Option<TraceReporter>,
     deadline: Option<Instant>,
+    nested_cpu: Option<NestedCpu>,
+}
+
+/// A flow's CPU budget for its nested invocations, as it travels: the
+/// flow's ID (each node keeps one budget per flow ID, shared by every
+/// nested invocation of the flow there) and the CPU left of it on the node
+/// that made the call (a node that has no budget for the flow yet starts
+/// one of this size).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NestedCpu {
+    /// The flow's ID (never 0), chosen at random by its entry's node.
+    pub flow_id: u64,
+    /// The CPU left of the budget when the call was made.
+    pub left: Duration,
 }
 
 impl ContextStack {
@@ -264,7 +278,18 @@ impl ContextStack {
             frames: vec![frame],
             traces,
             deadline: None,
+            nested_cpu: None,
         }
+    }
+
+    /// The flow's CPU budget for nested invocations, if it has one.
+    pub fn nested_cpu(&self) -> Option<NestedCpu> {
+        self.nested_cpu
+    }
+
+    /// Sets the flow's CPU budget for nested invocations.
+    pub fn set_nested_cpu(&mut self, budget: Option<NestedCpu>) {
+        self.nested_cpu = budget;
     }
 
     /// The flow's wall-clock deadline, if it has one. It travels as the
@@ -372,6 +397,11 @@ pub(crate) fn write_context(stack: &ContextStack, mut builder: context_stack::Bu
         // At least 1: a deadline that has passed is still a deadline.
         builder.set_deadline_ms(u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1));
     }
+    if let Some(n) = stack.nested_cpu.filter(|n| n.flow_id != 0) {
+        builder.set_flow_id(n.flow_id);
+        // At least 1: a spent budget is still a budget.
+        builder.set_nested_cpu_us(u64::try_from(n.left.as_micros()).unwrap_or(u64::MAX).max(1));
+    }
     if let Some(reporter) = &stack.traces {
         let cap: report_traces::Client = capnp_rpc::new_client(ReportTracesServer {
             reporter: reporter.clone(),
@@ -452,10 +482,19 @@ pub(crate) fn read_context(
         // A peer's absurd value must not overflow the clock.
         ms => Instant::now().checked_add(Duration::from_millis(ms.min(MAX_DEADLINE_MS))),
     };
+    let nested_cpu = match reader.get_flow_id() {
+        0 => None,
+        flow_id => Some(NestedCpu {
+            flow_id,
+            // A peer's absurd value is capped like a deadline.
+            left: Duration::from_micros(reader.get_nested_cpu_us().min(MAX_DEADLINE_MS * 1000)),
+        }),
+    };
     Ok(ContextStack {
         frames,
         traces,
         deadline,
+        nested_cpu,
     })
 }
 
@@ -689,6 +728,28 @@ mod tests {
             rebuilt.top().map(|f| f.script_id.as_str()),
             Some("user-worker")
         );
+    }
+
+    #[test]
+    fn the_nested_cpu_budget_travels_with_its_flow_id() {
+        let mut stack = ContextStack::new();
+        let budget = NestedCpu {
+            flow_id: 7,
+            left: Duration::from_micros(1_500),
+        };
+        stack.set_nested_cpu(Some(budget));
+        let mut message = capnp::message::Builder::new_default();
+        write_context(&stack, message.init_root());
+        let reader = message
+            .get_root_as_reader::<context_stack::Reader>()
+            .unwrap();
+        assert_eq!(read_context(reader).unwrap().nested_cpu(), Some(budget));
+        let mut message = capnp::message::Builder::new_default();
+        write_context(&ContextStack::new(), message.init_root());
+        let reader = message
+            .get_root_as_reader::<context_stack::Reader>()
+            .unwrap();
+        assert_eq!(read_context(reader).unwrap().nested_cpu(), None);
     }
 
     #[test]

@@ -9,6 +9,12 @@
 //! /v1/stats`) and [`AdminClient::metrics`] (`GET /metrics`, the one route
 //! that needs no token).
 //!
+//! The admin API is plain HTTP unless the node serves it with TLS
+//! (`admin_tls_cert` / `admin_tls_key` in its config): then use
+//! [`AdminClient::with_ca`] with an `https://` URL and the CA that signed
+//! the node's certificate (for a certificate from `hearth pki`, the
+//! cluster's `ca.pem` and the server name `<node-id>.node.hearth.cluster`).
+//!
 //! The answers are typed with the fields a client reads ([`DeployReport`],
 //! [`ScriptInfo`], [`RingView`], [`NodeStats`], [`Metrics`]); fields a node adds later are
 //! ignored, so an older client keeps working. Every failure is an
@@ -32,6 +38,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, StatusCode};
 use http_body_util::{BodyExt, Full};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -52,6 +59,10 @@ pub enum AdminError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The CA file to trust for an `https://` admin URL could not be
+    /// used (missing, not PEM, no certificate), or none was given.
+    #[error("cannot verify the admin API's TLS certificate: {0}")]
+    Tls(String),
     /// The route needs the admin token and none was given.
     #[error("the admin API needs the admin token: --token or HEARTH_ADMIN_TOKEN")]
     NoToken,
@@ -139,6 +150,10 @@ pub struct ScriptInfo {
     /// The names of its secrets (the admin API never shows a value).
     #[serde(default)]
     pub secrets: Vec<String>,
+    /// A user Worker: served only through a dispatch namespace, never to
+    /// a client directly.
+    #[serde(default)]
+    pub dispatch_only: bool,
 }
 
 /// A Worker's secrets as `GET /v1/scripts/{id}/secrets` lists them.
@@ -408,7 +423,7 @@ impl Metrics {
 /// is shared).
 #[derive(Clone)]
 pub struct AdminClient {
-    http: Client<HttpConnector, Full<Bytes>>,
+    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     url: String,
     token: Option<String>,
     timeout: Duration,
@@ -427,26 +442,80 @@ impl std::fmt::Debug for AdminClient {
 impl AdminClient {
     /// A client of the admin API at `url` (`http://host:port`, a trailing
     /// `/` ignored), authenticating with `token` (an empty token is none).
+    /// An `https://` URL needs the node's CA: [`AdminClient::with_ca`].
     pub fn new(url: &str, token: Option<String>) -> Result<Self, AdminError> {
-        let url = url.trim_end_matches('/').to_string();
-        let uri: http::Uri =
-            url.parse()
-                .map_err(|e: http::uri::InvalidUri| AdminError::InvalidUrl {
-                    url: url.clone(),
-                    reason: e.to_string(),
-                })?;
-        if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+        let (url, https) = parse_url(url)?;
+        if https {
             return Err(AdminError::InvalidUrl {
                 url,
-                reason: "expected http://host:port".into(),
+                reason: "an https:// admin URL needs the CA that signed the node's \
+                         certificate (AdminClient::with_ca; hearth: --admin-ca)"
+                    .into(),
             });
         }
-        Ok(AdminClient {
-            http: Client::builder(TokioExecutor::new()).build_http(),
+        // Never used for http://; a config with no roots trusts nothing.
+        let tls = client_config(rustls::RootCertStore::empty())?;
+        Ok(Self::build(url, token, tls, None))
+    }
+
+    /// A client of the admin API at `url` (`https://host:port`, or
+    /// `http://`), trusting only the CA certificate(s) in the PEM file
+    /// `ca`, and checking that the node's certificate is for `server_name`
+    /// (default: the URL's host). A node whose admin certificate comes from
+    /// `hearth pki` is `<node-id>.node.hearth.cluster` under the cluster's
+    /// `ca.pem`.
+    pub fn with_ca(
+        url: &str,
+        token: Option<String>,
+        ca: &std::path::Path,
+        server_name: Option<&str>,
+    ) -> Result<Self, AdminError> {
+        use rustls::pki_types::pem::PemObject;
+        let (url, _) = parse_url(url)?;
+        let ca_error = |reason: String| AdminError::Tls(format!("{}: {reason}", ca.display()));
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca)
+            .map_err(|e| ca_error(e.to_string()))?
+        {
+            roots
+                .add(cert.map_err(|e| ca_error(e.to_string()))?)
+                .map_err(|e| ca_error(e.to_string()))?;
+        }
+        if roots.is_empty() {
+            return Err(ca_error("no certificate in it".into()));
+        }
+        let name = match server_name {
+            Some(n) => Some(
+                rustls::pki_types::ServerName::try_from(n.to_string())
+                    .map_err(|e| AdminError::Tls(format!("server name {n:?}: {e}")))?,
+            ),
+            None => None,
+        };
+        Ok(Self::build(url, token, client_config(roots)?, name))
+    }
+
+    fn build(
+        url: String,
+        token: Option<String>,
+        tls: rustls::ClientConfig,
+        server_name: Option<rustls::pki_types::ServerName<'static>>,
+    ) -> Self {
+        let builder = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http();
+        let builder = match server_name {
+            Some(name) => {
+                builder.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name))
+            }
+            None => builder,
+        };
+        let connector = builder.enable_http1().build();
+        AdminClient {
+            http: Client::builder(TokioExecutor::new()).build(connector),
             url,
             token: token.filter(|t| !t.is_empty()),
             timeout: DEFAULT_TIMEOUT,
-        })
+        }
     }
 
     /// The same client, waiting at most `timeout` for each answer.
@@ -633,6 +702,46 @@ impl AdminClient {
     }
 }
 
+/// `url` without a trailing `/`, and whether it is `https://`; anything
+/// but an `http://` or `https://` URL with a host is refused.
+fn parse_url(url: &str) -> Result<(String, bool), AdminError> {
+    let url = url.trim_end_matches('/').to_string();
+    let uri: http::Uri =
+        url.parse()
+            .map_err(|e: http::uri::InvalidUri| AdminError::InvalidUrl {
+                url: url.clone(),
+                reason: e.to_string(),
+            })?;
+    let https = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
+        _ => {
+            return Err(AdminError::InvalidUrl {
+                url,
+                reason: "expected http://host:port or https://host:port".into(),
+            });
+        }
+    };
+    if uri.authority().is_none() {
+        return Err(AdminError::InvalidUrl {
+            url,
+            reason: "expected http://host:port or https://host:port".into(),
+        });
+    }
+    Ok((url, https))
+}
+
+/// A TLS client configuration (rustls on ring, as the node's) trusting
+/// `roots`.
+fn client_config(roots: rustls::RootCertStore) -> Result<rustls::ClientConfig, AdminError> {
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| AdminError::Tls(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
 /// `error` and its causes, `: `-separated (hyper's connect error says
 /// only "client error (Connect)"; the cause says what happened).
 fn with_causes(error: &dyn std::error::Error) -> String {
@@ -688,6 +797,11 @@ mod tests {
     fn urls_and_tokens_are_checked() {
         assert!(AdminClient::new("http://127.0.0.1:8081/", None).is_ok());
         assert!(AdminClient::new("https://127.0.0.1:8081", None).is_err());
+        let missing = std::path::Path::new("/nonexistent/ca.pem");
+        assert!(matches!(
+            AdminClient::with_ca("https://127.0.0.1:8081", None, missing, None),
+            Err(AdminError::Tls(_))
+        ));
         assert!(AdminClient::new("not a url", None).is_err());
         let c = AdminClient::new("http://127.0.0.1:8081/", Some(String::new())).expect("url");
         assert_eq!(c.url(), "http://127.0.0.1:8081");

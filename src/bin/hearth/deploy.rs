@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 
 use hearth::config::runtime_config;
 use hearth::runtime::{Lifecycle, Manifest, Plan, Runtime};
-use hearth_admin_client::{AdminClient, AdminError, DeployReport};
+use hearth_admin_client::{AdminError, DeployReport};
 
 /// `hearth deploy`'s flags.
 #[derive(clap::Args)]
@@ -50,12 +50,18 @@ pub(crate) struct DeployArgs {
     /// over the manifest's [vars]). Secrets: `hearth secret put`.
     #[arg(long = "var", value_name = "NAME=VALUE")]
     vars: Vec<String>,
+    /// A user Worker: served only through a dispatch namespace, never to
+    /// a client addressing it directly (manifest `dispatch_only = true`).
+    #[arg(long)]
+    dispatch_only: bool,
     /// Admin URL of a running node, e.g. http://127.0.0.1:8081.
     #[arg(long, conflicts_with = "store")]
     admin: Option<String>,
     /// Admin token (default: $HEARTH_ADMIN_TOKEN).
     #[arg(long, env = "HEARTH_ADMIN_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    #[command(flatten)]
+    tls: crate::AdminTlsArgs,
     /// Deploy straight into this store directory instead.
     #[arg(long)]
     store: Option<PathBuf>,
@@ -99,6 +105,7 @@ impl DeployArgs {
             m.vars.insert(name.into(), value.into());
         }
         hearth::runtime::secrets::check_vars(&m.vars, [])?;
+        m.dispatch_only |= self.dispatch_only;
         Ok(m)
     }
 }
@@ -114,7 +121,7 @@ pub(crate) async fn run(args: DeployArgs) -> anyhow::Result<()> {
             let token = args.token.context(
                 "deploying to a node needs its admin token: --token or HEARTH_ADMIN_TOKEN",
             )?;
-            let admin = AdminClient::new(url, Some(token))?;
+            let admin = args.tls.client(url, token)?;
             let query = hearth::admin::manifest_query(&manifest);
             match admin.deploy(name, &query, bytes).await {
                 Err(AdminError::Refused { status, body, .. }) => {
@@ -198,6 +205,9 @@ fn print_report(name: &str, report: &DeployReport) {
     }
     if !meta.secrets.is_empty() {
         println!("secrets (kept from before): {}", meta.secrets.join(", "));
+    }
+    if meta.dispatch_only {
+        println!("dispatch only: served through dispatch namespaces, never to clients directly");
     }
     let a = &report.announced;
     if a.members > 0 {

@@ -2,7 +2,7 @@
 
 use anyhow::{Context, bail};
 
-use hearth_admin_client::{AdminClient, AdminError};
+use hearth_admin_client::AdminError;
 
 /// `hearth hand-back`'s flags.
 #[derive(clap::Args)]
@@ -13,6 +13,8 @@ pub(crate) struct HandBackArgs {
     /// Admin token (default: $HEARTH_ADMIN_TOKEN).
     #[arg(long, env = "HEARTH_ADMIN_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    #[command(flatten)]
+    tls: crate::AdminTlsArgs,
     /// The Worker's script ID.
     #[arg(long)]
     script: String,
@@ -23,7 +25,7 @@ pub(crate) async fn run(args: HandBackArgs) -> anyhow::Result<()> {
     let token = args
         .token
         .context("handing a Worker back needs the admin token: --token or HEARTH_ADMIN_TOKEN")?;
-    let admin = AdminClient::new(&args.admin, Some(token))?;
+    let admin = args.tls.client(&args.admin, token)?;
     let script = &args.script;
     let r = match admin.hand_back(script).await {
         Err(AdminError::Refused { status, body, .. }) => {

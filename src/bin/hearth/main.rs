@@ -148,6 +148,11 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 let p = hearth::sharding::tls::issue_node_cert(&dir, n)?;
                 println!("issued {n}: {} {}", p.cert.display(), p.key.display());
             }
+            println!(
+                "give each node ca.pem and only its own certificate and key; keep {} off the nodes \
+                 (whoever holds it can make a certificate for any node ID)",
+                dir.join("ca-key.pem").display()
+            );
             Ok(())
         }
         #[cfg(feature = "demo")]
@@ -174,6 +179,40 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 }
             }
             Ok(())
+        }
+    }
+}
+
+/// How the CLI reaches a node's admin API over HTTPS (when the node serves
+/// it with `admin_tls_cert`): the CA to trust and the name its certificate
+/// is for.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct AdminTlsArgs {
+    /// CA certificate (PEM) that signed the node's admin certificate, for
+    /// an https:// --admin URL (e.g. the cluster's pki/ca.pem).
+    #[arg(long, env = "HEARTH_ADMIN_CA")]
+    admin_ca: Option<PathBuf>,
+    /// The name the node's admin certificate is for, if not the URL's host
+    /// (a `hearth pki` certificate: <node-id>.node.hearth.cluster).
+    #[arg(long, requires = "admin_ca")]
+    admin_server_name: Option<String>,
+}
+
+impl AdminTlsArgs {
+    /// The admin client of `url`: over HTTPS trusting `--admin-ca` if given.
+    pub(crate) fn client(
+        &self,
+        url: &str,
+        token: String,
+    ) -> Result<hearth_admin_client::AdminClient, hearth_admin_client::AdminError> {
+        match &self.admin_ca {
+            Some(ca) => hearth_admin_client::AdminClient::with_ca(
+                url,
+                Some(token),
+                ca,
+                self.admin_server_name.as_deref(),
+            ),
+            None => hearth_admin_client::AdminClient::new(url, Some(token)),
         }
     }
 }

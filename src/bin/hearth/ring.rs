@@ -2,7 +2,7 @@
 
 use anyhow::{Context, bail};
 
-use hearth_admin_client::{AdminClient, AdminError};
+use hearth_admin_client::AdminError;
 
 /// `hearth ring`'s flags.
 #[derive(clap::Args)]
@@ -13,6 +13,8 @@ pub(crate) struct RingArgs {
     /// Admin token (default: $HEARTH_ADMIN_TOKEN).
     #[arg(long, env = "HEARTH_ADMIN_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    #[command(flatten)]
+    tls: crate::AdminTlsArgs,
     /// A script ID to place on the ring.
     #[arg(long)]
     script: Option<String>,
@@ -23,7 +25,7 @@ pub(crate) async fn run(args: RingArgs) -> anyhow::Result<()> {
     let token = args
         .token
         .context("reading a node's ring needs its admin token: --token or HEARTH_ADMIN_TOKEN")?;
-    let admin = AdminClient::new(&args.admin, Some(token))?;
+    let admin = args.tls.client(&args.admin, token)?;
     let view = match admin.ring(args.script.as_deref()).await {
         Err(AdminError::Refused { status, body, .. }) => bail!("ring refused ({status}): {body}"),
         other => other?,

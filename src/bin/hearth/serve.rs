@@ -26,6 +26,13 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // The certificate first: a bad path is a startup error before anything
     // listens.
     let https = tls_front_door(cfg.tls.as_ref(), &store.data_dir)?;
+    let admin_tls =
+        match &cfg.admin_tls {
+            Some((cert, key)) => Some(TlsFrontDoor::from_pem(cert, key).context(
+                "cannot load the admin API's certificate (admin_tls_cert, admin_tls_key)",
+            )?),
+            None => None,
+        };
     let runtime = Runtime::with_store(cfg.settings.apply(store.runtime), store.scripts)?;
     let token = token(&cfg, &store.data_dir)?;
     let node = Node::with_prewarm(cfg.node_id.clone(), runtime, cfg.settings.prewarm());
@@ -37,11 +44,14 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // Catch the signals before anything listens, so an early SIGTERM drains
     // too instead of killing the process.
     let mut signals = Signals::new()?;
-    let listeners = bind(&cfg, https, &node).await?;
+    let mut listeners = bind(&cfg, https, &node).await?;
     crate::say(&format!(
-        "admin API on http://{} (store {})",
-        cfg.admin, cfg.store
+        "admin API on {}://{} (store {})",
+        if admin_tls.is_some() { "https" } else { "http" },
+        cfg.admin,
+        cfg.store
     ));
+    listeners.admin_tls = admin_tls;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let tasks = spawn_listeners(
         &node,
@@ -247,7 +257,12 @@ async fn bind(
         }
         None => None,
     };
-    Ok(Listeners { http, https, admin })
+    Ok(Listeners {
+        http,
+        https,
+        admin,
+        admin_tls: None,
+    })
 }
 
 /// The HTTPS front door's address and certificate, if the config asks for

@@ -3,10 +3,15 @@
 //! query `?ms=`, default 20) before waiting for any answer (one future
 //! resource per call in flight, no pollable until it is awaited), then
 //! awaits them in order and answers 200 `"<ok> ok, <failed> failed"`
-//! (`ok` being a 2xx), the first failure on a second line.
+//! (`ok` being a 2xx), the first failure on a second line (the first
+//! error a call failed with, else the first non-2xx status).
+//!
+//! With `?spin=<ms>` instead, each call goes to `/spin/<ms>`.
 //!
 //! `GET /nap/<ms>` is the callee's side: it sleeps `ms` milliseconds
 //! (a monotonic-clock pollable: no CPU) and answers 200 `"napped"`.
+//! `GET /spin/<ms>` burns `ms` milliseconds of CPU (a busy loop on the
+//! monotonic clock) and answers 200 `"spun"`.
 
 use hearth_sdk::wasi::clocks::monotonic_clock;
 use hearth_sdk::wasi::http::outgoing_handler;
@@ -36,12 +41,25 @@ impl Guest for FanOut {
             let _ = hearth_sdk::respond(out, 200, &[], b"napped");
             return;
         }
+        if let Some(ms) = path.strip_prefix("/spin/") {
+            let ms: u64 = ms.parse().unwrap_or(10);
+            let until = monotonic_clock::now() + ms * 1_000_000;
+            while monotonic_clock::now() < until {
+                core::hint::spin_loop();
+            }
+            let _ = hearth_sdk::respond(out, 200, &[], b"spun");
+            return;
+        }
         let n: usize = path.trim_start_matches('/').parse().unwrap_or(1000);
-        let ms: u64 = query
-            .strip_prefix("ms=")
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(20);
-        let nap = format!("/nap/{ms}");
+        let nap = if let Some(spin) = query.strip_prefix("spin=") {
+            format!("/spin/{}", spin.parse::<u64>().unwrap_or(10))
+        } else {
+            let ms: u64 = query
+                .strip_prefix("ms=")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(20);
+            format!("/nap/{ms}")
+        };
         let mut pending = Vec::with_capacity(n);
         let mut first_failure = None;
         let mut failed = 0usize;
@@ -55,6 +73,7 @@ impl Guest for FanOut {
             }
         }
         let mut ok = 0usize;
+        let mut first_status = None;
         for p in pending {
             let answer = loop {
                 match p.get() {
@@ -66,7 +85,7 @@ impl Guest for FanOut {
                 Ok(Ok(resp)) if (200..300).contains(&resp.status()) => ok += 1,
                 Ok(Ok(resp)) => {
                     failed += 1;
-                    first_failure.get_or_insert(format!("status {}", resp.status()));
+                    first_status.get_or_insert(format!("status {}", resp.status()));
                 }
                 Ok(Err(e)) => {
                     failed += 1;
@@ -76,7 +95,7 @@ impl Guest for FanOut {
             }
         }
         let mut body = format!("{ok} ok, {failed} failed");
-        if let Some(e) = first_failure {
+        if let Some(e) = first_failure.or(first_status) {
             body.push('\n');
             body.push_str(&e);
         }
