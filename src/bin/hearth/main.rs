@@ -5,6 +5,7 @@
 
 mod cluster;
 mod deploy;
+mod dev;
 mod hand_back;
 mod precompile;
 mod ring;
@@ -45,6 +46,9 @@ enum Command {
     Serve(hearth::config::ServeArgs),
     /// Deploy a Worker, to a running node (--admin) or into a store (--store).
     Deploy(deploy::DeployArgs),
+    /// Serve one Worker locally, rebuild and redeploy it when its sources
+    /// change, and print each request (a dev loop).
+    Dev(dev::DevArgs),
     /// Show the ring as a running node sees it: members with weights and
     /// shares, and (with --script) a Worker's home and successors.
     Ring(ring::RingArgs),
@@ -130,6 +134,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Serve(args) => serve::run(args).await,
         Command::Deploy(args) => deploy::run(args).await,
+        Command::Dev(args) => dev::run(args).await,
         Command::Ring(args) => ring::run(args).await,
         Command::HandBack(args) => hand_back::run(args).await,
         Command::Precompile(args) => precompile::run(args).await,
