@@ -156,7 +156,6 @@ pub(crate) async fn run(args: DevArgs) -> anyhow::Result<()> {
                     tokio::time::sleep(DEBOUNCE * 2).await;
                     while changes.try_recv().is_ok() {}
                     if !ok {
-                        crate::say("still serving the last good version");
                         continue;
                     }
                 }
@@ -227,11 +226,15 @@ async fn build(cmd: &str) -> bool {
             true
         }
         Ok(s) => {
-            crate::say(&format!("build failed ({s})"));
+            crate::say(&format!(
+                "build failed ({s}); still serving the last good version"
+            ));
             false
         }
         Err(e) => {
-            crate::say(&format!("build failed: cannot run sh: {e}"));
+            crate::say(&format!(
+                "build failed: cannot run sh: {e}; still serving the last good version"
+            ));
             false
         }
     }
