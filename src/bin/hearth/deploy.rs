@@ -151,7 +151,7 @@ pub(crate) async fn run(args: DeployArgs) -> anyhow::Result<()> {
 
 /// The manifest at `explicit`, else the one beside `wasm` (same name,
 /// `.toml`) if there is one, else the defaults.
-fn read_manifest(explicit: Option<&Path>, wasm: &Path) -> anyhow::Result<Manifest> {
+pub(crate) fn read_manifest(explicit: Option<&Path>, wasm: &Path) -> anyhow::Result<Manifest> {
     let beside = wasm.with_extension("toml");
     let path = match explicit {
         Some(p) => p.to_path_buf(),

@@ -5,6 +5,7 @@
 
 mod cluster;
 mod deploy;
+mod dev;
 mod hand_back;
 mod precompile;
 mod ring;
@@ -49,6 +50,9 @@ enum Command {
     /// A Worker's secrets: `put SCRIPT NAME` (value from stdin), `list
     /// SCRIPT` (names only), `delete SCRIPT NAME`.
     Secret(secret::SecretArgs),
+    /// Serve one Worker locally, rebuild and redeploy it when its sources
+    /// change, and print each request (a dev loop).
+    Dev(dev::DevArgs),
     /// Show the ring as a running node sees it: members with weights and
     /// shares, and (with --script) a Worker's home and successors.
     Ring(ring::RingArgs),
@@ -135,6 +139,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(args).await,
         Command::Deploy(args) => deploy::run(args).await,
         Command::Secret(args) => secret::run(args).await,
+        Command::Dev(args) => dev::run(args).await,
         Command::Ring(args) => ring::run(args).await,
         Command::HandBack(args) => hand_back::run(args).await,
         Command::Precompile(args) => precompile::run(args).await,
