@@ -782,7 +782,7 @@ async fn the_nested_calls_of_a_flow_share_one_cpu_budget_across_the_hop() {
     // (each spins 10 ms of wall time, at most 10 ms of CPU: fewer under
     // load, so the count served varies); every later call was refused at
     // the caller but the few stopped where they ran.
-    assert!(ok >= 5 && ok < 1000, "{text}");
+    assert!((5..1000).contains(&ok), "{text}");
     assert!(
         text.contains("CPU budget for nested calls"),
         "the guest sees why: {text}"

@@ -28,7 +28,7 @@
 //!
 //! The entry's node creates the budget at the flow's first nested call,
 //! with a random flow ID. Every nested invocation of the flow on a node
-//! draws from that node's budget for the flow ([`FlowPools`], kept until
+//! draws from that node's budget for the flow (`FlowPools`, kept until
 //! the flow's deadline): its meter charges the budget as it runs (checked
 //! every epoch tick, so siblings running at once stop together when it is
 //! spent), and its own limit is at most what the budget has left when it

@@ -70,7 +70,7 @@
 //! counted as `too_large` besides the `ok` of its response head.
 //!
 //! **Memory.** What a fetch holds for the guest is bounded like a Worker's
-//! outgoing bodies ([`crate::host`]): the request body the guest writes is
+//! outgoing bodies (`host.rs`): the request body the guest writes is
 //! buffered in 4 KiB chunks, two at most; the response is read from the
 //! connection into a buffer of at most [`MAX_READ_BUFFER`] bytes (which
 //! also bounds the response head), and the guest reads it frame by frame

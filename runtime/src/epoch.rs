@@ -13,12 +13,12 @@
 //! wake-ups/s, ~3 % of a core), and those wake-ups crowd the low-rate
 //! traffic sharding exists for. So the ticker ticks only while guest code
 //! may be running: every poll of a metered Worker future holds a
-//! [`Running`] mark, and a ticker that has seen no mark for
+//! `Running` mark, and a ticker that has seen no mark for
 //! [`IDLE_TICKS`] ticks parks its thread until the next mark appears.
 //!
 //! The rule that keeps limits sound: **while a guest poll is in progress,
 //! its engine's ticker is awake**. A poll announces itself (a count on its
-//! engine's [`Ticker`], found once when the instance starts) before it
+//! engine's `Ticker`, found once when the instance starts) before it
 //! enters the guest and wakes the ticker if it is parked; a ticker
 //! announces that it is about to park, then checks the count once more, so
 //! one of the two always sees the other (both use sequentially consistent
