@@ -212,21 +212,6 @@ fn drive(addr: SocketAddr, host: &str, pid: u32, connections: u64, seconds: u64)
     row
 }
 
-fn deploy(store: &Path, name: &str, lifecycle: &str, file: &Path) {
-    let out = Command::new(bin())
-        .args(["deploy", "--store"])
-        .arg(store)
-        .args(["--name", name, "--plan", "paid", "--lifecycle", lifecycle])
-        .arg(file)
-        .output()
-        .expect("run hearth deploy");
-    assert!(
-        out.status.success(),
-        "deploy {name}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn main() {
     if Command::new("wrk").arg("--version").output().is_err() {
         eprintln!("wrk is not on PATH (apt-get install -y wrk): skipping the bench");

@@ -16,27 +16,11 @@
 //! Settings: `HEARTH_BENCH_CONNECTIONS` (32), `HEARTH_BENCH_SECONDS` (10),
 //! `HEARTH_BENCH_SAMPLES` (comma-separated subset).
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 mod support;
 use support::*;
-
-fn deploy(store: &Path, name: &str, lifecycle: &str, file: &Path) {
-    let out = Command::new(bin())
-        .args(["deploy", "--store"])
-        .arg(store)
-        .args(["--name", name, "--plan", "paid", "--lifecycle", lifecycle])
-        .arg(file)
-        .output()
-        .expect("run hearth deploy");
-    assert!(
-        out.status.success(),
-        "deploy {name}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is accepted.

@@ -3,7 +3,7 @@
 #![allow(dead_code)] // each bench uses a subset
 
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,23 @@ impl Drop for Proc {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Deploys `file` as `name` (paid plan, `lifecycle`) into the directory
+/// store `store` with `hearth deploy`; panics with its stderr if it fails.
+pub(crate) fn deploy(store: &Path, name: &str, lifecycle: &str, file: &Path) {
+    let out = Command::new(bin())
+        .args(["deploy", "--store"])
+        .arg(store)
+        .args(["--name", name, "--plan", "paid", "--lifecycle", lifecycle])
+        .arg(file)
+        .output()
+        .expect("run hearth deploy");
+    assert!(
+        out.status.success(),
+        "deploy {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 pub(crate) fn free_addr() -> SocketAddr {

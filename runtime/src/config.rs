@@ -335,11 +335,17 @@ pub(crate) fn random_key() -> [u8; 32] {
         s.write_u64(i);
         h.update(&s.finish().to_le_bytes());
     }
+    add_time_and_process(&mut h);
+    *h.finalize().as_bytes()
+}
+
+/// Feeds the wall clock (ns) and the process ID into `h`: what makes values
+/// hashed on different nodes, or in different runs, differ.
+pub(crate) fn add_time_and_process(h: &mut blake3::Hasher) {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     h.update(&t.to_le_bytes());
     h.update(&std::process::id().to_le_bytes());
-    *h.finalize().as_bytes()
 }

@@ -216,12 +216,7 @@ pub(crate) fn new_flow_id() -> u64 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut h = blake3::Hasher::new();
     h.update(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    h.update(&t.to_le_bytes());
-    h.update(&std::process::id().to_le_bytes());
+    crate::config::add_time_and_process(&mut h);
     let mut id = [0u8; 8];
     id.copy_from_slice(&h.finalize().as_bytes()[..8]);
     u64::from_le_bytes(id).max(1)
