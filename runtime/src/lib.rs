@@ -84,6 +84,7 @@ pub mod stats;
 pub mod tail;
 pub mod timing;
 pub mod validate;
+pub mod versions;
 mod worker;
 
 pub use bindings::Bindings;

@@ -16,6 +16,7 @@ use crate::body::{self, Body};
 use crate::config::RuntimeConfig;
 use crate::engine::{build_engine, build_linker};
 use crate::epoch::EpochTicker;
+use crate::error::StoreError;
 use crate::error::{CompileError, ConfigError, DeployError, RuntimeError};
 use crate::eviction::{Evicted, EvictionCause, IDLE_SWEEP_EVERY, IdleRule, IdleSweeper, Residency};
 use crate::host::Host;
@@ -27,6 +28,7 @@ use crate::secrets::SecretError;
 use crate::stats::{Stats, StatsSnapshot};
 use crate::timing::{CodeSource, SERVER_TIMING_HEADER, START_HEADER, Start, Timing};
 use crate::validate::{compressed_size, valid_script_id, validate_component};
+use crate::versions::{Share, VersionError, VersionList};
 use crate::worker::{NodeShared, Worker, link};
 
 /// Source sizes [`Runtime::can_host`] remembers before it starts over.
@@ -156,6 +158,8 @@ struct Inner {
     node: Arc<NodeShared>,
     epoch: Instant,
     idle: IdleRule,
+    /// Per-version counts of the scripts with a split ([`crate::versions`]).
+    versions: crate::versions::VersionCounters,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -234,6 +238,7 @@ impl Runtime {
             stats,
             node,
             epoch: Instant::now(),
+            versions: Default::default(),
         });
         let weak = Arc::downgrade(&inner);
         let sweeper = IdleSweeper::start(IDLE_SWEEP_EVERY, move || match weak.upgrade() {
@@ -317,7 +322,9 @@ impl Runtime {
         let name_lock = self.deploy_lock(script_id);
         let _serial = name_lock.lock().await;
         // Secrets outlive redeploys: the new version keeps the old one's.
-        let secrets = match self.inner.store.meta(script_id).await? {
+        let old = self.inner.store.meta(script_id).await?;
+        let version = self.next_version(old.as_ref()).await?;
+        let secrets = match old {
             Some(old) => old.secrets,
             None => Default::default(),
         };
@@ -328,19 +335,19 @@ impl Runtime {
             size: source.len() as u64,
             compressed_size: checked.compressed,
             hash: checked.hash,
-            deployed_at_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0),
+            deployed_at_ms: unix_ms(),
             lifecycle: checked.lifecycle,
             bindings: checked.bindings,
             vars: checked.vars,
             secrets,
             dispatch_only: checked.dispatch_only,
+            version,
+            latest_version: version,
+            split: Vec::new(),
         };
         self.inner.store.put(&meta, &source).await?;
         self.invalidate(script_id);
-        tracing::info!(script = script_id, plan = %meta.plan, size = meta.size,
+        tracing::info!(script = script_id, version = meta.version, plan = %meta.plan, size = meta.size,
             compressed = meta.compressed_size, hash = %meta.hash,
             lifecycle = %meta.lifecycle.chosen, compile_time = ?checked.compile_time, "deployed");
         Ok(DeployReport {
@@ -433,12 +440,175 @@ impl Runtime {
             .get(script_id)
             .await?
             .ok_or_else(|| SecretError::UnknownScript(script_id.into()))?;
+        if !meta.split.is_empty() {
+            return Err(SecretError::SplitActive(script_id.into()));
+        }
         let changed = change(&mut meta)?;
         if changed {
+            // A secret is part of what a version runs: a change is a new
+            // version ([`crate::versions`]).
+            let version = self.next_version(Some(&meta)).await?;
+            meta.version = version;
+            meta.latest_version = version;
+            meta.deployed_at_ms = unix_ms();
             self.inner.store.put(&meta, &source).await?;
             self.invalidate(script_id);
         }
         Ok((meta, changed))
+    }
+
+    /// The number of the next version of a script whose current
+    /// deployment is `current`; a script deployed before versions existed
+    /// is recorded as version 1 first, so it can be rolled back to.
+    async fn next_version(&self, current: Option<&ScriptMeta>) -> Result<u64, StoreError> {
+        let Some(current) = current else {
+            return Ok(1);
+        };
+        if current.version == 0 {
+            let legacy = ScriptMeta {
+                version: 1,
+                latest_version: 1,
+                split: Vec::new(),
+                ..current.clone()
+            };
+            self.inner.store.put_version(&legacy).await?;
+        }
+        Ok(current.latest_version.max(current.number()) + 1)
+    }
+
+    /// The versions of `script_id`, its current deployment, and this
+    /// node's counts per version of its split ([`crate::versions`]).
+    pub async fn versions(&self, script_id: &str) -> Result<VersionList, VersionError> {
+        let current = self
+            .inner
+            .store
+            .meta(script_id)
+            .await?
+            .ok_or_else(|| VersionError::UnknownScript(script_id.into()))?;
+        let mut versions = self.inner.store.versions(script_id).await?;
+        if current.version == 0 {
+            // Deployed before versions existed: it is version 1.
+            versions = vec![ScriptMeta {
+                version: 1,
+                ..current.clone()
+            }];
+        }
+        Ok(VersionList {
+            script_id: script_id.into(),
+            deployment: crate::versions::deployment_of(&current),
+            versions,
+            counts: self.inner.versions.of(script_id),
+        })
+    }
+
+    /// Makes `shares` the current deployment of `script_id`: one version
+    /// at 100% (a rollback) or a split ([`crate::versions`]). Every version
+    /// must be recorded; the first one's metadata becomes current. The
+    /// warm copy here is dropped; returns the new current deployment
+    /// (announce its [`ScriptMeta::revision`] to the other members, as a
+    /// deploy does).
+    pub async fn set_deployment(
+        &self,
+        script_id: &str,
+        shares: &[Share],
+    ) -> Result<ScriptMeta, VersionError> {
+        crate::versions::check_split(shares)?;
+        let name_lock = self.deploy_lock(script_id);
+        let _serial = name_lock.lock().await;
+        let current = self
+            .inner
+            .store
+            .meta(script_id)
+            .await?
+            .ok_or_else(|| VersionError::UnknownScript(script_id.into()))?;
+        let mut first = None;
+        for share in shares {
+            let found = self.version_meta(&current, share.version).await?;
+            let found = found.ok_or_else(|| VersionError::NoSuchVersion {
+                script_id: script_id.into(),
+                version: share.version,
+            })?;
+            first.get_or_insert(found);
+        }
+        let Some(first) = first else {
+            return Err(VersionError::BadSplit("no versions given".into()));
+        };
+        let meta = ScriptMeta {
+            latest_version: current.latest_version.max(current.number()),
+            split: if shares.len() > 1 {
+                shares.to_vec()
+            } else {
+                Vec::new()
+            },
+            ..first
+        };
+        if current.version == 0 && meta.version != 0 {
+            // Leaving a deployment from before versions: keep it as 1.
+            self.next_version(Some(&current)).await?;
+        }
+        self.inner.store.set_current(&meta).await?;
+        self.invalidate(script_id);
+        let list: Vec<String> = shares.iter().map(Share::to_string).collect();
+        tracing::info!(script = script_id, deployment = %list.join(" "), "deployment changed");
+        Ok(meta)
+    }
+
+    /// Rolls `script_id` back to `version` at 100%, by default the
+    /// highest recorded version below the current one (see
+    /// [`Runtime::set_deployment`]).
+    pub async fn rollback(
+        &self,
+        script_id: &str,
+        version: Option<u64>,
+    ) -> Result<ScriptMeta, VersionError> {
+        let version = match version {
+            Some(v) => v,
+            None => {
+                let list = self.versions(script_id).await?;
+                let current = list.deployment.first().map(|s| s.version).unwrap_or(1);
+                list.versions
+                    .iter()
+                    .map(|m| m.number())
+                    .filter(|v| *v < current)
+                    .max()
+                    .ok_or_else(|| VersionError::NoEarlierVersion {
+                        script_id: script_id.into(),
+                        current,
+                    })?
+            }
+        };
+        self.set_deployment(
+            script_id,
+            &[Share {
+                version,
+                percent: 100,
+            }],
+        )
+        .await
+    }
+
+    /// Version `version`'s metadata, given the current deployment
+    /// `current` (a deployment from before versions is version 1).
+    async fn version_meta(
+        &self,
+        current: &ScriptMeta,
+        version: u64,
+    ) -> Result<Option<ScriptMeta>, StoreError> {
+        if current.version == 0 {
+            return Ok((version == 1).then(|| ScriptMeta {
+                version: 1,
+                latest_version: 1,
+                ..current.clone()
+            }));
+        }
+        let found = self
+            .inner
+            .store
+            .versions(&current.script_id)
+            .await?
+            .into_iter()
+            .find(|m| m.version == version);
+        Ok(found)
     }
 
     /// The CPU-bound part of a deploy: every check on `source`, then the
@@ -772,26 +942,98 @@ impl Runtime {
         timing.fetch = Some(loaded.fetch);
         timing.compile = Some(loaded.compile);
         timing.code_source = Some(loaded.code_source);
-        let meta = loaded.meta;
+        if loaded.meta.split.is_empty() {
+            // No split (any more): no per-version counts to keep.
+            self.inner.versions.forget(script_id);
+        }
+        self.build_worker(loaded.meta, &loaded.component)
+            .map(Arc::new)
+            .map_err(load_err)
+    }
+
+    /// A Worker of `meta`'s version from its compiled `component`.
+    fn build_worker(&self, meta: ScriptMeta, component: &Component) -> Result<Worker, String> {
         let limits = *self.inner.config.limits(meta.plan);
         let mut reuse = self.inner.config.reuse;
         if !meta.lifecycle.reuses() {
             reuse.max_requests_per_instance = 1;
         }
         let env = crate::secrets::WorkerEnv::open(&meta, &self.inner.node.secrets_key)
-            .map_err(|e| load_err(e.to_string()))?;
-        let worker = Worker::new(
+            .map_err(|e| e.to_string())?;
+        Worker::new(
             &self.inner.engine,
             &self.inner.linker,
-            &loaded.component,
+            component,
             meta,
             env,
             limits,
             reuse,
             self.inner.node.clone(),
         )
-        .map_err(|e| load_err(e.to_string()))?;
-        Ok(Arc::new(worker))
+        .map_err(|e| e.to_string())
+    }
+
+    /// Version `version` of the script `primary` is the current version of,
+    /// during a split: loaded beside it on first use (once, however many
+    /// requests wait), and whether this call loaded it.
+    async fn alt_worker(
+        &self,
+        primary: &Arc<Worker>,
+        version: u64,
+    ) -> Result<(Arc<Worker>, bool), RuntimeError> {
+        let cell = lock(&primary.alts).entry(version).or_default().clone();
+        let mut loaded = false;
+        let w = cell
+            .get_or_try_init(|| async {
+                loaded = true;
+                self.load_version(&primary.meta.script_id, version)
+                    .await
+                    .map(Arc::new)
+            })
+            .await?
+            .clone();
+        Ok((w, loaded))
+    }
+
+    /// Loads recorded version `version` of `script_id` (for a split).
+    async fn load_version(&self, script_id: &str, version: u64) -> Result<Worker, RuntimeError> {
+        let load_err = |message: String| RuntimeError::Load {
+            script_id: script_id.into(),
+            message,
+        };
+        let store_err = |e: crate::StoreError| match e {
+            crate::StoreError::Remote { .. } => RuntimeError::StoreUnavailable {
+                script_id: script_id.into(),
+                message: e.to_string(),
+            },
+            e => load_err(e.to_string()),
+        };
+        let store = &self.inner.store;
+        Stats::bump(&self.inner.stats.store_reads);
+        let found = match store.get_version(script_id, version).await {
+            Ok(Some(found)) => Some(found),
+            // Deployed before versions existed: version 1 is the current.
+            Ok(None) if version == 1 => store
+                .get(script_id)
+                .await
+                .map_err(store_err)?
+                .filter(|(m, _)| m.version == 0),
+            Ok(None) => None,
+            Err(e) => return Err(store_err(e)),
+        };
+        let (mut meta, source) =
+            found.ok_or_else(|| load_err(format!("version {version} is not recorded")))?;
+        meta.split.clear();
+        if meta.lifecycle.chosen == Lifecycle::Auto {
+            meta.lifecycle = lifecycle::decide(meta.lifecycle.requested, &source);
+        }
+        let rt = self.clone();
+        let hash = meta.hash.clone();
+        let (component, _) = tokio::task::spawn_blocking(move || rt.compile(&hash, &source))
+            .await
+            .map_err(|e| load_err(e.to_string()))?
+            .map_err(|e| load_err(e.to_string()))?;
+        self.build_worker(meta, &component).map_err(load_err)
     }
 
     /// The code of [`Runtime::load`], timed by phase: reading from the
@@ -1107,7 +1349,7 @@ impl Runtime {
         let inner = &self.inner;
         Stats::bump(&inner.stats.requests);
         let mut timing = Timing::default();
-        let (worker, start) = match self.worker(script_id, &mut timing, false).await {
+        let (primary, mut start) = match self.worker(script_id, &mut timing, false).await {
             Ok(found) => found,
             Err(e) => {
                 if matches!(e, RuntimeError::UnknownScript(_)) {
@@ -1119,23 +1361,49 @@ impl Runtime {
         // A user Worker runs only as a nested call: a request without a
         // flow is a client's (at any front door, or forwarded to this
         // home), and never reaches it. The one check for every path.
-        if worker.meta.dispatch_only && req.extensions().get::<crate::outgoing::Flow>().is_none() {
+        if primary.meta.dispatch_only && req.extensions().get::<crate::outgoing::Flow>().is_none() {
             Stats::bump(&inner.stats.dispatch_only_refused);
             return Err(RuntimeError::DispatchOnly(script_id.into()));
         }
+        // During a split the request's key picks the version
+        // ([`crate::versions`]).
+        let split = !primary.meta.split.is_empty();
+        let version = crate::versions::choose(&primary.meta, req.headers());
+        let worker = if version == primary.meta.number() {
+            primary.clone()
+        } else {
+            let (w, loaded) = self.alt_worker(&primary, version).await?;
+            if loaded {
+                start = Start::Cold;
+            }
+            w
+        };
         Stats::bump(match start {
             Start::Cold => &inner.stats.cold,
             Start::Warm => &inner.stats.warm,
             Start::Prewarmed => &inner.stats.prewarmed,
         });
         let t = Instant::now();
-        let (response, started) = worker.serve(req).await?;
+        let served = worker.serve(req).await;
+        if split {
+            let error = served
+                .as_ref()
+                .map_or(true, |(r, _)| r.status().is_server_error());
+            inner
+                .versions
+                .record(script_id, &primary.meta.split, version, error);
+        }
+        let (mut response, started) = served?;
+        response.headers_mut().insert(
+            crate::versions::VERSION_HEADER,
+            http::HeaderValue::from(version),
+        );
         if let Some(s) = started {
             timing.instantiate = Some(s.wall);
             timing.startup_cpu = Some(s.cpu);
         }
         timing.handler = Some(t.elapsed() - timing.instantiate.unwrap_or_default());
-        let bytes = worker.bytes();
+        let bytes = primary.bytes();
         let ev = lock(&inner.resident).set_bytes(script_id, bytes);
         self.count(ev);
         Ok(Served {
@@ -1226,6 +1494,14 @@ pub fn error_response(err: &RuntimeError) -> http::Response<Body> {
             .insert(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
     }
     resp
+}
+
+/// Unix time now, in milliseconds.
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// A node-unique, hard-to-guess ID for a failed request: 64 bits of

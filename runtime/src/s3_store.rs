@@ -6,11 +6,13 @@
 //!
 //! ```text
 //! s3://BUCKET/PREFIX/blobs/<blake3>.wasm                sources, by hash (immutable)
-//! s3://BUCKET/PREFIX/scripts/<id>.json                  metadata per script ID
+//! s3://BUCKET/PREFIX/versions/<id>/<n>.json             version n of script <id> (immutable)
+//! s3://BUCKET/PREFIX/scripts/<id>.json                  the current deployment per script ID
 //! s3://BUCKET/PREFIX/artifacts/<blake3>-<engine>.cwasm  precompiled artifacts
 //! ```
 //!
-//! A deploy uploads the blob, then the artifact, then the metadata object:
+//! A deploy uploads the blob, then the artifact, then the version's record
+//! ([`crate::versions`]), then the metadata object:
 //! an S3 `PUT` replaces an object atomically, so a reader sees the old
 //! metadata or the new one, and the new metadata is only written once its
 //! blob is in place. A deploy that fails part way leaves the old version
@@ -266,6 +268,67 @@ impl S3Store {
     fn parse_meta(key: &ObjectPath, bytes: &[u8]) -> Result<ScriptMeta, StoreError> {
         ScriptMeta::parse(std::path::Path::new(key.as_ref()), bytes)
     }
+
+    /// Writes `meta` as JSON to object `key`.
+    async fn write_json(&self, key: ObjectPath, meta: &ScriptMeta) -> Result<(), StoreError> {
+        let json = serde_json::to_vec_pretty(meta).map_err(|e| StoreError::Corrupt {
+            path: key.to_string().into(),
+            message: e.to_string(),
+        })?;
+        self.write(key, json.into()).await
+    }
+
+    /// `meta` with its source from the bucket, checked against its hash.
+    async fn with_source(&self, meta: ScriptMeta) -> Result<(ScriptMeta, Vec<u8>), StoreError> {
+        let key = self.key(&["blobs", &format!("{}.wasm", meta.hash)]);
+        let source = self
+            .read(key.clone())
+            .await?
+            .ok_or_else(|| StoreError::Remote {
+                key: key.to_string(),
+                message: "the metadata names a source that is not in the bucket".into(),
+            })?;
+        if blake3::hash(&source).to_hex().as_str() != meta.hash {
+            return Err(StoreError::HashMismatch {
+                script_id: meta.script_id,
+                hash: meta.hash,
+            });
+        }
+        Ok((meta, source.to_vec()))
+    }
+
+    /// Every metadata object directly under `dir` (`*.json`; a listing is
+    /// recursive, so deeper keys are skipped), read 16 at a time.
+    async fn read_all(&self, dir: ObjectPath) -> Result<Vec<ScriptMeta>, StoreError> {
+        let store = self.store.clone();
+        let depth = dir.parts().count() + 1;
+        let listed = dir.clone();
+        let keys: Vec<ObjectPath> = self
+            .run(async move {
+                store
+                    .list(Some(&listed))
+                    .map_ok(|o| o.location)
+                    .try_collect()
+                    .await
+                    .map_err(|e| remote(&listed, e))
+            })
+            .await?;
+        let metas = futures::stream::iter(
+            keys.into_iter()
+                .filter(|k| k.extension() == Some("json") && k.parts().count() == depth),
+        )
+        .map(|key| async move {
+            match self.read(key.clone()).await? {
+                Some(bytes) => Self::parse_meta(&key, &bytes).map(Some),
+                // Deleted between the listing and the read.
+                None => Ok(None),
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await?;
+        Ok(metas.into_iter().flatten().collect())
+    }
 }
 
 fn remote(key: &ObjectPath, e: object_store::Error) -> StoreError {
@@ -282,12 +345,56 @@ impl ScriptStore for S3Store {
         // it repairs one damaged in the bucket.
         let blob = self.key(&["blobs", &format!("{}.wasm", meta.hash)]);
         self.write(blob, Bytes::copy_from_slice(source)).await?;
+        if meta.version > 0 {
+            self.put_version(meta).await?;
+        }
+        self.set_current(meta).await
+    }
+
+    async fn put_version(&self, meta: &ScriptMeta) -> Result<(), StoreError> {
+        let key = self.key(&[
+            "versions",
+            &meta.script_id,
+            &format!("{}.json", meta.version),
+        ]);
+        // A version record carries no split: that belongs to a deployment.
+        let record = ScriptMeta {
+            split: Vec::new(),
+            ..meta.clone()
+        };
+        self.write_json(key, &record).await
+    }
+
+    async fn set_current(&self, meta: &ScriptMeta) -> Result<(), StoreError> {
         let key = self.key(&["scripts", &format!("{}.json", meta.script_id)]);
-        let json = serde_json::to_vec_pretty(meta).map_err(|e| StoreError::Corrupt {
-            path: key.to_string().into(),
-            message: e.to_string(),
-        })?;
-        self.write(key, json.into()).await
+        self.write_json(key, meta).await
+    }
+
+    async fn versions(&self, script_id: &str) -> Result<Vec<ScriptMeta>, StoreError> {
+        if !crate::validate::valid_script_id(script_id) {
+            return Ok(Vec::new());
+        }
+        let mut out = self.read_all(self.key(&["versions", script_id])).await?;
+        out.sort_by_key(|m| m.version);
+        Ok(out)
+    }
+
+    async fn get_version(
+        &self,
+        script_id: &str,
+        version: u64,
+    ) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError> {
+        if !crate::validate::valid_script_id(script_id) {
+            return Ok(None);
+        }
+        let key = self.key(&["versions", script_id, &format!("{version}.json")]);
+        match self.read(key.clone()).await? {
+            Some(bytes) => self
+                .with_source(Self::parse_meta(&key, &bytes)?)
+                .await
+                .map(Some),
+            None => Ok(None),
+        }
     }
 
     async fn meta(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError> {
@@ -305,49 +412,11 @@ impl ScriptStore for S3Store {
         let Some(meta) = self.meta(script_id).await? else {
             return Ok(None);
         };
-        let key = self.key(&["blobs", &format!("{}.wasm", meta.hash)]);
-        let source = self
-            .read(key.clone())
-            .await?
-            .ok_or_else(|| StoreError::Remote {
-                key: key.to_string(),
-                message: "the metadata names a source that is not in the bucket".into(),
-            })?;
-        if blake3::hash(&source).to_hex().as_str() != meta.hash {
-            return Err(StoreError::HashMismatch {
-                script_id: meta.script_id,
-                hash: meta.hash,
-            });
-        }
-        Ok(Some((meta, source.to_vec())))
+        self.with_source(meta).await.map(Some)
     }
 
     async fn list(&self) -> Result<Vec<ScriptMeta>, StoreError> {
-        let store = self.store.clone();
-        let dir = self.key(&["scripts"]);
-        let keys: Vec<ObjectPath> = self
-            .run(async move {
-                store
-                    .list(Some(&dir))
-                    .map_ok(|o| o.location)
-                    .try_collect()
-                    .await
-                    .map_err(|e| remote(&dir, e))
-            })
-            .await?;
-        let metas =
-            futures::stream::iter(keys.into_iter().filter(|k| k.extension() == Some("json")))
-                .map(|key| async move {
-                    match self.read(key.clone()).await? {
-                        Some(bytes) => Self::parse_meta(&key, &bytes).map(Some),
-                        // Deleted between the listing and the read.
-                        None => Ok(None),
-                    }
-                })
-                .buffer_unordered(16)
-                .try_collect::<Vec<_>>()
-                .await?;
-        let mut out: Vec<ScriptMeta> = metas.into_iter().flatten().collect();
+        let mut out = self.read_all(self.key(&["scripts"])).await?;
         out.sort_by(|a, b| a.script_id.cmp(&b.script_id));
         Ok(out)
     }

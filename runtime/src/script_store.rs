@@ -10,14 +10,23 @@
 //! Layout of a [`DirStore`]:
 //!
 //! ```text
-//! DIR/blobs/<blake3>.wasm     sources, named by their hash (immutable)
-//! DIR/scripts/<id>.json       metadata: script ID, plan, sizes, hash, deployed-at
+//! DIR/blobs/<blake3>.wasm        sources, named by their hash (immutable)
+//! DIR/versions/<id>/<n>.json     version n of script <id>: its metadata as deployed (immutable)
+//! DIR/scripts/<id>.json          the current deployment: the metadata of the version
+//!                                serving (and the split, if several do)
 //! ```
 //!
-//! A deploy writes the blob first, then replaces the metadata file with an
-//! atomic rename, so a reader sees either the old version or the new one,
-//! never a mix; a deploy that fails before the rename leaves the old version
-//! serving. Several nodes may share one directory.
+//! Every deploy (and every secret change) is a new numbered version
+//! ([`crate::versions`]): a deploy writes the blob first, then the
+//! version's record, then replaces the current deployment with an atomic
+//! rename, so a reader sees either the old version or the new one, never a
+//! mix; a deploy that fails before the rename leaves the old version
+//! serving (at worst a version record that never served, which the next
+//! deploy's number replaces). A rollback or a split only replaces the
+//! current deployment ([`ScriptStore::set_current`]): the versions it names
+//! are on record already. A store written before versions existed has no
+//! `versions/` and no number in its metadata: its script is version 1.
+//! Several nodes may share one directory.
 //!
 //! Durability: every file is written to a temporary name, fsynced, renamed
 //! into place, and then its directory is fsynced, blob before metadata. So
@@ -74,6 +83,21 @@ pub struct ScriptMeta {
     /// entry ([`crate::manifest`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dispatch_only: bool,
+    /// Its version number ([`crate::versions`]); 0 in metadata written
+    /// before versions existed, which counts as version 1
+    /// ([`ScriptMeta::number`]).
+    #[serde(default)]
+    pub version: u64,
+    /// The highest version number given to this script so far (in the
+    /// current deployment: the next deploy is one more, even after a
+    /// rollback).
+    #[serde(default)]
+    pub latest_version: u64,
+    /// In the current deployment, the versions that share the traffic
+    /// and their percentages (empty: this version takes it all). This
+    /// version is one of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub split: Vec<crate::versions::Share>,
 }
 
 /// Whether `hash` is a source hash as a deploy writes it: blake3, 64
@@ -89,14 +113,29 @@ impl ScriptMeta {
     /// source hash, and a digest of the vars and secrets when there are
     /// any (so changing them takes effect like a redeploy). What a deploy
     /// or a secret change announces to the other members.
+    /// The version number and the split are part of it, so a rollback or
+    /// a new split is announced and picked up like a deploy.
     pub fn revision(&self) -> String {
-        if self.vars.is_empty() && self.secrets.is_empty() {
-            return self.hash.clone();
+        let mut rev = self.hash.clone();
+        if !(self.vars.is_empty() && self.secrets.is_empty()) {
+            let mut h = blake3::Hasher::new();
+            // Serializing maps of strings cannot fail.
+            h.update(&serde_json::to_vec(&(&self.vars, &self.secrets)).unwrap_or_default());
+            rev = format!("{rev}+{}", &h.finalize().to_hex()[..16]);
         }
-        let mut h = blake3::Hasher::new();
-        // Serializing maps of strings cannot fail.
-        h.update(&serde_json::to_vec(&(&self.vars, &self.secrets)).unwrap_or_default());
-        format!("{}+{}", self.hash, &h.finalize().to_hex()[..16])
+        if self.version > 0 {
+            rev = format!("{rev}@v{}", self.version);
+        }
+        for s in &self.split {
+            rev = format!("{rev}/{}:{}", s.version, s.percent);
+        }
+        rev
+    }
+
+    /// Its version number: [`ScriptMeta::version`], and 1 for metadata
+    /// written before versions existed.
+    pub fn number(&self) -> u64 {
+        self.version.max(1)
     }
 
     /// Parses metadata read from `path` (a file or an object key), refusing
@@ -123,8 +162,26 @@ impl ScriptMeta {
 #[async_trait::async_trait]
 pub trait ScriptStore: Send + Sync + 'static {
     /// Stores `source` under `meta.script_id`, replacing any earlier version
-    /// atomically.
+    /// atomically: the blob, then (if `meta.version` is set) the version's
+    /// record, then the current deployment.
     async fn put(&self, meta: &ScriptMeta, source: &[u8]) -> Result<(), StoreError>;
+    /// Records version `meta.version` of `meta.script_id` (its blob must be
+    /// stored already), written atomically like the current deployment.
+    async fn put_version(&self, meta: &ScriptMeta) -> Result<(), StoreError>;
+    /// Replaces the current deployment of `meta.script_id` with `meta`
+    /// atomically (a rollback or a split: the versions it names are on
+    /// record, their blobs stored).
+    async fn set_current(&self, meta: &ScriptMeta) -> Result<(), StoreError>;
+    /// The recorded versions of `script_id`, lowest number first (none for
+    /// a script deployed before versions existed).
+    async fn versions(&self, script_id: &str) -> Result<Vec<ScriptMeta>, StoreError>;
+    /// Version `version` of `script_id` and its source, if recorded; the
+    /// source is checked against its hash.
+    async fn get_version(
+        &self,
+        script_id: &str,
+        version: u64,
+    ) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError>;
     /// The metadata of `script_id`, if deployed.
     async fn meta(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError>;
     /// The metadata and source of `script_id`, if deployed; the source is
@@ -179,6 +236,22 @@ impl Counted {
 impl ScriptStore for Counted {
     async fn put(&self, meta: &ScriptMeta, source: &[u8]) -> Result<(), StoreError> {
         self.inner.put(meta, source).await
+    }
+    async fn put_version(&self, meta: &ScriptMeta) -> Result<(), StoreError> {
+        self.inner.put_version(meta).await
+    }
+    async fn set_current(&self, meta: &ScriptMeta) -> Result<(), StoreError> {
+        self.inner.set_current(meta).await
+    }
+    async fn versions(&self, script_id: &str) -> Result<Vec<ScriptMeta>, StoreError> {
+        self.count(self.inner.versions(script_id).await)
+    }
+    async fn get_version(
+        &self,
+        script_id: &str,
+        version: u64,
+    ) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError> {
+        self.count(self.inner.get_version(script_id, version).await)
     }
     async fn meta(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError> {
         self.count(self.inner.meta(script_id).await)
@@ -301,6 +374,14 @@ impl DirStore {
         self.root.join("scripts").join(format!("{id}.json"))
     }
 
+    fn version_dir(&self, id: &str) -> PathBuf {
+        self.root.join("versions").join(id)
+    }
+
+    fn version_path(&self, id: &str, version: u64) -> PathBuf {
+        self.version_dir(id).join(format!("{version}.json"))
+    }
+
     fn blob_path(&self, hash: &str) -> PathBuf {
         self.root.join("blobs").join(format!("{hash}.wasm"))
     }
@@ -326,17 +407,96 @@ impl DirStore {
         if !intact {
             write_durable(&blob, source, "blob", self.fault.as_ref())?;
         }
-        let json = serde_json::to_vec_pretty(meta).map_err(|e| StoreError::Corrupt {
-            path: self.meta_path(&meta.script_id),
+        if meta.version > 0 {
+            self.put_version_blocking(meta)?;
+        }
+        self.set_current_blocking(meta)
+    }
+
+    /// [`ScriptStore::put_version`] on the calling thread.
+    pub fn put_version_blocking(&self, meta: &ScriptMeta) -> Result<(), StoreError> {
+        let dir = self.version_dir(&meta.script_id);
+        if !dir.is_dir() {
+            fs::create_dir_all(&dir).map_err(io(&dir))?;
+            let parent = dir.parent().unwrap_or(&self.root);
+            sync_dir(parent).map_err(io(parent))?;
+            sync_dir(&self.root).map_err(io(&self.root))?;
+        }
+        // A version record carries no split: that belongs to a deployment.
+        let record = ScriptMeta {
+            split: Vec::new(),
+            ..meta.clone()
+        };
+        let path = self.version_path(&meta.script_id, meta.version);
+        let json = serde_json::to_vec_pretty(&record).map_err(|e| StoreError::Corrupt {
+            path: path.clone(),
             message: e.to_string(),
         })?;
-        write_durable(
-            &self.meta_path(&meta.script_id),
-            &json,
-            "meta",
-            self.fault.as_ref(),
-        )?;
+        write_durable(&path, &json, "version", self.fault.as_ref())?;
         Ok(())
+    }
+
+    /// [`ScriptStore::set_current`] on the calling thread.
+    pub fn set_current_blocking(&self, meta: &ScriptMeta) -> Result<(), StoreError> {
+        let path = self.meta_path(&meta.script_id);
+        let json = serde_json::to_vec_pretty(meta).map_err(|e| StoreError::Corrupt {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        write_durable(&path, &json, "meta", self.fault.as_ref())?;
+        Ok(())
+    }
+
+    /// [`ScriptStore::versions`] on the calling thread.
+    pub fn versions_blocking(&self, script_id: &str) -> Result<Vec<ScriptMeta>, StoreError> {
+        if !crate::validate::valid_script_id(script_id) {
+            return Ok(Vec::new());
+        }
+        let dir = self.version_dir(script_id);
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io(&dir)(e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let path = entry.map_err(io(&dir))?.path();
+            if path.extension().is_some_and(|e| e == "json")
+                && let Some(meta) = Self::read_meta(&path)?
+            {
+                out.push(meta);
+            }
+        }
+        out.sort_by_key(|m| m.version);
+        Ok(out)
+    }
+
+    /// [`ScriptStore::get_version`] on the calling thread.
+    pub fn get_version_blocking(
+        &self,
+        script_id: &str,
+        version: u64,
+    ) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError> {
+        if !crate::validate::valid_script_id(script_id) {
+            return Ok(None);
+        }
+        let Some(meta) = Self::read_meta(&self.version_path(script_id, version))? else {
+            return Ok(None);
+        };
+        self.with_source(meta).map(Some)
+    }
+
+    /// `meta` with its source, checked against its hash.
+    fn with_source(&self, meta: ScriptMeta) -> Result<(ScriptMeta, Vec<u8>), StoreError> {
+        let path = self.blob_path(&meta.hash);
+        let source = fs::read(&path).map_err(io(&path))?;
+        if blake3::hash(&source).to_hex().as_str() != meta.hash {
+            return Err(StoreError::HashMismatch {
+                script_id: meta.script_id,
+                hash: meta.hash,
+            });
+        }
+        Ok((meta, source))
     }
 
     /// [`ScriptStore::meta`] on the calling thread.
@@ -355,15 +515,7 @@ impl DirStore {
         let Some(meta) = self.meta_blocking(script_id)? else {
             return Ok(None);
         };
-        let path = self.blob_path(&meta.hash);
-        let source = fs::read(&path).map_err(io(&path))?;
-        if blake3::hash(&source).to_hex().as_str() != meta.hash {
-            return Err(StoreError::HashMismatch {
-                script_id: meta.script_id,
-                hash: meta.hash,
-            });
-        }
-        Ok(Some((meta, source)))
+        self.with_source(meta).map(Some)
     }
 
     /// [`ScriptStore::list`] on the calling thread.
@@ -404,6 +556,31 @@ impl ScriptStore for DirStore {
         self.blocking(move |s| s.put_blocking(&meta, &source)).await
     }
 
+    async fn put_version(&self, meta: &ScriptMeta) -> Result<(), StoreError> {
+        let meta = meta.clone();
+        self.blocking(move |s| s.put_version_blocking(&meta)).await
+    }
+
+    async fn set_current(&self, meta: &ScriptMeta) -> Result<(), StoreError> {
+        let meta = meta.clone();
+        self.blocking(move |s| s.set_current_blocking(&meta)).await
+    }
+
+    async fn versions(&self, script_id: &str) -> Result<Vec<ScriptMeta>, StoreError> {
+        let id = script_id.to_string();
+        self.blocking(move |s| s.versions_blocking(&id)).await
+    }
+
+    async fn get_version(
+        &self,
+        script_id: &str,
+        version: u64,
+    ) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError> {
+        let id = script_id.to_string();
+        self.blocking(move |s| s.get_version_blocking(&id, version))
+            .await
+    }
+
     async fn meta(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError> {
         let id = script_id.to_string();
         self.blocking(move |s| s.meta_blocking(&id)).await
@@ -440,6 +617,9 @@ mod tests {
             vars: BTreeMap::new(),
             secrets: BTreeMap::new(),
             dispatch_only: false,
+            version: 0,
+            latest_version: 0,
+            split: Vec::new(),
         }
     }
 
@@ -461,5 +641,59 @@ mod tests {
         ));
         assert!(store.get_blocking("missing").expect("get").is_none());
         assert!(store.get_blocking("../etc").expect("get").is_none());
+    }
+
+    #[test]
+    fn every_version_is_kept_and_the_current_deployment_can_point_back() {
+        use crate::versions::Share;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = DirStore::open(dir.path()).expect("open");
+        let v = |n: u64, src: &[u8]| ScriptMeta {
+            version: n,
+            latest_version: n,
+            ..meta("a", src)
+        };
+        store.put_blocking(&v(1, b"one"), b"one").expect("put");
+        store.put_blocking(&v(2, b"two"), b"two").expect("put");
+        let versions = store.versions_blocking("a").expect("versions");
+        let numbers: Vec<u64> = versions.iter().map(|m| m.version).collect();
+        assert_eq!(numbers, vec![1, 2]);
+        let (m1, src) = store
+            .get_version_blocking("a", 1)
+            .expect("get")
+            .expect("version 1");
+        assert_eq!((m1.version, src.as_slice()), (1, &b"one"[..]));
+        assert!(store.get_version_blocking("a", 3).expect("get").is_none());
+        assert!(store.versions_blocking("../etc").expect("list").is_empty());
+        // A split names version 1 first: its metadata becomes current, the
+        // record of version 1 stays as it was (no split in it).
+        let split = vec![
+            Share {
+                version: 1,
+                percent: 10,
+            },
+            Share {
+                version: 2,
+                percent: 90,
+            },
+        ];
+        let current = ScriptMeta {
+            latest_version: 2,
+            split: split.clone(),
+            ..m1
+        };
+        store.set_current_blocking(&current).expect("set current");
+        let (m, src) = store.get_blocking("a").expect("get").expect("current");
+        assert_eq!(
+            (m.version, m.split, src.as_slice()),
+            (1, split, &b"one"[..])
+        );
+        let (m1, _) = store
+            .get_version_blocking("a", 1)
+            .expect("get")
+            .expect("version 1");
+        assert!(m1.split.is_empty());
+        // Version records are not scripts.
+        assert_eq!(store.list_blocking().expect("list").len(), 1);
     }
 }

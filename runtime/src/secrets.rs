@@ -129,6 +129,13 @@ pub enum SecretError {
     /// No Worker of that name is deployed.
     #[error("no Worker named {0:?} is deployed")]
     UnknownScript(String),
+    /// The script is being rolled out gradually: there is no one version to
+    /// change ([`crate::versions`]).
+    #[error(
+        "{0} is being rolled out gradually (a split of several versions): end the split \
+         (`hearth versions deploy {0} N@100%`, or `hearth rollback {0}`) before changing a secret"
+    )]
+    SplitActive(String),
     /// The script store failed.
     #[error(transparent)]
     Store(#[from] crate::error::StoreError),

@@ -130,6 +130,9 @@ pub(crate) struct Worker {
     instance_bytes: Arc<AtomicU64>,
     stats: Arc<Stats>,
     node: Arc<NodeShared>,
+    /// During a split ([`crate::versions`]), the script's other versions,
+    /// loaded on first use and dropped with this one (the current version).
+    pub(crate) alts: Mutex<std::collections::HashMap<u64, Arc<tokio::sync::OnceCell<Arc<Worker>>>>>,
 }
 
 /// A new instance's startup figures.
@@ -190,6 +193,7 @@ impl Worker {
             stats: node.stats.clone(),
             node,
             checked_ms: AtomicU64::new(0),
+            alts: Mutex::new(std::collections::HashMap::new()),
         })
     }
 
@@ -206,8 +210,17 @@ impl Worker {
 
     /// Real bytes this Worker holds: compiled code plus live instances'
     /// linear memories.
+    /// A split's other versions loaded beside it count as its.
     pub(crate) fn bytes(&self) -> u64 {
-        self.code_bytes + self.instance_bytes.load(Ordering::Relaxed)
+        let alts: u64 = self
+            .alts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter_map(|cell| cell.get())
+            .map(|w| w.bytes())
+            .sum();
+        self.code_bytes + self.instance_bytes.load(Ordering::Relaxed) + alts
     }
 
     /// Marks this Worker as loaded by a prewarm.

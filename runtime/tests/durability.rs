@@ -47,10 +47,13 @@ async fn who_serves(dir: &std::path::Path) -> String {
     }
 }
 
-const STEPS: [&str; 6] = [
+const STEPS: [&str; 9] = [
     "blob.write",
     "blob.rename",
     "blob.sync-dir",
+    "version.write",
+    "version.rename",
+    "version.sync-dir",
     "meta.write",
     "meta.rename",
     "meta.sync-dir",
@@ -86,7 +89,7 @@ async fn a_deploy_stopped_at_any_step_leaves_a_servable_version() {
         let serving = who_serves(dir.path()).await;
         // Before the metadata is renamed into place the old version stands;
         // from then on the new one does. Never neither.
-        let expected = if i < 5 { "hello" } else { "echo" };
+        let expected = if i < 8 { "hello" } else { "echo" };
         assert_eq!(serving, expected, "crash at {step}");
     }
     // And with no fault, the new version.
