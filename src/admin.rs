@@ -10,6 +10,9 @@
 //! | PUT    | `/v1/scripts/{id}/secrets/{name}` | set secret `name` of `id` to the body (UTF-8), and tell every member |
 //! | GET    | `/v1/scripts/{id}/secrets`    | the names of `id`'s secrets (never a value) |
 //! | DELETE | `/v1/scripts/{id}/secrets/{name}` | delete secret `name` of `id`, and tell every member |
+//! | GET    | `/v1/scripts/{id}/versions`   | `id`'s versions, its current deployment, and this node's per-version counts during a split ([`hearth_runtime::versions`]) |
+//! | PUT    | `/v1/scripts/{id}/deployment` | make the body (JSON `{"split":[{"version":7,"percent":10},{"version":6,"percent":90}]}`) `id`'s deployment, and tell every member |
+//! | POST   | `/v1/scripts/{id}/rollback?version=N` | roll `id` back to version `N` (default: the one before the current) at 100%, and tell every member |
 //! | GET    | `/v1/stats`                   | runtime counters (JSON)        |
 //! | GET    | `/v1/ring?script={id}`        | the ring as this node sees it, and `id`'s home and successors ([`RingView`]) |
 //! | GET    | `/metrics`                    | Prometheus metrics             |
@@ -114,6 +117,14 @@ pub async fn handle(
         (&Method::DELETE, ["v1", "scripts", id, "secrets", name]) => {
             Endpoint::DeleteSecret(id.to_string(), name.to_string())
         }
+        (&Method::GET, ["v1", "scripts", id, "versions"]) => Endpoint::Versions(id.to_string()),
+        (&Method::PUT, ["v1", "scripts", id, "deployment"]) => {
+            Endpoint::SetDeployment(id.to_string())
+        }
+        (&Method::POST, ["v1", "scripts", id, "rollback"]) => Endpoint::Rollback(
+            id.to_string(),
+            query_param(&query, "version").map(str::to_owned),
+        ),
         _ => {
             return text(
                 StatusCode::NOT_FOUND,
@@ -122,6 +133,50 @@ pub async fn handle(
         }
     };
     match endpoint {
+        Endpoint::Versions(id) => match node.runtime().versions(&id).await {
+            Ok(list) => json(StatusCode::OK, &list),
+            Err(e) => version_error(&e),
+        },
+        Endpoint::SetDeployment(id) => {
+            let body = match read_limited(req.into_body(), 64 << 10).await {
+                Ok(b) => b,
+                Err(e) => return text(StatusCode::PAYLOAD_TOO_LARGE, format!("{e}\n")),
+            };
+            #[derive(serde::Deserialize)]
+            struct Split {
+                split: Vec<hearth_runtime::versions::Share>,
+            }
+            let split: Split = match serde_json::from_slice(&body) {
+                Ok(s) => s,
+                Err(e) => {
+                    return text(
+                        StatusCode::BAD_REQUEST,
+                        format!(
+                            "expected {{\"split\":[{{\"version\":N,\"percent\":P}},…]}}: {e}\n"
+                        ),
+                    );
+                }
+            };
+            match node.set_deployment(&id, &split.split).await {
+                Ok(done) => json(StatusCode::OK, &done),
+                Err(e) => version_error(&e),
+            }
+        }
+        Endpoint::Rollback(id, version) => {
+            let version = match version.map(|v| v.parse::<u64>()).transpose() {
+                Ok(v) => v,
+                Err(_) => {
+                    return text(
+                        StatusCode::BAD_REQUEST,
+                        "version must be a version number\n",
+                    );
+                }
+            };
+            match node.rollback(&id, version).await {
+                Ok(done) => json(StatusCode::OK, &done),
+                Err(e) => version_error(&e),
+            }
+        }
         Endpoint::Secrets(id) => match node.runtime().secret_names(&id).await {
             Ok(names) => json(
                 StatusCode::OK,
@@ -213,7 +268,23 @@ fn secret_error(e: &hearth_runtime::secrets::SecretError) -> http::Response<Body
     let status = match e {
         SecretError::Env(_) => StatusCode::BAD_REQUEST,
         SecretError::UnknownScript(_) => StatusCode::NOT_FOUND,
+        SecretError::SplitActive(_) => StatusCode::CONFLICT,
         SecretError::Store(s) => store_status(s),
+    };
+    text(status, format!("{e}\n"))
+}
+
+/// The answer for versions that could not be listed, or a rollback or
+/// split that could not be made.
+fn version_error(e: &hearth_runtime::versions::VersionError) -> http::Response<Body> {
+    use hearth_runtime::versions::VersionError;
+    let status = match e {
+        VersionError::UnknownScript(_) => StatusCode::NOT_FOUND,
+        VersionError::NoSuchVersion { .. } | VersionError::NoEarlierVersion { .. } => {
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
+        VersionError::BadSplit(_) => StatusCode::BAD_REQUEST,
+        VersionError::Store(s) => store_status(s),
     };
     text(status, format!("{e}\n"))
 }
@@ -238,6 +309,9 @@ enum Endpoint {
     Secrets(String),
     PutSecret(String, String),
     DeleteSecret(String, String),
+    Versions(String),
+    SetDeployment(String),
+    Rollback(String, Option<String>),
 }
 
 /// `node`'s ring, and `script`'s place on it, as `GET /v1/ring` answers.

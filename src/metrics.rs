@@ -10,7 +10,9 @@
 //! [`DEFAULT_TOP_WORKERS`]) get their own value, every other Worker is
 //! counted under [`OTHER_WORKERS`], so a node hosting thousands of Workers
 //! (or asked for thousands of names) exports at most N + 1 series per
-//! metric.
+//! metric. Per-version series (`hearth_version_requests_total{script,
+//! version,outcome}`) exist only for Workers in a gradual rollout
+//! ([`hearth_runtime::versions`]).
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -498,6 +500,29 @@ impl Collector for RuntimeCollector {
         ] {
             let g = ConstGauge::new(v);
             g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)?;
+        }
+        // Per version, only for the scripts being rolled out (a split):
+        // bounded by the scripts in a split times their versions
+        // ([`hearth_runtime::versions`]).
+        let counts = self.0.version_counts();
+        let c = ConstCounter::new(0u64);
+        let mut fam = enc.encode_descriptor(
+            "hearth_version_requests",
+            "Requests by version of the Workers in a gradual rollout (split), by outcome",
+            None,
+            c.metric_type(),
+        )?;
+        for (script, versions) in &counts {
+            for v in versions {
+                let version = v.version.to_string();
+                for (outcome, n) in [("ok", v.requests - v.errors), ("error", v.errors)] {
+                    ConstCounter::new(n).encode(fam.encode_family(&[
+                        ("script", script.as_str()),
+                        ("version", version.as_str()),
+                        ("outcome", outcome),
+                    ])?)?;
+                }
+            }
         }
         Ok(())
     }

@@ -22,6 +22,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use hearth_runtime::body::Body;
 use hearth_runtime::timing::SERVER_TIMING_HEADER;
+use hearth_runtime::versions::{Share, VersionError};
 use hearth_runtime::{DeployReport, Runtime, error_response};
 use hearth_sharding::context_stack::ContextStack;
 use hearth_sharding::hosted_workers::{HostedWorkers, PrewarmOutcome};
@@ -288,6 +289,17 @@ pub struct Announcement {
     pub failed: Vec<(String, String)>,
 }
 
+/// What a rollback or a new split did ([`Node::set_deployment`]).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DeploymentChange {
+    /// The Worker.
+    pub script_id: String,
+    /// Its deployment now: one version at 100%, or a split.
+    pub deployment: Vec<Share>,
+    /// How the other members heard of it.
+    pub announced: Announcement,
+}
+
 /// What a hand-back did ([`Node::hand_back`]).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct HandBack {
@@ -521,6 +533,45 @@ impl Node {
             Announcement::default()
         };
         Ok((deleted, announced))
+    }
+
+    /// Makes `shares` the current deployment of `script_id` (a split, or
+    /// one version at 100%: see [`hearth_runtime::versions`]), then
+    /// announces it as a deploy is announced: when this returns, every
+    /// member that acknowledged serves the new deployment.
+    pub async fn set_deployment(
+        &self,
+        script_id: &str,
+        shares: &[Share],
+    ) -> Result<DeploymentChange, VersionError> {
+        let meta = self.state.runtime.set_deployment(script_id, shares).await?;
+        Ok(self.deployment_changed(meta).await)
+    }
+
+    /// Rolls `script_id` back to `version` (by default the version before
+    /// the current one) at 100%, announced like
+    /// [`Node::set_deployment`].
+    pub async fn rollback(
+        &self,
+        script_id: &str,
+        version: Option<u64>,
+    ) -> Result<DeploymentChange, VersionError> {
+        let meta = self.state.runtime.rollback(script_id, version).await?;
+        Ok(self.deployment_changed(meta).await)
+    }
+
+    /// Announces `meta`, the new current deployment, and reports it.
+    async fn deployment_changed(&self, meta: hearth_runtime::ScriptMeta) -> DeploymentChange {
+        let announced = self.announce(&meta.script_id, &meta.revision()).await;
+        if !announced.failed.is_empty() {
+            tracing::warn!(script = %meta.script_id, failed = ?announced.failed,
+                "some members were not told of the new deployment; they revalidate within a second");
+        }
+        DeploymentChange {
+            deployment: hearth_runtime::versions::deployment_of(&meta),
+            script_id: meta.script_id,
+            announced,
+        }
     }
 
     /// Tells every other ring member that `script_id` is now at

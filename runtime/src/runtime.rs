@@ -918,6 +918,12 @@ impl Runtime {
         StatsSnapshot::from(&self.inner.stats, n, bytes, self.inner.node.memory.used())
     }
 
+    /// This node's per-version request and error counts of the scripts
+    /// in a split, by script ID ([`crate::versions`]).
+    pub fn version_counts(&self) -> Vec<(String, Vec<crate::versions::VersionCount>)> {
+        self.inner.versions.snapshot()
+    }
+
     /// Script IDs resident now, least recently used first.
     pub fn resident(&self) -> Vec<String> {
         lock(&self.inner.resident)

@@ -6,7 +6,8 @@
 //! [`AdminClient::list`] (`GET /v1/scripts`), [`AdminClient::evict`]
 //! (`POST /v1/scripts/{id}/evict`), [`AdminClient::hand_back`],
 //! [`AdminClient::ring`] (`GET /v1/ring`), [`AdminClient::stats`] (`GET
-//! /v1/stats`) and [`AdminClient::metrics`] (`GET /metrics`, the one route
+//! /v1/stats`), [`AdminClient::versions`], [`AdminClient::set_deployment`]
+//! and [`AdminClient::rollback`] (versions and gradual rollout), and [`AdminClient::metrics`] (`GET /metrics`, the one route
 //! that needs no token).
 //!
 //! The admin API is plain HTTP unless the node serves it with TLS
@@ -154,6 +155,62 @@ pub struct ScriptInfo {
     /// a client directly.
     #[serde(default)]
     pub dispatch_only: bool,
+    /// Its version number (0 from a node older than versions).
+    #[serde(default)]
+    pub version: u64,
+}
+
+/// One version's share of a deployment: `7@10%`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionShare {
+    /// The version.
+    pub version: u64,
+    /// Its percentage of the requests.
+    pub percent: u8,
+}
+
+impl std::fmt::Display for VersionShare {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}%", self.version, self.percent)
+    }
+}
+
+/// One version's request and error counts on the answering node, during a
+/// split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct VersionCount {
+    /// The version.
+    pub version: u64,
+    /// Requests it served.
+    pub requests: u64,
+    /// Of those, the ones that failed (5xx or a failed invocation).
+    pub errors: u64,
+}
+
+/// What `GET /v1/scripts/{id}/versions` answers.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct VersionList {
+    /// The Worker.
+    pub script_id: String,
+    /// Its current deployment: one version at 100%, or a split.
+    pub deployment: Vec<VersionShare>,
+    /// Every recorded version, lowest first.
+    pub versions: Vec<ScriptInfo>,
+    /// The answering node's counts per version of the split.
+    #[serde(default)]
+    pub counts: Vec<VersionCount>,
+}
+
+/// What a rollback or a new split did.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct DeploymentChange {
+    /// The Worker.
+    pub script_id: String,
+    /// Its deployment now.
+    pub deployment: Vec<VersionShare>,
+    /// How the other members heard of it (like a deploy's).
+    #[serde(default)]
+    pub announced: Announcement,
 }
 
 /// A Worker's secrets as `GET /v1/scripts/{id}/secrets` lists them.
@@ -566,6 +623,50 @@ impl AdminClient {
                 Bytes::copy_from_slice(value.as_bytes()),
             )
             .await?;
+        self.parse(&path, &body)
+    }
+
+    /// `script_id`'s versions, its current deployment, and the node's
+    /// per-version counts during a split.
+    pub async fn versions(&self, script_id: &str) -> Result<VersionList, AdminError> {
+        let path = format!("/v1/scripts/{script_id}/versions");
+        let body = self.call(Method::GET, &path, true, Bytes::new()).await?;
+        self.parse(&path, &body)
+    }
+
+    /// Makes `split` (percentages summing to 100) `script_id`'s
+    /// deployment, announced to every member like a deploy.
+    pub async fn set_deployment(
+        &self,
+        script_id: &str,
+        split: &[VersionShare],
+    ) -> Result<DeploymentChange, AdminError> {
+        let path = format!("/v1/scripts/{script_id}/deployment");
+        let body = serde_json::to_vec(&serde_json::json!({ "split": split })).map_err(|error| {
+            AdminError::Malformed {
+                url: self.url.clone(),
+                path: path.clone(),
+                error,
+            }
+        })?;
+        let body = self
+            .call(Method::PUT, &path, true, Bytes::from(body))
+            .await?;
+        self.parse(&path, &body)
+    }
+
+    /// Rolls `script_id` back to `version` (default: the one before the
+    /// current) at 100%, announced to every member like a deploy.
+    pub async fn rollback(
+        &self,
+        script_id: &str,
+        version: Option<u64>,
+    ) -> Result<DeploymentChange, AdminError> {
+        let path = match version {
+            Some(v) => format!("/v1/scripts/{script_id}/rollback?version={v}"),
+            None => format!("/v1/scripts/{script_id}/rollback"),
+        };
+        let body = self.call(Method::POST, &path, true, Bytes::new()).await?;
         self.parse(&path, &body)
     }
 

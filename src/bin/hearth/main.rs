@@ -11,6 +11,7 @@ mod precompile;
 mod ring;
 mod secret;
 mod serve;
+mod versions;
 
 use std::path::PathBuf;
 
@@ -50,6 +51,13 @@ enum Command {
     /// A Worker's secrets: `put SCRIPT NAME` (value from stdin), `list
     /// SCRIPT` (names only), `delete SCRIPT NAME`.
     Secret(secret::SecretArgs),
+    /// A Worker's numbered versions: `list SCRIPT`, and `deploy SCRIPT
+    /// 7@10% 6@90%` (a gradual rollout, one client sticking to one
+    /// version), announced to every node.
+    Versions(versions::VersionsArgs),
+    /// Serve an earlier version of a Worker at 100% (default: the one
+    /// before the current), announced to every node like a deploy.
+    Rollback(versions::RollbackArgs),
     /// Serve one Worker locally, rebuild and redeploy it when its sources
     /// change, and print each request (a dev loop).
     Dev(dev::DevArgs),
@@ -139,6 +147,8 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(args).await,
         Command::Deploy(args) => deploy::run(args).await,
         Command::Secret(args) => secret::run(args).await,
+        Command::Versions(args) => versions::run(args).await,
+        Command::Rollback(args) => versions::rollback(args).await,
         Command::Dev(args) => dev::run(args).await,
         Command::Ring(args) => ring::run(args).await,
         Command::HandBack(args) => hand_back::run(args).await,
