@@ -11,6 +11,11 @@
 //! write to each member's answer (the propagation), and the whole deploy.
 //! After each deploy returns, every node is asked for the Worker: a stale
 //! answer would be counted (expected: none).
+//!
+//! Then as many rollbacks (`hearth rollback`: the current deployment
+//! points at an earlier version, [`hearth::runtime::versions`]), through
+//! each node in turn, alternating between the last two versions: announced
+//! the same way, measured the same way.
 
 use std::time::Instant;
 
@@ -92,12 +97,37 @@ async fn run() -> anyhow::Result<()> {
             }
         }
     }
+    // Rollbacks: version n is versions[(n - 1) % 2]; alternate between the
+    // two newest.
+    let latest = REDEPLOYS as u64 + 1;
+    let mut rb_acks = Vec::new();
+    let mut rollbacks = Vec::new();
+    for k in 0..REDEPLOYS {
+        for i in 0..3 {
+            body_of(&c, i).await?;
+        }
+        let target = if k % 2 == 0 { latest - 1 } else { latest };
+        let expect = versions[((target - 1) % 2) as usize].1;
+        let t = Instant::now();
+        let d = c.node(k % 3).node.rollback("app", Some(target)).await?;
+        rollbacks.push(t.elapsed().as_secs_f64() * 1000.0);
+        failed += d.announced.failed.len();
+        rb_acks.extend(d.announced.ack_ms.iter().map(|(_, ms)| *ms));
+        for i in 0..3 {
+            if body_of(&c, i).await? != expect {
+                stale += 1;
+            }
+        }
+    }
     let (acks_d, deploys_d) = (Distribution::of(&acks), Distribution::of(&deploys));
+    let (rb_acks_d, rollbacks_d) = (Distribution::of(&rb_acks), Distribution::of(&rollbacks));
     println!("redeploy propagation, 3 nodes, store: {store}, {REDEPLOYS} redeploys");
     let mut table = Table::new(["", "p50 ms", "p99 ms", "max ms"]);
     for (what, d) in [
         ("store write -> member dropped its copy", &acks_d),
         ("whole deploy (compile, store, announce)", &deploys_d),
+        ("rollback: store write -> member dropped its copy", &rb_acks_d),
+        ("whole rollback (store, announce)", &rollbacks_d),
     ] {
         table.row([
             what.to_string(),
@@ -108,10 +138,11 @@ async fn run() -> anyhow::Result<()> {
     }
     println!("{table}");
     println!(
-        "member acknowledgements: {} of {}; stale answers after a deploy returned: {stale} of {}",
-        acks.len(),
-        2 * REDEPLOYS,
-        3 * REDEPLOYS
+        "member acknowledgements: {} of {}; stale answers after a deploy or rollback returned: \
+         {stale} of {}",
+        acks.len() + rb_acks.len(),
+        4 * REDEPLOYS,
+        6 * REDEPLOYS
     );
     anyhow::ensure!(
         failed == 0 && stale == 0,

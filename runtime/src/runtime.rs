@@ -601,14 +601,14 @@ impl Runtime {
                 ..current.clone()
             }));
         }
+        // One record and its blob (checked: a version whose source is
+        // damaged is not rolled back to), not every version's record.
         let found = self
             .inner
             .store
-            .versions(&current.script_id)
-            .await?
-            .into_iter()
-            .find(|m| m.version == version);
-        Ok(found)
+            .get_version(&current.script_id, version)
+            .await?;
+        Ok(found.map(|(meta, _)| meta))
     }
 
     /// The CPU-bound part of a deploy: every check on `source`, then the

@@ -175,6 +175,9 @@ fn print_report(name: &str, report: &DeployReport) {
         report.compile_time,
         report.code_source,
     );
+    if meta.version > 0 {
+        println!("version {} (now serving at 100%)", meta.version);
+    }
     println!(
         "lifecycle: {} ({})",
         meta.lifecycle.chosen, meta.lifecycle.reason
