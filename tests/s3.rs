@@ -120,6 +120,18 @@ async fn a_deploy_through_one_node_serves_from_another_with_no_shared_disk() {
     // An announcement of the version B already has drops nothing.
     assert!(!b.revalidate("app", &report.meta.hash).await);
 
+    // Both versions are recorded in the bucket (versions/app/1.json, 2.json,
+    // not listed as scripts); a rollback through A reaches B like a deploy.
+    let versions = b.versions("app").await.expect("versions");
+    let numbers: Vec<u64> = versions.versions.iter().map(|m| m.version).collect();
+    assert_eq!(numbers, vec![1, 2]);
+    assert_eq!(b.script_store().list().await.expect("list").len(), 1);
+    let back = a.rollback("app", None).await.expect("rollback");
+    assert_eq!(back.version, 1);
+    assert!(b.revalidate("app", &back.revision()).await, "B told");
+    assert_eq!(get(&b, "app").await.2, "hello from app");
+    a.rollback("app", Some(2)).await.expect("forward again");
+
     // Vars and a secret set through A reach B through the bucket; the
     // secret is sealed there.
     let secret = "bucket-secret-5d1e";

@@ -47,9 +47,30 @@ async fn versions_roll_back_and_split_on_every_node() {
         assert_eq!(r.header("x-hearth-version"), "2", "node {i}");
     }
 
-    // Roll back through node 1 (not the deploying node): version 1 is
-    // served on every node as soon as the call returns.
-    let done = admin(1).rollback("app", None).await.expect("rollback");
+    // Roll back through node 1 (not the deploying node), under load through
+    // every node: no request fails, and version 1 is served on every node
+    // as soon as the call returns.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let load = async {
+        let (mut sent, mut failed) = (0usize, 0usize);
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let r = c.get(sent % 3, "app", "/").await.expect("request");
+            failed += usize::from(r.status != 200);
+            sent += 1;
+        }
+        (sent, failed)
+    };
+    let roll = async {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let done = admin(1).rollback("app", None).await;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        done
+    };
+    let ((sent, failed), done) = tokio::join!(load, roll);
+    let done = done.expect("rollback");
+    assert!(sent > 10, "only {sent} requests during the rollback");
+    assert_eq!(failed, 0, "{failed} of {sent} requests failed during the rollback");
     assert_eq!(done.deployment, vec![share(1, 100)]);
     assert_eq!(
         done.announced.acknowledged, 2,

@@ -295,7 +295,9 @@ impl Runtime {
 
     /// Validates, compiles and stores `source` as `script_id` with the
     /// settings of `manifest` (a [`Manifest`], or just a [`crate::Plan`]),
-    /// replacing any earlier version atomically. Runs the CPU-heavy parts on
+    /// as its next numbered version ([`crate::versions`]), which replaces
+    /// the current deployment atomically (at 100%, ending any split; the
+    /// earlier versions stay on record). Runs the CPU-heavy parts on
     /// the blocking pool. A store that shares artifacts gets the compiled
     /// one before the new version is visible, so other nodes load it
     /// instead of compiling.
@@ -359,7 +361,8 @@ impl Runtime {
     }
 
     /// Seals `value` as secret `name` of `script_id` and stores it with the
-    /// script's metadata, replacing a secret of that name; the warm copy
+    /// script's metadata, replacing a secret of that name, as a new
+    /// version ([`crate::versions`]; refused during a split); the warm copy
     /// here is dropped, so its next request sees it. Returns the new
     /// metadata (announce its [`ScriptMeta::revision`] to the other
     /// members, as a deploy does).

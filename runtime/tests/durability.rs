@@ -395,3 +395,47 @@ async fn outgoing_bodies_cannot_pin_host_memory() {
         hello.0.len()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_deployed_before_versions_is_version_1_and_can_be_rolled_back_to() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = Runtime::new(config(dir.path())).expect("runtime");
+    rt.deploy("app", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
+    drop(rt);
+    // Make it as an older hearth wrote it: no version number, no records.
+    let path = dir.path().join("scripts").join("app.json");
+    let mut meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("json");
+    let obj = meta.as_object_mut().expect("object");
+    obj.remove("version");
+    obj.remove("latest_version");
+    std::fs::write(&path, serde_json::to_vec(&meta).expect("json")).expect("write");
+    std::fs::remove_dir_all(dir.path().join("versions")).expect("no records");
+
+    let rt = Runtime::new(config(dir.path())).expect("runtime");
+    let resp = rt.serve("app", get("app")).await;
+    assert_eq!(resp.headers()["x-hearth-version"], "1");
+    let list = rt.versions("app").await.expect("versions");
+    assert_eq!(list.versions.len(), 1);
+    assert_eq!(list.versions[0].version, 1);
+    let report = rt
+        .deploy("app", Plan::Free, sample("echo"))
+        .await
+        .expect("deploy");
+    assert_eq!(report.meta.version, 2);
+    let numbers: Vec<u64> = rt
+        .versions("app")
+        .await
+        .expect("versions")
+        .versions
+        .iter()
+        .map(|m| m.version)
+        .collect();
+    assert_eq!(numbers, vec![1, 2], "the old deployment was recorded as 1");
+    let back = rt.rollback("app", None).await.expect("rollback");
+    assert_eq!(back.version, 1);
+    drop(rt);
+    assert_eq!(who_serves(dir.path()).await, "hello");
+}
