@@ -126,7 +126,10 @@ async fn run() -> anyhow::Result<()> {
     for (what, d) in [
         ("store write -> member dropped its copy", &acks_d),
         ("whole deploy (compile, store, announce)", &deploys_d),
-        ("rollback: store write -> member dropped its copy", &rb_acks_d),
+        (
+            "rollback: store write -> member dropped its copy",
+            &rb_acks_d,
+        ),
         ("whole rollback (store, announce)", &rollbacks_d),
     ] {
         table.row([

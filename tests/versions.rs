@@ -70,7 +70,10 @@ async fn versions_roll_back_and_split_on_every_node() {
     let ((sent, failed), done) = tokio::join!(load, roll);
     let done = done.expect("rollback");
     assert!(sent > 10, "only {sent} requests during the rollback");
-    assert_eq!(failed, 0, "{failed} of {sent} requests failed during the rollback");
+    assert_eq!(
+        failed, 0,
+        "{failed} of {sent} requests failed during the rollback"
+    );
     assert_eq!(done.deployment, vec![share(1, 100)]);
     assert_eq!(
         done.announced.acknowledged, 2,
