@@ -8,6 +8,7 @@
 use hearth::testing::TestCluster;
 use hearth_admin_client::{AdminClient, AdminError, VersionShare};
 use hearth_runtime::Plan;
+use hearth_runtime::versions::{Share, bucket, pick};
 
 fn sample(name: &str) -> Vec<u8> {
     hearth_sample_workers::bytes(name).expect("sample Workers are built")
@@ -130,7 +131,7 @@ async fn versions_roll_back_and_split_on_every_node() {
                 http::Method::GET,
                 "/",
                 Default::default(),
-                &[("x-hearth-version-key", "client-a")],
+                &[("hearth-version-key", "client-a")],
             )
             .await
             .expect("request");
@@ -146,6 +147,16 @@ async fn versions_roll_back_and_split_on_every_node() {
         );
         assert_eq!(first.get_or_insert(v.clone()), &v, "node {}", i % 3);
     }
+    let split = [
+        Share {
+            version: 2,
+            percent: 10,
+        },
+        Share {
+            version: 1,
+            percent: 90,
+        },
+    ];
     // 2,000 distinct keys: about 10% land on version 2 (hashing, so a
     // wide tolerance: ±3 points).
     let n = 2000;
@@ -159,12 +170,16 @@ async fn versions_roll_back_and_split_on_every_node() {
                 http::Method::GET,
                 "/",
                 Default::default(),
-                &[("x-hearth-version-key", key.as_str())],
+                &[("hearth-version-key", key.as_str())],
             )
             .await
             .expect("request");
         assert_eq!(r.status, 200);
-        twos += usize::from(r.header("x-hearth-version") == "2");
+        // Exactly the version the key hashes to (a dropped key header
+        // would make it random).
+        let expect = pick(&split, bucket("app", key.as_bytes())).expect("version");
+        assert_eq!(r.header("x-hearth-version"), expect.to_string(), "{key}");
+        twos += usize::from(expect == 2);
     }
     assert!(
         (140..=260).contains(&twos),

@@ -25,8 +25,11 @@
 //! ([`split_key`]) is hashed with the script ID into 100 buckets, and the
 //! shares take consecutive buckets in the order given (`7@10% 6@90%`:
 //! buckets 0–9 are version 7, 10–99 version 6). The key is the
-//! `x-hearth-version-key` request header if the client (or a proxy in
-//! front) sends one, else the first address in `x-forwarded-for`; so one
+//! `hearth-version-key` request header if the client (or a proxy in
+//! front) sends one (not an `x-hearth-…` name: front doors drop those, as
+//! only the host sets them; Cloudflare's is
+//! `Cloudflare-Workers-Version-Key`), else the first address in
+//! `x-forwarded-for`; so one
 //! client sticks to one version, on every node, and for the same split
 //! always. A request with neither is placed at random (no stickiness).
 //! The key is hashed, never stored or logged.
@@ -62,7 +65,7 @@ use crate::script_store::ScriptMeta;
 pub const VERSION_HEADER: &str = "x-hearth-version";
 
 /// The request header that picks a client's version during a split.
-pub const VERSION_KEY_HEADER: &str = "x-hearth-version-key";
+pub const VERSION_KEY_HEADER: &str = "hearth-version-key";
 
 /// Scripts whose per-version counters a node keeps at once; a script with
 /// a split beyond that is served but not counted.
@@ -165,7 +168,7 @@ pub fn check_split(shares: &[Share]) -> Result<(), VersionError> {
 }
 
 /// The split key of a request (see the module docs): the
-/// `x-hearth-version-key` header, else the first `x-forwarded-for`
+/// `hearth-version-key` header, else the first `x-forwarded-for`
 /// address; `None` if it has neither.
 pub fn split_key(headers: &http::HeaderMap) -> Option<&[u8]> {
     if let Some(v) = headers.get(VERSION_KEY_HEADER) {
