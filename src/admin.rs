@@ -10,6 +10,7 @@
 //! | PUT    | `/v1/scripts/{id}/secrets/{name}` | set secret `name` of `id` to the body (UTF-8), and tell every member |
 //! | GET    | `/v1/scripts/{id}/secrets`    | the names of `id`'s secrets (never a value) |
 //! | DELETE | `/v1/scripts/{id}/secrets/{name}` | delete secret `name` of `id`, and tell every member |
+//! | GET    | `/v1/scripts/{id}/tail?status=5xx&sample=0.1` | `id`'s requests on this node as they finish: server-sent events, one JSON event per `data:` line ([`crate::live_tail`]) |
 //! | GET    | `/v1/stats`                   | runtime counters (JSON)        |
 //! | GET    | `/v1/ring?script={id}`        | the ring as this node sees it, and `id`'s home and successors ([`RingView`]) |
 //! | GET    | `/metrics`                    | Prometheus metrics             |
@@ -108,6 +109,7 @@ pub async fn handle(
         (&Method::POST, ["v1", "scripts", id, "hand-back"]) => Endpoint::HandBack(id.to_string()),
         (&Method::PUT | &Method::POST, ["v1", "scripts", id]) => Endpoint::Deploy(id.to_string()),
         (&Method::GET, ["v1", "scripts", id, "secrets"]) => Endpoint::Secrets(id.to_string()),
+        (&Method::GET, ["v1", "scripts", id, "tail"]) => Endpoint::Tail(id.to_string()),
         (&Method::PUT, ["v1", "scripts", id, "secrets", name]) => {
             Endpoint::PutSecret(id.to_string(), name.to_string())
         }
@@ -122,6 +124,12 @@ pub async fn handle(
         }
     };
     match endpoint {
+        Endpoint::Tail(id) => crate::live_tail::response(
+            &node,
+            &id,
+            query_param(&query, "status"),
+            query_param(&query, "sample"),
+        ),
         Endpoint::Secrets(id) => match node.runtime().secret_names(&id).await {
             Ok(names) => json(
                 StatusCode::OK,
@@ -238,6 +246,7 @@ enum Endpoint {
     Secrets(String),
     PutSecret(String, String),
     DeleteSecret(String, String),
+    Tail(String),
 }
 
 /// `node`'s ring, and `script`'s place on it, as `GET /v1/ring` answers.

@@ -37,6 +37,7 @@ pub mod front_door;
 pub mod https;
 pub mod invoker;
 pub mod listener;
+pub mod live_tail;
 mod loopback_cluster;
 pub mod metrics;
 pub mod node;

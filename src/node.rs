@@ -403,6 +403,12 @@ impl Node {
         self.state.draining.store(true, Ordering::Relaxed);
     }
 
+    /// Whether the node was told to stop ([`Node::start_draining`]): long
+    /// admin streams (`hearth tail`) end so the admin API can stop.
+    pub fn is_draining(&self) -> bool {
+        self.state.draining.load(Ordering::Relaxed)
+    }
+
     /// Keeps the node not ready while `on` ([`NotReady::Precompiling`]):
     /// `hearth serve` sets it while it precompiles for a new engine.
     pub fn set_precompiling(&self, on: bool) {
