@@ -11,6 +11,7 @@ mod precompile;
 mod ring;
 mod secret;
 mod serve;
+mod tail;
 
 use std::path::PathBuf;
 
@@ -56,6 +57,9 @@ enum Command {
     /// Show the ring as a running node sees it: members with weights and
     /// shares, and (with --script) a Worker's home and successors.
     Ring(ring::RingArgs),
+    /// Watch a Worker's requests live on every node given (status, timing,
+    /// logs, exceptions, subrequests) until Ctrl-C.
+    Tail(tail::TailArgs),
     /// Hand a Worker back to its home now: prewarm it there and have every
     /// other node drop its warm copy (after a crashed home has rejoined,
     /// its Workers otherwise drift back only as the copies go idle).
@@ -141,6 +145,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Secret(args) => secret::run(args).await,
         Command::Dev(args) => dev::run(args).await,
         Command::Ring(args) => ring::run(args).await,
+        Command::Tail(args) => tail::run(args).await,
         Command::HandBack(args) => hand_back::run(args).await,
         Command::Precompile(args) => precompile::run(args).await,
         Command::Cluster(args) => cluster::run(args).await,
