@@ -114,7 +114,7 @@ pub(crate) async fn run(args: TailArgs) -> anyhow::Result<()> {
     let mut open = tailed.len();
     let mut printer = Printer {
         format: args.format,
-        last_rate: 1.0,
+        rate: Default::default(),
         dropped: Default::default(),
     };
     loop {
@@ -163,7 +163,9 @@ async fn follow(
 
 struct Printer {
     format: Format,
-    last_rate: f64,
+    /// The sampling rate each node said last (a change is shown).
+    rate: std::collections::HashMap<String, f64>,
+    /// Events each node said it dropped so far.
     dropped: std::collections::HashMap<String, u64>,
 }
 
@@ -201,11 +203,13 @@ impl Printer {
             writeln!(out, "{line}")?;
             return out.flush();
         }
-        if (e.sample_rate - self.last_rate).abs() > 1e-6 {
-            self.last_rate = e.sample_rate;
+        let last = self.rate.entry(e.node.clone()).or_insert(1.0);
+        if (e.sample_rate - *last).abs() > 1e-6 {
+            *last = e.sample_rate;
             writeln!(
                 out,
-                "(sampling: {} of matching requests shown)",
+                "({}: sampling, {} of matching requests shown)",
+                e.node,
                 percent(e.sample_rate)
             )?;
         }
