@@ -34,6 +34,12 @@
 //! its own events are not traced). A report that reaches the first node
 //! after that (a level still running when the entry ended) is refused with
 //! [`ReportError::FlowDelivered`], and counted (`tail_late_reports`).
+//!
+//! While someone watches a Worker live ([`crate::live_tail`], `hearth
+//! tail`), each of its invocations on the node records the same events
+//! even if its flow is not traced (a level with no sink, whose response
+//! end is not held), and the finished level becomes one
+//! [`crate::live_tail::RequestEvent`] for the watchers.
 
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
