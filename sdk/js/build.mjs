@@ -135,7 +135,8 @@ const exports = Object.values(alone.metafile.outputs)[0].exports;
 if (!exports.includes('default')) {
   fail(
     `${input} has no default export: a Worker in the module syntax is ` +
-      '`export default { async fetch(request, env, ctx) { ... } }`',
+      '`export default { async fetch(request, env, ctx) { ... } }` ' +
+      "(the service-worker syntax, addEventListener('fetch', ...), is not what hearth build takes)",
   );
 }
 if (bundleOnly) {
