@@ -9,11 +9,11 @@
 // exact versions are pinned in package.json and package-lock.json), then
 // componentizes worker.js against ../wit/ (world `hearth:samples/js-worker`,
 // which exports wasi:http/incoming-handler@0.2.10) with componentize-js,
-// and writes the
-// component to OUT.wasm (its directory is created if needed). With
-// --module the entry is module/entry.js, the world `js-module-worker`, and
-// the fetch event is disabled: the shim exports the incoming handler, so an
-// instance can serve many requests (see module/shim.js).
+// and writes the component to OUT.wasm (its directory is created if
+// needed). With --module the entry is module/entry.js, the world
+// `js-module-worker`, and the fetch event is disabled: the shim exports the
+// incoming handler, so an instance can serve many requests (see
+// module/shim.js).
 
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
