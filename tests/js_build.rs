@@ -3,7 +3,8 @@
 //! `hearth build`, deployed with `hearth deploy --var … --service …` and
 //! `hearth secret put` on a real `hearth serve`, then its routes, path
 //! parameters, JSON, `env` (a var, a secret, not the runtime's own
-//! entries) and a service binding called with `env.AUTH.fetch(request)`;
+//! entries), a service binding called with `env.AUTH.fetch(request)` and a
+//! dispatch namespace's user Worker with `env.USERS.get(name).fetch(…)`;
 //! and the build's errors (no Node.js, a syntax error, no default export,
 //! no `fetch`), which stop before componentize-js and so take a second.
 //!
@@ -271,6 +272,12 @@ fn a_hono_app_builds_unchanged_and_serves_routes_env_and_bindings() {
     // x-echo-*, the body back).
     let echo = hearth_sample_workers::path("echo").expect("the echo sample is built");
     deploy(&["--name", "auth-echo", &echo.to_string_lossy()]);
+    deploy(&[
+        "--name",
+        "user-echo",
+        "--dispatch-only",
+        &echo.to_string_lossy(),
+    ]);
     let deployed = deploy(&[
         "--name",
         "hono",
@@ -280,6 +287,8 @@ fn a_hono_app_builds_unchanged_and_serves_routes_env_and_bindings() {
         "GREETING=hello there",
         "--service",
         "auth=auth-echo",
+        "--dispatch",
+        "users=user-echo",
         &wasm_arg,
     ]);
     assert!(deployed.contains("lifecycle: reuse"), "{deployed}");
@@ -349,4 +358,15 @@ fn a_hono_app_builds_unchanged_and_serves_routes_env_and_bindings() {
         answer["headers"]["x-echo-x-hearth-caller"], "hono",
         "a nested call from hono: {body}"
     );
+
+    // env.USERS.get(name).fetch(request): a user Worker of a dispatch
+    // namespace; a name outside it is refused by hearth.
+    let (status, body) = node.send("hono", "PUT", "/dispatch/user-echo/x", "", "pong");
+    assert_eq!(status, 200, "{body}; log: {}", node.log());
+    assert_eq!(
+        json(&body),
+        serde_json::json!({"status": 200, "body": "pong"})
+    );
+    let (status, _) = node.send("hono", "PUT", "/dispatch/auth-echo/x", "", "pong");
+    assert_eq!(status, 500, "auth-echo is not in the namespace");
 }

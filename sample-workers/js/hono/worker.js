@@ -10,6 +10,9 @@
 //   ANY  /auth/*           passes the request to the service binding AUTH
 //                          (env.AUTH.fetch) and answers with its status,
 //                          headers and body
+//   ANY  /dispatch/:worker/*
+//                          passes the request to user Worker `worker` of
+//                          dispatch namespace USERS (env.USERS.get(worker))
 //   anything else          Hono's 404
 import { Hono } from 'hono';
 
@@ -46,6 +49,14 @@ app.all('/auth/*', async (c) => {
     headers: Object.fromEntries(answer.headers),
     body: await answer.text(),
   });
+});
+
+app.all('/dispatch/:worker/*', async (c) => {
+  if (!c.env.USERS) {
+    return c.json({ error: 'no USERS namespace' }, 500);
+  }
+  const answer = await c.env.USERS.get(c.req.param('worker')).fetch(c.req.raw);
+  return c.json({ status: answer.status, body: await answer.text() });
 });
 
 export default app;
