@@ -5,14 +5,15 @@
 //   node build.mjs --module OUT.wasm   module/worker.js, a Workers-module-
 //                                      syntax Worker behind module/shim.js
 //
-// Runs `npm ci` first when node_modules/ is missing (the exact versions are
-// pinned in package.json and package-lock.json), then componentizes
-// worker.js against ../wit/ (world `hearth:samples/js-worker`, which exports
-// wasi:http/incoming-handler@0.2.10) with componentize-js, and writes the
-// component to OUT.wasm (its directory is created if needed). With
-// --module the entry is module/entry.js, the world `js-module-worker`, and
-// the fetch event is disabled: the shim exports the incoming handler, so an
-// instance can serve many requests (see module/shim.js).
+// Runs `npm ci` first when node_modules/ is missing or incomplete (the
+// exact versions are pinned in package.json and package-lock.json), then
+// componentizes worker.js against ../wit/ (world `hearth:samples/js-worker`,
+// which exports wasi:http/incoming-handler@0.2.10) with componentize-js,
+// and writes the component to OUT.wasm (its directory is created if
+// needed). With --module the entry is module/entry.js, the world
+// `js-module-worker`, and the fetch event is disabled: the shim exports the
+// incoming handler, so an instance can serve many requests (see
+// module/shim.js).
 
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -30,7 +31,10 @@ if (!out || args.length !== (module ? 2 : 1)) {
 }
 const outPath = resolve(process.cwd(), out);
 
-if (!existsSync(join(here, 'node_modules', '@bytecodealliance', 'componentize-js'))) {
+// esbuild too: it was added later (for `hearth build`'s tests and the
+// bench), and a node_modules from before it must be brought up to date.
+const installed = (...path) => existsSync(join(here, 'node_modules', ...path));
+if (!installed('@bytecodealliance', 'componentize-js') || !installed('esbuild')) {
   console.error('build.mjs: node_modules missing, running npm ci');
   execFileSync('npm', ['ci', '--no-audit', '--no-fund'], { cwd: here, stdio: 'inherit' });
 }

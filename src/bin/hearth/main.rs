@@ -3,6 +3,7 @@
 //! than call a library lives in a file named after it, as wasmtime's
 //! `commands/` do.
 
+mod build;
 mod cluster;
 mod deploy;
 mod dev;
@@ -70,6 +71,10 @@ enum Command {
     Precompile(precompile::PrecompileArgs),
     /// List the sample Workers built with hearth, with their paths.
     Samples,
+    /// Build a JavaScript Worker in the Workers module syntax (`export
+    /// default { fetch }`, Hono apps too) into a component: esbuild bundles
+    /// it, componentize-js componentizes it (Node.js and npm needed).
+    Build(build::BuildArgs),
     /// Create a development cluster CA (if DIR has none) and certificates
     /// for the named nodes, for `[cluster] pki` in `hearth serve` configs.
     Pki {
@@ -141,6 +146,7 @@ fn init_logs(cli: &Cli) {
 async fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Serve(args) => serve::run(args).await,
+        Command::Build(args) => build::run(args),
         Command::Deploy(args) => deploy::run(args).await,
         Command::Secret(args) => secret::run(args).await,
         Command::Dev(args) => dev::run(args).await,

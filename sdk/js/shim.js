@@ -1,0 +1,348 @@
+// Runs a Worker written in the Workers module syntax,
+//   export default { async fetch(request, env, ctx) { ... } }
+// as a wasi:http component whose instance serves request after request.
+// `hearth build` (./build.mjs) bundles this file first, then the Worker.
+//
+// Why: with StarlingMonkey's fetch event (`addEventListener('fetch')`, what
+// componentize-js attaches when a world exports wasi:http/incoming-handler
+// and the JS does not), one instance answers one request only: the engine
+// creates a single FetchEvent when the snapshot is taken. A module that
+// exports `incomingHandler` itself turns the fetch event off, and each call
+// of wasi:http/incoming-handler#handle is then an ordinary export call:
+// componentize-js runs the JS function, drives the event loop until its
+// promise settles and returns, as often as the host calls it. This file is
+// that export, written once for every Worker (see docs/js-reuse.md).
+//
+// A call:
+//  1. reads the request (method, URL, headers; the body in full, unless GET
+//     or HEAD) into a standard `Request`;
+//  2. awaits `worker.fetch(request, env, ctx)` and the response body;
+//  3. answers through the response outparam (the body written in 4 KiB
+//     writes, then finished): a thrown error or a non-`Response` value
+//     answers 500;
+//  4. after the answer, awaits what `ctx.waitUntil` was given;
+//  5. ends the request: timers it started and did not clear are cancelled,
+//     so none of its callbacks, nor promises waiting on them, run during a
+//     later request; if it failed (step 3), or left an outgoing `fetch`
+//     running, the call throws after answering, which traps the instance
+//     and the host retires it (a half-finished request's I/O must not
+//     complete inside the next one).
+//
+// `env` (the second argument) is built on the first request an instance
+// serves, from the environment hearth gives it (wasi:cli/environment), not
+// at build time: componentize-js takes its snapshot then, and the
+// environment of that moment is the build machine's. An instance's
+// environment never changes (a deploy or `hearth secret put` loads the
+// Worker anew, with new instances), so one read per instance is a read at
+// request time. It holds:
+//   - every var and secret of the Worker, by name (`env.API_KEY`), as a
+//     string;
+//   - each service binding as an object with `fetch(input, init)`
+//     (`env.AUTH.fetch(request)`), under the binding's name and its
+//     upper-case form with `-` as `_` (binding `auth-v2` is `env["auth-v2"]`
+//     and `env.AUTH_V2`): the request goes to `http://<binding>.internal`
+//     with its path and query, which hearth routes to the bound Worker;
+//   - each dispatch namespace the same way, with `get(name)` giving the user
+//     Worker's `fetch` (`env.USERS.get("user-a").fetch(request)`).
+// hearth names the bindings in HEARTH_SERVICES and HEARTH_DISPATCH
+// (comma-separated); the runtime's own HEARTH_* entries are not in `env`.
+//
+// Module state (globals, caches) persists between requests, as in workerd.
+// Bodies are buffered, not streamed, both ways.
+
+import {
+  Fields,
+  OutgoingBody,
+  OutgoingResponse,
+  ResponseOutparam,
+} from 'wasi:http/types@0.2.10';
+import { getEnvironment } from 'wasi:cli/environment@0.2.10';
+
+const symbolDispose = Symbol.dispose || Symbol.for('dispose');
+
+/** Drops a WASI resource now rather than when the GC finalizes it. */
+function drop(resource) {
+  const f = resource && resource[symbolDispose];
+  if (f) {
+    f.call(resource);
+  }
+}
+
+// Timers of the current request: wrapped before the Worker's module runs
+// (the entry imports this file first), so every setTimeout/setInterval the
+// Worker makes is seen.
+const timers = new Set();
+const { setTimeout: realSetTimeout, setInterval: realSetInterval } = globalThis;
+const { clearTimeout: realClearTimeout, clearInterval: realClearInterval } = globalThis;
+globalThis.setTimeout = function setTimeout(callback, ms, ...args) {
+  const id = realSetTimeout(
+    (...a) => {
+      timers.delete(id);
+      return callback(...a);
+    },
+    ms,
+    ...args,
+  );
+  timers.add(id);
+  return id;
+};
+globalThis.setInterval = function setInterval(callback, ms, ...args) {
+  const id = realSetInterval(callback, ms, ...args);
+  timers.add(id);
+  return id;
+};
+globalThis.clearTimeout = function clearTimeout(id) {
+  timers.delete(id);
+  realClearTimeout(id);
+};
+globalThis.clearInterval = function clearInterval(id) {
+  timers.delete(id);
+  realClearInterval(id);
+};
+
+// Outgoing fetches not yet settled.
+let inFlight = 0;
+const realFetch = globalThis.fetch;
+if (realFetch) {
+  globalThis.fetch = function fetch(...args) {
+    inFlight += 1;
+    const done = () => {
+      inFlight -= 1;
+    };
+    const p = realFetch(...args);
+    p.then(done, done);
+    return p;
+  };
+}
+
+const METHODS = {
+  get: 'GET',
+  head: 'HEAD',
+  post: 'POST',
+  put: 'PUT',
+  delete: 'DELETE',
+  connect: 'CONNECT',
+  options: 'OPTIONS',
+  trace: 'TRACE',
+  patch: 'PATCH',
+};
+
+// Headers the host sets itself (wasi:http refuses them in a response or
+// an outgoing request).
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'transfer-encoding',
+  'upgrade',
+  'host',
+]);
+
+function readBody(incoming) {
+  const body = incoming.consume();
+  const stream = body.stream();
+  const chunks = [];
+  let total = 0;
+  for (;;) {
+    let chunk;
+    try {
+      chunk = stream.blockingRead(65536n);
+    } catch (e) {
+      if (e && e.payload && e.payload.tag === 'closed') {
+        break;
+      }
+      throw e;
+    }
+    chunks.push(chunk);
+    total += chunk.byteLength;
+  }
+  drop(stream);
+  drop(body);
+  const bytes = new Uint8Array(total);
+  let at = 0;
+  for (const c of chunks) {
+    bytes.set(c, at);
+    at += c.byteLength;
+  }
+  return bytes;
+}
+
+function toRequest(incoming) {
+  const m = incoming.method();
+  const method = m.tag === 'other' ? m.val : METHODS[m.tag];
+  const scheme = incoming.scheme();
+  const proto = scheme && scheme.tag === 'HTTPS' ? 'https' : 'http';
+  const authority = incoming.authority() || 'localhost';
+  const url = `${proto}://${authority}${incoming.pathWithQuery() || '/'}`;
+  const headers = new Headers();
+  const fields = incoming.headers();
+  const text = new TextDecoder();
+  for (const [name, value] of fields.entries()) {
+    headers.append(name, text.decode(value));
+  }
+  drop(fields);
+  const init = { method, headers };
+  if (method !== 'GET' && method !== 'HEAD') {
+    init.body = readBody(incoming);
+  }
+  return new Request(url, init);
+}
+
+function respond(outparam, status, headers, bytes) {
+  const utf8 = new TextEncoder();
+  const list = [];
+  for (const [name, value] of headers) {
+    if (!HOP_BY_HOP.has(name)) {
+      list.push([name, utf8.encode(value)]);
+    }
+  }
+  const response = new OutgoingResponse(Fields.fromList(list));
+  response.setStatusCode(status);
+  const body = response.body();
+  ResponseOutparam.set(outparam, { tag: 'ok', val: response });
+  const stream = body.write();
+  for (let at = 0; at < bytes.byteLength; at += 4096) {
+    stream.blockingWriteAndFlush(bytes.subarray(at, at + 4096));
+  }
+  drop(stream);
+  OutgoingBody.finish(body, undefined);
+}
+
+/** The key a binding named `name` also has in `env`: AUTH for auth. */
+function bindingKey(name) {
+  return name.toUpperCase().replace(/-/g, '_');
+}
+
+/**
+ * A binding's `fetch`: `input` and `init` as for the global `fetch`; the
+ * request is sent to `host` (a `.internal` name) with its method, path,
+ * query, headers and body. A relative URL (`/check`) is taken as a path.
+ */
+function fetcherFor(host) {
+  return {
+    async fetch(input, init) {
+      if (typeof input === 'string' && !/^[a-z][a-z0-9+.-]*:/i.test(input)) {
+        input = `http://${host}${input.startsWith('/') ? '' : '/'}${input}`;
+      }
+      const request = new Request(input, init);
+      const url = new URL(request.url);
+      const method = request.method;
+      const body =
+        method === 'GET' || method === 'HEAD' ? undefined : await request.arrayBuffer();
+      // Host and hop-by-hop headers are the host's to set (wasi:http
+      // refuses them in a request the guest makes).
+      const headers = new Headers();
+      for (const [name, value] of request.headers) {
+        if (!HOP_BY_HOP.has(name)) {
+          headers.append(name, value);
+        }
+      }
+      return fetch(`http://${host}${url.pathname}${url.search}`, { method, headers, body });
+    },
+  };
+}
+
+function namesIn(value) {
+  return value.split(',').filter((name) => name.length > 0);
+}
+
+let cachedEnv = null;
+
+/**
+ * The Worker's `env`, read from the instance's environment on first use
+ * (see the top of this file).
+ */
+function workerEnv(base) {
+  if (cachedEnv) {
+    return cachedEnv;
+  }
+  const env = { ...base };
+  const add = (name, value) => {
+    env[name] = value;
+    const key = bindingKey(name);
+    if (!(key in env)) {
+      env[key] = value;
+    }
+  };
+  let services = [];
+  let namespaces = [];
+  for (const [name, value] of getEnvironment()) {
+    if (name === 'HEARTH_SERVICES') {
+      services = namesIn(value);
+    } else if (name === 'HEARTH_DISPATCH') {
+      namespaces = namesIn(value);
+    } else if (!name.startsWith('HEARTH_')) {
+      env[name] = value;
+    }
+  }
+  for (const name of services) {
+    add(name, fetcherFor(`${name}.internal`));
+  }
+  for (const ns of namespaces) {
+    add(ns, {
+      get(worker) {
+        return fetcherFor(`${worker}.${ns}.dispatch.internal`);
+      },
+    });
+  }
+  cachedEnv = env;
+  return env;
+}
+
+/**
+ * The `wasi:http/incoming-handler` export for `worker` (a module's default
+ * export with a `fetch` method). `env` is the Worker's vars, secrets and
+ * bindings (see the top of this file), over the entries of `base`.
+ */
+export function incomingHandlerFor(worker, base = {}) {
+  if (!worker || typeof worker.fetch !== 'function') {
+    throw new TypeError(
+      'the Worker has no default export with a fetch method: ' +
+        'write `export default { async fetch(request, env, ctx) { ... } }`',
+    );
+  }
+  return {
+    async handle(incoming, outparam) {
+      const waits = [];
+      const ctx = {
+        waitUntil(promise) {
+          waits.push(promise);
+        },
+        passThroughOnException() {},
+      };
+      let failure = null;
+      let status = 500;
+      let headers = new Headers({ 'content-type': 'text/plain' });
+      let bytes = new TextEncoder().encode('Internal Server Error');
+      try {
+        const request = toRequest(incoming);
+        const response = await worker.fetch(request, workerEnv(base), ctx);
+        if (!(response instanceof Response)) {
+          throw new TypeError('fetch() did not return a Response');
+        }
+        bytes = new Uint8Array(await response.arrayBuffer());
+        status = response.status;
+        headers = response.headers;
+      } catch (e) {
+        failure = e;
+        console.error(`Worker fetch failed: ${e && e.stack ? e.stack : e}`);
+      }
+      drop(incoming);
+      respond(outparam, status, headers, bytes);
+      await Promise.allSettled(waits);
+      for (const id of timers) {
+        realClearTimeout(id);
+        realClearInterval(id);
+      }
+      timers.clear();
+      if (failure) {
+        throw new Error('the Worker failed: this instance is retired');
+      }
+      if (inFlight > 0) {
+        throw new Error(
+          `the request ended with ${inFlight} fetch() calls still running: this instance is retired`,
+        );
+      }
+    },
+  };
+}
