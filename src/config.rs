@@ -1538,6 +1538,28 @@ mod tests {
     }
 
     #[test]
+    fn telemetry_is_off_unless_its_section_is_given() {
+        let c: NodeConfig = toml::from_str("node_id = \"n\"").expect("parses");
+        assert!(c.telemetry.is_none(), "off by default");
+        let c: NodeConfig = toml::from_str(
+            "[telemetry]\nendpoint = \"http://127.0.0.1:4318/v1/traces\"\n\
+             sample_ratio = 0.25\nexport_interval = \"200ms\"\nmax_queue = 10",
+        )
+        .expect("parses");
+        let t = c.telemetry.expect("[telemetry]").config().expect("valid");
+        assert_eq!(t.endpoint, "http://127.0.0.1:4318/v1/traces");
+        assert_eq!(t.service_name, "hearth");
+        assert_eq!(t.sample_ratio, 0.25);
+        assert_eq!(t.export_interval, Duration::from_millis(200));
+        assert_eq!(t.max_queue, 10);
+        let c: NodeConfig =
+            toml::from_str("[telemetry]\nendpoint = \"http://x/v1/traces\"\nsample_ratio = 2.0")
+                .expect("parses");
+        assert!(c.telemetry.expect("[telemetry]").config().is_err());
+        assert!(toml::from_str::<NodeConfig>("[telemetry]\nsample_ratio = 1.0").is_err());
+    }
+
+    #[test]
     fn the_three_example_configs_of_the_readme_parse_agree_and_hold_no_usable_secret() {
         let texts = [
             include_str!("../docs/operator/node-1.toml"),
