@@ -158,7 +158,8 @@ impl NodeState {
 
     /// Starts the `hearth.worker` span of a traced request (its context
     /// stack carries a sampled trace context; [`crate::telemetry`]) and
-    /// makes it the parent of what the Worker calls. Off: nothing.
+    /// makes it the parent of what the Worker calls, and of what it sends
+    /// on with the `traceparent` header it sees. Off: nothing.
     fn start_worker_span(
         &self,
         req: &mut http::Request<Body>,
@@ -168,6 +169,10 @@ impl NodeState {
         let span = telemetry.start_child(stack.trace()?)?;
         stack.set_trace(Some(span.context()));
         let depth = stack.frames().len().saturating_sub(1) as i64;
+        if let Ok(v) = http::HeaderValue::from_str(&span.context().header_value()) {
+            req.headers_mut()
+                .insert(crate::telemetry::TRACEPARENT_HEADER, v);
+        }
         Some((telemetry, span, depth))
     }
 

@@ -12,7 +12,9 @@
 //!   sampled at `sample_ratio`.
 //! * `hearth.worker` (kind server): a Worker's run on the node that ran it
 //!   (here, at its home after the shard hop, or a nested Worker wherever it
-//!   was served), a child of the span that asked for it.
+//!   was served), a child of the span that asked for it. The Worker's
+//!   request carries this span as its `traceparent` header (the client's
+//!   is replaced), so what the Worker sends on with it joins the trace.
 //! * `hearth.call` (kind client): a Worker's call of a Worker (a service
 //!   binding, dynamic dispatch, an outbound Worker), on the caller's node,
 //!   a child of the caller's `hearth.worker`; the callee's `hearth.worker`

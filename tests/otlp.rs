@@ -333,6 +333,37 @@ async fn one_trace_links_the_front_the_home_and_the_nested_worker() {
     assert_eq!(call.attrs["hearth.call"], "service");
     assert_eq!(nested.attrs["hearth.depth"], "1");
 
+    // The Worker sees its own span as its `traceparent` (so what it sends
+    // on joins the trace): `echo` returns request headers as `x-echo-*`.
+    c.deploy("echo", hearth::runtime::Plan::Free, sample("echo"))
+        .await
+        .expect("deploy");
+    let echo_trace = "33333333333333333333333333333333";
+    let r = c
+        .send(
+            0,
+            "echo",
+            http::Method::GET,
+            "/",
+            Bytes::new(),
+            &[("traceparent", &format!("00-{echo_trace}-{client_span}-01"))],
+        )
+        .await
+        .expect("request");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        eventually(Duration::from_secs(10), || spans_of(&spans, echo_trace)
+            .len()
+            >= 2)
+        .await
+    );
+    let echoed = spans_of(&spans, echo_trace);
+    let worker = find(&echoed, "hearth.worker", "echo");
+    assert_eq!(
+        r.header("x-echo-traceparent"),
+        format!("00-{echo_trace}-{}-01", worker.span_id)
+    );
+
     // Without a traceparent the front starts a trace of its own: still one
     // trace ID on both nodes.
     let r = c.get(0, &outer, "/").await.expect("request");
