@@ -684,6 +684,7 @@ impl Node {
     /// Serves `req` for `script_id`: here if the Worker is warm here or
     /// this node is its home, else through its home (which may refuse, in
     /// which case it is served here after all).
+    ///
     /// With span export on, the request gets its `hearth.request` span
     /// here ([`crate::telemetry`]).
     pub async fn handle(&self, script_id: &str, req: http::Request<Body>) -> http::Response<Body> {
