@@ -44,6 +44,7 @@ pub mod node;
 #[cfg(feature = "demo")]
 pub mod plot;
 pub mod prewarm;
+pub mod telemetry;
 #[cfg(feature = "test-util")]
 pub mod testing;
 

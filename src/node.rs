@@ -31,6 +31,7 @@ use hearth_sharding::rpc::RpcNode;
 
 use crate::metrics::Metrics;
 use crate::prewarm::{At, PrewarmConfig, Prewarmer};
+use crate::telemetry::{SpanKind, Telemetry};
 
 /// Response header naming the node that served the request.
 pub const NODE_HEADER: &str = "x-hearth-node";
@@ -53,6 +54,8 @@ pub(crate) struct NodeState {
     draining: AtomicBool,
     /// Precompiling for a new engine ([`Node::set_precompiling`]).
     precompiling: AtomicBool,
+    /// Span export, when on ([`Node::set_telemetry`]).
+    telemetry: OnceLock<Telemetry>,
 }
 
 /// Where a request is served, decided once by [`NodeState::place`].
@@ -80,6 +83,11 @@ impl NodeState {
     /// This node's ID.
     pub(crate) fn id(&self) -> &str {
         self.id.as_str()
+    }
+
+    /// This node's span export, when on.
+    pub(crate) fn telemetry(&self) -> Option<&Telemetry> {
+        self.telemetry.get()
     }
 
     /// The routing decision for a request for `script_id` arriving here now
@@ -120,6 +128,7 @@ impl NodeState {
         mut req: http::Request<Body>,
     ) -> http::Response<Body> {
         crate::invoker::attach_flow(&mut req);
+        let span = self.start_worker_span(&mut req);
         let (mut resp, start, deployed) = match self.runtime.handle(script_id, req).await {
             Ok(served) => {
                 let start = served.start.as_str();
@@ -136,7 +145,35 @@ impl NodeState {
             self.metrics.workers.record(script_id, start);
         }
         self.stamp(&mut resp, role);
+        if let Some((telemetry, span, depth)) = span {
+            let mut attributes = crate::telemetry::response_attributes(script_id, &resp);
+            attributes.push(("hearth.node", self.id().into()));
+            attributes.push(("hearth.start", start.into()));
+            attributes.push(("hearth.depth", depth.into()));
+            let error = resp.status().is_server_error();
+            telemetry.finish(span, "hearth.worker", SpanKind::Server, attributes, error);
+        }
         resp
+    }
+
+    /// Starts the `hearth.worker` span of a traced request (its context
+    /// stack carries a sampled trace context; [`crate::telemetry`]) and
+    /// makes it the parent of what the Worker calls, and of what it sends
+    /// on with the `traceparent` header it sees. Off: nothing.
+    fn start_worker_span(
+        &self,
+        req: &mut http::Request<Body>,
+    ) -> Option<(&Telemetry, crate::telemetry::ActiveSpan, i64)> {
+        let telemetry = self.telemetry.get()?;
+        let stack = req.extensions_mut().get_mut::<ContextStack>()?;
+        let span = telemetry.start_child(stack.trace()?)?;
+        stack.set_trace(Some(span.context()));
+        let depth = stack.frames().len().saturating_sub(1) as i64;
+        if let Ok(v) = http::HeaderValue::from_str(&span.context().header_value()) {
+            req.headers_mut()
+                .insert(crate::telemetry::TRACEPARENT_HEADER, v);
+        }
+        Some((telemetry, span, depth))
     }
 
     /// Names this node and `role` in `resp`'s headers.
@@ -344,6 +381,7 @@ impl Node {
                 members_expected: AtomicUsize::new(0),
                 draining: AtomicBool::new(false),
                 precompiling: AtomicBool::new(false),
+                telemetry: OnceLock::new(),
             }),
         };
         node.install_invoker();
@@ -386,6 +424,17 @@ impl Node {
     /// This node's ID.
     pub fn id(&self) -> &str {
         self.state.id()
+    }
+
+    /// This node's span export, when on.
+    pub(crate) fn telemetry(&self) -> Option<&Telemetry> {
+        self.state.telemetry()
+    }
+
+    /// Exports this node's request spans through `telemetry` from now on
+    /// ([`crate::telemetry`]); set once, a second call changes nothing.
+    pub fn set_telemetry(&self, telemetry: Telemetry) {
+        let _ = self.state.telemetry.set(telemetry);
     }
 
     /// Makes [`Node::readiness`] wait until this node's ring has at least
@@ -641,8 +690,30 @@ impl Node {
     /// Serves `req` for `script_id`: here if the Worker is warm here or
     /// this node is its home, else through its home (which may refuse, in
     /// which case it is served here after all).
+    ///
+    /// With span export on, the request gets its `hearth.request` span
+    /// here ([`crate::telemetry`]).
     pub async fn handle(&self, script_id: &str, req: http::Request<Body>) -> http::Response<Body> {
-        self.route(script_id, req, ContextStack::new()).await
+        let traced = self
+            .state
+            .telemetry
+            .get()
+            .and_then(|t| Some((t, t.start_request(req.headers())?)));
+        let Some((telemetry, span)) = traced else {
+            return self.route(script_id, req, ContextStack::new()).await;
+        };
+        let method = req.method().to_string();
+        let path = req.uri().path().to_string();
+        let mut context = ContextStack::new();
+        context.set_trace(Some(span.context()));
+        let resp = self.route(script_id, req, context).await;
+        let mut attributes = crate::telemetry::response_attributes(script_id, &resp);
+        attributes.push(("hearth.node", self.id().into()));
+        attributes.push(("http.request.method", method.into()));
+        attributes.push(("url.path", path.into()));
+        let error = resp.status().is_server_error();
+        telemetry.finish(span, "hearth.request", SpanKind::Server, attributes, error);
+        resp
     }
 
     /// [`Node::handle`] for a request of a flow with `context` (a nested
@@ -654,7 +725,7 @@ impl Node {
         mut req: http::Request<Body>,
         context: ContextStack,
     ) -> http::Response<Body> {
-        if !context.frames().is_empty() {
+        if !context.frames().is_empty() || context.trace().is_some() {
             req.extensions_mut().insert(context.clone());
         }
         match self.state.place(script_id) {
