@@ -456,10 +456,15 @@ impl Worker {
             script_id: self.script_id.to_string(),
             message: format!("Worker answered with error code {code:?}"),
         })?;
+        let length = resp
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
         Ok((
             resp.map(|b| {
                 let b = crate::body::boxed(b);
-                let b = CancelOnDrop::new(b, guard).boxed_unsync();
+                let b = CancelOnDrop::new(b, guard, length).boxed_unsync();
                 match hold {
                     Some(done) => crate::tail::HoldEnd {
                         inner: b,
