@@ -18,7 +18,7 @@
 //! sample (the same logic as a fetch-event Worker, `sample-workers/js/
 //! worker.js`; componentize-js cannot serve a second fetch event, so a new
 //! instance per request) and **reuse**, the `js-module` sample (that very
-//! module file behind `sample-workers/js/module/shim.js`, which exports
+//! module file behind `sdk/js/shim.js`, which exports
 //! wasi:http/incoming-handler itself; deployed with `lifecycle = "reuse"`).
 //!
 //! A second table does the same for a Hono app (`sample-workers/js/hono/

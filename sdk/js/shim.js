@@ -127,6 +127,11 @@ const METHODS = {
   patch: 'PATCH',
 };
 
+// One of each for every instance: constructing them per request is work
+// for the interpreter (no JIT in this engine, see docs/js-reuse.md).
+const utf8 = new TextEncoder();
+const text = new TextDecoder();
+
 // Headers the host sets itself (wasi:http refuses them in a response or
 // an outgoing request).
 const HOP_BY_HOP = new Set([
@@ -174,13 +179,17 @@ function toRequest(incoming) {
   const proto = scheme && scheme.tag === 'HTTPS' ? 'https' : 'http';
   const authority = incoming.authority() || 'localhost';
   const url = `${proto}://${authority}${incoming.pathWithQuery() || '/'}`;
-  const headers = new Headers();
   const fields = incoming.headers();
-  const text = new TextDecoder();
-  for (const [name, value] of fields.entries()) {
-    headers.append(name, text.decode(value));
-  }
+  const entries = fields.entries();
   drop(fields);
+  // Indexed loops, not `for…of` with destructuring: the interpreter runs
+  // the iterator protocol op by op.
+  const pairs = new Array(entries.length);
+  for (let i = 0; i < entries.length; i++) {
+    const e = entries[i];
+    pairs[i] = [e[0], text.decode(e[1])];
+  }
+  const headers = new Headers(pairs);
   const init = { method, headers };
   if (method !== 'GET' && method !== 'HEAD') {
     init.body = readBody(incoming);
@@ -189,15 +198,18 @@ function toRequest(incoming) {
 }
 
 function respond(outparam, status, headers, bytes) {
-  const utf8 = new TextEncoder();
   const list = [];
-  for (const [name, value] of headers) {
+  for (const pair of headers) {
+    const name = pair[0];
     if (!HOP_BY_HOP.has(name)) {
-      list.push([name, utf8.encode(value)]);
+      list.push([name, utf8.encode(pair[1])]);
     }
   }
   const response = new OutgoingResponse(Fields.fromList(list));
-  response.setStatusCode(status);
+  // 200 is what a new outgoing-response has: one host call fewer.
+  if (status !== 200) {
+    response.setStatusCode(status);
+  }
   const body = response.body();
   ResponseOutparam.set(outparam, { tag: 'ok', val: response });
   const stream = body.write();
@@ -311,9 +323,9 @@ export function incomingHandlerFor(worker, base = {}) {
         passThroughOnException() {},
       };
       let failure = null;
-      let status = 500;
-      let headers = new Headers({ 'content-type': 'text/plain' });
-      let bytes = new TextEncoder().encode('Internal Server Error');
+      let status;
+      let headers;
+      let bytes;
       try {
         const request = toRequest(incoming);
         const response = await worker.fetch(request, workerEnv(base), ctx);
@@ -326,10 +338,15 @@ export function incomingHandlerFor(worker, base = {}) {
       } catch (e) {
         failure = e;
         console.error(`Worker fetch failed: ${e && e.stack ? e.stack : e}`);
+        status = 500;
+        headers = new Headers({ 'content-type': 'text/plain' });
+        bytes = utf8.encode('Internal Server Error');
       }
       drop(incoming);
       respond(outparam, status, headers, bytes);
-      await Promise.allSettled(waits);
+      if (waits.length > 0) {
+        await Promise.allSettled(waits);
+      }
       for (const id of timers) {
         realClearTimeout(id);
         realClearInterval(id);
