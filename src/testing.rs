@@ -33,6 +33,10 @@ use crate::cluster::{ClusterConfig, ClusterError, LoopbackCluster};
 
 mod garage;
 pub use garage::{Garage, GarageError};
+mod rollout;
+pub use rollout::{
+    HEALTH_EVERY, Load, Outcome, REQUEST_TIMEOUT, Record, Rollout, RolloutError, Summary,
+};
 
 /// Polls `f` every 5 ms until it is true or `limit` has passed; whether it
 /// became true. For waiting on an asynchronous effect (a Worker warm on
