@@ -7,7 +7,8 @@
 //! flight on that node when it died may fail, and no request runs twice.
 //!
 //! Which requests "that node had started": the ones the client had sent to
-//! it (its front door) and not yet had answered when it was killed, and
+//! it (its front door) and not yet had answered when it was killed (from
+//! the signal until its process is gone, and `POOL_SLACK` after), and
 //! the ones another front door had forwarded to it over the shard hop and
 //! that came back as that door's 502 "the Worker's home node may have
 //! started this request and then failed", in flight at the kill. The shard
@@ -38,6 +39,9 @@ async fn garage() -> Option<Garage> {
     }
     Some(Garage::start().await.expect("garage"))
 }
+
+/// See [`started_by_killed`].
+const POOL_SLACK: Duration = Duration::from_millis(20);
 
 /// The phases of the run, in order.
 const WARMUP: usize = 0;
@@ -160,8 +164,11 @@ async fn a_rolling_upgrade_loses_nothing_and_a_killed_node_fails_only_what_it_ha
 /// Whether `r` is a request the killed node had started: in flight while
 /// it died (`kill`: from the signal until its process was gone), and sent
 /// to it, or forwarded to it and answered by the shard client's 502.
+/// A request sent on a kept-alive connection up to [`POOL_SLACK`] after
+/// the process was gone counts as in flight: the client's pool learns that
+/// the kernel reset the connection when its event loop next reads it.
 fn started_by_killed(r: &Record, killed: usize, kill: &std::ops::Range<Duration>) -> bool {
-    let in_flight = r.sent <= kill.end && r.sent + r.latency >= kill.start;
+    let in_flight = r.sent <= kill.end + POOL_SLACK && r.sent + r.latency >= kill.start;
     let forwarded =
         matches!(&r.outcome, Outcome::Error(502, body) if body.contains("may have started"));
     in_flight && (r.front == Some(killed) || forwarded)
