@@ -77,6 +77,7 @@ async fn run() -> anyhow::Result<()> {
     ));
     tokio::time::sleep(pause).await;
     let (signalled, gone) = c.kill(1).await?;
+    let kill = load.offset(signalled)..load.offset(gone);
     let ready = c.restart(1).await?;
     steps.push(format!(
         "{}: SIGKILL (gone in {:.2?}), ready in {ready:.2?}",
@@ -137,6 +138,15 @@ async fn run() -> anyhow::Result<()> {
             r.id, r.phase, r.sent, r.front, r.outcome
         );
     }
+    let its = failed
+        .iter()
+        .filter(|r| r.started_by_killed(1, &kill))
+        .count();
+    println!(
+        "failed: {} ({its} in flight on {} when it was killed, {kill:.3?} into the load)",
+        failed.len(),
+        c.node_id(1)
+    );
     let twice = records.iter().filter(|r| c.invocations(r.id) > 1).count();
     println!("requests that ran more than once: {twice}");
     Ok(())

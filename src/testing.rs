@@ -35,7 +35,8 @@ mod garage;
 pub use garage::{Garage, GarageError};
 mod rollout;
 pub use rollout::{
-    HEALTH_EVERY, Load, Outcome, REQUEST_TIMEOUT, Record, Rollout, RolloutError, Summary,
+    HEALTH_EVERY, Load, Outcome, POOL_SLACK, REQUEST_TIMEOUT, Record, Rollout, RolloutError,
+    Summary,
 };
 
 /// Polls `f` every 5 ms until it is true or `limit` has passed; whether it

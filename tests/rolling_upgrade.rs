@@ -8,7 +8,8 @@
 //!
 //! Which requests "that node had started": the ones the client had sent to
 //! it (its front door) and not yet had answered when it was killed (from
-//! the signal until its process is gone, and `POOL_SLACK` after), and
+//! the signal until its process is gone, and `POOL_SLACK` after: see
+//! `Record::started_by_killed`), and
 //! the ones another front door had forwarded to it over the shard hop and
 //! that came back as that door's 502 "the Worker's home node may have
 //! started this request and then failed", in flight at the kill. The shard
@@ -39,9 +40,6 @@ async fn garage() -> Option<Garage> {
     }
     Some(Garage::start().await.expect("garage"))
 }
-
-/// See [`started_by_killed`].
-const POOL_SLACK: Duration = Duration::from_millis(20);
 
 /// The phases of the run, in order.
 const WARMUP: usize = 0;
@@ -140,7 +138,7 @@ async fn a_rolling_upgrade_loses_nothing_and_a_killed_node_fails_only_what_it_ha
     let not_its: Vec<&Record> = records
         .iter()
         .filter(|r| r.phase >= CRASH && !matches!(r.outcome, Outcome::Ok))
-        .filter(|r| !started_by_killed(r, killed, &kill))
+        .filter(|r| !r.started_by_killed(killed, &kill))
         .collect();
     assert!(
         not_its.is_empty(),
@@ -159,17 +157,4 @@ async fn a_rolling_upgrade_loses_nothing_and_a_killed_node_fails_only_what_it_ha
             _ => assert!(n <= 1, "{r:?} ran {n} times"),
         }
     }
-}
-
-/// Whether `r` is a request the killed node had started: in flight while
-/// it died (`kill`: from the signal until its process was gone), and sent
-/// to it, or forwarded to it and answered by the shard client's 502.
-/// A request sent on a kept-alive connection up to [`POOL_SLACK`] after
-/// the process was gone counts as in flight: the client's pool learns that
-/// the kernel reset the connection when its event loop next reads it.
-fn started_by_killed(r: &Record, killed: usize, kill: &std::ops::Range<Duration>) -> bool {
-    let in_flight = r.sent <= kill.end + POOL_SLACK && r.sent + r.latency >= kill.start;
-    let forwarded =
-        matches!(&r.outcome, Outcome::Error(502, body) if body.contains("may have started"));
-    in_flight && (r.front == Some(killed) || forwarded)
 }

@@ -156,6 +156,29 @@ pub struct Record {
     pub served_by: String,
 }
 
+/// How long after a killed node's process is gone a request sent to it on
+/// a kept-alive connection still counts as in flight there
+/// ([`Record::started_by_killed`]): the client's pool learns that the
+/// kernel reset the connection when its event loop next reads it.
+pub const POOL_SLACK: Duration = Duration::from_millis(20);
+
+impl Record {
+    /// Whether this request is one that node `killed`, killed over `kill`
+    /// (from the signal until its process was seen gone, as offsets of the
+    /// load: [`Load::offset`]), had started: in flight over that time (up
+    /// to [`POOL_SLACK`] after), and sent to it, or forwarded to it by
+    /// another front door and answered with that door's 502 ("the
+    /// Worker's home node may have started this request", which the shard
+    /// client never serves again elsewhere).
+    pub fn started_by_killed(&self, killed: usize, kill: &std::ops::Range<Duration>) -> bool {
+        let in_flight =
+            self.sent <= kill.end + POOL_SLACK && self.sent + self.latency >= kill.start;
+        let forwarded = matches!(&self.outcome,
+            Outcome::Error(502, body) if body.contains("may have started"));
+        in_flight && (self.front == Some(killed) || forwarded)
+    }
+}
+
 /// A phase's figures.
 #[derive(Debug, Clone)]
 pub struct Summary {
