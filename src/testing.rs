@@ -14,6 +14,10 @@
 //! println!("{:?}", cluster.stats(0));
 //! # Ok(()) }
 //! ```
+//!
+//! What only separate processes show (signals, drains, restarts) is
+//! [`Rollout`]'s: real `hearth serve` processes over a [`Garage`] bucket,
+//! under load, replaced one at a time.
 
 use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
