@@ -16,7 +16,9 @@
 //! requests, lost (sent, no answer), errors (an answer other than the
 //! Worker's 200), requests never sent, p50 and p99 at the client; the
 //! nodes' exit and ready times; and how many requests ran twice (expected:
-//! none). `HEARTH_BENCH_BIN` runs another build of `hearth` instead.
+//! none). `HEARTH_BENCH_BIN` runs another build of `hearth` instead, and
+//! `HEARTH_NEW_BIN` starts the replacements from another build (an upgrade
+//! from `HEARTH_BENCH_BIN` or this one to it).
 
 use std::time::Duration;
 
@@ -58,6 +60,9 @@ async fn run() -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(3)).await;
     c.phase(1);
     tokio::time::sleep(phase).await;
+    if let Some(new) = std::env::var_os("HEARTH_NEW_BIN") {
+        c.upgrade_to(std::path::Path::new(&new));
+    }
     c.phase(2);
     for i in 0..c.nodes() {
         let (exit, ready) = c.replace(i).await?;

@@ -385,6 +385,12 @@ impl Rollout {
         &self.workers
     }
 
+    /// Starts nodes from now on (restarts, replacements) from `binary`: a
+    /// rollout from one build of hearth to another.
+    pub fn upgrade_to(&mut self, binary: &Path) {
+        self.binary = binary.to_path_buf();
+    }
+
     /// Node `i`'s ID.
     pub fn node_id(&self, i: usize) -> &str {
         &self.nodes[i].id
