@@ -18,8 +18,15 @@
 //! sample (the same logic as a fetch-event Worker, `sample-workers/js/
 //! worker.js`; componentize-js cannot serve a second fetch event, so a new
 //! instance per request) and **reuse**, the `js-module` sample (that very
-//! module file behind `sample-workers/js/module/shim.js`, which exports
+//! module file behind `sdk/js/shim.js`, which exports
 //! wasi:http/incoming-handler itself; deployed with `lifecycle = "reuse"`).
+//!
+//! A second table does the same for a Hono app (`sample-workers/js/hono/
+//! worker.js`, `GET /`): workerd runs the single module esbuild makes of it
+//! (`hearth build --bundle-only`), hearth the component `hearth build`
+//! makes of it (the sdk's shim, the same route as `js-module`), reused and
+//! fresh. Its `node_modules` is installed with `npm ci` if missing, and
+//! building it takes a minute (componentize-js).
 //!
 //! Rounds alternate workerd, hearth, workerd, hearth, … so both see the
 //! same machine load, and each row reports, besides `wrk --latency`'s
@@ -83,19 +90,57 @@ fn workerd() -> Option<PathBuf> {
     }
 }
 
-fn workerd_config(addr: SocketAddr) -> String {
+/// workerd serving the JSON echo on `addr` and the Hono app on `hono`.
+fn workerd_config(addr: SocketAddr, hono: SocketAddr) -> String {
     format!(
         r#"using Workerd = import "/workerd/workerd.capnp";
 const config :Workerd.Config = (
-  services = [ (name = "main", worker = .worker) ],
-  sockets = [ (name = "http", address = "{addr}", http = (), service = "main") ],
+  services = [ (name = "main", worker = .worker), (name = "hono", worker = .hono) ],
+  sockets = [
+    (name = "http", address = "{addr}", http = (), service = "main"),
+    (name = "hono", address = "{hono}", http = (), service = "hono"),
+  ],
 );
 const worker :Workerd.Worker = (
   modules = [ (name = "worker.mjs", esModule = embed "worker.mjs") ],
   compatibilityDate = "2024-09-23",
 );
+const hono :Workerd.Worker = (
+  modules = [ (name = "hono.mjs", esModule = embed "hono.mjs") ],
+  compatibilityDate = "2024-09-23",
+);
 "#
     )
+}
+
+/// `hearth build` (with `--bundle-only` when `bundle_only`) of the Hono
+/// sample into `out`, with the JS samples' toolchain when it has esbuild.
+fn build_hono(out: &Path, bundle_only: bool) {
+    let hono = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample-workers/js/hono");
+    if !hono.join("node_modules/hono").is_dir() {
+        let status = Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(&hono)
+            .status()
+            .expect("run npm ci for the Hono sample");
+        assert!(status.success(), "npm ci in {}", hono.display());
+    }
+    let mut cmd = Command::new(bin());
+    cmd.arg("build");
+    if bundle_only {
+        cmd.arg("--bundle-only");
+    }
+    cmd.arg(hono.join("worker.js")).arg("-o").arg(out);
+    let modules = hono.join("../node_modules");
+    if modules.join("esbuild").is_dir() {
+        cmd.env("HEARTH_JS_NODE_MODULES", modules);
+    }
+    let out = cmd.output().expect("run hearth build");
+    assert!(
+        out.status.success(),
+        "hearth build of the Hono sample: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A process's counters from `/proc/PID/stat`: CPU seconds and page faults.
@@ -225,10 +270,15 @@ fn main() {
     let module = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample-workers/js/module/worker.js");
     let dir = tempfile::tempdir().expect("tempdir");
 
-    // workerd: the module Worker as it is.
-    let w_addr = free_addr();
+    // workerd: the module Worker as it is, and the Hono app bundled.
+    let (w_addr, w_hono) = (free_addr(), free_addr());
     std::fs::copy(&module, dir.path().join("worker.mjs")).expect("copy the module Worker");
-    std::fs::write(dir.path().join("config.capnp"), workerd_config(w_addr)).expect("write config");
+    build_hono(&dir.path().join("hono.mjs"), true);
+    std::fs::write(
+        dir.path().join("config.capnp"),
+        workerd_config(w_addr, w_hono),
+    )
+    .expect("write config");
     let w_proc = Proc(
         Command::new(&workerd)
             .arg("serve")
@@ -247,6 +297,10 @@ fn main() {
     deploy(&store, "js-fresh", "fresh", js);
     let js_module = hearth_sample_workers::path("js-module").expect("the js-module sample");
     deploy(&store, "js-reuse", "reuse", js_module);
+    let hono = dir.path().join("hono.wasm");
+    build_hono(&hono, false);
+    deploy(&store, "hono-reuse", "reuse", &hono);
+    deploy(&store, "hono-fresh", "fresh", &hono);
     let (listen, admin) = (free_addr(), free_addr());
     let h_proc = Proc(
         Command::new(bin())
@@ -267,38 +321,79 @@ fn main() {
         ("hearth, fresh", "js-fresh.localhost"),
         ("hearth, reuse", "js-reuse.localhost"),
     ];
-    for (_, host) in hearth_hosts {
+    let hono_hosts = [
+        ("hearth, fresh", "hono-fresh.localhost"),
+        ("hearth, reuse", "hono-reuse.localhost"),
+    ];
+    for (_, host) in hearth_hosts.iter().chain(&hono_hosts) {
         wait_ready(listen, host, Duration::from_secs(180));
     }
+    wait_ready(w_hono, "localhost", Duration::from_secs(60));
 
-    // Warm every server (caches, instance pools, workerd's JIT).
-    drive(w_addr, "localhost", w_proc.0.id(), connections, 1);
-    for (_, host) in hearth_hosts {
-        drive(listen, host, h_proc.0.id(), connections, 1);
-    }
+    let settings = Settings {
+        workerd: w_proc.0.id(),
+        hearth: h_proc.0.id(),
+        listen,
+        connections,
+        seconds,
+        rounds,
+    };
+    settings.table("JSON-echo JS Worker", w_addr, &hearth_hosts);
+    settings.table("Hono app, GET /", w_hono, &hono_hosts);
+}
 
-    println!(
-        "\n## JSON-echo JS Worker, wrk -t1 -c{connections} -d{seconds}s, {rounds} alternating rounds\n"
-    );
-    println!(
-        "| round | host | requests/s | p50 (ms) | p99 (ms) | errors | CPU µs/req | faults/req | TLB IPIs/req | × workerd |"
-    );
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let mut ratios = vec![Vec::new(); hearth_hosts.len()];
-    for round in 1..=rounds {
-        let w = drive(w_addr, "localhost", w_proc.0.id(), connections, seconds);
-        print_row(round, "workerd", &w, 1.0);
-        for (i, (name, host)) in hearth_hosts.iter().enumerate() {
-            let h = drive(listen, host, h_proc.0.id(), connections, seconds);
-            let ratio = h.rps / w.rps;
-            ratios[i].push(ratio);
-            print_row(round, name, &h, ratio);
+/// What every table shares: the two servers and the load.
+#[derive(Clone, Copy)]
+struct Settings {
+    workerd: u32,
+    hearth: u32,
+    listen: SocketAddr,
+    connections: u64,
+    seconds: u64,
+    rounds: u64,
+}
+
+impl Settings {
+    /// Warms, then prints one table: workerd on `w_addr` against each of
+    /// `hearth_hosts` (row name, Host) in alternating rounds.
+    fn table(&self, title: &str, w_addr: SocketAddr, hearth_hosts: &[(&str, &str)]) {
+        let Settings {
+            workerd,
+            hearth,
+            listen,
+            connections,
+            seconds,
+            rounds,
+        } = *self;
+        // Warm every server (caches, instance pools, workerd's JIT).
+        drive(w_addr, "localhost", workerd, connections, 1);
+        for (_, host) in hearth_hosts {
+            drive(listen, host, hearth, connections, 1);
         }
-    }
-    println!();
-    for ((name, _), r) in hearth_hosts.iter().zip(&ratios) {
-        let mean = r.iter().sum::<f64>() / r.len().max(1) as f64;
-        println!("{name} / workerd requests/s, mean of the rounds: {mean:.3} (goal ≥ 0.5)");
+
+        println!(
+            "\n## {title}, wrk -t1 -c{connections} -d{seconds}s, {rounds} alternating rounds\n"
+        );
+        println!(
+            "| round | host | requests/s | p50 (ms) | p99 (ms) | errors | CPU µs/req | faults/req | TLB IPIs/req | × workerd |"
+        );
+        println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let mut ratios = vec![Vec::new(); hearth_hosts.len()];
+        for round in 1..=rounds {
+            let w = drive(w_addr, "localhost", workerd, connections, seconds);
+            print_row(round, "workerd", &w, 1.0);
+            for (i, (name, host)) in hearth_hosts.iter().enumerate() {
+                let h = drive(listen, host, hearth, connections, seconds);
+                let ratio = h.rps / w.rps;
+                ratios[i].push(ratio);
+                print_row(round, name, &h, ratio);
+            }
+        }
+        println!();
+        for ((name, _), r) in hearth_hosts.iter().zip(&ratios) {
+            let mean = r.iter().sum::<f64>() / r.len().max(1) as f64;
+            println!("{name} / workerd requests/s, mean of the rounds: {mean:.3} (goal ≥ 0.5)");
+        }
     }
 }
 

@@ -83,8 +83,9 @@ const FOREIGN: &[Foreign] = &[
             "Node.js 18 or newer with npm (e.g. apt-get install -y nodejs npm)",
         ),
     },
-    // The same toolchain, a Workers-module-syntax Worker behind a shim that
-    // exports the incoming handler itself: an instance serves many requests.
+    // The same toolchain, a Workers-module-syntax Worker behind the shim of
+    // `hearth build` (sdk/js/shim.js), which exports the incoming handler
+    // itself: an instance serves many requests.
     Foreign {
         name: "js-module",
         dir: "js",
@@ -93,6 +94,8 @@ const FOREIGN: &[Foreign] = &[
             "build.mjs",
             "package.json",
             "package-lock.json",
+            "../../sdk/js/shim.js",
+            "../../sdk/js/wit/world.wit",
             "../wit",
         ],
         command: &["node", "build.mjs", "--module"],

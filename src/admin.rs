@@ -13,6 +13,7 @@
 //! | GET    | `/v1/scripts/{id}/versions`   | `id`'s versions, its current deployment, and this node's per-version counts during a split ([`hearth_runtime::versions`]) |
 //! | PUT    | `/v1/scripts/{id}/deployment` | make the body (JSON `{"split":[{"version":7,"percent":10},{"version":6,"percent":90}]}`) `id`'s deployment, and tell every member |
 //! | POST   | `/v1/scripts/{id}/rollback?version=N` | roll `id` back to version `N` (default: the one before the current) at 100%, and tell every member |
+//! | GET    | `/v1/scripts/{id}/tail?status=5xx&sample=0.1` | `id`'s requests on this node as they finish: server-sent events, one JSON event per `data:` line ([`crate::live_tail`]) |
 //! | GET    | `/v1/stats`                   | runtime counters (JSON)        |
 //! | GET    | `/v1/ring?script={id}`        | the ring as this node sees it, and `id`'s home and successors ([`RingView`]) |
 //! | GET    | `/metrics`                    | Prometheus metrics             |
@@ -111,6 +112,7 @@ pub async fn handle(
         (&Method::POST, ["v1", "scripts", id, "hand-back"]) => Endpoint::HandBack(id.to_string()),
         (&Method::PUT | &Method::POST, ["v1", "scripts", id]) => Endpoint::Deploy(id.to_string()),
         (&Method::GET, ["v1", "scripts", id, "secrets"]) => Endpoint::Secrets(id.to_string()),
+        (&Method::GET, ["v1", "scripts", id, "tail"]) => Endpoint::Tail(id.to_string()),
         (&Method::PUT, ["v1", "scripts", id, "secrets", name]) => {
             Endpoint::PutSecret(id.to_string(), name.to_string())
         }
@@ -177,6 +179,12 @@ pub async fn handle(
                 Err(e) => version_error(&e),
             }
         }
+        Endpoint::Tail(id) => crate::live_tail::response(
+            &node,
+            &id,
+            query_param(&query, "status"),
+            query_param(&query, "sample"),
+        ),
         Endpoint::Secrets(id) => match node.runtime().secret_names(&id).await {
             Ok(names) => json(
                 StatusCode::OK,
@@ -312,6 +320,7 @@ enum Endpoint {
     Versions(String),
     SetDeployment(String),
     Rollback(String, Option<String>),
+    Tail(String),
 }
 
 /// `node`'s ring, and `script`'s place on it, as `GET /v1/ring` answers.

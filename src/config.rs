@@ -104,6 +104,14 @@
 //! first_byte_timeout = "30s" # request sent -> response head
 //! max_response_size = "32MiB"
 //!
+//! [telemetry]                # OpenTelemetry span export (OTLP/HTTP); off if absent
+//! endpoint = "http://127.0.0.1:4318/v1/traces"  # the collector's traces URL
+//! service_name = "hearth"    # the spans' service.name
+//! sample_ratio = 1.0         # traces this node starts that are recorded; a
+//!                            #   client's traceparent decides for its own
+//! max_queue = 2048           # spans waiting for export; more are dropped
+//! export_interval = "1s"     # a batch is sent at least this often
+//!
 //! [plans.free]               # any field of a plan may be given
 //! max_script_size = "3MiB"   # gzip-compressed
 //! startup_cpu = "400ms"      # CPU time of instantiation
@@ -166,6 +174,9 @@ const EXAMPLE_SECRETS: &[&str] = &[
 /// `source` (which would print it twice in an error chain).
 #[derive(Debug, thiserror::Error)]
 pub enum NodeConfigError {
+    /// The `[telemetry]` section is not usable.
+    #[error("[telemetry] {0}")]
+    Telemetry(String),
     /// The config file could not be read.
     #[error("cannot read config {}: {error}", path.display())]
     Read {
@@ -665,6 +676,51 @@ pub struct EgressSection {
     pub max_response_size: Option<ByteSize>,
 }
 
+/// The `[telemetry]` section: OpenTelemetry export of request spans over
+/// OTLP/HTTP ([`crate::telemetry`]). Absent, nothing is exported.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetrySection {
+    /// The collector's OTLP/HTTP traces URL
+    /// (`http://127.0.0.1:4318/v1/traces`; `https://` too).
+    pub endpoint: String,
+    /// The spans' `service.name` (default `hearth`).
+    pub service_name: Option<String>,
+    /// Fraction of the traces this node starts that are recorded, 0.0 to
+    /// 1.0 (default 1.0); a client's `traceparent` decides for its own.
+    pub sample_ratio: Option<f64>,
+    /// Finished spans waiting for export; more are dropped (default 2048).
+    pub max_queue: Option<usize>,
+    /// A batch of spans is sent at least this often (default 1s).
+    #[serde(default, with = "humantime_serde")]
+    pub export_interval: Option<Duration>,
+}
+
+impl TelemetrySection {
+    /// The exporter's settings: the defaults with the section's.
+    pub fn config(&self) -> Result<crate::telemetry::TelemetryConfig, NodeConfigError> {
+        let mut c = crate::telemetry::TelemetryConfig::new(self.endpoint.clone());
+        if let Some(name) = &self.service_name {
+            c.service_name = name.clone();
+        }
+        if let Some(ratio) = self.sample_ratio {
+            if !(0.0..=1.0).contains(&ratio) {
+                return Err(NodeConfigError::Telemetry(format!(
+                    "sample_ratio must be between 0.0 and 1.0 (got {ratio})"
+                )));
+            }
+            c.sample_ratio = ratio;
+        }
+        if let Some(n) = self.max_queue {
+            c.max_queue = n.max(1);
+        }
+        if let Some(every) = self.export_interval {
+            c.export_interval = every;
+        }
+        Ok(c)
+    }
+}
+
 /// The `[limits]` section: what clients may hold on this node.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, remote = "Self")]
@@ -1081,6 +1137,8 @@ pub struct NodeConfig {
     pub egress: EgressSection,
     /// Cluster membership; absent for a standalone node.
     pub cluster: Option<ClusterSection>,
+    /// OpenTelemetry export of request spans; absent, off.
+    pub telemetry: Option<TelemetrySection>,
     // The keys these replace, read for one release (see `Renamed`).
     memory_budget_mb: Option<u64>,
     idle_timeout_s: Option<u64>,
@@ -1477,6 +1535,28 @@ mod tests {
             .and_then(|rest| rest.split('"').next())
             .unwrap_or_else(|| panic!("no {key} offered in: {message}"))
             .to_string()
+    }
+
+    #[test]
+    fn telemetry_is_off_unless_its_section_is_given() {
+        let c: NodeConfig = toml::from_str("node_id = \"n\"").expect("parses");
+        assert!(c.telemetry.is_none(), "off by default");
+        let c: NodeConfig = toml::from_str(
+            "[telemetry]\nendpoint = \"http://127.0.0.1:4318/v1/traces\"\n\
+             sample_ratio = 0.25\nexport_interval = \"200ms\"\nmax_queue = 10",
+        )
+        .expect("parses");
+        let t = c.telemetry.expect("[telemetry]").config().expect("valid");
+        assert_eq!(t.endpoint, "http://127.0.0.1:4318/v1/traces");
+        assert_eq!(t.service_name, "hearth");
+        assert_eq!(t.sample_ratio, 0.25);
+        assert_eq!(t.export_interval, Duration::from_millis(200));
+        assert_eq!(t.max_queue, 10);
+        let c: NodeConfig =
+            toml::from_str("[telemetry]\nendpoint = \"http://x/v1/traces\"\nsample_ratio = 2.0")
+                .expect("parses");
+        assert!(c.telemetry.expect("[telemetry]").config().is_err());
+        assert!(toml::from_str::<NodeConfig>("[telemetry]\nsample_ratio = 1.0").is_err());
     }
 
     #[test]

@@ -115,7 +115,31 @@ impl Invoker for NodeInvoker {
                 flow_id: n.flow_id,
                 left: n.left,
             }));
-            node.route(&call.target, req, stack).await
+            // A traced flow: the call's `hearth.call` span, the parent of
+            // the callee's `hearth.worker` span wherever it runs.
+            let span = node
+                .telemetry()
+                .zip(stack.trace())
+                .and_then(|(t, parent)| Some((t.clone(), t.start_child(parent)?)));
+            if let Some((_, span)) = &span {
+                stack.set_trace(Some(span.context()));
+            }
+            let resp = node.route(&call.target, req, stack).await;
+            if let Some((telemetry, span)) = span {
+                let mut attributes = crate::telemetry::response_attributes(&call.target, &resp);
+                attributes.push(("hearth.caller", call.caller.clone().into()));
+                attributes.push(("hearth.call", call_kind_name(&call.kind).into()));
+                attributes.push(("hearth.node", node.id().into()));
+                let error = resp.status().is_server_error();
+                telemetry.finish(
+                    span,
+                    "hearth.call",
+                    crate::telemetry::SpanKind::Client,
+                    attributes,
+                    error,
+                );
+            }
+            resp
         })
     }
 }
@@ -184,6 +208,17 @@ pub fn callee_frame(stack: &ContextStack, call: &NestedCall) -> ContextFrame {
         tail_workers: Vec::new(),
         outbound,
         feature_flags: caller.feature_flags.clone(),
+    }
+}
+
+/// The kind of a nested call, as the `hearth.call` span's attribute
+/// `hearth.call` names it.
+fn call_kind_name(kind: &CallKind) -> &'static str {
+    match kind {
+        CallKind::Service(_) => "service",
+        CallKind::Dispatch(_) => "dispatch",
+        CallKind::Outbound => "outbound",
+        CallKind::Tail => "tail",
     }
 }
 

@@ -37,12 +37,14 @@ pub mod front_door;
 pub mod https;
 pub mod invoker;
 pub mod listener;
+pub mod live_tail;
 mod loopback_cluster;
 pub mod metrics;
 pub mod node;
 #[cfg(feature = "demo")]
 pub mod plot;
 pub mod prewarm;
+pub mod telemetry;
 #[cfg(feature = "test-util")]
 pub mod testing;
 

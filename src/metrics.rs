@@ -53,6 +53,9 @@ pub struct Metrics {
     /// Requests, errors and cold starts by Worker (top N, the rest
     /// `_other`).
     pub workers: WorkerMetrics,
+    /// Spans exported, dropped and lost by OpenTelemetry export
+    /// ([`crate::telemetry`]; zero while it is off).
+    pub otel: crate::telemetry::ExportCounters,
 }
 
 /// How many Workers get their own `script` label unless
@@ -686,6 +689,22 @@ impl Metrics {
             "Prewarms from TLS ClientHellos (and homes' prewarm calls), by where they ran (here, home) and outcome",
             prewarms.clone(),
         );
+        let otel = crate::telemetry::ExportCounters::default();
+        registry.register(
+            "hearth_otel_spans_exported",
+            "Request spans the OTLP collector accepted",
+            otel.exported.clone(),
+        );
+        registry.register(
+            "hearth_otel_spans_dropped",
+            "Request spans dropped because the export queue was full",
+            otel.dropped.clone(),
+        );
+        registry.register(
+            "hearth_otel_spans_failed",
+            "Request spans lost with an OTLP export that failed",
+            otel.failed.clone(),
+        );
         let workers = WorkerMetrics::new(DEFAULT_TOP_WORKERS);
         let cpu = workers.clone();
         runtime.observe_cpu(Arc::new(move |script, used| cpu.record_cpu(script, used)));
@@ -704,6 +723,7 @@ impl Metrics {
             hop_latency,
             prewarms,
             workers,
+            otel,
         }
     }
 

@@ -32,6 +32,7 @@ use hearth_sharding::rpc::RpcNode;
 
 use crate::metrics::Metrics;
 use crate::prewarm::{At, PrewarmConfig, Prewarmer};
+use crate::telemetry::{SpanKind, Telemetry};
 
 /// Response header naming the node that served the request.
 pub const NODE_HEADER: &str = "x-hearth-node";
@@ -54,6 +55,8 @@ pub(crate) struct NodeState {
     draining: AtomicBool,
     /// Precompiling for a new engine ([`Node::set_precompiling`]).
     precompiling: AtomicBool,
+    /// Span export, when on ([`Node::set_telemetry`]).
+    telemetry: OnceLock<Telemetry>,
 }
 
 /// Where a request is served, decided once by [`NodeState::place`].
@@ -81,6 +84,11 @@ impl NodeState {
     /// This node's ID.
     pub(crate) fn id(&self) -> &str {
         self.id.as_str()
+    }
+
+    /// This node's span export, when on.
+    pub(crate) fn telemetry(&self) -> Option<&Telemetry> {
+        self.telemetry.get()
     }
 
     /// The routing decision for a request for `script_id` arriving here now
@@ -121,6 +129,7 @@ impl NodeState {
         mut req: http::Request<Body>,
     ) -> http::Response<Body> {
         crate::invoker::attach_flow(&mut req);
+        let span = self.start_worker_span(&mut req);
         let (mut resp, start, deployed) = match self.runtime.handle(script_id, req).await {
             Ok(served) => {
                 let start = served.start.as_str();
@@ -137,7 +146,35 @@ impl NodeState {
             self.metrics.workers.record(script_id, start);
         }
         self.stamp(&mut resp, role);
+        if let Some((telemetry, span, depth)) = span {
+            let mut attributes = crate::telemetry::response_attributes(script_id, &resp);
+            attributes.push(("hearth.node", self.id().into()));
+            attributes.push(("hearth.start", start.into()));
+            attributes.push(("hearth.depth", depth.into()));
+            let error = resp.status().is_server_error();
+            telemetry.finish(span, "hearth.worker", SpanKind::Server, attributes, error);
+        }
         resp
+    }
+
+    /// Starts the `hearth.worker` span of a traced request (its context
+    /// stack carries a sampled trace context; [`crate::telemetry`]) and
+    /// makes it the parent of what the Worker calls, and of what it sends
+    /// on with the `traceparent` header it sees. Off: nothing.
+    fn start_worker_span(
+        &self,
+        req: &mut http::Request<Body>,
+    ) -> Option<(&Telemetry, crate::telemetry::ActiveSpan, i64)> {
+        let telemetry = self.telemetry.get()?;
+        let stack = req.extensions_mut().get_mut::<ContextStack>()?;
+        let span = telemetry.start_child(stack.trace()?)?;
+        stack.set_trace(Some(span.context()));
+        let depth = stack.frames().len().saturating_sub(1) as i64;
+        if let Ok(v) = http::HeaderValue::from_str(&span.context().header_value()) {
+            req.headers_mut()
+                .insert(crate::telemetry::TRACEPARENT_HEADER, v);
+        }
+        Some((telemetry, span, depth))
     }
 
     /// Names this node and `role` in `resp`'s headers.
@@ -356,6 +393,7 @@ impl Node {
                 members_expected: AtomicUsize::new(0),
                 draining: AtomicBool::new(false),
                 precompiling: AtomicBool::new(false),
+                telemetry: OnceLock::new(),
             }),
         };
         node.install_invoker();
@@ -400,6 +438,17 @@ impl Node {
         self.state.id()
     }
 
+    /// This node's span export, when on.
+    pub(crate) fn telemetry(&self) -> Option<&Telemetry> {
+        self.state.telemetry()
+    }
+
+    /// Exports this node's request spans through `telemetry` from now on
+    /// ([`crate::telemetry`]); set once, a second call changes nothing.
+    pub fn set_telemetry(&self, telemetry: Telemetry) {
+        let _ = self.state.telemetry.set(telemetry);
+    }
+
     /// Makes [`Node::readiness`] wait until this node's ring has at least
     /// `members` members (itself included): 2 for a node that joins through
     /// seeds, so it is not ready while it is alone on its ring.
@@ -413,6 +462,12 @@ impl Node {
     /// balancer stops sending it traffic while it finishes what it has.
     pub fn start_draining(&self) {
         self.state.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the node was told to stop ([`Node::start_draining`]): long
+    /// admin streams (`hearth tail`) end so the admin API can stop.
+    pub fn is_draining(&self) -> bool {
+        self.state.draining.load(Ordering::Relaxed)
     }
 
     /// Keeps the node not ready while `on` ([`NotReady::Precompiling`]):
@@ -686,8 +741,30 @@ impl Node {
     /// Serves `req` for `script_id`: here if the Worker is warm here or
     /// this node is its home, else through its home (which may refuse, in
     /// which case it is served here after all).
+    ///
+    /// With span export on, the request gets its `hearth.request` span
+    /// here ([`crate::telemetry`]).
     pub async fn handle(&self, script_id: &str, req: http::Request<Body>) -> http::Response<Body> {
-        self.route(script_id, req, ContextStack::new()).await
+        let traced = self
+            .state
+            .telemetry
+            .get()
+            .and_then(|t| Some((t, t.start_request(req.headers())?)));
+        let Some((telemetry, span)) = traced else {
+            return self.route(script_id, req, ContextStack::new()).await;
+        };
+        let method = req.method().to_string();
+        let path = req.uri().path().to_string();
+        let mut context = ContextStack::new();
+        context.set_trace(Some(span.context()));
+        let resp = self.route(script_id, req, context).await;
+        let mut attributes = crate::telemetry::response_attributes(script_id, &resp);
+        attributes.push(("hearth.node", self.id().into()));
+        attributes.push(("http.request.method", method.into()));
+        attributes.push(("url.path", path.into()));
+        let error = resp.status().is_server_error();
+        telemetry.finish(span, "hearth.request", SpanKind::Server, attributes, error);
+        resp
     }
 
     /// [`Node::handle`] for a request of a flow with `context` (a nested
@@ -699,7 +776,7 @@ impl Node {
         mut req: http::Request<Body>,
         context: ContextStack,
     ) -> http::Response<Body> {
-        if !context.frames().is_empty() {
+        if !context.frames().is_empty() || context.trace().is_some() {
             req.extensions_mut().insert(context.clone());
         }
         match self.state.place(script_id) {

@@ -14,6 +14,10 @@
 //! println!("{:?}", cluster.stats(0));
 //! # Ok(()) }
 //! ```
+//!
+//! What only separate processes show (signals, drains, restarts) is
+//! [`Rollout`]'s: real `hearth serve` processes over a [`Garage`] bucket,
+//! under load, replaced one at a time.
 
 use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
@@ -33,6 +37,11 @@ use crate::cluster::{ClusterConfig, ClusterError, LoopbackCluster};
 
 mod garage;
 pub use garage::{Garage, GarageError};
+mod rollout;
+pub use rollout::{
+    HEALTH_EVERY, Load, Outcome, POOL_SLACK, REQUEST_TIMEOUT, Record, Rollout, RolloutError,
+    Summary,
+};
 
 /// Polls `f` every 5 ms until it is true or `limit` has passed; whether it
 /// became true. For waiting on an asynchronous effect (a Worker warm on

@@ -1,7 +1,8 @@
 //! The host side of one instance: the data every wasmtime `Store` carries.
 //!
 //! Each instance gets a full WASI 0.2 context (clocks, random, cli with an
-//! environment holding `HEARTH_SCRIPT_ID` and the Worker's vars and
+//! environment holding `HEARTH_SCRIPT_ID`, the names of its bindings
+//! (`HEARTH_SERVICES`, `HEARTH_DISPATCH`, if any) and the Worker's vars and
 //! secrets, a filesystem with no preopens, sockets denied), the same vars
 //! and secrets through `wasi:config/store` ([`crate::secrets`]), stdout and
 //! stderr that go to the node's log and any trace ([`crate::tail`]), and a
@@ -130,7 +131,7 @@ impl NodeMemory {
 pub(crate) struct WorkerIo {
     /// The Worker.
     pub(crate) script_id: Arc<str>,
-    /// `HEARTH_SCRIPT_ID`, vars and opened secrets.
+    /// `HEARTH_SCRIPT_ID`, binding names, vars and opened secrets.
     pub(crate) env: crate::secrets::WorkerEnv,
     /// Where its output lines go on this node.
     pub(crate) log: Arc<crate::tail::WorkerLog>,

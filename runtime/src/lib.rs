@@ -71,6 +71,7 @@ mod host;
 mod instance;
 pub mod lifecycle;
 pub mod limits;
+pub mod live_tail;
 pub mod manifest;
 pub mod misses;
 pub mod outgoing;

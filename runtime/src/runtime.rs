@@ -912,6 +912,12 @@ impl Runtime {
         });
     }
 
+    /// This node's live-tail hub: subscribe to watch a Worker's requests
+    /// as they finish ([`crate::live_tail`]).
+    pub fn live_tail(&self) -> &Arc<crate::live_tail::LiveTail> {
+        &self.inner.node.live
+    }
+
     /// A snapshot of the counters and residency gauges.
     pub fn stats(&self) -> StatsSnapshot {
         let (n, bytes) = {

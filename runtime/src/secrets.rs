@@ -319,8 +319,10 @@ fn from_hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// What a Worker's instances see: `HEARTH_SCRIPT_ID`, its vars and its
-/// opened secrets, as environment variables and as `wasi:config/store`.
+/// What a Worker's instances see: `HEARTH_SCRIPT_ID` (and, if it has
+/// bindings, `HEARTH_SERVICES` and `HEARTH_DISPATCH`: their names,
+/// comma-separated), its vars and its opened secrets, as environment
+/// variables, and the vars and secrets as `wasi:config/store`.
 /// Built once per loaded Worker; the plaintext it holds is wiped on drop.
 pub(crate) struct WorkerEnv {
     /// Name and value of each entry, the runtime's own first.
@@ -340,13 +342,28 @@ impl WorkerEnv {
             "HEARTH_SCRIPT_ID".to_string(),
             Zeroizing::new(meta.script_id.clone()),
         )];
+        // The names of its bindings (never their targets), for guests that
+        // offer them as objects: the JS shim's `env.AUTH.fetch(request)`.
+        // Only when there are some, so other Workers' environments stay as
+        // they were.
+        let names = |names: Vec<&str>| Zeroizing::new(names.join(","));
+        let bindings = &meta.bindings;
+        if !bindings.services.is_empty() {
+            let services = bindings.services.keys().map(String::as_str).collect();
+            pairs.push(("HEARTH_SERVICES".to_string(), names(services)));
+        }
+        if !bindings.dispatch.is_empty() {
+            let namespaces = bindings.dispatch.keys().map(String::as_str).collect();
+            pairs.push(("HEARTH_DISPATCH".to_string(), names(namespaces)));
+        }
+        let own = pairs.len();
         for (name, value) in &meta.vars {
             pairs.push((name.clone(), Zeroizing::new(value.clone())));
         }
         for (name, sealed) in &meta.secrets {
             pairs.push((name.clone(), key.open(&meta.script_id, name, sealed)?));
         }
-        let config = pairs[1..]
+        let config = pairs[own..]
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
@@ -400,6 +417,66 @@ mod tests {
             check_vars(&big, []),
             Err(EnvError::VarsTooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn the_environment_names_the_bindings_never_their_targets() {
+        let key = SecretsKey::derive(&[7; 32]);
+        let mut bindings = crate::bindings::Bindings::default();
+        let meta = |bindings: crate::bindings::Bindings| crate::script_store::ScriptMeta {
+            script_id: "app".into(),
+            plan: crate::Plan::Free,
+            size: 0,
+            compressed_size: 0,
+            hash: String::new(),
+            deployed_at_ms: 1,
+            lifecycle: Default::default(),
+            bindings,
+            vars: [("MODE".to_string(), "test".to_string())].into(),
+            secrets: [("API_KEY".to_string(), key.seal("app", "API_KEY", "k1"))].into(),
+            dispatch_only: false,
+            version: 1,
+            latest_version: 1,
+            split: Vec::new(),
+        };
+        let names = |env: &WorkerEnv| -> Vec<(String, String)> {
+            env.pairs
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().to_string()))
+                .collect()
+        };
+        let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+        // Without bindings: as before.
+        let env = WorkerEnv::open(&meta(bindings.clone()), &key).expect("open");
+        assert_eq!(
+            names(&env),
+            [
+                pair("HEARTH_SCRIPT_ID", "app"),
+                pair("MODE", "test"),
+                pair("API_KEY", "k1")
+            ]
+        );
+        bindings
+            .services
+            .insert("auth".into(), "auth-worker".into());
+        bindings
+            .services
+            .insert("billing".into(), "billing-v2".into());
+        bindings
+            .dispatch
+            .insert("users".into(), ["user-a".to_string()].into());
+        let env = WorkerEnv::open(&meta(bindings), &key).expect("open");
+        assert_eq!(
+            names(&env),
+            [
+                pair("HEARTH_SCRIPT_ID", "app"),
+                pair("HEARTH_SERVICES", "auth,billing"),
+                pair("HEARTH_DISPATCH", "users"),
+                pair("MODE", "test"),
+                pair("API_KEY", "k1"),
+            ],
+            "binding names, never their targets"
+        );
     }
 
     #[test]

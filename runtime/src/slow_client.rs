@@ -18,8 +18,9 @@
 //!    when the request's future or its response body is dropped before the
 //!    body ended (`Cancel`, `CancelOnDrop`): a client that goes away
 //!    stops its Worker at the next epoch tick, and the instance is
-//!    discarded. A response streamed to its end disarms the guard, so a
-//!    Worker that finishes normally is never cut short.
+//!    discarded. A response streamed to its end (or to the last byte of
+//!    its declared `content-length`) disarms the guard, so a Worker that
+//!    answered in full is never cut short.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -167,15 +168,33 @@ impl Drop for Cancel {
 /// A response body that carries its invocation's [`Cancel`] guard: dropped
 /// before its end (the client went away), it cancels the invocation; read
 /// to its end, it lets the Worker finish.
+///
+/// "Its end" is the end of the stream, or, for a response that declares its
+/// `content-length`, the last of those bytes: hyper stops polling such a
+/// body once it has written that many bytes and drops it without waiting
+/// for the end of the stream. The Worker has answered in full then, and
+/// may still be running (returning from its handler, `ctx.waitUntil` work):
+/// cancelling it would cut that short and, on a reused instance, discard
+/// the instance (every such request would pay for a new one).
 pub(crate) struct CancelOnDrop {
     inner: Body,
     guard: Cancel,
+    /// Bytes of the declared length not yet delivered, if one was declared.
+    remaining: Option<u64>,
 }
 
 impl CancelOnDrop {
-    /// Wraps `inner`.
-    pub(crate) fn new(inner: Body, guard: Cancel) -> Self {
-        CancelOnDrop { inner, guard }
+    /// Wraps `inner`, a body of `length` bytes if the response declares it.
+    pub(crate) fn new(inner: Body, guard: Cancel, length: Option<u64>) -> Self {
+        let mut body = CancelOnDrop {
+            inner,
+            guard,
+            remaining: length,
+        };
+        if length == Some(0) {
+            body.guard.disarm();
+        }
+        body
     }
 }
 
@@ -188,6 +207,14 @@ impl HttpBody for CancelOnDrop {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let frame = ready!(Pin::new(&mut self.inner).poll_frame(cx));
+        if let (Some(Ok(f)), Some(left)) = (&frame, self.remaining.as_mut())
+            && let Some(d) = f.data_ref()
+        {
+            *left = left.saturating_sub(d.len() as u64);
+            if *left == 0 {
+                self.guard.disarm();
+            }
+        }
         if frame.is_none() || self.inner.is_end_stream() {
             self.guard.disarm();
         }
@@ -254,5 +281,38 @@ mod tests {
             .expect("buffered");
         let got = b.collect().await.expect("collect").to_bytes();
         assert_eq!(&got[..], b"abcdef");
+    }
+
+    /// Reads `n` frames of a [`CancelOnDrop`] over a body that sends
+    /// `b"ab"` and then nothing, declared `length` bytes long, drops it, and
+    /// says whether the running task it guards was cancelled.
+    async fn cancelled_after(n: usize, length: Option<u64>) -> bool {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = rx.await;
+        });
+        let stats = Arc::new(Stats::default());
+        let guard = Cancel::new(task.abort_handle(), stats);
+        let mut b = CancelOnDrop::new(stalls_after(b"ab"), guard, length);
+        for _ in 0..n {
+            b.frame().await.expect("frame").expect("data");
+        }
+        drop(b);
+        let _ = tx.send(());
+        task.await.is_err_and(|e| e.is_cancelled())
+    }
+
+    #[tokio::test]
+    async fn a_response_sent_to_its_declared_length_does_not_cancel_the_worker() {
+        // hyper drops a body with a content-length once it has written that
+        // many bytes, without polling for the end: the Worker answered in
+        // full and keeps running.
+        assert!(!cancelled_after(1, Some(2)).await);
+        assert!(!cancelled_after(0, Some(0)).await);
+        // A client that went away before the last declared byte, or a body
+        // of unknown length not read to its end, still cancels it.
+        assert!(cancelled_after(0, Some(2)).await);
+        assert!(cancelled_after(1, Some(3)).await);
+        assert!(cancelled_after(1, None).await);
     }
 }

@@ -34,6 +34,12 @@
 //! its own events are not traced). A report that reaches the first node
 //! after that (a level still running when the entry ended) is refused with
 //! [`ReportError::FlowDelivered`], and counted (`tail_late_reports`).
+//!
+//! While someone watches a Worker live ([`crate::live_tail`], `hearth
+//! tail`), each of its invocations on the node records the same events
+//! even if its flow is not traced (a level with no sink, whose response
+//! end is not held), and the finished level becomes one
+//! [`crate::live_tail::RequestEvent`] for the watchers.
 
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -512,12 +518,27 @@ impl TraceSink for Collector {
 /// One traced level, from its invocation's start to its report.
 pub(crate) struct Level {
     pub(crate) buffer: Arc<TraceBuffer>,
-    pub(crate) sink: Tracing,
+    /// Where its events go in its flow; `None` when it is recorded only
+    /// for live watchers.
+    pub(crate) sink: Option<Tracing>,
+    /// Set while someone watches the Worker live
+    /// ([`crate::live_tail`]): the request becomes one event for them.
+    pub(crate) live: Option<LiveRequest>,
+    /// The status the node answers with when the level failed before the
+    /// Worker answered.
+    pub(crate) node_status: Option<u16>,
     pub(crate) started: std::time::Instant,
     pub(crate) node: String,
     /// Set on the flow's first node: the tail Workers to invoke once this
     /// (entry) level has ended.
     pub(crate) tails: Option<TailDelivery>,
+}
+
+/// What the live tail needs of a request besides its events.
+pub(crate) struct LiveRequest {
+    pub(crate) hub: Arc<crate::live_tail::LiveTail>,
+    pub(crate) method: String,
+    pub(crate) url: String,
 }
 
 /// The tail Workers of a flow and what they will be sent.
@@ -561,14 +582,37 @@ impl Level {
         for e in &mut events {
             e.node.clone_from(&self.node);
         }
+        if let Some(live) = self.live {
+            let status = status.or(self.node_status).unwrap_or(500);
+            live.hub.publish(crate::live_tail::RequestEvent {
+                script_id: self.buffer.script_id.clone(),
+                node: self.node.clone(),
+                timestamp_unix_ms: now_ms(),
+                method: live.method,
+                url: live.url,
+                status,
+                outcome: if error.is_some() { "exception" } else { "ok" }.into(),
+                cpu_ms: cpu.as_secs_f64() * 1000.0,
+                wall_ms: wall.as_secs_f64() * 1000.0,
+                events: if self.sink.is_some() {
+                    events.clone()
+                } else {
+                    std::mem::take(&mut events)
+                },
+                sample_rate: 1.0,
+                dropped: 0,
+            });
+        }
         // A first node that does not answer must not hold this level's
         // response: its events are given up after REPORT_TIMEOUT.
-        match tokio::time::timeout(REPORT_TIMEOUT, self.sink.0.report(events)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "trace events dropped"),
-            Err(_) => tracing::warn!(
-                "trace events not delivered to the flow's first node in time; dropped"
-            ),
+        if let Some(sink) = &self.sink {
+            match tokio::time::timeout(REPORT_TIMEOUT, sink.0.report(events)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "trace events dropped"),
+                Err(_) => tracing::warn!(
+                    "trace events not delivered to the flow's first node in time; dropped"
+                ),
+            }
         }
         if let Some(t) = self.tails {
             tokio::spawn(t.deliver());

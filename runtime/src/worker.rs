@@ -49,6 +49,8 @@ pub(crate) struct NodeShared {
     /// Told each invocation's handler CPU time, once installed
     /// ([`crate::Runtime::observe_cpu`]).
     pub(crate) cpu_observer: std::sync::OnceLock<crate::runtime::CpuObserver>,
+    /// Who watches this node's requests live ([`crate::live_tail`]).
+    pub(crate) live: Arc<crate::live_tail::LiveTail>,
 }
 
 impl NodeShared {
@@ -67,6 +69,7 @@ impl NodeShared {
             secrets_key: crate::secrets::SecretsKey::derive(&cfg.artifact_key),
             invoker: std::sync::RwLock::new(None),
             cpu_observer: std::sync::OnceLock::new(),
+            live: Arc::default(),
         })
     }
 }
@@ -386,7 +389,7 @@ impl Worker {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let level = self.trace_level(&flow, &mut extensions, &invoker, limits);
+        let level = self.trace_level(&flow, &mut extensions, &invoker, limits, &parts);
         let budget = parts.extensions.get::<PreSlotBudget>().cloned();
         let (body, charge) = self.read_body_prefix(body, budget).await?;
         let req = http::Request::from_parts(parts, body);
@@ -450,15 +453,31 @@ impl Worker {
             },
         };
         let status = resp.as_ref().ok().map(|r| r.status().as_u16());
-        let hold = level.map(|level| finish_when_ended(level, status, ended, task));
+        // Only a level that reports to a flow holds its response's end; one
+        // recorded for live watchers alone does not.
+        let hold = match level {
+            Some(level) if level.sink.is_some() => {
+                Some(finish_when_ended(level, status, ended, task))
+            }
+            Some(level) => {
+                drop(finish_when_ended(level, status, ended, task));
+                None
+            }
+            None => None,
+        };
         let resp = resp.map_err(|code| RuntimeError::Trap {
             script_id: self.script_id.to_string(),
             message: format!("Worker answered with error code {code:?}"),
         })?;
+        let length = resp
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
         Ok((
             resp.map(|b| {
                 let b = crate::body::boxed(b);
-                let b = CancelOnDrop::new(b, guard).boxed_unsync();
+                let b = CancelOnDrop::new(b, guard, length).boxed_unsync();
                 match hold {
                     Some(done) => crate::tail::HoldEnd {
                         inner: b,
@@ -552,17 +571,25 @@ impl Worker {
     /// The trace level of a request: traced if its flow is (the node put a
     /// [`crate::tail::Tracing`] in it), or if it enters a flow as a Worker
     /// with tail Workers, in which case this node collects the flow and the
-    /// sink goes into `extensions` for the nested calls to find.
+    /// sink goes into `extensions` for the nested calls to find. Recorded
+    /// too (without a sink) while someone watches the Worker live
+    /// ([`crate::live_tail`]).
     fn trace_level(
         &self,
         flow: &crate::outgoing::Flow,
         extensions: &mut http::Extensions,
         invoker: &Option<Arc<dyn crate::outgoing::Invoker>>,
         limits: PlanLimits,
+        request: &http::request::Parts,
     ) -> Option<crate::tail::Level> {
-        use crate::tail::{Collector, Level, TailDelivery, TraceBuffer, Tracing};
+        use crate::tail::{Collector, Level, LiveRequest, TailDelivery, TraceBuffer, Tracing};
+        let live = self.node.live.wants(&self.script_id).then(|| LiveRequest {
+            hub: self.node.live.clone(),
+            method: request.method.to_string(),
+            url: request.uri.to_string(),
+        });
         let (sink, tails) = match extensions.get::<Tracing>() {
-            Some(t) => (t.clone(), None),
+            Some(t) => (Some(t.clone()), None),
             None if flow.depth == 0 && !self.bindings.tail.is_empty() => {
                 let collector = Arc::new(Collector::new(self.stats.clone()));
                 let sink = Tracing(collector.clone());
@@ -575,13 +602,16 @@ impl Worker {
                     limits,
                     stats: self.stats.clone(),
                 };
-                (sink, Some(tails))
+                (Some(sink), Some(tails))
             }
+            None if live.is_some() => (None, None),
             None => return None,
         };
         Some(Level {
             buffer: TraceBuffer::new(&self.script_id),
             sink,
+            live,
+            node_status: None,
             started: Instant::now(),
             node: invoker.as_ref().map(|i| i.node_id()).unwrap_or_default(),
             tails,
@@ -648,7 +678,8 @@ fn finish_when_ended(
 /// Reports a traced level that failed without a response (before its
 /// error goes back), and returns the error.
 async fn finish_failed(level: Option<crate::tail::Level>, e: RuntimeError) -> RuntimeError {
-    if let Some(level) = level {
+    if let Some(mut level) = level {
+        level.node_status = Some(e.status().as_u16());
         level
             .finish(None, Some(e.public_message()), Duration::ZERO)
             .await;

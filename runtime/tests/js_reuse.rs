@@ -1,5 +1,5 @@
 //! A JS Worker in the Workers module syntax (`js-module`: componentize-js
-//! behind `sample-workers/js/module/shim.js`, which exports
+//! behind `sdk/js/shim.js`, which exports
 //! wasi:http/incoming-handler itself) served with `lifecycle = "reuse"`:
 //! one instance answers request after request, module state persists, and
 //! nothing of a finished request runs in the next one; an error, a trap or

@@ -139,6 +139,14 @@ struct ContextStack {
   # flow on that node draws from it.
   flowId @3 :UInt64;
   nestedCpuUs @4 :UInt64;
+  # The W3C trace context (`traceparent`) of the span the call belongs to,
+  # so one trace shows every node of the flow: the 128-bit trace ID in two
+  # halves (both 0: the flow is not traced), the calling span's ID and the
+  # trace flags (bit 0: sampled).
+  traceIdHigh @5 :UInt64;
+  traceIdLow @6 :UInt64;
+  parentSpanId @7 :UInt64;
+  traceFlags @8 :UInt8;
 }
 
 # ---------------------------------------------------------------- shard server

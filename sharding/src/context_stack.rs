@@ -25,6 +25,14 @@
 //! knowing where that node is. The native side stays `Send`: a remote
 //! reporter is a channel to a task on the RPC thread that owns the
 //! capability.
+//!
+//! # Distributed tracing
+//!
+//! A node that exports spans (OpenTelemetry, off by default) puts the W3C
+//! trace context of the span a request runs under, a [`TraceParent`], in
+//! the stack. It travels with a forwarded or nested call as plain numbers,
+//! so the span the receiving node records is a child of the caller's, in
+//! the same trace, on whatever node it runs.
 
 use std::fmt;
 use std::sync::Arc;
@@ -251,6 +259,59 @@ pub struct ContextStack {
     traces: Option<TraceReporter>,
     deadline: Option<Instant>,
     nested_cpu: Option<NestedCpu>,
+    trace: Option<TraceParent>,
+}
+
+/// A W3C trace context (the `traceparent` header,
+/// <https://www.w3.org/TR/trace-context/>): the trace a request belongs to
+/// and the span it runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceParent {
+    /// The trace's ID (never 0).
+    pub trace_id: u128,
+    /// The parent span's ID (never 0).
+    pub span_id: u64,
+    /// Whether the trace is sampled (recorded and exported).
+    pub sampled: bool,
+}
+
+impl TraceParent {
+    /// Parses a `traceparent` header value: `00-<32 hex>-<16 hex>-<2 hex>`
+    /// (lowercase; a later version may append fields). `None` for anything
+    /// else, including the all-zero IDs the specification forbids.
+    pub fn parse(value: &str) -> Option<TraceParent> {
+        let mut parts = value.trim().split('-');
+        let version = parts.next()?;
+        let (trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?);
+        let rest = parts.next();
+        let hex = |s: &str, len: usize| {
+            s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        };
+        if !hex(version, 2) || version == "ff" || (version == "00" && rest.is_some()) {
+            return None;
+        }
+        if !hex(trace, 32) || !hex(span, 16) || !hex(flags, 2) {
+            return None;
+        }
+        let trace_id = u128::from_str_radix(trace, 16).ok()?;
+        let span_id = u64::from_str_radix(span, 16).ok()?;
+        let flags = u8::from_str_radix(flags, 16).ok()?;
+        (trace_id != 0 && span_id != 0).then_some(TraceParent {
+            trace_id,
+            span_id,
+            sampled: flags & 1 == 1,
+        })
+    }
+
+    /// The `traceparent` header value (version 00).
+    pub fn header_value(&self) -> String {
+        format!(
+            "00-{:032x}-{:016x}-{:02x}",
+            self.trace_id,
+            self.span_id,
+            u8::from(self.sampled)
+        )
+    }
 }
 
 /// A flow's CPU budget for its nested invocations, as it travels: the
@@ -279,7 +340,19 @@ impl ContextStack {
             traces,
             deadline: None,
             nested_cpu: None,
+            trace: None,
         }
+    }
+
+    /// The trace context of the span this invocation runs under, when the
+    /// flow is traced.
+    pub fn trace(&self) -> Option<TraceParent> {
+        self.trace
+    }
+
+    /// Sets the trace context (see [`ContextStack::trace`]).
+    pub fn set_trace(&mut self, trace: Option<TraceParent>) {
+        self.trace = trace;
     }
 
     /// The flow's CPU budget for nested invocations, if it has one.
@@ -402,6 +475,12 @@ pub(crate) fn write_context(stack: &ContextStack, mut builder: context_stack::Bu
         // At least 1: a spent budget is still a budget.
         builder.set_nested_cpu_us(u64::try_from(n.left.as_micros()).unwrap_or(u64::MAX).max(1));
     }
+    if let Some(t) = stack.trace.filter(|t| t.trace_id != 0) {
+        builder.set_trace_id_high((t.trace_id >> 64) as u64);
+        builder.set_trace_id_low(t.trace_id as u64);
+        builder.set_parent_span_id(t.span_id);
+        builder.set_trace_flags(u8::from(t.sampled));
+    }
     if let Some(reporter) = &stack.traces {
         let cap: report_traces::Client = capnp_rpc::new_client(ReportTracesServer {
             reporter: reporter.clone(),
@@ -490,11 +569,20 @@ pub(crate) fn read_context(
             left: Duration::from_micros(reader.get_nested_cpu_us().min(MAX_DEADLINE_MS * 1000)),
         }),
     };
+    let trace_id =
+        (u128::from(reader.get_trace_id_high()) << 64) | u128::from(reader.get_trace_id_low());
+    // A peer's half-set context (no trace or no span) is no context.
+    let trace = (trace_id != 0 && reader.get_parent_span_id() != 0).then(|| TraceParent {
+        trace_id,
+        span_id: reader.get_parent_span_id(),
+        sampled: reader.get_trace_flags() & 1 == 1,
+    });
     Ok(ContextStack {
         frames,
         traces,
         deadline,
         nested_cpu,
+        trace,
     })
 }
 
@@ -750,6 +838,44 @@ mod tests {
             .get_root_as_reader::<context_stack::Reader>()
             .unwrap();
         assert_eq!(read_context(reader).unwrap().nested_cpu(), None);
+    }
+
+    #[test]
+    fn the_trace_context_travels_and_traceparent_parses() {
+        let t = TraceParent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+            .expect("the specification's example");
+        assert_eq!(t.trace_id, 0x4bf92f3577b34da6a3ce929d0e0e4736);
+        assert_eq!(t.span_id, 0x00f067aa0ba902b7);
+        assert!(t.sampled);
+        assert_eq!(
+            t.header_value(),
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        );
+        for bad in [
+            "",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+        ] {
+            assert_eq!(TraceParent::parse(bad), None, "{bad:?}");
+        }
+        let mut stack = ContextStack::new();
+        stack.set_trace(Some(t));
+        let mut message = capnp::message::Builder::new_default();
+        write_context(&stack, message.init_root());
+        let reader = message
+            .get_root_as_reader::<context_stack::Reader>()
+            .unwrap();
+        assert_eq!(read_context(reader).unwrap().trace(), Some(t));
+        let mut message = capnp::message::Builder::new_default();
+        write_context(&ContextStack::new(), message.init_root());
+        let reader = message
+            .get_root_as_reader::<context_stack::Reader>()
+            .unwrap();
+        assert_eq!(read_context(reader).unwrap().trace(), None);
     }
 
     #[test]

@@ -6,9 +6,11 @@
 //! [`AdminClient::list`] (`GET /v1/scripts`), [`AdminClient::evict`]
 //! (`POST /v1/scripts/{id}/evict`), [`AdminClient::hand_back`],
 //! [`AdminClient::ring`] (`GET /v1/ring`), [`AdminClient::stats`] (`GET
-//! /v1/stats`), [`AdminClient::versions`], [`AdminClient::set_deployment`]
-//! and [`AdminClient::rollback`] (versions and gradual rollout), and [`AdminClient::metrics`] (`GET /metrics`, the one route
-//! that needs no token).
+//! /v1/stats`), [`AdminClient::tail`] (`GET /v1/scripts/{id}/tail`, a
+//! stream of [`RequestEvent`]s), [`AdminClient::versions`],
+//! [`AdminClient::set_deployment`] and [`AdminClient::rollback`] (versions
+//! and gradual rollout), and [`AdminClient::metrics`] (`GET /metrics`, the
+//! one route that needs no token).
 //!
 //! The admin API is plain HTTP unless the node serves it with TLS
 //! (`admin_tls_cert` / `admin_tls_key` in its config): then use
@@ -32,6 +34,9 @@
 //! println!("evicted under pressure: {}", admin.stats().await?.evicted_pressure);
 //! # Ok(()) }
 //! ```
+
+mod tail;
+pub use tail::{RequestEvent, TailItem, TailQuery, TailStream, TraceEvent};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

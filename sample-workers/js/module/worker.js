@@ -1,7 +1,8 @@
 // hearth sample Worker in JavaScript, in the Workers module syntax
 // (`export default { fetch(request, env, ctx) }`), as workerd runs it.
 //
-// Built by ../build.mjs --module with componentize-js behind ./shim.js,
+// Built by ../build.mjs --module with componentize-js behind
+// sdk/js/shim.js (the shim `hearth build` uses),
 // which exports wasi:http/incoming-handler itself (StarlingMonkey's
 // fetch event is off), so one instance serves request after request.
 //

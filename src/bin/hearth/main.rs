@@ -3,6 +3,7 @@
 //! than call a library lives in a file named after it, as wasmtime's
 //! `commands/` do.
 
+mod build;
 mod cluster;
 mod deploy;
 mod dev;
@@ -11,6 +12,7 @@ mod precompile;
 mod ring;
 mod secret;
 mod serve;
+mod tail;
 mod versions;
 
 use std::path::PathBuf;
@@ -64,6 +66,9 @@ enum Command {
     /// Show the ring as a running node sees it: members with weights and
     /// shares, and (with --script) a Worker's home and successors.
     Ring(ring::RingArgs),
+    /// Watch a Worker's requests live on every node given (status, timing,
+    /// logs, exceptions, subrequests) until Ctrl-C.
+    Tail(tail::TailArgs),
     /// Hand a Worker back to its home now: prewarm it there and have every
     /// other node drop its warm copy (after a crashed home has rejoined,
     /// its Workers otherwise drift back only as the copies go idle).
@@ -74,6 +79,10 @@ enum Command {
     Precompile(precompile::PrecompileArgs),
     /// List the sample Workers built with hearth, with their paths.
     Samples,
+    /// Build a JavaScript Worker in the Workers module syntax (`export
+    /// default { fetch }`, Hono apps too) into a component: esbuild bundles
+    /// it, componentize-js componentizes it (Node.js and npm needed).
+    Build(build::BuildArgs),
     /// Create a development cluster CA (if DIR has none) and certificates
     /// for the named nodes, for `[cluster] pki` in `hearth serve` configs.
     Pki {
@@ -145,12 +154,14 @@ fn init_logs(cli: &Cli) {
 async fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Serve(args) => serve::run(args).await,
+        Command::Build(args) => build::run(args),
         Command::Deploy(args) => deploy::run(args).await,
         Command::Secret(args) => secret::run(args).await,
         Command::Versions(args) => versions::run(args).await,
         Command::Rollback(args) => versions::rollback(args).await,
         Command::Dev(args) => dev::run(args).await,
         Command::Ring(args) => ring::run(args).await,
+        Command::Tail(args) => tail::run(args).await,
         Command::HandBack(args) => hand_back::run(args).await,
         Command::Precompile(args) => precompile::run(args).await,
         Command::Cluster(args) => cluster::run(args).await,

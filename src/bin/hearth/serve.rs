@@ -39,6 +39,18 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(top) = cfg.settings.metrics_top_workers {
         node.metrics().workers.set_top(top);
     }
+    if let Some(section) = &cfg.settings.telemetry {
+        let telemetry = hearth::telemetry::Telemetry::start(
+            section.config()?,
+            &cfg.node_id,
+            node.metrics().otel.clone(),
+        )?;
+        node.set_telemetry(telemetry);
+        crate::say(&format!(
+            "request spans exported over OTLP/HTTP to {}",
+            section.endpoint
+        ));
+    }
     let (node, joined) = join(node, &cfg).await?;
     precompile_after_upgrade(&node);
     // Catch the signals before anything listens, so an early SIGTERM drains

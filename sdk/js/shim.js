@@ -1,6 +1,7 @@
 // Runs a Worker written in the Workers module syntax,
 //   export default { async fetch(request, env, ctx) { ... } }
 // as a wasi:http component whose instance serves request after request.
+// `hearth build` (./build.mjs) bundles this file first, then the Worker.
 //
 // Why: with StarlingMonkey's fetch event (`addEventListener('fetch')`, what
 // componentize-js attaches when a world exports wasi:http/incoming-handler
@@ -27,6 +28,25 @@
 //     and the host retires it (a half-finished request's I/O must not
 //     complete inside the next one).
 //
+// `env` (the second argument) is built on the first request an instance
+// serves, from the environment hearth gives it (wasi:cli/environment), not
+// at build time: componentize-js takes its snapshot then, and the
+// environment of that moment is the build machine's. An instance's
+// environment never changes (a deploy or `hearth secret put` loads the
+// Worker anew, with new instances), so one read per instance is a read at
+// request time. It holds:
+//   - every var and secret of the Worker, by name (`env.API_KEY`), as a
+//     string;
+//   - each service binding as an object with `fetch(input, init)`
+//     (`env.AUTH.fetch(request)`), under the binding's name and its
+//     upper-case form with `-` as `_` (binding `auth-v2` is `env["auth-v2"]`
+//     and `env.AUTH_V2`): the request goes to `http://<binding>.internal`
+//     with its path and query, which hearth routes to the bound Worker;
+//   - each dispatch namespace the same way, with `get(name)` giving the user
+//     Worker's `fetch` (`env.USERS.get("user-a").fetch(request)`).
+// hearth names the bindings in HEARTH_SERVICES and HEARTH_DISPATCH
+// (comma-separated); the runtime's own HEARTH_* entries are not in `env`.
+//
 // Module state (globals, caches) persists between requests, as in workerd.
 // Bodies are buffered, not streamed, both ways.
 
@@ -36,6 +56,7 @@ import {
   OutgoingResponse,
   ResponseOutparam,
 } from 'wasi:http/types@0.2.10';
+import { getEnvironment } from 'wasi:cli/environment@0.2.10';
 
 const symbolDispose = Symbol.dispose || Symbol.for('dispose');
 
@@ -106,7 +127,13 @@ const METHODS = {
   patch: 'PATCH',
 };
 
-// Headers the host sets itself (wasi:http refuses them in a response).
+// One of each for every instance: constructing them per request is work
+// for the interpreter (no JIT in this engine, see docs/js-reuse.md).
+const utf8 = new TextEncoder();
+const text = new TextDecoder();
+
+// Headers the host sets itself (wasi:http refuses them in a response or
+// an outgoing request).
 const HOP_BY_HOP = new Set([
   'connection',
   'keep-alive',
@@ -152,13 +179,17 @@ function toRequest(incoming) {
   const proto = scheme && scheme.tag === 'HTTPS' ? 'https' : 'http';
   const authority = incoming.authority() || 'localhost';
   const url = `${proto}://${authority}${incoming.pathWithQuery() || '/'}`;
-  const headers = new Headers();
   const fields = incoming.headers();
-  const text = new TextDecoder();
-  for (const [name, value] of fields.entries()) {
-    headers.append(name, text.decode(value));
-  }
+  const entries = fields.entries();
   drop(fields);
+  // Indexed loops, not `for…of` with destructuring: the interpreter runs
+  // the iterator protocol op by op.
+  const pairs = new Array(entries.length);
+  for (let i = 0; i < entries.length; i++) {
+    const e = entries[i];
+    pairs[i] = [e[0], text.decode(e[1])];
+  }
+  const headers = new Headers(pairs);
   const init = { method, headers };
   if (method !== 'GET' && method !== 'HEAD') {
     init.body = readBody(incoming);
@@ -167,15 +198,18 @@ function toRequest(incoming) {
 }
 
 function respond(outparam, status, headers, bytes) {
-  const utf8 = new TextEncoder();
   const list = [];
-  for (const [name, value] of headers) {
+  for (const pair of headers) {
+    const name = pair[0];
     if (!HOP_BY_HOP.has(name)) {
-      list.push([name, utf8.encode(value)]);
+      list.push([name, utf8.encode(pair[1])]);
     }
   }
   const response = new OutgoingResponse(Fields.fromList(list));
-  response.setStatusCode(status);
+  // 200 is what a new outgoing-response has: one host call fewer.
+  if (status !== 200) {
+    response.setStatusCode(status);
+  }
   const body = response.body();
   ResponseOutparam.set(outparam, { tag: 'ok', val: response });
   const stream = body.write();
@@ -186,11 +220,99 @@ function respond(outparam, status, headers, bytes) {
   OutgoingBody.finish(body, undefined);
 }
 
+/** The key a binding named `name` also has in `env`: AUTH for auth. */
+function bindingKey(name) {
+  return name.toUpperCase().replace(/-/g, '_');
+}
+
+/**
+ * A binding's `fetch`: `input` and `init` as for the global `fetch`; the
+ * request is sent to `host` (a `.internal` name) with its method, path,
+ * query, headers and body. A relative URL (`/check`) is taken as a path.
+ */
+function fetcherFor(host) {
+  return {
+    async fetch(input, init) {
+      if (typeof input === 'string' && !/^[a-z][a-z0-9+.-]*:/i.test(input)) {
+        input = `http://${host}${input.startsWith('/') ? '' : '/'}${input}`;
+      }
+      const request = new Request(input, init);
+      const url = new URL(request.url);
+      const method = request.method;
+      const body =
+        method === 'GET' || method === 'HEAD' ? undefined : await request.arrayBuffer();
+      // Host and hop-by-hop headers are the host's to set (wasi:http
+      // refuses them in a request the guest makes).
+      const headers = new Headers();
+      for (const [name, value] of request.headers) {
+        if (!HOP_BY_HOP.has(name)) {
+          headers.append(name, value);
+        }
+      }
+      return fetch(`http://${host}${url.pathname}${url.search}`, { method, headers, body });
+    },
+  };
+}
+
+function namesIn(value) {
+  return value.split(',').filter((name) => name.length > 0);
+}
+
+let cachedEnv = null;
+
+/**
+ * The Worker's `env`, read from the instance's environment on first use
+ * (see the top of this file).
+ */
+function workerEnv(base) {
+  if (cachedEnv) {
+    return cachedEnv;
+  }
+  const env = { ...base };
+  const add = (name, value) => {
+    env[name] = value;
+    const key = bindingKey(name);
+    if (!(key in env)) {
+      env[key] = value;
+    }
+  };
+  let services = [];
+  let namespaces = [];
+  for (const [name, value] of getEnvironment()) {
+    if (name === 'HEARTH_SERVICES') {
+      services = namesIn(value);
+    } else if (name === 'HEARTH_DISPATCH') {
+      namespaces = namesIn(value);
+    } else if (!name.startsWith('HEARTH_')) {
+      env[name] = value;
+    }
+  }
+  for (const name of services) {
+    add(name, fetcherFor(`${name}.internal`));
+  }
+  for (const ns of namespaces) {
+    add(ns, {
+      get(worker) {
+        return fetcherFor(`${worker}.${ns}.dispatch.internal`);
+      },
+    });
+  }
+  cachedEnv = env;
+  return env;
+}
+
 /**
  * The `wasi:http/incoming-handler` export for `worker` (a module's default
- * export with a `fetch` method), given `env` as the Worker's environment.
+ * export with a `fetch` method). `env` is the Worker's vars, secrets and
+ * bindings (see the top of this file), over the entries of `base`.
  */
-export function incomingHandlerFor(worker, env = {}) {
+export function incomingHandlerFor(worker, base = {}) {
+  if (!worker || typeof worker.fetch !== 'function') {
+    throw new TypeError(
+      'the Worker has no default export with a fetch method: ' +
+        'write `export default { async fetch(request, env, ctx) { ... } }`',
+    );
+  }
   return {
     async handle(incoming, outparam) {
       const waits = [];
@@ -201,12 +323,12 @@ export function incomingHandlerFor(worker, env = {}) {
         passThroughOnException() {},
       };
       let failure = null;
-      let status = 500;
-      let headers = new Headers({ 'content-type': 'text/plain' });
-      let bytes = new TextEncoder().encode('Internal Server Error');
+      let status;
+      let headers;
+      let bytes;
       try {
         const request = toRequest(incoming);
-        const response = await worker.fetch(request, env, ctx);
+        const response = await worker.fetch(request, workerEnv(base), ctx);
         if (!(response instanceof Response)) {
           throw new TypeError('fetch() did not return a Response');
         }
@@ -216,10 +338,15 @@ export function incomingHandlerFor(worker, env = {}) {
       } catch (e) {
         failure = e;
         console.error(`Worker fetch failed: ${e && e.stack ? e.stack : e}`);
+        status = 500;
+        headers = new Headers({ 'content-type': 'text/plain' });
+        bytes = utf8.encode('Internal Server Error');
       }
       drop(incoming);
       respond(outparam, status, headers, bytes);
-      await Promise.allSettled(waits);
+      if (waits.length > 0) {
+        await Promise.allSettled(waits);
+      }
       for (const id of timers) {
         realClearTimeout(id);
         realClearInterval(id);

@@ -1,0 +1,290 @@
+//! `hearth tail SCRIPT`: a Worker's requests on every node, live, until
+//! Ctrl-C.
+//!
+//! Each node streams only the requests it serves (`GET
+//! /v1/scripts/{id}/tail`, see `hearth::live_tail`), so the cluster's tail
+//! is gathered here: one stream per `--admin` URL, merged as they arrive.
+//! Each node's `GET /v1/ring` names it and lists the members; a member no
+//! `--admin` URL reaches is named on stderr once (its requests are not
+//! shown). A node whose stream ends (it stopped, or drained) is said so on
+//! stderr, and the others keep streaming.
+
+use std::collections::BTreeSet;
+use std::io::Write as _;
+
+use anyhow::{Context, bail};
+
+use hearth_admin_client::{RequestEvent, TailItem, TailQuery};
+
+/// `hearth tail`'s flags.
+#[derive(clap::Args)]
+pub(crate) struct TailArgs {
+    /// The Worker to watch.
+    script: String,
+    /// Admin URL of a node, e.g. http://127.0.0.1:8081; repeat it for
+    /// each node of the cluster.
+    #[arg(long, required = true)]
+    admin: Vec<String>,
+    /// Admin token (default: $HEARTH_ADMIN_TOKEN).
+    #[arg(long, env = "HEARTH_ADMIN_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    #[command(flatten)]
+    tls: crate::AdminTlsArgs,
+    /// Only requests that ended so: 2xx, 4xx, 5xx, a status (404), ok (no
+    /// exception) or error (an exception or a 5xx).
+    #[arg(long)]
+    status: Option<String>,
+    /// The fraction of matching requests to show, in (0, 1]. Nodes also
+    /// sample on their own past ~100 requests/s; the rate in effect is shown.
+    #[arg(long)]
+    sample: Option<f64>,
+    /// `pretty` (a line per request, its logs indented) or `json` (one
+    /// JSON object per line).
+    #[arg(long, value_enum, default_value_t = Format::Pretty)]
+    format: Format,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    Pretty,
+    Json,
+}
+
+/// What one node's stream task tells the printer.
+enum News {
+    Item(String, TailItem),
+    Ended(String, String),
+}
+
+/// Streams the Worker's requests from every node given until Ctrl-C.
+pub(crate) async fn run(args: TailArgs) -> anyhow::Result<()> {
+    let token = args
+        .token
+        .clone()
+        .context("tailing a Worker needs the admin token: --token or HEARTH_ADMIN_TOKEN")?;
+    if let Some(s) = args.sample
+        && !(s > 0.0 && s <= 1.0)
+    {
+        bail!("--sample {s}: expected a fraction in (0, 1], e.g. 0.1");
+    }
+    let query = TailQuery {
+        status: args.status.clone(),
+        sample: args.sample,
+    };
+    // Caught from the start (not at the first wait), so a Ctrl-C at any
+    // point ends the tail cleanly.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("cannot catch SIGINT")?;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<News>(1024);
+    let mut tailed = BTreeSet::new();
+    let mut members = BTreeSet::new();
+    for url in &args.admin {
+        let admin = args.tls.client(url, token.clone())?;
+        let view = admin
+            .ring(None)
+            .await
+            .with_context(|| format!("asking {url} for its node ID"))?;
+        members.extend(view.members.iter().map(|m| m.id.clone()));
+        // Open every stream before the first event prints: a refusal
+        // (bad filter, wrong token) stops here.
+        let stream = admin
+            .tail(&args.script, &query)
+            .await
+            .with_context(|| format!("tailing {} on {}", args.script, view.node))?;
+        tailed.insert(view.node.clone());
+        tokio::spawn(follow(view.node, stream, tx.clone()));
+    }
+    drop(tx);
+    let missing: Vec<&String> = members.difference(&tailed).collect();
+    if !missing.is_empty() {
+        eprintln!(
+            "not tailed (give their --admin URLs too): {}",
+            missing
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    eprintln!(
+        "tailing {} on {} (Ctrl-C to stop)",
+        args.script,
+        tailed.iter().cloned().collect::<Vec<_>>().join(", ")
+    );
+    let mut open = tailed.len();
+    let mut printer = Printer {
+        format: args.format,
+        rate: Default::default(),
+        dropped: Default::default(),
+    };
+    loop {
+        let news = tokio::select! {
+            _ = interrupt.recv() => return Ok(()),
+            n = rx.recv() => n,
+        };
+        match news {
+            Some(News::Item(node, item)) => {
+                if printer.item(&node, item).is_err() {
+                    // Whoever read our output went away (a closed pipe).
+                    return Ok(());
+                }
+            }
+            Some(News::Ended(node, why)) => {
+                open -= 1;
+                eprintln!("{node}: tail ended ({why}); {open} node(s) still tailed");
+                if open == 0 {
+                    bail!("every node's tail ended");
+                }
+            }
+            None => bail!("every node's tail ended"),
+        }
+    }
+}
+
+/// Reads one node's stream to its end, passing on what it says.
+async fn follow(
+    node: String,
+    mut stream: hearth_admin_client::TailStream,
+    tx: tokio::sync::mpsc::Sender<News>,
+) {
+    let why = loop {
+        match stream.next().await {
+            Some(Ok(item)) => {
+                if tx.send(News::Item(node.clone(), item)).await.is_err() {
+                    return;
+                }
+            }
+            Some(Err(e)) => break e.to_string(),
+            None => break "the node closed the stream".to_string(),
+        }
+    };
+    let _ = tx.send(News::Ended(node, why)).await;
+}
+
+struct Printer {
+    format: Format,
+    /// The sampling rate each node said last (a change is shown).
+    rate: std::collections::HashMap<String, f64>,
+    /// Events each node said it dropped so far.
+    dropped: std::collections::HashMap<String, u64>,
+}
+
+impl Printer {
+    fn item(&mut self, node: &str, item: TailItem) -> std::io::Result<()> {
+        match item {
+            TailItem::Event(e) => {
+                self.dropped_now(node, e.dropped);
+                self.event(&e)
+            }
+            TailItem::Keepalive { dropped } => {
+                self.dropped_now(node, dropped);
+                Ok(())
+            }
+            TailItem::Comment(_) => Ok(()),
+        }
+    }
+
+    /// Says on stderr when a node dropped events for us since last time.
+    fn dropped_now(&mut self, node: &str, dropped: u64) {
+        let seen = self.dropped.entry(node.to_string()).or_default();
+        if dropped > *seen {
+            eprintln!(
+                "{node}: {} event(s) dropped (this tail read too slowly)",
+                dropped - *seen
+            );
+            *seen = dropped;
+        }
+    }
+
+    fn event(&mut self, e: &RequestEvent) -> std::io::Result<()> {
+        let mut out = std::io::stdout().lock();
+        if self.format == Format::Json {
+            let line = serde_json::to_string(e).map_err(std::io::Error::other)?;
+            writeln!(out, "{line}")?;
+            return out.flush();
+        }
+        let last = self.rate.entry(e.node.clone()).or_insert(1.0);
+        if (e.sample_rate - *last).abs() > 1e-6 {
+            *last = e.sample_rate;
+            writeln!(
+                out,
+                "({}: sampling, {} of matching requests shown)",
+                e.node,
+                percent(e.sample_rate)
+            )?;
+        }
+        writeln!(out, "{}", headline(e))?;
+        for t in &e.events {
+            if t.kind != "outcome" {
+                writeln!(out, "    {}: {}", t.kind, t.message)?;
+            }
+        }
+        out.flush()
+    }
+}
+
+/// `17:40:01.123 node-1 200 GET http://x/ cpu 0.41 ms wall 1.20 ms ok`.
+fn headline(e: &RequestEvent) -> String {
+    let mut line = format!(
+        "{} {} {} {} {} cpu {:.2} ms wall {:.2} ms {}",
+        clock(e.timestamp_unix_ms),
+        e.node,
+        e.status,
+        e.method,
+        e.url,
+        e.cpu_ms,
+        e.wall_ms,
+        e.outcome
+    );
+    if e.sample_rate < 1.0 {
+        line.push_str(&format!(" [sampled {}]", percent(e.sample_rate)));
+    }
+    line
+}
+
+/// `HH:MM:SS.mmm` (UTC) of a Unix time in milliseconds.
+fn clock(ms: u64) -> String {
+    let day = (ms / 1000) % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        day / 3600,
+        day / 60 % 60,
+        day % 60,
+        ms % 1000
+    )
+}
+
+fn percent(rate: f64) -> String {
+    let p = rate * 100.0;
+    if p >= 10.0 {
+        format!("{p:.0}%")
+    } else {
+        format!("{p:.1}%")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_is_one_readable_line() {
+        let e = RequestEvent {
+            script_id: "w".into(),
+            node: "node-2".into(),
+            timestamp_unix_ms: 86_400_000 + 3_723_045,
+            method: "GET".into(),
+            url: "/hi".into(),
+            status: 200,
+            outcome: "ok".into(),
+            cpu_ms: 0.5,
+            wall_ms: 1.25,
+            sample_rate: 0.1,
+            ..RequestEvent::default()
+        };
+        assert_eq!(
+            headline(&e),
+            "01:02:03.045 node-2 200 GET /hi cpu 0.50 ms wall 1.25 ms ok [sampled 10%]"
+        );
+    }
+}

@@ -1,0 +1,372 @@
+//! `hearth build` for JavaScript Workers, driven as a user drives it: the
+//! Hono sample (`sample-workers/js/hono/worker.js`, unchanged) built with
+//! `hearth build`, deployed with `hearth deploy --var … --service …` and
+//! `hearth secret put` on a real `hearth serve`, then its routes, path
+//! parameters, JSON, `env` (a var, a secret, not the runtime's own
+//! entries), a service binding called with `env.AUTH.fetch(request)` and a
+//! dispatch namespace's user Worker with `env.USERS.get(name).fetch(…)`;
+//! and the build's errors (no Node.js, a syntax error, no default export,
+//! no `fetch`), which stop before componentize-js and so take a second.
+//!
+//! Componentizing takes 30-60 s, so the file builds one component, once.
+//! The toolchain is the JS samples' `node_modules` (cargo's build of the
+//! samples installs it, with the same pinned esbuild and componentize-js as
+//! `sdk/js`) through `HEARTH_JS_NODE_MODULES`; without it `hearth build`
+//! installs its own into a cache under the target dir.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hearth");
+const TOKEN: &str = "js-build-test-admin-token-0123456789";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `hearth ARGS` with the JS toolchain set up as the module docs say.
+fn hearth(args: &[&str], cwd: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .current_dir(cwd)
+        .env("HEARTH_ADMIN_TOKEN", TOKEN)
+        .env(
+            "HEARTH_CACHE_DIR",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("hearth-cache"),
+        )
+        .stdin(Stdio::null());
+    let samples = repo().join("sample-workers/js/node_modules");
+    if samples.join("esbuild").is_dir() {
+        cmd.env("HEARTH_JS_NODE_MODULES", samples);
+    } else {
+        cmd.env_remove("HEARTH_JS_NODE_MODULES");
+    }
+    cmd
+}
+
+fn run(mut cmd: Command) -> (bool, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().expect("run hearth");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&stdout),
+        String::from_utf8_lossy(&stderr)
+    );
+    (status.success(), text)
+}
+
+/// Runs `hearth build` on a one-file Worker with `source`; it must fail,
+/// and its output is returned.
+fn build_fails(source: &str) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("worker.js"), source).expect("write worker");
+    let (ok, out) = run(hearth(&["build", "worker.js"], dir.path()));
+    assert!(!ok, "built, but should not have: {out}");
+    assert!(
+        !dir.path().join("worker.wasm").exists(),
+        "a failed build wrote no component"
+    );
+    out
+}
+
+#[test]
+fn build_errors_say_what_is_wrong() {
+    // esbuild's own message: what, where.
+    let out = build_fails(
+        "export default {\n  async fetch(request) {\n    return new Response(;\n  },\n};\n",
+    );
+    assert!(out.contains("worker.js does not build"), "{out}");
+    assert!(out.contains("worker.js:3:"), "esbuild's location: {out}");
+    assert!(out.contains("Unexpected \";\""), "esbuild's message: {out}");
+
+    let out = build_fails("export function fetch() { return new Response('x'); }\n");
+    assert!(out.contains("has no default export"), "{out}");
+    assert!(out.contains("export default { async fetch"), "{out}");
+
+    let out = build_fails("export default { hello() { return 1; } };\n");
+    assert!(out.contains("default export has no fetch method"), "{out}");
+
+    let out = build_fails(
+        "import { nope } from 'not-installed-anywhere';\nexport default { fetch() {} };\n",
+    );
+    assert!(
+        out.contains("Could not resolve \"not-installed-anywhere\""),
+        "{out}"
+    );
+
+    // No node on PATH: said plainly, before anything else.
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("worker.js"),
+        "export default { fetch() {} };\n",
+    )
+    .expect("write worker");
+    let mut cmd = hearth(&["build", "worker.js"], dir.path());
+    cmd.env("PATH", dir.path());
+    let (ok, out) = run(cmd);
+    assert!(!ok, "{out}");
+    assert!(out.contains("needs Node.js"), "{out}");
+}
+
+struct Node {
+    child: Child,
+    http: SocketAddr,
+    admin: String,
+    log: PathBuf,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Node {
+    fn start(dir: &Path) -> Node {
+        let free = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+                .expect("a free port")
+        };
+        let (http, admin) = (free(), free());
+        let cfg = dir.join("node.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "listen = \"127.0.0.1:{http}\"\nadmin = \"127.0.0.1:{admin}\"\nstore = \"{}\"\n\
+                 admin_token = \"{TOKEN}\"\n",
+                dir.join("store").display()
+            ),
+        )
+        .expect("write config");
+        let log = dir.join("node.log");
+        let child = Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(&cfg)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("spawn hearth serve");
+        let node = Node {
+            child,
+            http: ([127, 0, 0, 1], http).into(),
+            admin: format!("http://127.0.0.1:{admin}"),
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(node.http).is_err() {
+            assert!(Instant::now() < deadline, "never listened: {}", node.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        node
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `hearth ARGS` against this node, with `stdin`; it must succeed.
+    fn hearth(&self, args: &[&str], stdin: &str) -> String {
+        let mut cmd = hearth(args, &repo());
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("run hearth");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(stdin.as_bytes())
+            .expect("write stdin");
+        let out = child.wait_with_output().expect("hearth ends");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "hearth {args:?}: {text}");
+        text
+    }
+
+    /// `METHOD path` on Worker `script` with `headers` and `body`: status
+    /// and body.
+    fn send(
+        &self,
+        script: &str,
+        method: &str,
+        path: &str,
+        headers: &str,
+        body: &str,
+    ) -> (u16, String) {
+        use std::io::Read;
+        let mut s = std::net::TcpStream::connect(self.http).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        // HTTP/1.0: the body comes as is, not chunked.
+        write!(
+            s,
+            "{method} {path} HTTP/1.0\r\nHost: {script}.localhost\r\n{headers}\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .expect("write");
+        let mut buf = String::new();
+        s.read_to_string(&mut buf).expect("read");
+        let status = buf
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no status line in {buf:?}; log: {}", self.log()));
+        let body = buf.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        (status, body.to_string())
+    }
+
+    fn get(&self, script: &str, path: &str) -> (u16, String) {
+        self.send(script, "GET", path, "", "")
+    }
+}
+
+/// Parses `body` as JSON, or fails the test showing it.
+fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body:?}"))
+}
+
+#[test]
+fn a_hono_app_builds_unchanged_and_serves_routes_env_and_bindings() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hono = repo().join("sample-workers/js/hono");
+    if !hono.join("node_modules/hono").is_dir() {
+        let status = Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(&hono)
+            .status()
+            .expect("run npm ci for the Hono sample");
+        assert!(status.success(), "npm ci in {}", hono.display());
+    }
+    let wasm = dir.path().join("hono.wasm");
+    let wasm_arg = wasm.to_string_lossy().into_owned();
+    let (ok, out) = run(hearth(&["build", "worker.js", "-o", &wasm_arg], &hono));
+    assert!(ok, "hearth build of the Hono sample: {out}");
+    assert!(wasm.is_file(), "{out}");
+
+    // Deployed into the store before the node starts: compiling the
+    // component takes longer under load than the admin client waits.
+    let store = dir.path().join("store");
+    let store_arg = store.to_string_lossy().into_owned();
+    let deploy = |args: &[&str]| {
+        let mut all = vec!["deploy", "--store", &store_arg, "--plan", "paid"];
+        all.extend_from_slice(args);
+        let (ok, out) = run(hearth(&all, &repo()));
+        assert!(ok, "hearth {all:?}: {out}");
+        out
+    };
+    // The binding's target: the echo sample (request headers back as
+    // x-echo-*, the body back).
+    let echo = hearth_sample_workers::path("echo").expect("the echo sample is built");
+    deploy(&["--name", "auth-echo", &echo.to_string_lossy()]);
+    deploy(&[
+        "--name",
+        "user-echo",
+        "--dispatch-only",
+        &echo.to_string_lossy(),
+    ]);
+    let deployed = deploy(&[
+        "--name",
+        "hono",
+        "--lifecycle",
+        "reuse",
+        "--var",
+        "GREETING=hello there",
+        "--service",
+        "auth=auth-echo",
+        "--dispatch",
+        "users=user-echo",
+        &wasm_arg,
+    ]);
+    assert!(deployed.contains("lifecycle: reuse"), "{deployed}");
+    let node = Node::start(dir.path());
+
+    // Routing, JSON, a path parameter and a query, a JSON body, Hono's 404.
+    let (status, body) = node.get("hono", "/");
+    assert_eq!((status, body.as_str()), (200, "Hello from Hono on hearth!"));
+    let (status, body) = node.get("hono", "/json");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        json(&body),
+        serde_json::json!({"framework": "hono", "ok": true})
+    );
+    let (status, body) = node.get("hono", "/users/42?q=x%20y");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body), serde_json::json!({"id": "42", "q": "x y"}));
+    let (status, body) = node.send(
+        "hono",
+        "POST",
+        "/echo",
+        "Content-Type: application/json\r\n",
+        r#"{"a":[1,2]}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        json(&body),
+        serde_json::json!({"body": {"a": [1, 2]}, "size": 11})
+    );
+    let (status, _) = node.get("hono", "/nowhere");
+    assert_eq!(status, 404);
+
+    // env: the var; the runtime's own entries are not in it.
+    let (status, body) = node.get("hono", "/env/GREETING");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body), serde_json::json!({"value": "hello there"}));
+    for hidden in ["HEARTH_SCRIPT_ID", "HEARTH_SERVICES", "API_KEY"] {
+        let (status, body) = node.get("hono", &format!("/env/{hidden}"));
+        assert_eq!(status, 404, "{hidden}: {body}");
+    }
+
+    // A secret put after the deploy is in env from the next request.
+    let put = node.hearth(
+        &["secret", "--admin", &node.admin, "put", "hono", "API_KEY"],
+        "k-123-secret",
+    );
+    assert!(put.contains("secret API_KEY of hono set"), "{put}");
+    let (status, body) = node.get("hono", "/env/API_KEY");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body), serde_json::json!({"value": "k-123-secret"}));
+
+    // env.AUTH.fetch(request): the bound Worker gets the method, headers
+    // and body, and its answer comes back.
+    let (status, body) = node.send(
+        "hono",
+        "POST",
+        "/auth/check?user=ann",
+        "x-token: t-42\r\n",
+        "ping",
+    );
+    assert_eq!(status, 200, "{body}; log: {}", node.log());
+    let answer = json(&body);
+    assert_eq!(answer["status"], 200, "{body}");
+    assert_eq!(answer["body"], "ping", "{body}");
+    assert_eq!(answer["headers"]["x-echo-x-token"], "t-42", "{body}");
+    assert_eq!(
+        answer["headers"]["x-echo-x-hearth-caller"], "hono",
+        "a nested call from hono: {body}"
+    );
+
+    // env.USERS.get(name).fetch(request): a user Worker of a dispatch
+    // namespace; a name outside it is refused by hearth.
+    let (status, body) = node.send("hono", "PUT", "/dispatch/user-echo/x", "", "pong");
+    assert_eq!(status, 200, "{body}; log: {}", node.log());
+    assert_eq!(
+        json(&body),
+        serde_json::json!({"status": 200, "body": "pong"})
+    );
+    let (status, _) = node.send("hono", "PUT", "/dispatch/auth-echo/x", "", "pong");
+    assert_eq!(status, 500, "auth-echo is not in the namespace");
+}
