@@ -349,3 +349,41 @@ fn vars_secrets_and_logs_on_a_real_node() {
     let log = node.log();
     assert!(!log.contains(SECRET), "the node log holds the secret");
 }
+
+/// A Python Worker (componentize-py) sees its vars and secrets in
+/// `os.environ`: the sample refreshes it from `wasi:cli/environment` on an
+/// instance's first request, since componentize-py built the module's
+/// top level (and its `os.environ`) on the build machine.
+#[test]
+fn a_python_worker_reads_its_vars_and_secrets_in_os_environ() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Node::start(dir.path());
+    node.deploy(
+        "python",
+        &["--plan", "paid", "--var", "API_BASE=https://origin.test/v1"],
+    )
+    .expect("deploy python");
+    let env = |body: &str| -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_str(body).expect("JSON");
+        v["env"].clone()
+    };
+    let body = node.worker("python", "/?env=API_BASE,API_KEY");
+    assert_eq!(
+        env(&body),
+        serde_json::json!({"API_BASE": "https://origin.test/v1", "API_KEY": null}),
+        "{body}"
+    );
+    node.secret(&["put", "python", "API_KEY"], &format!("{SECRET}\n"))
+        .expect("secret put");
+    let body = node.worker("python", "/?env=API_BASE,API_KEY,HOME");
+    assert_eq!(
+        env(&body),
+        serde_json::json!({
+            "API_BASE": "https://origin.test/v1",
+            "API_KEY": SECRET,
+            // Nothing of the build machine's environment is left.
+            "HOME": null,
+        }),
+        "{body}"
+    );
+}

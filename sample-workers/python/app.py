@@ -14,15 +14,24 @@ Fetch API Headers does); `body` is the request body decoded as UTF-8
 (malformed bytes become U+FFFD) and `bodyLength` its length in bytes. Like
 the JS Worker, a GET or HEAD request's body is not read.
 
+With `?env=NAME,NAME2` the JSON also has `"env": {"NAME": value-or-null}`:
+the Worker's vars and secrets as `os.environ` holds them. componentize-py
+runs the module's top level when it builds the component, so `os.environ`
+is the build machine's until the first request refreshes it from
+wasi:cli/environment (`refresh_environ`): a deploy or a secret change
+starts new instances, so one read per instance is a read at request time.
+
 The handler is synchronous: it uses the blocking wasi:io stream calls, so it
 needs no asyncio event loop.
 """
 
 import json
+import os
+from urllib.parse import parse_qs, urlsplit
 
 from componentize_py_types import Err, Ok
 from wit_world import exports
-from wit_world.imports import streams, types
+from wit_world.imports import environment, streams, types
 
 # Largest chunk asked for per blocking_read of the request body.
 READ_CHUNK = 64 * 1024
@@ -63,6 +72,19 @@ def read_body(request: types.IncomingRequest) -> bytes:
     return b"".join(chunks)
 
 
+_environ_loaded = False
+
+
+def refresh_environ() -> None:
+    """Makes `os.environ` this instance's environment (once per instance)."""
+    global _environ_loaded
+    if _environ_loaded:
+        return
+    os.environ.clear()
+    os.environ.update(dict(environment.get_environment()))
+    _environ_loaded = True
+
+
 def describe(request: types.IncomingRequest) -> dict:
     method = method_name(request.method())
     headers: dict = {}
@@ -72,15 +94,22 @@ def describe(request: types.IncomingRequest) -> dict:
             text = value.decode("utf-8", errors="replace")
             headers[name] = f"{headers[name]}, {text}" if name in headers else text
     body = b"" if method in ("GET", "HEAD") else read_body(request)
-    return {
+    path = request.path_with_query() or "/"
+    answer = {
         "worker": "python",
         "method": method,
-        "path": request.path_with_query() or "/",
+        "path": path,
         # Sorted by name, as the JS Worker's Headers iterates them.
         "headers": dict(sorted(headers.items())),
         "body": body.decode("utf-8", errors="replace"),
         "bodyLength": len(body),
     }
+    wanted = parse_qs(urlsplit(path).query).get("env")
+    if wanted:
+        refresh_environ()
+        names = [n for n in ",".join(wanted).split(",") if n]
+        answer["env"] = {name: os.environ.get(name) for name in names}
+    return answer
 
 
 def respond(response_out: types.ResponseOutparam, status: int, content_type: str, payload: bytes) -> None:
