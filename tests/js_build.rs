@@ -129,7 +129,7 @@ impl Drop for Node {
 }
 
 impl Node {
-    fn start(dir: &Path) -> Node {
+    fn start(dir: &Path, extra_config: &str) -> Node {
         let free = || {
             std::net::TcpListener::bind("127.0.0.1:0")
                 .and_then(|l| l.local_addr())
@@ -142,7 +142,7 @@ impl Node {
             &cfg,
             format!(
                 "listen = \"127.0.0.1:{http}\"\nadmin = \"127.0.0.1:{admin}\"\nstore = \"{}\"\n\
-                 admin_token = \"{TOKEN}\"\n",
+                 admin_token = \"{TOKEN}\"\n{extra_config}",
                 dir.join("store").display()
             ),
         )
@@ -251,6 +251,33 @@ fn a_hono_app_builds_unchanged_and_serves_routes_env_and_bindings() {
             .expect("run npm ci for the Hono sample");
         assert!(status.success(), "npm ci in {}", hono.display());
     }
+    // The origin the Worker proxies to (GET /origin/…): it answers with the
+    // request line and the Authorization header it got.
+    let origin = std::net::TcpListener::bind("127.0.0.1:0").expect("origin");
+    let origin_url = format!("http://{}", origin.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        use std::io::{BufRead, BufReader, Write};
+        for stream in origin.incoming().flatten() {
+            let mut reader = BufReader::new(stream);
+            let mut head = Vec::new();
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                head.push(line.trim_end().to_string());
+                line.clear();
+            }
+            let auth = head
+                .iter()
+                .find_map(|h| h.strip_prefix("authorization: "))
+                .unwrap_or("-");
+            let body = format!("{} auth={auth}", head.first().map_or("", String::as_str));
+            let _ = write!(
+                reader.get_mut(),
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
+                 connection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
     let wasm = dir.path().join("hono.wasm");
     let wasm_arg = wasm.to_string_lossy().into_owned();
     let (ok, out) = run(hearth(&["build", "worker.js", "-o", &wasm_arg], &hono));
@@ -289,10 +316,15 @@ fn a_hono_app_builds_unchanged_and_serves_routes_env_and_bindings() {
         "auth=auth-echo",
         "--dispatch",
         "users=user-echo",
+        "--var",
+        &format!("ORIGIN={origin_url}"),
+        "--allow-host",
+        &origin_url,
         &wasm_arg,
     ]);
     assert!(deployed.contains("lifecycle: reuse"), "{deployed}");
-    let node = Node::start(dir.path());
+    // The origin is on loopback, which egress refuses unless allowed.
+    let node = Node::start(dir.path(), "[egress]\nallow_private_addresses = true\n");
 
     // Routing, JSON, a path parameter and a query, a JSON body, Hono's 404.
     let (status, body) = node.get("hono", "/");
@@ -339,6 +371,15 @@ fn a_hono_app_builds_unchanged_and_serves_routes_env_and_bindings() {
     let (status, body) = node.get("hono", "/env/API_KEY");
     assert_eq!(status, 200, "{body}");
     assert_eq!(json(&body), serde_json::json!({"value": "k-123-secret"}));
+
+    // The README's example: proxying to an origin on the allow-list with
+    // the secret as a header.
+    let (status, body) = node.get("hono", "/origin/v1/items?page=2");
+    assert_eq!(status, 200, "{body}; log: {}", node.log());
+    assert_eq!(
+        body,
+        "GET /v1/items?page=2 HTTP/1.1 auth=Bearer k-123-secret"
+    );
 
     // env.AUTH.fetch(request): the bound Worker gets the method, headers
     // and body, and its answer comes back.

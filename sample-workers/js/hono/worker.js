@@ -13,6 +13,10 @@
 //   ANY  /dispatch/:worker/*
 //                          passes the request to user Worker `worker` of
 //                          dispatch namespace USERS (env.USERS.get(worker))
+//   GET  /origin/*         proxies to the origin in the var ORIGIN (the
+//                          rest of the path and the query), adding the
+//                          secret API_KEY as a bearer token: the origin
+//                          must be on the Worker's allow-list
 //   anything else          Hono's 404
 import { Hono } from 'hono';
 
@@ -57,6 +61,18 @@ app.all('/dispatch/:worker/*', async (c) => {
   }
   const answer = await c.env.USERS.get(c.req.param('worker')).fetch(c.req.raw);
   return c.json({ status: answer.status, body: await answer.text() });
+});
+
+app.get('/origin/*', async (c) => {
+  const url = new URL(c.req.url);
+  const path = url.pathname.slice('/origin'.length) || '/';
+  const answer = await fetch(`${c.env.ORIGIN}${path}${url.search}`, {
+    headers: { authorization: `Bearer ${c.env.API_KEY}` },
+  });
+  return new Response(answer.body, {
+    status: answer.status,
+    headers: { 'content-type': answer.headers.get('content-type') ?? 'text/plain' },
+  });
 });
 
 export default app;
