@@ -13,7 +13,7 @@
 //! | GET    | `/v1/scripts/{id}/versions`   | `id`'s versions, its current deployment, and this node's per-version counts during a split ([`hearth_runtime::versions`]) |
 //! | PUT    | `/v1/scripts/{id}/deployment` | make the body (JSON `{"split":[{"version":7,"percent":10},{"version":6,"percent":90}]}`) `id`'s deployment, and tell every member |
 //! | POST   | `/v1/scripts/{id}/rollback?version=N` | roll `id` back to version `N` (default: the one before the current) at 100%, and tell every member |
-//! | GET    | `/v1/scripts/{id}/tail?status=5xx&sample=0.1` | `id`'s requests on this node as they finish: server-sent events, one JSON event per `data:` line ([`crate::live_tail`]) |
+//! | GET    | `/v1/scripts/{id}/tail?status=5xx&sample=0.1&scope=cluster` | `id`'s requests as they finish on every member (`scope=node`: on this node only): server-sent events, one JSON event per `data:` line ([`crate::live_tail`]) |
 //! | GET    | `/v1/stats`                   | runtime counters (JSON)        |
 //! | GET    | `/v1/ring?script={id}`        | the ring as this node sees it, and `id`'s home and successors ([`RingView`]) |
 //! | GET    | `/metrics`                    | Prometheus metrics             |
@@ -184,6 +184,7 @@ pub async fn handle(
             &id,
             query_param(&query, "status"),
             query_param(&query, "sample"),
+            query_param(&query, "scope"),
         ),
         Endpoint::Secrets(id) => match node.runtime().secret_names(&id).await {
             Ok(names) => json(

@@ -259,6 +259,34 @@ impl HostedWorkers for NodeWorkers {
         })
     }
 
+    /// This node's live tail of `script_id` for a peer that gathers the
+    /// cluster's ([`crate::live_tail`]).
+    fn tail(
+        &self,
+        script_id: &str,
+        status: &str,
+        sample: f64,
+    ) -> Result<futures::stream::BoxStream<'static, String>, String> {
+        use hearth_runtime::live_tail::StatusFilter;
+        let filter = if status.is_empty() {
+            StatusFilter::default()
+        } else {
+            status.parse::<StatusFilter>().map_err(|e| e.to_string())?
+        };
+        if !(sample > 0.0 && sample <= 1.0) {
+            return Err(format!("sample rate {sample} is not in (0, 1]"));
+        }
+        let sub = self
+            .0
+            .runtime
+            .live_tail()
+            .subscribe(script_id, filter, sample);
+        let node = Node {
+            state: self.0.clone(),
+        };
+        Ok(crate::live_tail::for_peer(node, sub))
+    }
+
     /// Drops the warm copy here unless this node is the Worker's home.
     fn hand_back(&self, script_id: &str) -> bool {
         let Some(link) = self.0.link.get() else {

@@ -78,13 +78,17 @@ async fn each_nodes_requests_stream_with_their_logs_filtered_and_never_blocked()
         Some(http::StatusCode::BAD_REQUEST)
     );
 
-    // A request served on each node shows on that node's stream, with
-    // the lines the Worker wrote.
+    // A request served on each node shows on that node's own stream
+    // (scope=node), with the lines the Worker wrote.
+    let own = TailQuery {
+        node_only: true,
+        ..TailQuery::default()
+    };
     let mut streams = Vec::new();
     for i in 0..2 {
         streams.push(
             admin(&c, i, c.token())
-                .tail("chatty", &all)
+                .tail("chatty", &own)
                 .await
                 .expect("tail"),
         );
@@ -266,4 +270,69 @@ async fn hearth_tail_merges_every_node_until_ctrl_c() {
     assert!(status.success(), "{status}");
     let rest: Vec<String> = err.try_iter().collect();
     assert!(!rest.iter().any(|l| l.contains("panicked")), "{rest:?}");
+}
+
+/// Waits until `node`'s hub has a watcher of `script` (a gathering peer's
+/// subscription is set up over RPC, after the stream opened).
+async fn watched(c: &TestCluster, node: usize, script: &str) {
+    let hub = c.node(node).node.runtime().live_tail().clone();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !hub.wants(script) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the peer's tail subscribed within 5 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hearth_tail_on_one_node_shows_what_every_node_served() {
+    let c = cluster().await;
+    c.deploy("chatty", Plan::Free, sample("chatty"))
+        .await
+        .expect("deploy");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["tail", "chatty", "--format", "json"])
+        .args(["--admin", &format!("http://{}", c.node(0).admin_addr)])
+        .env("HEARTH_ADMIN_TOKEN", c.token())
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run hearth tail");
+    let out = lines(child.stdout.take().expect("stdout"));
+    let err = lines(child.stderr.take().expect("stderr"));
+    wait_line(&err, "saying it tails the cluster", |l| {
+        l.starts_with("tailing chatty on node-1, node-2")
+    });
+    watched(&c, 1, "chatty").await;
+
+    // Served by node-2, shown by node-1's stream; then one of node-1's.
+    for (i, bytes) in [(1, 3), (0, 1)] {
+        let r = c
+            .get(i, "chatty", &format!("/?lines=1&bytes={bytes}"))
+            .await
+            .expect("request");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("x-hearth-node"), c.node(i).node.id());
+        let line = wait_line(&out, "with an event", |_| true);
+        let e: RequestEvent = serde_json::from_str(&line).expect("a JSON event per line");
+        assert_eq!(e.node, c.node(i).node.id(), "{line}");
+        assert_eq!(e.events[0].message, format!("0 {}", "x".repeat(bytes)));
+    }
+
+    // Ctrl-C ends it, and node-2 drops its part of the tail (at its next
+    // keepalive at the latest).
+    // SAFETY: kill(2) on our own child's PID, with a valid signal.
+    let rc = unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    assert_eq!(rc, 0);
+    assert!(child.wait().expect("exits").success());
+    let hub = c.node(1).node.runtime().live_tail().clone();
+    tokio::time::timeout(Duration::from_secs(15), async {
+        while hub.subscribers() > 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("node-2's part of the tail ended after the reader left");
 }

@@ -192,6 +192,21 @@ interface ShardServer {
   # so requests go to the home again (after a crashed home has rejoined).
   # The home keeps its copy. Returns whether a copy was dropped.
   handBack @4 (scriptId :Text) -> (dropped :Bool);
+
+  # A live tail of `scriptId` on this member (what `hearth tail` shows):
+  # each request of it that finishes here, filtered by `status` (as the
+  # admin API's `status=`, empty for all) and sampled at `sample` (0..1],
+  # goes to `sink` until the sink fails, the caller finishes the call or
+  # this member drains. Returns then.
+  tail @5 (scriptId :Text, status :Text, sample :Float64, sink :TailSink);
+}
+
+# Where a member's live tail goes (`ShardServer.tail`).
+interface TailSink {
+  # One finished request: a `hearth-trace-event` `RequestEvent` as JSON.
+  # An empty `json` is a keepalive, sent when the member has been quiet for
+  # a while, so a sink whose reader left is found and the tail ended.
+  event @0 (json :Text) -> stream;
 }
 
 # What a home did with a `prewarm`.

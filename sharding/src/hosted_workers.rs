@@ -62,6 +62,22 @@ pub trait HostedWorkers: Send + Sync + 'static {
         let _ = script_id;
         false
     }
+
+    /// A live tail of `script_id` on this node for a peer
+    /// (`ShardServer.tail`): each finished request as the JSON of a
+    /// `RequestEvent`, an empty string as a keepalive when quiet; the
+    /// stream ends when this node drains. `status` is the admin API's
+    /// `status=` filter (empty for all). `Err` says why not (a bad filter,
+    /// or a host that offers no tail, the default).
+    fn tail(
+        &self,
+        script_id: &str,
+        status: &str,
+        sample: f64,
+    ) -> Result<futures::stream::BoxStream<'static, String>, String> {
+        let _ = (script_id, status, sample);
+        Err("this node offers no live tail".to_string())
+    }
 }
 
 /// What a prewarm did (as a home answers `ShardServer.prewarm`).

@@ -281,6 +281,9 @@ enum PeerCall {
     Prewarm(String, oneshot::Sender<Result<PrewarmOutcome, PeerError>>),
     Redeployed(String, String, oneshot::Sender<Result<(), PeerError>>),
     HandBack(String, oneshot::Sender<Result<bool, PeerError>>),
+    /// `ShardServer.tail`: script, status filter, sample rate, and where
+    /// the events go.
+    Tail(String, String, f64, mpsc::Sender<String>),
 }
 
 /// A TCP connection from a peer, before its TLS handshake.
@@ -607,6 +610,31 @@ impl RpcNode {
         .await
     }
 
+    /// Opens `member`'s live tail of `script_id` (`ShardServer.tail`,
+    /// `status` as the admin API's `status=`, empty for all): each request
+    /// of it that finishes there, as the JSON of a `RequestEvent`, until
+    /// either side ends it. Dropping the receiver ends it (the member sees
+    /// that at its next event or keepalive); a member that cannot be
+    /// reached, or drains, ends the receiver.
+    pub fn tail(
+        &self,
+        member: &crate::ring::Member,
+        script_id: &str,
+        status: &str,
+        sample: f64,
+    ) -> mpsc::Receiver<String> {
+        // Room for a burst; beyond it the member's own queue fills and it
+        // counts what it drops (the sink applies back-pressure).
+        let (tx, rx) = mpsc::channel(64);
+        let index = current_thread_of(&self.inner.shared)
+            .unwrap_or_else(|| thread_for(&member.id, self.inner.threads.len()));
+        if let Some(thread) = self.inner.threads.get(index) {
+            let call = PeerCall::Tail(script_id.to_string(), status.to_string(), sample, tx);
+            let _ = thread.send(Command::Peer(member.clone(), call));
+        }
+        rx
+    }
+
     /// Sends the call `make` builds to `member` on the RPC thread that owns
     /// this node's connection to it, and waits up to `limit` for the answer.
     async fn call_peer<T>(
@@ -742,6 +770,63 @@ async fn send_peer_call(state: Rc<ThreadState>, member: crate::ring::Member, cal
         }
         PeerCall::HandBack(id, reply) => {
             let _ = reply.send(send_hand_back(state, member, id).await);
+        }
+        PeerCall::Tail(id, status, sample, tx) => {
+            let peer = member.id.clone();
+            if let Err(e) = send_tail(state, member, id, status, sample, tx).await {
+                tracing::debug!(%peer, error = %e, "a member's live tail ended");
+            }
+        }
+    }
+}
+
+/// Sends `ShardServer.tail` to `member`, its events going to `tx`; returns
+/// when the member ends the tail or `tx`'s receiver is gone.
+async fn send_tail(
+    state: Rc<ThreadState>,
+    member: crate::ring::Member,
+    script_id: String,
+    status: String,
+    sample: f64,
+    tx: mpsc::Sender<String>,
+) -> Result<(), PeerError> {
+    let peer = state.peer(&member).await?;
+    let sink: crate::schema::hearth_capnp::tail_sink::Client =
+        capnp_rpc::new_client(TailSinkServer { tx });
+    let mut request = peer.shard.tail_request();
+    request.get().set_script_id(script_id.as_str());
+    request.get().set_status(status.as_str());
+    request.get().set_sample(sample);
+    request.get().set_sink(sink);
+    request.send().promise.await?;
+    Ok(())
+}
+
+/// The caller's end of a member's live tail: passes each event on, and
+/// fails (which ends the member's tail) once the reader is gone.
+struct TailSinkServer {
+    tx: mpsc::Sender<String>,
+}
+
+impl crate::schema::hearth_capnp::tail_sink::Server for TailSinkServer {
+    fn event(
+        self: capnp::capability::Rc<Self>,
+        params: crate::schema::hearth_capnp::tail_sink::EventParams,
+    ) -> impl std::future::Future<Output = Result<(), capnp::Error>> + 'static {
+        let json = params.get().and_then(|p| {
+            p.get_json()?
+                .to_string()
+                .map_err(|_| capnp::Error::failed("tail event is not UTF-8".into()))
+        });
+        let tx = self.tx.clone();
+        async move {
+            let json = json?;
+            let gone = || capnp::Error::failed("the tail's reader is gone".into());
+            if json.is_empty() {
+                // A keepalive: only whether anyone still reads.
+                return if tx.is_closed() { Err(gone()) } else { Ok(()) };
+            }
+            tx.send(json).await.map_err(|_| gone())
         }
     }
 }

@@ -23,6 +23,11 @@
 //! The context stack that came with the request is rebuilt as native
 //! structs and handed to the Worker in the request's extensions.
 //!
+//! Besides requests, a member may ask for a node's live tail of a Worker
+//! (`tail`, what `hearth tail` shows when one node gathers the cluster's):
+//! the events go to the caller's `TailSink` until it fails or the node
+//! drains ([`crate::hosted_workers::HostedWorkers::tail`]).
+//!
 //! Everything a peer sends is checked (sizes, UTF-8, heads); a bad call
 //! fails that call, never the node.
 
@@ -269,6 +274,39 @@ impl shard_server::Server for ShardServerImpl {
             .and_then(|p| read_script_id(p.get_script_id()?))
             .map(|id| self.shared.host.workers.hand_back(&id));
         std::future::ready(dropped.map(|d| results.get().set_dropped(d)))
+    }
+
+    /// Streams this node's live tail of a Worker into the caller's sink
+    /// until the sink fails (its reader left), the caller finishes the
+    /// call, or this node drains (the tail ends).
+    fn tail(
+        self: capnp::capability::Rc<Self>,
+        params: shard_server::TailParams,
+        _results: shard_server::TailResults,
+    ) -> impl Future<Output = Result<(), capnp::Error>> + 'static {
+        let opened = params.get().and_then(|p| {
+            let id = read_script_id(p.get_script_id()?)?;
+            let status = p
+                .get_status()?
+                .to_str()
+                .map_err(|_| capnp::Error::failed("tail status is not UTF-8".into()))?
+                .to_string();
+            Ok((id, status, p.get_sample(), p.get_sink()?))
+        });
+        let host = self.shared.host.workers.clone();
+        async move {
+            use futures::StreamExt;
+            let (id, status, sample, sink) = opened?;
+            let mut events = host
+                .tail(&id, &status, sample)
+                .map_err(capnp::Error::failed)?;
+            while let Some(json) = events.next().await {
+                let mut request = sink.event_request();
+                request.get().set_json(json.as_str());
+                request.send().await?;
+            }
+            Ok(())
+        }
     }
 
     fn dispatch(

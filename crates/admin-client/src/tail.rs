@@ -17,6 +17,9 @@ pub struct TailQuery {
     /// The fraction of matching requests wanted, in `(0, 1]` (all when
     /// `None`).
     pub sample: Option<f64>,
+    /// Only the requests of the node asked (`scope=node`); by default a
+    /// clustered node gathers every member's (`scope=cluster`).
+    pub node_only: bool,
 }
 
 /// One thing a tail stream said.
@@ -63,6 +66,10 @@ impl AdminClient {
         }
         if let Some(r) = q.sample {
             path.push_str(&format!("{sep}sample={r}"));
+            sep = '&';
+        }
+        if q.node_only {
+            path.push_str(&format!("{sep}scope=node"));
         }
         let token = self.token.as_deref().ok_or(AdminError::NoToken)?;
         let req = http::Request::builder()

@@ -1,12 +1,14 @@
 //! `hearth tail SCRIPT`: a Worker's requests on every node, live, until
 //! Ctrl-C.
 //!
-//! Each node streams only the requests it serves (`GET
-//! /v1/scripts/{id}/tail`, see `hearth::live_tail`), so the cluster's tail
-//! is gathered here: one stream per `--admin` URL, merged as they arrive.
-//! Each node's `GET /v1/ring` names it and lists the members; a member no
-//! `--admin` URL reaches is named on stderr once (its requests are not
-//! shown). A node whose stream ends (it stopped, or drained) is said so on
+//! One `--admin` URL is enough: the node asked gathers every member's
+//! requests over the cluster's RPC connections (`GET
+//! /v1/scripts/{id}/tail`, see `hearth::live_tail`), and each event names
+//! the node that served it. Given several URLs, this command asks each node
+//! for its own requests only (`scope=node`) and merges the streams itself;
+//! each node's `GET /v1/ring` names it and lists the members, and a member
+//! no `--admin` URL reaches is named on stderr once (its requests are not
+//! shown). A stream that ends (its node stopped, or drained) is said so on
 //! stderr, and the others keep streaming.
 
 use std::collections::BTreeSet;
@@ -21,8 +23,9 @@ use hearth_admin_client::{RequestEvent, TailItem, TailQuery};
 pub(crate) struct TailArgs {
     /// The Worker to watch.
     script: String,
-    /// Admin URL of a node, e.g. http://127.0.0.1:8081; repeat it for
-    /// each node of the cluster.
+    /// Admin URL of a node, e.g. http://127.0.0.1:8081: it gathers the
+    /// whole cluster's requests. Repeated, each node given streams its own
+    /// and this command merges them.
     #[arg(long, required = true)]
     admin: Vec<String>,
     /// Admin token (default: $HEARTH_ADMIN_TOKEN).
@@ -67,9 +70,11 @@ pub(crate) async fn run(args: TailArgs) -> anyhow::Result<()> {
     {
         bail!("--sample {s}: expected a fraction in (0, 1], e.g. 0.1");
     }
+    let gathered = args.admin.len() == 1;
     let query = TailQuery {
         status: args.status.clone(),
         sample: args.sample,
+        node_only: !gathered,
     };
     // Caught from the start (not at the first wait), so a Ctrl-C at any
     // point ends the tail cleanly.
@@ -96,7 +101,9 @@ pub(crate) async fn run(args: TailArgs) -> anyhow::Result<()> {
     }
     drop(tx);
     let missing: Vec<&String> = members.difference(&tailed).collect();
-    if !missing.is_empty() {
+    if gathered {
+        tailed.extend(members.iter().cloned());
+    } else if !missing.is_empty() {
         eprintln!(
             "not tailed (give their --admin URLs too): {}",
             missing
@@ -111,7 +118,7 @@ pub(crate) async fn run(args: TailArgs) -> anyhow::Result<()> {
         args.script,
         tailed.iter().cloned().collect::<Vec<_>>().join(", ")
     );
-    let mut open = tailed.len();
+    let mut open = args.admin.len();
     let mut printer = Printer {
         format: args.format,
         rate: Default::default(),
@@ -173,7 +180,10 @@ impl Printer {
     fn item(&mut self, node: &str, item: TailItem) -> std::io::Result<()> {
         match item {
             TailItem::Event(e) => {
-                self.dropped_now(node, e.dropped);
+                // A gathered stream carries every member's events, each
+                // with its own node's count.
+                let from = if e.node.is_empty() { node } else { &e.node };
+                self.dropped_now(from, e.dropped);
                 self.event(&e)
             }
             TailItem::Keepalive { dropped } => {
