@@ -290,3 +290,60 @@ async fn a_js_worker_fetches_an_allowed_origin_with_plain_fetch() {
     assert!(v["fetchError"].is_string(), "not on the list: {v}");
     assert_eq!(origin.hits("/hello"), 1);
 }
+
+/// Workers for Platforms: a dispatched user Worker's subrequest goes to the
+/// dispatch Worker's outbound Worker, which may fetch origins on its own
+/// allow-list, and only those. (`fetcher` plays both the user Worker and
+/// the outbound Worker: each takes its URL from its request's query.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbound_worker_fetches_origins_on_its_own_allow_list() {
+    let origin = Origin::start(None).await;
+    let (c, _dir) = node(private_allowed()).await;
+    let mut m = Manifest::default();
+    m.bindings
+        .dispatch
+        .entry("users".into())
+        .or_default()
+        .insert("user-f".into());
+    m.bindings.outbound = Some("out-f".into());
+    c.deploy_manifest("disp", m, sample("dispatcher"))
+        .await
+        .expect("deploy the dispatch Worker");
+    // The user Worker has no allow-list of its own.
+    c.deploy("user-f", Plan::Free, sample("fetcher"))
+        .await
+        .expect("deploy the user Worker");
+    let on_list = allowing(Plan::Free, &[format!("http://{}", origin.addr)]);
+    c.deploy_manifest("out-f", on_list, sample("fetcher"))
+        .await
+        .expect("deploy the outbound Worker");
+    // The user Worker fetches api.example.com/z?fetch=<origin>; its
+    // outbound Worker gets that request and fetches the origin it names.
+    let path = format!(
+        "/user-f/?fetch=http://api.example.com/z?fetch=http://{}/hello",
+        origin.addr
+    );
+    let r = c.get(0, "disp", &path).await.expect("request");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        r.text()
+            .starts_with("dispatcher > 200 200 hello from origin"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(origin.hits("/hello"), 1);
+
+    // Off the outbound Worker's allow-list, its fetch is denied (and the
+    // origin never hit); the user Worker sees the outbound Worker's answer.
+    c.deploy_manifest("out-f", allowing(Plan::Free, &[]), sample("fetcher"))
+        .await
+        .expect("redeploy the outbound Worker");
+    let r = c.get(0, "disp", &path).await.expect("request");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        r.text().starts_with("dispatcher > 200 error"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(origin.hits("/hello"), 1);
+}

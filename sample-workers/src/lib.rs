@@ -49,7 +49,7 @@
 //! | `egress` | an outbound Worker: `"egress saw <method> <host><path> for <caller> (<trust>)"`, 403 under `/blocked` |
 //! | `body-hog` | `/greedy/<n>` or `/fill/<n>`: creates `n` outgoing requests, writes up to 2 MiB into each body, finishes it and never sends it; keeps them in a global (parks host memory in body buffers) |
 //! | `fan-out` | `/<n>?ms=<ms>`: sends `n` requests to binding `next` (`/nap/<ms>`) before awaiting any; `"<ok> ok, <failed> failed"`. `/nap/<ms>` sleeps `ms` and answers `napped`; `?spin=<ms>` calls `/spin/<ms>` instead, which burns `ms` of CPU and answers `spun` |
-//! | `fetcher` | fetches the URL in header `x-fetch` (an origin; reached only if the deploy allows it) `x-fetch-count` times; one line per fetch: `"<status> <body>"`, `"<3xx> location=<url>"` (redirects are not followed) or `"error <why>"` |
+//! | `fetcher` | fetches the URL in header `x-fetch`, else what follows `fetch=` in its query (an origin; reached only if the deploy allows it) `x-fetch-count` times; one line per fetch: `"<status> <body>"`, `"<3xx> location=<url>"` (redirects are not followed) or `"error <why>"` |
 //! | `tail-log` | a tail Worker: keeps each `POST`ed batch of trace events in memory; `GET` answers the count, then one batch per line |
 //! | `chatty` | writes `?lines=N` log lines of `?bytes=B` bytes, then calls binding `next` `?fan=F` times; `?late=MS` starts one call that ends `MS` ms after its answer (events of a traced flow, beyond its bounds and after its end) |
 //! | `config-echo` | `/<NAME>`: `env=<value> config=<value>`, a var or secret read from the environment and from `wasi:config/store` (`-` if unset); `/` lists the names each holds; `?log=TEXT` prints `TEXT` to stdout first |

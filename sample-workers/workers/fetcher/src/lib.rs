@@ -10,8 +10,15 @@
 //! ```
 //!
 //! A 3xx line shows its `location` instead of its body (hearth does not
-//! follow redirects; the Worker sees them). Without `x-fetch` it answers
-//! 400.
+//! follow redirects; the Worker sees them).
+//!
+//! Without `x-fetch`, the URL is whatever follows the first `fetch=` in
+//! the request's query, taken as is to the end (`/?fetch=http://a/b?c=d`
+//! fetches `http://a/b?c=d`): a request made by another Worker, which
+//! sends no headers of the client's, can still name it (the outbound
+//! Worker test: a user Worker's subrequest reaches `fetcher` as its
+//! outbound Worker, which fetches the origin its query names). With
+//! neither it answers 400.
 
 use hearth_sdk::fetch::{self, Request};
 use hearth_sdk::{Guest, IncomingRequest, ResponseOutparam};
@@ -30,8 +37,14 @@ impl Guest for Fetcher {
                 count = value.trim().parse().unwrap_or(1);
             }
         }
+        let url = url.or_else(|| {
+            let path = hearth_sdk::path(&request);
+            let query = path.split_once('?')?.1;
+            let at = query.find("fetch=")?;
+            Some(query[at + "fetch=".len()..].to_string())
+        });
         let Some(url) = url else {
-            let _ = hearth_sdk::respond(out, 400, &[], b"set x-fetch: <url>\n");
+            let _ = hearth_sdk::respond(out, 400, &[], b"set x-fetch: <url>, or ?fetch=<url>\n");
             return;
         };
         let mut body = String::new();
