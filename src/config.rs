@@ -1326,7 +1326,7 @@ impl NodeConfig {
             cfg = cfg.plan_limits(plan, l);
         }
         let e = &self.egress;
-        let mut egress = *cfg.egress_config();
+        let mut egress = cfg.egress_config().clone();
         if let Some(v) = e.allow_private_addresses {
             egress.allow_private_addresses = v;
         }

@@ -98,7 +98,7 @@ async fn node(egress: EgressConfig) -> (TestCluster, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cfg = ClusterConfig::new(1, dir.path());
     cfg.https = false;
-    cfg.runtime = Arc::new(move |c| c.instance_pool_size(16).egress(egress));
+    cfg.runtime = Arc::new(move |c| c.instance_pool_size(16).egress(egress.clone()));
     let c = TestCluster::with_config(cfg, None).await.expect("cluster");
     (c, dir)
 }
@@ -346,4 +346,83 @@ async fn an_outbound_worker_fetches_origins_on_its_own_allow_list() {
         r.text()
     );
     assert_eq!(origin.hits("/hello"), 1);
+}
+
+/// A CA and a `localhost` certificate it signed (DER), with the key.
+fn localhost_cert() -> (
+    rustls::pki_types::CertificateDer<'static>,
+    rustls::pki_types::CertificateDer<'static>,
+    rustls::pki_types::PrivateKeyDer<'static>,
+) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    let ca_key = KeyPair::generate().expect("ca key");
+    let ca_cert = ca.self_signed(&ca_key).expect("ca cert");
+    let leaf_key = KeyPair::generate().expect("leaf key");
+    let leaf = CertificateParams::new(vec!["localhost".to_string()])
+        .expect("leaf params")
+        .signed_by(&leaf_key, &Issuer::new(ca, ca_key))
+        .expect("leaf cert");
+    (
+        ca_cert.der().clone(),
+        leaf.der().clone(),
+        rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
+    )
+}
+
+/// HTTPS to an origin: rustls (ring) verifies its certificate against the
+/// roots, here a private CA given as an extra root; without it, the same
+/// fetch fails (the Mozilla roots do not know that CA).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_origins_are_verified_against_the_roots() {
+    let (ca, leaf, key) = localhost_cert();
+    let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("tls versions")
+    .with_no_client_auth()
+    .with_single_cert(vec![leaf], key)
+    .expect("server cert");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let svc = service_fn(|_req: http::Request<hyper::body::Incoming>| async {
+                    Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                        Bytes::from_static(b"hello over tls"),
+                    )))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    let url = format!("https://localhost:{port}");
+    for (trusted, expect) in [(true, "200 hello over tls"), (false, "error")] {
+        let mut egress = private_allowed();
+        if trusted {
+            egress.extra_roots = vec![ca.clone()];
+        }
+        let (c, _dir) = node(egress).await;
+        c.deploy_manifest(
+            "tls",
+            allowing(Plan::Free, std::slice::from_ref(&url)),
+            sample("fetcher"),
+        )
+        .await
+        .expect("deploy");
+        let got = fetch(&c, "tls", &format!("{url}/x"), 1).await;
+        assert!(got.starts_with(expect), "trusted={trusted}: {got}");
+    }
 }

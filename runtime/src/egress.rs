@@ -349,7 +349,7 @@ fn forbidden_v4(ip: Ipv4Addr) -> Option<&'static str> {
 }
 
 /// A node's egress settings (`[egress]` in its config file).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EgressConfig {
     /// Whether Workers may reach loopback, private, link-local and
     /// metadata addresses (default false; for tests and private origins).
@@ -361,6 +361,10 @@ pub struct EgressConfig {
     pub first_byte_timeout: Duration,
     /// The largest response body a Worker may read from an origin.
     pub max_response_size: u64,
+    /// Certificate authorities trusted besides the Mozilla roots of
+    /// `webpki-roots` (DER), for origins signed by a private CA: an
+    /// embedder's, or a test's own (`tests/egress.rs`). Empty by default.
+    pub extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
 }
 
 impl Default for EgressConfig {
@@ -372,6 +376,7 @@ impl Default for EgressConfig {
             connect_timeout: Duration::from_secs(10),
             first_byte_timeout: Duration::from_secs(30),
             max_response_size: 32 << 20,
+            extra_roots: Vec::new(),
         }
     }
 }
@@ -584,9 +589,17 @@ impl Egress {
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(Some(cfg.connect_timeout));
-        let roots = rustls::RootCertStore {
+        let mut roots = rustls::RootCertStore {
             roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
         };
+        let (added, refused) = roots.add_parsable_certificates(cfg.extra_roots.iter().cloned());
+        if refused > 0 {
+            tracing::warn!(
+                added,
+                refused,
+                "extra egress roots that are not CA certificates were left out"
+            );
+        }
         let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))

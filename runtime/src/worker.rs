@@ -63,7 +63,10 @@ impl NodeShared {
             body_idle: cfg.body_idle_timeout,
             buffer_before_slot: cfg.buffer_before_slot,
             subrequests: cfg.max_concurrent_subrequests,
-            egress: Arc::new(crate::egress::Egress::new(cfg.egress, stats.clone())),
+            egress: Arc::new(crate::egress::Egress::new(
+                cfg.egress.clone(),
+                stats.clone(),
+            )),
             flow_pools: Arc::default(),
             stats,
             secrets_key: crate::secrets::SecretsKey::derive(&cfg.artifact_key),
