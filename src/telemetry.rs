@@ -346,16 +346,7 @@ fn nonzero_u64() -> u64 {
 type ExportClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 fn export_client() -> ExportClient {
-    let roots = rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("the ring provider supports TLS 1.2 and 1.3")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let tls = hearth_runtime::egress::tls_client_config(&[]);
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()

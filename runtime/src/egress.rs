@@ -572,6 +572,30 @@ impl Refused {
     }
 }
 
+/// The TLS settings a node uses to reach servers on the Internet (origins,
+/// and an `https://` telemetry collector): rustls on `ring`, the Mozilla
+/// roots of `webpki-roots`, plus `extra_roots` (CAs of private servers).
+pub fn tls_client_config(
+    extra_roots: &[rustls::pki_types::CertificateDer<'static>],
+) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    let (added, refused) = roots.add_parsable_certificates(extra_roots.iter().cloned());
+    if refused > 0 {
+        tracing::warn!(
+            added,
+            refused,
+            "extra roots that are not CA certificates were left out"
+        );
+    }
+    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("the ring provider supports TLS 1.2 and 1.3")
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}
+
 /// The node's client for origins: one connection pool for every Worker.
 pub(crate) struct Egress {
     client: Client<Connector, Body>,
@@ -589,24 +613,7 @@ impl Egress {
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(Some(cfg.connect_timeout));
-        let mut roots = rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        };
-        let (added, refused) = roots.add_parsable_certificates(cfg.extra_roots.iter().cloned());
-        if refused > 0 {
-            tracing::warn!(
-                added,
-                refused,
-                "extra egress roots that are not CA certificates were left out"
-            );
-        }
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .expect("the ring provider supports TLS 1.2 and 1.3")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        let tls = tls_client_config(&cfg.extra_roots);
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
