@@ -38,12 +38,10 @@ fn hearth(args: &[&str], cwd: &Path) -> Command {
             Path::new(env!("CARGO_TARGET_TMPDIR")).join("hearth-cache"),
         )
         .stdin(Stdio::null());
-    let samples = repo().join("sample-workers/js/node_modules");
-    if samples.join("esbuild").is_dir() {
-        cmd.env("HEARTH_JS_NODE_MODULES", samples);
-    } else {
-        cmd.env_remove("HEARTH_JS_NODE_MODULES");
-    }
+    match hearth::testing::js_toolchain() {
+        Some(modules) => cmd.env("HEARTH_JS_NODE_MODULES", modules),
+        None => cmd.env_remove("HEARTH_JS_NODE_MODULES"),
+    };
     cmd
 }
 
@@ -242,15 +240,7 @@ fn json(body: &str) -> serde_json::Value {
 #[test]
 fn a_hono_app_builds_unchanged_and_serves_routes_env_and_bindings() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let hono = repo().join("sample-workers/js/hono");
-    if !hono.join("node_modules/hono").is_dir() {
-        let status = Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-            .current_dir(&hono)
-            .status()
-            .expect("run npm ci for the Hono sample");
-        assert!(status.success(), "npm ci in {}", hono.display());
-    }
+    let hono = hearth::testing::hono_sample().expect("the Hono sample's node_modules");
     // The origin the Worker proxies to (GET /origin/…): it answers with the
     // request line and the Authorization header it got.
     let origin = std::net::TcpListener::bind("127.0.0.1:0").expect("origin");
