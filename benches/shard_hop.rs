@@ -12,8 +12,9 @@
 //!   sharded alternating, so the cluster's threads are asleep when each
 //!   request arrives. Beside the latencies it prints the cluster's thread
 //!   wake-ups per request (context switches of all its threads, counted
-//!   from `/proc`) and its CPU use while idle, so a change that buys
-//!   latency by spinning shows up.
+//!   from `/proc`, in total and by thread name, as for the 1-connection
+//!   pairs) and its CPU use while idle, so a change that buys latency by
+//!   spinning shows up, and so does a thread a request should not wake.
 //!
 //! ```sh
 //! cargo bench -p hearth --bench shard_hop
@@ -301,6 +302,7 @@ fn main() -> anyhow::Result<()> {
             local.get().await?;
             anyhow::ensure!(sharded.get().await? == "sharded", "not sharded");
         }
+        let before = switches_by_thread(pid);
         for _ in 0..pairs {
             for (row, conn) in one.iter_mut().zip([&mut local, &mut sharded]) {
                 let t = Instant::now();
@@ -310,6 +312,9 @@ fn main() -> anyhow::Result<()> {
                 row.elapsed += d;
             }
         }
+        // Both routes together: the pair's wake-ups, by thread.
+        let mut back_to_back = BTreeMap::new();
+        add_switches(&mut back_to_back, &before, &switches_by_thread(pid));
 
         // Paced: one request every `pace`, alternating routes; the
         // switches and CPU are read between requests, while all is idle.
@@ -406,6 +411,16 @@ fn main() -> anyhow::Result<()> {
                 .collect();
             println!("paced {name}, wake-ups per request by thread: {}", threads.join(", "));
         }
+        let pairs_done = one[0].latencies.len().max(1) as f64;
+        let threads: Vec<String> = back_to_back
+            .iter()
+            .filter(|(_, s)| **s > 0)
+            .map(|(t, s)| format!("{t} {:.2}", *s as f64 / pairs_done))
+            .collect();
+        println!(
+            "1 connection, wake-ups per local + sharded pair by thread: {}",
+            threads.join(", ")
+        );
         println!(
             "paced: the hop adds {:.0} µs p50, {:.0} µs p99; local paced p50 is {:.2}× its back-to-back p50; \
              idle cluster: {idle_cpu} of a core, {idle_switches} wake-ups/s",
