@@ -12,8 +12,9 @@
 //!   sharded alternating, so the cluster's threads are asleep when each
 //!   request arrives. Beside the latencies it prints the cluster's thread
 //!   wake-ups per request (context switches of all its threads, counted
-//!   from `/proc`) and its CPU use while idle, so a change that buys
-//!   latency by spinning shows up.
+//!   from `/proc`, in total and by thread name, as for the 1-connection
+//!   pairs) and its CPU use while idle, so a change that buys latency by
+//!   spinning shows up, and so does a thread a request should not wake.
 //!
 //! ```sh
 //! cargo bench -p hearth --bench shard_hop
@@ -24,6 +25,7 @@
 //! `HEARTH_BENCH_SECONDS` (per phase, 3), `HEARTH_BENCH_ROUNDS` (2),
 //! `HEARTH_BENCH_PACED` (paced pairs, 400), `HEARTH_BENCH_PACE_MS` (5).
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -84,6 +86,8 @@ struct Row {
     cpu: Option<Duration>,
     /// Context switches of the cluster's threads while serving them.
     switches: u64,
+    /// The same, by thread name.
+    by_thread: BTreeMap<String, u64>,
 }
 
 impl Row {
@@ -128,20 +132,49 @@ fn cpu_of(pid: u32) -> Option<Duration> {
 /// so far: each is a thread going to sleep or being preempted, so the
 /// count per request is the number of wake-ups serving it took.
 fn switches_of(pid: u32) -> u64 {
+    switches_by_thread(pid).values().sum()
+}
+
+/// [`switches_of`] by thread name (`hearth-rpc-0`, `hearth-epoch`,
+/// `tokio-runtime-w`, …; threads of one name summed), to see which threads
+/// a request wakes.
+fn switches_by_thread(pid: u32) -> BTreeMap<String, u64> {
+    let mut by_name = BTreeMap::new();
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
+        return by_name;
     };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
-        .flat_map(|status| {
-            status
-                .lines()
-                .filter(|l| l.contains("ctxt_switches:"))
-                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .collect::<Vec<_>>()
-        })
-        .sum()
+    for task in tasks.flatten() {
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        let mut name = String::new();
+        let mut switches = 0;
+        for line in status.lines() {
+            if let Some(n) = line.strip_prefix("Name:") {
+                name = n.trim().to_string();
+            } else if line.contains("ctxt_switches:") {
+                switches += line
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+        *by_name.entry(name).or_insert(0) += switches;
+    }
+    by_name
+}
+
+/// `after - before`, by thread name, added to `into`.
+fn add_switches(
+    into: &mut BTreeMap<String, u64>,
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) {
+    for (name, n) in after {
+        let d = n.saturating_sub(before.get(name).copied().unwrap_or(0));
+        *into.entry(name.clone()).or_insert(0) += d;
+    }
 }
 
 /// `connections` clients sending back to back to `addr` for `secs`; the
@@ -269,6 +302,7 @@ fn main() -> anyhow::Result<()> {
             local.get().await?;
             anyhow::ensure!(sharded.get().await? == "sharded", "not sharded");
         }
+        let before = switches_by_thread(pid);
         for _ in 0..pairs {
             for (row, conn) in one.iter_mut().zip([&mut local, &mut sharded]) {
                 let t = Instant::now();
@@ -278,6 +312,9 @@ fn main() -> anyhow::Result<()> {
                 row.elapsed += d;
             }
         }
+        // Both routes together: the pair's wake-ups, by thread.
+        let mut back_to_back = BTreeMap::new();
+        add_switches(&mut back_to_back, &before, &switches_by_thread(pid));
 
         // Paced: one request every `pace`, alternating routes; the
         // switches and CPU are read between requests, while all is idle.
@@ -288,7 +325,7 @@ fn main() -> anyhow::Result<()> {
             for (row, conn) in paced.iter_mut().zip([&mut local, &mut sharded]) {
                 next += pace;
                 tokio::time::sleep_until(next.into()).await;
-                let (cpu, switches) = (cpu_of(pid), switches_of(pid));
+                let (cpu, switches) = (cpu_of(pid), switches_by_thread(pid));
                 let t = Instant::now();
                 conn.get().await?;
                 let d = t.elapsed();
@@ -298,7 +335,12 @@ fn main() -> anyhow::Result<()> {
                 // counters just before the next send instead.
                 tokio::time::sleep_until((next + pace - Duration::from_micros(200)).into())
                     .await;
-                row.switches += switches_of(pid).saturating_sub(switches);
+                let after = switches_by_thread(pid);
+                row.switches += after
+                    .values()
+                    .sum::<u64>()
+                    .saturating_sub(switches.values().sum());
+                add_switches(&mut row.by_thread, &switches, &after);
                 if let (Some(a), Some(b)) = (cpu, cpu_of(pid)) {
                     row.cpu = Some(row.cpu.unwrap_or_default() + (b - a));
                 }
@@ -359,6 +401,26 @@ fn main() -> anyhow::Result<()> {
             );
             p.push(f);
         }
+        for (name, row) in ["local", "sharded"].into_iter().zip(paced.iter()) {
+            let n = row.latencies.len().max(1) as f64;
+            let threads: Vec<String> = row
+                .by_thread
+                .iter()
+                .filter(|(_, s)| **s > 0)
+                .map(|(t, s)| format!("{t} {:.2}", *s as f64 / n))
+                .collect();
+            println!("paced {name}, wake-ups per request by thread: {}", threads.join(", "));
+        }
+        let pairs_done = one[0].latencies.len().max(1) as f64;
+        let threads: Vec<String> = back_to_back
+            .iter()
+            .filter(|(_, s)| **s > 0)
+            .map(|(t, s)| format!("{t} {:.2}", *s as f64 / pairs_done))
+            .collect();
+        println!(
+            "1 connection, wake-ups per local + sharded pair by thread: {}",
+            threads.join(", ")
+        );
         println!(
             "paced: the hop adds {:.0} µs p50, {:.0} µs p99; local paced p50 is {:.2}× its back-to-back p50; \
              idle cluster: {idle_cpu} of a core, {idle_switches} wake-ups/s",

@@ -2,8 +2,8 @@
 //!
 //! Most requests a Worker serves are small, and so are most responses. For
 //! them the streaming protocol (`dispatch`, then `fetch`, then `ByteStream`
-//! writes for each body, each with its own return) costs several messages
-//! and several hand-offs between the RPC thread and the Workers' runtime.
+//! writes for each body, each with its own return) costs several messages,
+//! each a write on one node and a wake-up of the other's RPC thread.
 //! `ShardServer.call` carries the whole request instead, and its return
 //! carries the whole response:
 //!

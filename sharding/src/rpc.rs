@@ -534,32 +534,26 @@ impl RpcNode {
         let Some(thread) = self.inner.threads.get(index) else {
             return self.serve_here(*job, "no RPC thread".into()).await;
         };
-        match thread.send(Command::Forward(job, reply)) {
-            Ok(()) => match result.await {
-                Ok(Ok(forwarded)) => forwarded,
-                Ok(Err(job)) => {
-                    self.serve_here(*job, "the RPC layer is shut down".into())
-                        .await
-                }
-                Err(_) => Forwarded {
-                    response: hearth_body::text_response(
-                        http::StatusCode::BAD_GATEWAY,
-                        "502 Bad Gateway: the node's RPC layer stopped while forwarding this request\n",
-                    ),
-                    outcome: ForwardOutcome::FailedAfterAccept("RPC thread stopped".into()),
-                    hop: started.elapsed(),
-                },
-            },
-            Err(mpsc::error::SendError(Command::Forward(job, _))) => {
+        // A closed channel hands the forward back: served here.
+        if let Err(mpsc::error::SendError(Command::Forward(job, _))) =
+            thread.send(Command::Forward(job, reply))
+        {
+            return self
+                .serve_here(*job, "the RPC layer is shut down".into())
+                .await;
+        }
+        match result.await {
+            Ok(Ok(forwarded)) => forwarded,
+            Ok(Err(job)) => {
                 self.serve_here(*job, "the RPC layer is shut down".into())
                     .await
             }
-            Err(mpsc::error::SendError(_)) => Forwarded {
+            Err(_) => Forwarded {
                 response: hearth_body::text_response(
-                    http::StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal error: forward lost\n",
+                    http::StatusCode::BAD_GATEWAY,
+                    "502 Bad Gateway: the node's RPC layer stopped while forwarding this request\n",
                 ),
-                outcome: ForwardOutcome::Unavailable("internal error".into()),
+                outcome: ForwardOutcome::FailedAfterAccept("RPC thread stopped".into()),
                 hop: started.elapsed(),
             },
         }
