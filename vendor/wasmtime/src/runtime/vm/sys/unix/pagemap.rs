@@ -136,7 +136,6 @@ impl PageMap {
 /// this function will perform a scan of `ptr` for `len` bytes which will search
 /// for pages that:
 ///
-/// * Are present.
 /// * Have been written.
 /// * Are NOT backed by the "zero" page.
 /// * Are NOT backed by a "file" page.
@@ -170,12 +169,18 @@ impl PageMap {
 /// Putting this all together this helps explain the search criteria for
 /// `PAGEMAP_SCAN`, notably:
 ///
-/// * `Categories::PRESENT` - we're only interested in present pages, anything
-///   unmapped wasn't touched by the guest so no need for the host to touch it
-///   either.
-///
 /// * `Categories::WRITTEN` - if a page was only read by the guest no need to
 ///   take a look at it as the contents aren't changed from the initial image.
+///   Note that this is not paired with `Categories::PRESENT`: a page the
+///   kernel has swapped out is not present but still holds the previous
+///   instance's contents, so it must be reset (which pages it back in) or
+///   decommitted like any other dirty page.
+///
+/// * `Categories::PRESENT | Categories::SWAPPED` (either) - the page must
+///   actually be backed by something. `WRITTEN` alone is not enough as it
+///   seems to precisely mean "not userfaultfd write-protected". By ensuring a
+///   page is present or swapped it means that there's actually something behind
+///   a PTE.
 ///
 /// * `!Categories::PFNZERO` - if a page is mapped to the zero page then it's
 ///   guaranteed to be readonly and it means that wasm read the memory but
@@ -284,7 +289,7 @@ pub unsafe fn reset_with_pagemap(
     // the dirty set is. The only other reason to stop early is the resident
     // page budget (`keep_resident`): once it is spent, the rest of memory is
     // decommitted instead of reset in place.
-    const MAX_REGIONS: usize = 32;
+    const MAX_REGIONS: usize = 64;
     let mut storage = [MaybeUninit::uninit(); MAX_REGIONS];
     let end = ptr.addr() + len.byte_count();
     let mut cursor = ptr.cast_const();
@@ -302,13 +307,18 @@ pub unsafe fn reset_with_pagemap(
             // or backed by files. Such pages mean that they haven't changed
             // from their original contents, so they're inverted.
             .category_inverted(Categories::PFNZERO | Categories::FILE)
-            // Search for pages that are written and present as those are the
-            // dirty pages. Additionally search for the zero page/file page as
-            // those are inverted above meaning we're searching for pages that
-            // specifically don't have those flags.
-            .category_mask(
-                Categories::WRITTEN | Categories::PRESENT | Categories::PFNZERO | Categories::FILE,
-            )
+            // Search for pages that are written as those are the dirty pages —
+            // whether they are present or have been swapped out: a dirty page
+            // in swap is not PRESENT but still holds the previous instance's
+            // data, and requiring PRESENT would leave it in place for the
+            // next instance (observed under memory pressure as heap
+            // corruption in the guest). Additionally search for the zero
+            // page/file page as those are inverted above meaning we're
+            // searching for pages that specifically don't have those flags.
+            .category_mask(Categories::WRITTEN | Categories::PFNZERO | Categories::FILE)
+            // ... but only pages that actually exist, either in memory or in
+            // swap.
+            .category_anyof_mask(Categories::PRESENT | Categories::SWAPPED)
             // Don't return any categories back. This helps group regions
             // together since the reported set of categories is always empty
             // and we otherwise aren't looking for anything in particular.
@@ -498,7 +508,6 @@ mod ioctl {
         ///
         /// For more detail see the `pagemap_scan_is_interesting_page` function
         /// in the Linux kernel source.
-        #[expect(dead_code, reason = "bindings for the future if we need them")]
         pub fn category_anyof_mask(&mut self, flags: Categories) -> &mut PageMapScanBuilder {
             self.pm_scan_arg.category_anyof_mask = flags;
             self
@@ -675,10 +684,16 @@ mod ioctl {
 mod tests {
     use super::ioctl::*;
     use crate::prelude::*;
+    use crate::runtime::vm::HostAlignedByteCount;
     use rustix::ioctl::*;
     use rustix::mm::*;
     use std::fs::File;
     use std::ptr;
+
+    /// Pages backed by something, in memory or in swap. Paired with
+    /// `WRITTEN` in scans because newer kernels also report never-touched
+    /// ptes as `WRITTEN`; see `reset_with_pagemap`.
+    const POPULATED: Categories = Categories::PRESENT.union(Categories::SWAPPED);
 
     struct MmapAnonymous {
         ptr: *mut std::ffi::c_void,
@@ -757,6 +772,7 @@ mod tests {
                 &fd,
                 PageMapScanBuilder::new(mmap.region())
                     .category_mask(Categories::WRITTEN)
+                    .category_anyof_mask(POPULATED)
                     .return_mask(Categories::all())
                     .build(results.spare_capacity_mut()),
             )
@@ -778,6 +794,7 @@ mod tests {
                 &fd,
                 PageMapScanBuilder::new(mmap.region())
                     .category_mask(Categories::WRITTEN)
+                    .category_anyof_mask(POPULATED)
                     .return_mask(Categories::all())
                     .build(results.spare_capacity_mut()),
             )
@@ -830,6 +847,7 @@ mod tests {
                 &fd,
                 PageMapScanBuilder::new(mmap.region())
                     .category_mask(Categories::WRITTEN)
+                    .category_anyof_mask(POPULATED)
                     .return_mask(Categories::WRITTEN | Categories::PRESENT | Categories::PFNZERO)
                     .build(results.spare_capacity_mut()),
             )
@@ -885,6 +903,7 @@ mod tests {
                 PageMapScanBuilder::new(mmap.region())
                     .category_inverted(Categories::PFNZERO)
                     .category_mask(Categories::WRITTEN | Categories::PFNZERO)
+                    .category_anyof_mask(POPULATED)
                     .return_mask(Categories::WRITTEN | Categories::PRESENT | Categories::PFNZERO)
                     .build(results.spare_capacity_mut()),
             )
@@ -934,13 +953,14 @@ mod tests {
             Categories::WRITTEN | Categories::PFNZERO
         );
 
-        // If we ask for written pages though (which seems synonymous with
-        // present?) then everything should be in one region.
+        // If we ask for written and present pages though then all touched
+        // pages should be in one region. Note that `WRITTEN` alone isn't
+        // enough to end the region on recent kernels.
         let result = unsafe {
             ioctl(
                 &fd,
                 PageMapScanBuilder::new(mmap.region())
-                    .return_mask(Categories::WRITTEN)
+                    .return_mask(Categories::WRITTEN | Categories::PRESENT)
                     .build(results.spare_capacity_mut()),
             )
             .unwrap()
@@ -949,7 +969,10 @@ mod tests {
         assert_eq!(result.walk_end(), mmap.page_end(3));
 
         assert_eq!(result.regions()[0].region(), mmap.page_region(0..4));
-        assert_eq!(result.regions()[0].categories(), Categories::WRITTEN);
+        assert_eq!(
+            result.regions()[0].categories(),
+            Categories::WRITTEN | Categories::PRESENT
+        );
     }
 
     #[test]
@@ -1008,6 +1031,7 @@ mod tests {
                 &fd,
                 PageMapScanBuilder::new(mmap.region())
                     .category_mask(Categories::WRITTEN)
+                    .category_anyof_mask(POPULATED)
                     .return_mask(Categories::WRITTEN | Categories::PFNZERO)
                     .max_pages(2)
                     .build(results.spare_capacity_mut()),
@@ -1027,5 +1051,108 @@ mod tests {
             result.regions()[1].categories(),
             Categories::WRITTEN | Categories::PFNZERO
         );
+    }
+
+    /// Runs `reset_with_pagemap` over a mapping with `keep_resident` pages,
+    /// zeroing every region reported, and returns the pages reset in place
+    /// and the byte length handed to `decommit`.
+    fn reset(mmap: &MmapAnonymous, keep_resident_pages: usize) -> (usize, usize) {
+        let pagemap = super::PageMap::new().expect("ioctl supported");
+        let page = rustix::param::page_size();
+        let mut reset_pages = 0;
+        let mut decommitted = 0;
+        let reset_manually = |region: &mut [u8]| {
+            reset_pages += region.len() / page;
+            region.fill(0);
+        };
+        let decommit = |ptr: *mut u8, len: usize| {
+            decommitted += len;
+            if len > 0 {
+                // SAFETY: `ptr..ptr+len` lies inside the test's own mapping.
+                unsafe {
+                    madvise(ptr.cast(), len, Advice::LinuxDontNeed).unwrap();
+                }
+            }
+        };
+        // SAFETY: the mapping is readable and writable for `mmap.len` bytes.
+        let resident = unsafe {
+            super::reset_with_pagemap(
+                Some(&pagemap),
+                mmap.ptr.cast(),
+                HostAlignedByteCount::new(mmap.len).unwrap(),
+                HostAlignedByteCount::new(keep_resident_pages * page).unwrap(),
+                reset_manually,
+                decommit,
+            )
+        };
+        assert_eq!(resident, reset_pages * page);
+        (reset_pages, decommitted)
+    }
+
+    fn all_zero(mmap: &MmapAnonymous) -> bool {
+        unsafe { std::slice::from_raw_parts(mmap.ptr.cast::<u8>(), mmap.len) }
+            .iter()
+            .all(|b| *b == 0)
+    }
+
+    /// More disjoint dirty regions than the stack buffer holds: the scan
+    /// resumes instead of decommitting everything past the first batch, so
+    /// every dirty page is reset in place and nothing is decommitted.
+    #[test]
+    fn reset_resumes_past_the_region_buffer() {
+        if !ioctl_supported() {
+            return;
+        }
+        let pages = 400;
+        let mmap = MmapAnonymous::new(pages);
+        for page in (0..pages).step_by(2) {
+            mmap.write(page);
+        }
+        let (reset_pages, decommitted) = reset(&mmap, pages);
+        assert_eq!(reset_pages, pages / 2);
+        assert_eq!(decommitted, 0);
+        assert!(all_zero(&mmap));
+    }
+
+    /// The `keep_resident` budget still bounds the in-place work: with a
+    /// fragmented dirty set larger than the budget, only that many pages are
+    /// reset and the rest of the mapping is decommitted.
+    #[test]
+    fn reset_stops_at_the_page_budget() {
+        if !ioctl_supported() {
+            return;
+        }
+        let pages = 400;
+        let mmap = MmapAnonymous::new(pages);
+        for page in (0..pages).step_by(2) {
+            mmap.write(page);
+        }
+        let (reset_pages, decommitted) = reset(&mmap, 100);
+        assert_eq!(reset_pages, 100);
+        assert!(decommitted > 0);
+        assert!(all_zero(&mmap));
+    }
+
+    /// Dirty pages that the kernel paged out are `WRITTEN` but not `PRESENT`;
+    /// they must be reset all the same. `MADV_PAGEOUT` is best effort (it
+    /// needs swap to actually evict), so this test proves the point on hosts
+    /// with swap and degrades to the ordinary reset elsewhere.
+    #[test]
+    fn reset_covers_dirty_pages_that_were_paged_out() {
+        if !ioctl_supported() {
+            return;
+        }
+        let pages = 64;
+        let mmap = MmapAnonymous::new(pages);
+        for page in 0..pages {
+            mmap.write(page);
+        }
+        unsafe {
+            let _ = madvise(mmap.ptr, mmap.len, Advice::LinuxPageOut);
+        }
+        let (reset_pages, decommitted) = reset(&mmap, pages);
+        assert_eq!(reset_pages, pages);
+        assert_eq!(decommitted, 0);
+        assert!(all_zero(&mmap));
     }
 }
