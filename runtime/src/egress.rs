@@ -363,7 +363,7 @@ pub struct EgressConfig {
     pub max_response_size: u64,
     /// Certificate authorities trusted besides the Mozilla roots of
     /// `webpki-roots` (DER), for origins signed by a private CA: an
-    /// embedder's, or a test's own (`tests/egress.rs`). Empty by default.
+    /// embedder's, or a test's own (`tests/it/egress.rs`). Empty by default.
     pub extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
 }
 

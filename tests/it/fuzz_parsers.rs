@@ -5,7 +5,7 @@
 //! value that keeps its invariants or a typed error, never panic.
 //!
 //! CI runs the default number of cases; a long run:
-//! `PROPTEST_CASES=100000 cargo test --release --test fuzz_parsers`.
+//! `PROPTEST_CASES=100000 cargo test --release --test it fuzz_parsers::`.
 
 use hearth_simulate::trace::{self, TraceFormat};
 use proptest::prelude::*;

@@ -14,7 +14,7 @@
 //!   run the cluster still serves.
 //!
 //! Proptest on the stable toolchain; a long run is
-//! `PROPTEST_CASES=20000 cargo test --release --test fuzz_front_door`.
+//! `PROPTEST_CASES=20000 cargo test --release --test it fuzz_front_door::`.
 
 use std::time::Duration;
 

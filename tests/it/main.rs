@@ -1,0 +1,42 @@
+//! The `hearth` crate's integration tests, as one test binary.
+//!
+//! Each file under `tests/` used to be its own binary, and each of those
+//! linked wasmtime and the whole crate (~30-60 s of CI apiece) and then ran
+//! alone: `cargo test` runs test binaries one after another, so a binary whose
+//! few slow tests ran one at a time left the other core idle. One binary is
+//! linked once, and the test harness runs all of these tests side by side on
+//! every core.
+//!
+//! Every test therefore shares its process with the others: it must not set
+//! process-wide state (environment variables, the working directory, signal
+//! handlers, rlimits; start a child process for those), bind fixed ports, or
+//! count the process's own threads, files or children. Each module is one
+//! former file, named as before; run one with
+//! `cargo test --release --test it serve::` (or one test with
+//! `--test it serve::two_nodes`).
+
+mod admin;
+mod bench;
+mod cluster;
+mod demo;
+mod deploy_manifests;
+mod dev;
+mod egress;
+mod env;
+mod front_door;
+mod fuzz_front_door;
+mod fuzz_parsers;
+mod hostile;
+mod http2;
+mod https;
+mod js_build;
+mod nested;
+mod otlp;
+mod rolling_upgrade;
+mod routes;
+mod s3;
+mod serve;
+mod tail;
+mod tail_bounds;
+mod unknown_names;
+mod versions;
