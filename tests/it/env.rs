@@ -360,7 +360,16 @@ fn a_python_worker_reads_its_vars_and_secrets_in_os_environ() {
     let node = Node::start(dir.path());
     node.deploy(
         "python",
-        &["--plan", "paid", "--var", "API_BASE=https://origin.test/v1"],
+        // Compiling the Python component takes a while, longer when the
+        // other tests of this binary compile beside it.
+        &[
+            "--plan",
+            "paid",
+            "--var",
+            "API_BASE=https://origin.test/v1",
+            "--timeout",
+            "180",
+        ],
     )
     .expect("deploy python");
     let env = |body: &str| -> serde_json::Value {

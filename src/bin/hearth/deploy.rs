@@ -62,6 +62,12 @@ pub(crate) struct DeployArgs {
     token: Option<String>,
     #[command(flatten)]
     tls: crate::AdminTlsArgs,
+    /// Seconds to wait for the node's answer: it stores and compiles the
+    /// Worker before it answers, which takes longer for a large component
+    /// (a Python Worker) on a busy node.
+    #[arg(long, value_name = "SECS", default_value_t = hearth_admin_client::DEFAULT_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..))]
+    timeout: u64,
     /// Deploy straight into this store directory instead.
     #[arg(long)]
     store: Option<PathBuf>,
@@ -121,7 +127,10 @@ pub(crate) async fn run(args: DeployArgs) -> anyhow::Result<()> {
             let token = args.token.context(
                 "deploying to a node needs its admin token: --token or HEARTH_ADMIN_TOKEN",
             )?;
-            let admin = args.tls.client(url, token)?;
+            let admin = args
+                .tls
+                .client(url, token)?
+                .with_timeout(std::time::Duration::from_secs(args.timeout));
             let query = hearth::admin::manifest_query(&manifest);
             match admin.deploy(name, &query, bytes).await {
                 Err(AdminError::Refused { status, body, .. }) => {
