@@ -178,6 +178,33 @@ function readBody(incoming, length) {
   return bytes;
 }
 
+let bindingsTuned = false;
+
+/**
+ * Makes every later wasi call cheaper: the bindings componentize-js
+ * generates (they run in a global of their own, not the Worker's) evaluate
+ * `globalThis?.process?.env?.JCO_DEBUG` twice per call, a miss on their
+ * global that SpiderMonkey resolves the slow way (the standard-class
+ * resolver, then the prototype chain). An own `process` property there that
+ * is `undefined` makes it a hit. `value` is any object the bindings made;
+ * the Worker's global is never touched.
+ */
+function tuneBindings(value) {
+  bindingsTuned = true;
+  try {
+    const global = value.constructor.constructor('return this')();
+    if (global !== globalThis && !('process' in global)) {
+      Object.defineProperty(global, 'process', {
+        value: undefined,
+        writable: true,
+        configurable: true,
+      });
+    }
+  } catch {
+    // Not these bindings: nothing to tune.
+  }
+}
+
 function toRequest(incoming) {
   const m = incoming.method();
   const method = m.tag === 'other' ? m.val : METHODS[m.tag];
@@ -188,6 +215,9 @@ function toRequest(incoming) {
   const fields = incoming.headers();
   const entries = fields.entries();
   drop(fields);
+  if (!bindingsTuned) {
+    tuneBindings(entries);
+  }
   // Indexed loops, not `for…of` with destructuring: the interpreter runs
   // the iterator protocol op by op.
   const pairs = new Array(entries.length);
