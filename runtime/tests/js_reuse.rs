@@ -99,6 +99,7 @@ async fn a_module_syntax_js_worker_is_reused_and_requests_stay_apart() {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = reuse_runtime(&dir).await;
     one_instance_serves_many_requests_and_keeps_module_state(&rt).await;
+    a_request_body_arrives_whole_with_or_without_a_declared_length(&rt).await;
     a_finished_request_s_timers_and_promises_never_run_in_the_next(&rt).await;
     wait_until_work_finishes_after_the_response_on_the_same_instance(&rt).await;
     an_error_or_a_cpu_overrun_retires_the_instance(&rt).await;
@@ -133,6 +134,42 @@ async fn one_instance_serves_many_requests_and_keeps_module_state(rt: &Runtime) 
     let s = rt.stats();
     assert_eq!(s.instances_started, 1, "{s:?}");
     assert_eq!((s.traps, s.reuse_demotions), (0, 0), "{s:?}");
+}
+
+/// A body sent in several pieces (larger than one 64 KiB read of the
+/// shim) reaches the Worker whole, byte for byte: with a `content-length`
+/// (the shim stops reading once that many bytes arrived) and without one
+/// (it reads until the stream ends).
+async fn a_request_body_arrives_whole_with_or_without_a_declared_length(rt: &Runtime) {
+    let pieces: Vec<String> = (0..5)
+        .map(|i| format!("{i}").repeat(30_000 + i * 1_000))
+        .collect();
+    let whole = pieces.concat();
+    for declared in [true, false] {
+        let frames = pieces
+            .clone()
+            .into_iter()
+            .map(|p| Ok::<_, body::BoxError>(http_body::Frame::data(bytes::Bytes::from(p))));
+        let mut req = http::Request::post(format!("http://{ID}.localhost/upload"));
+        if declared {
+            req = req.header("content-length", whole.len());
+        }
+        let req = req
+            .body(body::boxed(http_body_util::StreamBody::new(
+                futures::stream::iter(frames),
+            )))
+            .expect("request");
+        let resp = rt.serve(ID, req).await;
+        assert_eq!(resp.status(), 200, "declared length: {declared}");
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        settle(rt).await;
+        let v: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+        assert_eq!(v["bodyLength"], whole.len(), "declared length: {declared}");
+        assert!(
+            v["body"] == whole.as_str(),
+            "declared length: {declared}: the body differs"
+        );
+    }
 }
 
 async fn a_finished_request_s_timers_and_promises_never_run_in_the_next(rt: &Runtime) {
