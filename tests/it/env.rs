@@ -9,76 +9,28 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_hearth");
+use super::serve_node::{BIN, ServeNode};
+
 const TOKEN: &str = "env-test-admin-token-0123456789abcdef";
 /// The secret: it must never show up outside the Worker.
 const SECRET: &str = "s3cr3t-Value-7f1c2b9e";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+/// This file's node: a [`ServeNode`] and the commands a user types at it.
+struct Node(ServeNode);
 
-struct Node {
-    child: Child,
-    http: SocketAddr,
-    admin: String,
-    log: PathBuf,
-    store: PathBuf,
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl std::ops::Deref for Node {
+    type Target = ServeNode;
+    fn deref(&self) -> &ServeNode {
+        &self.0
     }
 }
 
 impl Node {
     fn start(dir: &Path) -> Node {
-        let store = dir.join("store");
-        let (http, admin) = (free_port(), free_port());
-        let cfg = dir.join("node.toml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "listen = \"127.0.0.1:{http}\"\nadmin = \"127.0.0.1:{admin}\"\nstore = \"{}\"\n\
-                 admin_token = \"{TOKEN}\"\n",
-                store.display()
-            ),
-        )
-        .expect("write config");
-        let log = dir.join("node.log");
-        let child = Command::new(BIN)
-            .args(["serve", "--config"])
-            .arg(&cfg)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log"))
-            .spawn()
-            .expect("spawn hearth serve");
-        let node = Node {
-            child,
-            http: ([127, 0, 0, 1], http).into(),
-            admin: format!("http://127.0.0.1:{admin}"),
-            log,
-            store,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(node.http).is_err() {
-            assert!(Instant::now() < deadline, "never listened: {}", node.log());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        node
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        Node(ServeNode::start(dir, TOKEN, ""))
     }
 
     /// Runs `hearth ARGS` against this node with `stdin`; its output, or

@@ -15,12 +15,12 @@
 //! installs its own into a cache under the target dir.
 
 use std::io::Write;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_hearth");
+use super::serve_node::{BIN, ServeNode};
+
 const TOKEN: &str = "js-build-test-admin-token-0123456789";
 
 fn repo() -> PathBuf {
@@ -112,63 +112,19 @@ fn build_errors_say_what_is_wrong() {
     assert!(out.contains("needs Node.js"), "{out}");
 }
 
-struct Node {
-    child: Child,
-    http: SocketAddr,
-    admin: String,
-    log: PathBuf,
-}
+/// This file's node: a [`ServeNode`] and the commands a user types at it.
+struct Node(ServeNode);
 
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl std::ops::Deref for Node {
+    type Target = ServeNode;
+    fn deref(&self) -> &ServeNode {
+        &self.0
     }
 }
 
 impl Node {
     fn start(dir: &Path, extra_config: &str) -> Node {
-        let free = || {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .map(|a| a.port())
-                .expect("a free port")
-        };
-        let (http, admin) = (free(), free());
-        let cfg = dir.join("node.toml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "listen = \"127.0.0.1:{http}\"\nadmin = \"127.0.0.1:{admin}\"\nstore = \"{}\"\n\
-                 admin_token = \"{TOKEN}\"\n{extra_config}",
-                dir.join("store").display()
-            ),
-        )
-        .expect("write config");
-        let log = dir.join("node.log");
-        let child = Command::new(BIN)
-            .args(["serve", "--config"])
-            .arg(&cfg)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log"))
-            .spawn()
-            .expect("spawn hearth serve");
-        let node = Node {
-            child,
-            http: ([127, 0, 0, 1], http).into(),
-            admin: format!("http://127.0.0.1:{admin}"),
-            log,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(node.http).is_err() {
-            assert!(Instant::now() < deadline, "never listened: {}", node.log());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        node
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        Node(ServeNode::start(dir, TOKEN, extra_config))
     }
 
     /// `hearth ARGS` against this node, with `stdin`; it must succeed.

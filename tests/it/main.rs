@@ -36,6 +36,7 @@ mod rolling_upgrade;
 mod routes;
 mod s3;
 mod serve;
+mod serve_node;
 mod tail;
 mod tail_bounds;
 mod unknown_names;
