@@ -40,6 +40,35 @@ fn admin(c: &TestCluster, i: usize, token: &str) -> AdminClient {
     .expect("admin url")
 }
 
+/// `GET path` on the admin API at `addr` with `token`, over HTTP/1.0 (the
+/// body comes as is): status and body.
+async fn raw_get(addr: std::net::SocketAddr, path: &str, token: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(
+        format!("GET {path} HTTP/1.0\r\nHost: admin\r\nAuthorization: Bearer {token}\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .expect("write");
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+        .await
+        .expect("answer within 5 s")
+        .expect("read");
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {text:?}"));
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (status, body)
+}
+
 /// The next request event of `s`, within 5 s.
 async fn next_event(s: &mut TailStream) -> RequestEvent {
     tokio::time::timeout(Duration::from_secs(5), async {
@@ -77,6 +106,16 @@ async fn each_nodes_requests_stream_with_their_logs_filtered_and_never_blocked()
         refused.expect_err("bad filter").status(),
         Some(http::StatusCode::BAD_REQUEST)
     );
+    // A scope other than cluster or node (the client cannot send one, a
+    // script can): refused, saying which are valid.
+    let (status, body) = raw_get(
+        c.node(0).admin_addr,
+        "/v1/scripts/chatty/tail?scope=rack",
+        c.token(),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("expected cluster or node"), "{body}");
 
     // A request served on each node shows on that node's own stream
     // (scope=node), with the lines the Worker wrote.
