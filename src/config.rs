@@ -103,6 +103,8 @@
 //! connect_timeout = "10s"    # DNS, then TCP connect
 //! first_byte_timeout = "30s" # request sent -> response head
 //! max_response_size = "32MiB"
+//! extra_roots = ["/etc/hearth/origin-ca.pem"]  # CAs trusted beside the
+//!                            #   Mozilla roots (origins of a private CA)
 //!
 //! [telemetry]                # OpenTelemetry span export (OTLP/HTTP); off if absent
 //! endpoint = "http://127.0.0.1:4318/v1/traces"  # the collector's traces URL
@@ -174,6 +176,14 @@ const EXAMPLE_SECRETS: &[&str] = &[
 /// `source` (which would print it twice in an error chain).
 #[derive(Debug, thiserror::Error)]
 pub enum NodeConfigError {
+    /// A CA file of `[egress] extra_roots` is not usable.
+    #[error("[egress] extra_roots: {}: {reason}", path.display())]
+    EgressRoot {
+        /// The file.
+        path: PathBuf,
+        /// Why it cannot be used.
+        reason: String,
+    },
     /// The `[telemetry]` section is not usable.
     #[error("[telemetry] {0}")]
     Telemetry(String),
@@ -439,6 +449,7 @@ impl ServeArgs {
         };
         file.expand_secrets()?;
         file.check_secrets()?;
+        file.egress.load_roots()?;
         let node_id = match self.node_id {
             Some(id) => node_id("--node-id", &id)?,
             None => match file.node_id.take() {
@@ -674,6 +685,36 @@ pub struct EgressSection {
     pub first_byte_timeout: Option<Duration>,
     /// The largest response body a Worker may read.
     pub max_response_size: Option<ByteSize>,
+    /// PEM files of CAs trusted beside the Mozilla roots, for origins
+    /// served with certificates of a private CA.
+    #[serde(default)]
+    pub extra_roots: Vec<PathBuf>,
+    /// The certificates of `extra_roots`, read by [`ServeArgs::resolve`].
+    #[serde(skip)]
+    loaded_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+}
+
+impl EgressSection {
+    /// Reads the CA certificates of `extra_roots`; a file that cannot be
+    /// read or holds no certificate is an error naming it.
+    fn load_roots(&mut self) -> Result<(), NodeConfigError> {
+        use rustls::pki_types::pem::PemObject as _;
+        for path in &self.extra_roots {
+            let bad = |reason: String| NodeConfigError::EgressRoot {
+                path: path.clone(),
+                reason,
+            };
+            let certs = rustls::pki_types::CertificateDer::pem_file_iter(path)
+                .map_err(|e| bad(e.to_string()))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| bad(e.to_string()))?;
+            if certs.is_empty() {
+                return Err(bad("no PEM certificate in it".into()));
+            }
+            self.loaded_roots.extend(certs);
+        }
+        Ok(())
+    }
 }
 
 /// The `[telemetry]` section: OpenTelemetry export of request spans over
@@ -1339,6 +1380,7 @@ impl NodeConfig {
         if let Some(v) = e.max_response_size {
             egress.max_response_size = v.as_u64();
         }
+        egress.extra_roots.extend(e.loaded_roots.iter().cloned());
         cfg.egress(egress)
     }
 
@@ -1706,6 +1748,45 @@ mod tests {
         let default = NodeConfig::default().apply(RuntimeConfig::new("/tmp/hearth-egress-config"));
         assert!(!default.egress_config().allow_private_addresses);
         assert!(toml::from_str::<NodeConfig>("[egress]\nallow_private = true\n").is_err());
+    }
+
+    #[test]
+    fn egress_extra_roots_are_read_at_start_and_a_bad_file_is_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key = rcgen::KeyPair::generate().expect("key");
+        let ca = rcgen::CertificateParams::new(vec!["origin.test".to_string()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("cert");
+        let pem = dir.path().join("origin-ca.pem");
+        std::fs::write(&pem, ca.pem()).expect("write pem");
+        let not_pem = dir.path().join("not.pem");
+        std::fs::write(&not_pem, "hello\n").expect("write");
+        let config = |roots: &[&Path]| {
+            let path = dir.path().join("node.toml");
+            let list: Vec<String> = roots
+                .iter()
+                .map(|p| format!("{:?}", p.display().to_string()))
+                .collect();
+            std::fs::write(
+                &path,
+                format!("[egress]\nextra_roots = [{}]\n", list.join(", ")),
+            )
+            .expect("write config");
+            args(Some(&path)).resolve()
+        };
+
+        let served = config(&[&pem]).expect("a CA file");
+        let runtime = served
+            .settings
+            .apply(RuntimeConfig::new("/tmp/hearth-egress-roots"));
+        assert_eq!(runtime.egress_config().extra_roots, vec![ca.der().clone()]);
+
+        for bad in [not_pem.as_path(), &dir.path().join("missing.pem")] {
+            let err = config(&[&pem, bad]).expect_err("not a CA file").to_string();
+            assert!(err.starts_with("[egress] extra_roots: "), "{err}");
+            assert!(err.contains(&bad.display().to_string()), "{err}");
+        }
     }
 
     #[test]
