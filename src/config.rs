@@ -176,14 +176,10 @@ const EXAMPLE_SECRETS: &[&str] = &[
 /// `source` (which would print it twice in an error chain).
 #[derive(Debug, thiserror::Error)]
 pub enum NodeConfigError {
-    /// A CA file of `[egress] extra_roots` is not usable.
-    #[error("[egress] extra_roots: {}: {reason}", path.display())]
-    EgressRoot {
-        /// The file.
-        path: PathBuf,
-        /// Why it cannot be used.
-        reason: String,
-    },
+    /// A CA file of `[egress] extra_roots` is not usable (the error names
+    /// the file).
+    #[error("[egress] extra_roots: {0}")]
+    EgressRoot(crate::https::HttpsError),
     /// The `[telemetry]` section is not usable.
     #[error("[telemetry] {0}")]
     Telemetry(String),
@@ -698,19 +694,8 @@ impl EgressSection {
     /// Reads the CA certificates of `extra_roots`; a file that cannot be
     /// read or holds no certificate is an error naming it.
     fn load_roots(&mut self) -> Result<(), NodeConfigError> {
-        use rustls::pki_types::pem::PemObject as _;
         for path in &self.extra_roots {
-            let bad = |reason: String| NodeConfigError::EgressRoot {
-                path: path.clone(),
-                reason,
-            };
-            let certs = rustls::pki_types::CertificateDer::pem_file_iter(path)
-                .map_err(|e| bad(e.to_string()))?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| bad(e.to_string()))?;
-            if certs.is_empty() {
-                return Err(bad("no PEM certificate in it".into()));
-            }
+            let certs = crate::https::read_certs(path).map_err(NodeConfigError::EgressRoot)?;
             self.loaded_roots.extend(certs);
         }
         Ok(())

@@ -193,7 +193,9 @@ fn read_file(path: &Path) -> Result<Vec<u8>, HttpsError> {
     })
 }
 
-fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, HttpsError> {
+/// The PEM certificates in `path`; an error naming the file if it cannot be
+/// read or holds none.
+pub(crate) fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, HttpsError> {
     let pem = read_file(path)?;
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
