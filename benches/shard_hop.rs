@@ -84,13 +84,17 @@ struct Row {
     elapsed: Duration,
     /// CPU time the cluster process spent serving them, if measured.
     cpu: Option<Duration>,
-    /// Context switches of the cluster's threads while serving them.
-    switches: u64,
-    /// The same, by thread name.
+    /// Context switches of the cluster's threads while serving them, by
+    /// thread name.
     by_thread: BTreeMap<String, u64>,
 }
 
 impl Row {
+    /// Context switches of all the cluster's threads while serving them.
+    fn switches(&self) -> u64 {
+        self.by_thread.values().sum()
+    }
+
     /// Cluster CPU per request: far less noisy than latency on a shared
     /// machine, since time stolen by other tenants is not counted.
     fn cpu_us(&self) -> f64 {
@@ -335,12 +339,7 @@ fn main() -> anyhow::Result<()> {
                 // counters just before the next send instead.
                 tokio::time::sleep_until((next + pace - Duration::from_micros(200)).into())
                     .await;
-                let after = switches_by_thread(pid);
-                row.switches += after
-                    .values()
-                    .sum::<u64>()
-                    .saturating_sub(switches.values().sum());
-                add_switches(&mut row.by_thread, &switches, &after);
+                add_switches(&mut row.by_thread, &switches, &switches_by_thread(pid));
                 if let (Some(a), Some(b)) = (cpu, cpu_of(pid)) {
                     row.cpu = Some(row.cpu.unwrap_or_default() + (b - a));
                 }
@@ -396,7 +395,7 @@ fn main() -> anyhow::Result<()> {
                 1000 / pace_ms.max(1),
                 f.0,
                 f.1,
-                row.switches as f64 / n,
+                row.switches() as f64 / n,
                 row.cpu_us()
             );
             p.push(f);
