@@ -5,23 +5,14 @@
 use std::io::{IsTerminal, Read};
 
 use anyhow::{Context, bail};
-use hearth_admin_client::{AdminClient, AdminError};
+use hearth_admin_client::AdminError;
 use zeroize::Zeroizing;
 
 /// `hearth secret`'s flags.
 #[derive(clap::Args)]
 pub(crate) struct SecretArgs {
-    /// Admin URL of a running node, e.g. http://127.0.0.1:8081.
-    #[arg(long, global = true, default_value = "http://127.0.0.1:8081")]
-    admin: String,
-    /// Admin token (default: $HEARTH_ADMIN_TOKEN).
-    #[arg(
-        long,
-        global = true,
-        env = "HEARTH_ADMIN_TOKEN",
-        hide_env_values = true
-    )]
-    token: Option<String>,
+    #[command(flatten)]
+    admin: crate::versions::AdminArgs,
     #[command(subcommand)]
     action: Action,
 }
@@ -52,10 +43,7 @@ enum Action {
 
 /// Runs one `hearth secret` command.
 pub(crate) async fn run(args: SecretArgs) -> anyhow::Result<()> {
-    let token = args
-        .token
-        .context("the admin API needs its token: --token or HEARTH_ADMIN_TOKEN")?;
-    let admin = AdminClient::new(&args.admin, Some(token))?;
+    let admin = args.admin.client()?;
     let refused = |e: AdminError| match e {
         AdminError::Refused { status, body, .. } => anyhow::anyhow!("refused ({status}): {body}"),
         e => e.into(),

@@ -9,7 +9,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use anyhow::{Context, bail};
 use hearth_admin_client::{AdminClient, AdminError, DeploymentChange, VersionShare};
 
-/// Where the admin API is (shared by `versions` and `rollback`).
+/// Where the admin API is (shared by `versions`, `rollback` and `secret`).
 #[derive(clap::Args)]
 pub(crate) struct AdminArgs {
     /// Admin URL of a running node, e.g. http://127.0.0.1:8081.
@@ -26,7 +26,7 @@ pub(crate) struct AdminArgs {
 }
 
 impl AdminArgs {
-    fn client(&self) -> anyhow::Result<AdminClient> {
+    pub(crate) fn client(&self) -> anyhow::Result<AdminClient> {
         let token = self
             .token
             .clone()
