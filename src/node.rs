@@ -273,9 +273,7 @@ impl HostedWorkers for NodeWorkers {
         } else {
             status.parse::<StatusFilter>().map_err(|e| e.to_string())?
         };
-        if !(sample > 0.0 && sample <= 1.0) {
-            return Err(format!("sample rate {sample} is not in (0, 1]"));
-        }
+        let sample = hearth_runtime::live_tail::sample_rate(sample).map_err(|e| e.to_string())?;
         let sub = self
             .0
             .runtime

@@ -105,9 +105,20 @@ pub struct BadSampleRate(pub String);
 
 /// Parses a requested sampling rate: a number in `(0, 1]`.
 pub fn parse_sample_rate(s: &str) -> Result<f64, BadSampleRate> {
-    match s.parse::<f64>() {
-        Ok(r) if r > 0.0 && r <= 1.0 => Ok(r),
-        _ => Err(BadSampleRate(s.to_string())),
+    s.parse::<f64>()
+        .ok()
+        .and_then(|r| sample_rate(r).ok())
+        .ok_or_else(|| BadSampleRate(s.to_string()))
+}
+
+/// `rate` if it is a sampling rate, a fraction in `(0, 1]`: what
+/// [`parse_sample_rate`] accepts, for a rate that came as a number (a
+/// peer's `ShardServer.tail`).
+pub fn sample_rate(rate: f64) -> Result<f64, BadSampleRate> {
+    if rate > 0.0 && rate <= 1.0 {
+        Ok(rate)
+    } else {
+        Err(BadSampleRate(rate.to_string()))
     }
 }
 
