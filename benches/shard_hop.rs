@@ -15,6 +15,13 @@
 //!   from `/proc`, in total and by thread name, as for the 1-connection
 //!   pairs) and its CPU use while idle, so a change that buys latency by
 //!   spinning shows up, and so does a thread a request should not wake.
+//!   Two more rows give this VM's floor, paced the same way in the same
+//!   loop: a bare HTTP responder ("floor: bare echo", no runtime) and a
+//!   bare byte relay in front of it ("floor: bare relay", one more
+//!   process to wake each way, the least a hop can add), each a child
+//!   process of this bench on blocking sockets; their back-to-back p50s
+//!   are printed too, so the paced/back-to-back ratio of a bare server
+//!   and the hop's excess over a bare relay are read from one run.
 //!
 //! ```sh
 //! cargo bench -p hearth --bench shard_hop
@@ -39,6 +46,118 @@ mod support;
 use support::*;
 
 const HOST: &str = "hello.localhost";
+
+/// The VM's own floor for the paced rows: the same client, the same pace,
+/// against a bare HTTP responder with no runtime behind it ("echo"), and
+/// against a bare byte relay in front of it ("relay", what a hop adds at
+/// the least: one more process to wake each way). Both are child processes
+/// of this bench (itself, re-run with `HEARTH_BENCH_FLOOR`), blocking
+/// `std::net` on one thread each, so the rows measure the machine's
+/// wake-up and loopback cost and nothing of hearth's.
+mod floor {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+    use std::process::{Command, Stdio};
+
+    /// The echo's answer: what `hello` answers, as far as the client cares.
+    const RESPONSE: &[u8] =
+        b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-hearth-route: floor\r\n\r\nhello";
+
+    /// If this process was started as a floor server, serves until killed
+    /// and never returns.
+    pub(crate) fn serve_if_asked() {
+        let Ok(role) = std::env::var("HEARTH_BENCH_FLOOR") else {
+            return;
+        };
+        let result = (|| -> std::io::Result<()> {
+            let listener = TcpListener::bind("127.0.0.1:0")?;
+            println!("{}", listener.local_addr()?);
+            std::io::stdout().flush()?;
+            let upstream: Option<SocketAddr> = std::env::var("HEARTH_BENCH_FLOOR_UPSTREAM")
+                .ok()
+                .and_then(|a| a.parse().ok());
+            for conn in listener.incoming() {
+                let conn = conn?;
+                conn.set_nodelay(true)?;
+                let role = role.clone();
+                std::thread::spawn(move || {
+                    let _ = match (role.as_str(), upstream) {
+                        ("relay", Some(up)) => relay(conn, up),
+                        _ => echo(conn),
+                    };
+                });
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            eprintln!("floor server: {e}");
+        }
+        std::process::exit(0);
+    }
+
+    /// Reads one bodiless request's head (up to the blank line) into `buf`;
+    /// false at end of stream.
+    fn read_head(conn: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<bool> {
+        buf.clear();
+        let mut chunk = [0u8; 4096];
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = conn.read(&mut chunk)?;
+            if n == 0 {
+                return Ok(false);
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        Ok(true)
+    }
+
+    fn echo(mut conn: TcpStream) -> std::io::Result<()> {
+        let mut buf = Vec::new();
+        while read_head(&mut conn, &mut buf)? {
+            conn.write_all(RESPONSE)?;
+        }
+        Ok(())
+    }
+
+    fn relay(mut conn: TcpStream, upstream: SocketAddr) -> std::io::Result<()> {
+        let mut up = TcpStream::connect(upstream)?;
+        up.set_nodelay(true)?;
+        let (mut buf, mut answer) = (Vec::new(), vec![0u8; RESPONSE.len()]);
+        while read_head(&mut conn, &mut buf)? {
+            up.write_all(&buf)?;
+            up.read_exact(&mut answer)?;
+            conn.write_all(&answer)?;
+        }
+        Ok(())
+    }
+
+    /// Starts a floor server (`echo`, or `relay` to `upstream`) as a child
+    /// process; returns it and its address.
+    pub(crate) fn start(
+        role: &str,
+        upstream: Option<SocketAddr>,
+    ) -> anyhow::Result<(super::Proc, SocketAddr)> {
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.env("HEARTH_BENCH_FLOOR", role)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if let Some(up) = upstream {
+            cmd.env("HEARTH_BENCH_FLOOR_UPSTREAM", up.to_string());
+        }
+        let mut child = cmd.spawn()?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+        let proc = super::Proc(child);
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line)?;
+        let addr = line
+            .trim()
+            .parse()
+            .map_err(|e| anyhow::anyhow!("floor {role} printed {line:?}: {e}"))?;
+        Ok((proc, addr))
+    }
+}
 
 /// One keep-alive HTTP/1.1 connection to a node's front door.
 struct Conn {
@@ -256,6 +375,7 @@ fn start_cluster(store: &std::path::Path) -> anyhow::Result<(Proc, Vec<SocketAdd
 }
 
 fn main() -> anyhow::Result<()> {
+    floor::serve_if_asked();
     let pairs = env_or("HEARTH_BENCH_REQUESTS", 3000) as usize;
     let secs = env_or("HEARTH_BENCH_SECONDS", 3) as f64;
     let rounds = env_or("HEARTH_BENCH_ROUNDS", 2);
@@ -278,6 +398,8 @@ fn main() -> anyhow::Result<()> {
         String::from_utf8_lossy(&out.stderr)
     );
     let (cluster, nodes) = start_cluster(&store)?;
+    let (_echo, echo_addr) = floor::start("echo", None)?;
+    let (_relay, relay_addr) = floor::start("relay", Some(echo_addr))?;
     let pid = cluster.0.id();
     for addr in &nodes {
         wait_ready(*addr, HOST, Duration::from_secs(120));
@@ -320,13 +442,31 @@ fn main() -> anyhow::Result<()> {
         let mut back_to_back = BTreeMap::new();
         add_switches(&mut back_to_back, &before, &switches_by_thread(pid));
 
-        // Paced: one request every `pace`, alternating routes; the
-        // switches and CPU are read between requests, while all is idle.
-        let mut paced = [Row::default(), Row::default()];
+        // The floor, back to back the same way (after the cluster's pairs,
+        // so their figures are not changed by requests between them).
+        let mut floor_one = [Row::default(), Row::default()];
+        let mut echo = Conn::open(echo_addr).await?;
+        let mut relay = Conn::open(relay_addr).await?;
+        for _ in 0..pairs {
+            for (row, conn) in floor_one.iter_mut().zip([&mut echo, &mut relay]) {
+                let t = Instant::now();
+                conn.get().await?;
+                let d = t.elapsed();
+                row.latencies.push(d);
+                row.elapsed += d;
+            }
+        }
+
+        // Paced: one request every `pace`, the routes and then the floor's
+        // two in turn; the cluster's switches and CPU are read between
+        // requests, while all is idle (for the floor's rows they count
+        // nothing: the cluster is not on their path).
+        let mut paced = [Row::default(), Row::default(), Row::default(), Row::default()];
         let pace = Duration::from_millis(pace_ms);
         let mut next = Instant::now();
         for _ in 0..paced_pairs {
-            for (row, conn) in paced.iter_mut().zip([&mut local, &mut sharded]) {
+            let conns = [&mut local, &mut sharded, &mut echo, &mut relay];
+            for (row, conn) in paced.iter_mut().zip(conns) {
                 next += pace;
                 tokio::time::sleep_until(next.into()).await;
                 let (cpu, switches) = (cpu_of(pid), switches_by_thread(pid));
@@ -387,19 +527,28 @@ fn main() -> anyhow::Result<()> {
         );
         println!("|---|---|---:|---:|---:|---:|");
         let mut p = Vec::new();
-        for (name, row) in ["local", "sharded"].into_iter().zip(paced.iter_mut()) {
+        let names = ["local", "sharded", "floor: bare echo", "floor: bare relay"];
+        for (i, (name, row)) in names.into_iter().zip(paced.iter_mut()).enumerate() {
             let n = row.latencies.len().max(1) as f64;
             let f = (row.pct_us(0.5), row.pct_us(0.99));
+            let (switches, cpu) = if i < 2 {
+                (format!("{:.1}", row.switches() as f64 / n), format!("{:.0}", row.cpu_us()))
+            } else {
+                ("–".into(), "–".into())
+            };
             println!(
-                "| {} req/s | {name} | {:.0} | {:.0} | {:.1} | {:.0} |",
+                "| {} req/s | {name} | {:.0} | {:.0} | {switches} | {cpu} |",
                 1000 / pace_ms.max(1),
                 f.0,
                 f.1,
-                row.switches() as f64 / n,
-                row.cpu_us()
             );
             p.push(f);
         }
+        let floor_b2b: Vec<f64> = floor_one.iter_mut().map(|r| r.pct_us(0.5)).collect();
+        println!(
+            "floor, back to back at 1 connection: bare echo p50 {:.0} µs, bare relay p50 {:.0} µs",
+            floor_b2b[0], floor_b2b[1]
+        );
         for (name, row) in ["local", "sharded"].into_iter().zip(paced.iter()) {
             let n = row.latencies.len().max(1) as f64;
             let threads: Vec<String> = row
@@ -421,11 +570,15 @@ fn main() -> anyhow::Result<()> {
             threads.join(", ")
         );
         println!(
-            "paced: the hop adds {:.0} µs p50, {:.0} µs p99; local paced p50 is {:.2}× its back-to-back p50; \
+            "paced: the hop adds {:.0} µs p50, {:.0} µs p99 (a bare relay adds {:.0} µs p50, {:.0} µs p99); \
+             local paced p50 is {:.2}× its back-to-back p50 (a bare echo's: {:.2}×); \
              idle cluster: {idle_cpu} of a core, {idle_switches} wake-ups/s",
             p[1].0 - p[0].0,
             p[1].1 - p[0].1,
+            p[3].0 - p[2].0,
+            p[3].1 - p[2].1,
             p[0].0 / l1.2,
+            p[2].0 / floor_b2b[0],
         );
         println!(
             "\n1 connection: the hop adds {:.0} µs mean, {:.0} µs p50, {:.0} µs p99",
