@@ -67,6 +67,7 @@ mod engine;
 pub mod epoch;
 pub mod error;
 pub mod eviction;
+mod fast_http;
 mod host;
 mod instance;
 pub mod lifecycle;
