@@ -53,7 +53,8 @@ pub(crate) fn build_engine(cfg: &RuntimeConfig) -> Result<Engine, ConfigError> {
     Engine::new(&c).map_err(|e| ConfigError::Engine(e.to_string()))
 }
 
-/// Builds the linker: all of WASI 0.2 plus wasi:http. Real Workers (Rust
+/// Builds the linker: all of WASI 0.2 plus wasi:http, and hearth's
+/// `hearth:js/fast-http` for JS Workers built with `hearth build`. Real Workers (Rust
 /// std, componentize-js, componentize-py, wstd) import `wasi:cli/*` and mix
 /// 0.2.x patch versions; wasmtime matches those by semver.
 pub(crate) fn build_linker(engine: &Engine) -> Result<Linker<Host>, ConfigError> {
@@ -65,5 +66,7 @@ pub(crate) fn build_linker(engine: &Engine) -> Result<Linker<Host>, ConfigError>
     // A Worker's vars and secrets, also in its environment (crate::secrets).
     wasmtime_wasi_config::add_to_linker(&mut linker, Host::config)
         .map_err(|e| ConfigError::Engine(e.to_string()))?;
+    // What the JS shim reads a request and answers with (crate::fast_http).
+    crate::fast_http::add_to_linker(&mut linker).map_err(|e| ConfigError::Engine(e.to_string()))?;
     Ok(linker)
 }

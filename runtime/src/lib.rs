@@ -2,7 +2,10 @@
 //!
 //! One hearth node's Workers on wasmtime. A *Worker* is a script ID bound to
 //! a wasi:http proxy component (it exports `wasi:http/incoming-handler`), so
-//! the same `.wasm` runs under `wasmtime serve`, Spin or hearth.
+//! the same `.wasm` runs under `wasmtime serve`, Spin or hearth. The one
+//! exception is the JS Workers `hearth build` makes: they also import
+//! hearth's `hearth:js/fast-http` (`src/fast_http.rs`: two calls that
+//! replace fifteen wasi:http calls), so they run on hearth only.
 //!
 //! The model, in the order a request meets it:
 //!
@@ -67,6 +70,7 @@ mod engine;
 pub mod epoch;
 pub mod error;
 pub mod eviction;
+mod fast_http;
 mod host;
 mod instance;
 pub mod lifecycle;

@@ -103,6 +103,121 @@ async fn a_module_syntax_js_worker_is_reused_and_requests_stay_apart() {
     a_finished_request_s_timers_and_promises_never_run_in_the_next(&rt).await;
     wait_until_work_finishes_after_the_response_on_the_same_instance(&rt).await;
     an_error_or_a_cpu_overrun_retires_the_instance(&rt).await;
+    // Last: some of their requests fail on purpose and retire instances.
+    the_request_head_reaches_the_worker_as_sent(&rt).await;
+    the_worker_s_status_headers_and_bytes_reach_the_client(&rt).await;
+}
+
+/// Sends a GET with `headers` (raw values), waits until its invocation has
+/// ended, and returns the whole response.
+async fn send_raw(
+    rt: &Runtime,
+    path: &str,
+    headers: &[(&str, &[u8])],
+) -> (u16, http::HeaderMap, Vec<u8>) {
+    let mut req = http::Request::get(format!("http://{ID}.localhost{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, http::HeaderValue::from_bytes(v).expect("header value"));
+    }
+    let req: http::Request<Body> = req.body(body::full(String::new())).expect("request");
+    let resp = rt.serve(ID, req).await;
+    let status = resp.status().as_u16();
+    let head = resp.headers().clone();
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes()
+        .to_vec();
+    settle(rt).await;
+    (status, head, bytes)
+}
+
+/// What the Worker sees of a request: method, path and query, and every
+/// header, repeated names joined as `Headers` joins them, a UTF-8 value
+/// decoded, a value that is not UTF-8 with U+FFFD for each bad byte.
+async fn the_request_head_reaches_the_worker_as_sent(rt: &Runtime) {
+    let (status, _, bytes) = send_raw(
+        rt,
+        "/a/b%20c?x=1&y=%C3%A9",
+        &[
+            ("x-one", b"1"),
+            ("x-rep", b"a"),
+            ("x-rep", b"b"),
+            ("x-utf8", "café ünï".as_bytes()),
+            ("x-empty", b""),
+            ("x-colon", b"a: b\tc"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    let v: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+    assert_eq!(v["method"], "GET");
+    assert_eq!(v["path"], "/a/b%20c?x=1&y=%C3%A9");
+    let h = &v["headers"];
+    assert_eq!(h["x-one"], "1");
+    assert_eq!(h["x-rep"], "a, b");
+    assert_eq!(h["x-utf8"], "café ünï");
+    assert_eq!(h["x-empty"], "");
+    assert_eq!(h["x-colon"], "a: b\tc");
+    // wasi:http keeps `host` from guests (the URL carries the authority).
+    assert_eq!(h["host"], serde_json::Value::Null);
+
+    // Not UTF-8: decoded with U+FFFD, which a `Headers` refuses, so the
+    // shim answers 500 (and retires the instance).
+    let (status, _, _) = send_raw(rt, "/", &[("x-latin1", b"caf\xe9")]).await;
+    assert_eq!(status, 500);
+}
+
+/// The Worker's `Response` as the client gets it: its status, every
+/// header (a repeated name's values joined, a non-ASCII value as UTF-8), and its
+/// body byte for byte, small or larger than one outgoing-body buffer; an
+/// invalid header is refused in the Worker (500), and a header only the
+/// host may set never reaches the client.
+async fn the_worker_s_status_headers_and_bytes_reach_the_client(rt: &Runtime) {
+    let all: Vec<u8> = (0..=255).collect();
+    let spec = serde_json::json!({
+        "status": 201,
+        "headers": [["x-a", "1"], ["x-a", "2"], ["x-b", "café"], ["content-type", "application/octet-stream"]],
+        "bytes": all,
+    });
+    let (status, head, bytes) =
+        send_raw(rt, "/", &[("x-js-respond", spec.to_string().as_bytes())]).await;
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&bytes));
+    assert_eq!(bytes, all);
+    // A `Headers` joins a repeated name's values.
+    assert_eq!(head["x-a"], "1, 2");
+    assert_eq!(head["x-b"].as_bytes(), "café".as_bytes());
+    assert_eq!(head["content-type"], "application/octet-stream");
+
+    // 404 with an empty body; 20,000 bytes (several outgoing chunks).
+    for (code, unit, repeat) in [(404, vec![], 1), (200, vec![7u8, 0, 200], 20_000)] {
+        let spec = serde_json::json!({"status": code, "bytes": unit, "repeat": repeat});
+        let (status, _, bytes) =
+            send_raw(rt, "/", &[("x-js-respond", spec.to_string().as_bytes())]).await;
+        assert_eq!(status, code);
+        assert_eq!(bytes, unit.repeat(repeat));
+    }
+
+    // Hop-by-hop headers and those wasi:http forbids are the host's: never
+    // sent from the Worker's response.
+    for forbidden in ["connection", "proxy-authorization", "http2-settings"] {
+        let spec = serde_json::json!({"headers": [[forbidden, "x"], ["x-ok", "1"]], "bytes": [1]});
+        let (status, head, bytes) =
+            send_raw(rt, "/", &[("x-js-respond", spec.to_string().as_bytes())]).await;
+        assert_eq!((status, bytes), (200, vec![1]), "{forbidden}");
+        assert_eq!(head["x-ok"], "1");
+        assert!(head.get(forbidden).is_none(), "{forbidden} was sent");
+    }
+    // An invalid name or value: the Worker's `Response` throws, 500.
+    for bad in [["bad name", "x"], ["x-bad", "a\u{0}b"]] {
+        let spec = serde_json::json!({"headers": [bad], "bytes": [1]});
+        let (status, _, bytes) =
+            send_raw(rt, "/", &[("x-js-respond", spec.to_string().as_bytes())]).await;
+        assert_eq!(status, 500, "{bad:?}");
+        assert_eq!(bytes, b"Internal Server Error");
+    }
 }
 
 async fn one_instance_serves_many_requests_and_keeps_module_state(rt: &Runtime) {

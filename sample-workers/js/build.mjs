@@ -57,7 +57,7 @@ if (module) {
     platform: 'neutral',
     target: 'es2022',
     // The component's imports, resolved by componentize-js.
-    external: ['wasi:*'],
+    external: ['wasi:*', 'hearth:*'],
     write: false,
   });
   const work = await mkdtemp(join(tmpdir(), 'hearth-js-module-'));

@@ -110,9 +110,9 @@ async function bundle(options) {
       target: 'es2022',
       mainFields: ['workerd', 'worker', 'module', 'browser', 'main'],
       conditions: ['workerd', 'worker', 'browser'],
-      // The shim's WASI imports are the component's, resolved by
+      // The shim's WASI and hearth:js imports are the component's, resolved by
       // componentize-js; node: built-ins do not exist in the engine.
-      external: ['wasi:*'],
+      external: ['wasi:*', 'hearth:*'],
       logLevel: 'silent',
       write: false,
       metafile: true,

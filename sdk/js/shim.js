@@ -17,9 +17,8 @@
 //  1. reads the request (method, URL, headers; the body in full, unless GET
 //     or HEAD) into a standard `Request`;
 //  2. awaits `worker.fetch(request, env, ctx)` and the response body;
-//  3. answers through the response outparam (the body written in 4 KiB
-//     writes, then finished): a thrown error or a non-`Response` value
-//     answers 500;
+//  3. answers through the response outparam: a thrown error or a
+//     non-`Response` value answers 500;
 //  4. after the answer, awaits what `ctx.waitUntil` was given;
 //  5. ends the request: timers it started and did not clear are cancelled,
 //     so none of its callbacks, nor promises waiting on them, run during a
@@ -49,6 +48,15 @@
 //
 // Module state (globals, caches) persists between requests, as in workerd.
 // Bodies are buffered, not streamed, both ways.
+//
+// The request's head (step 1) and the answer (step 3) each take one call
+// of hearth's `hearth:js/fast-http` (sdk/js/wit/world.wit) instead of the
+// seven and eight wasi:http calls they would take: every call through the
+// bindings componentize-js generates costs 4-12 us of interpreted JS,
+// whatever it carries (docs/js-reuse.md). So the component runs on hearth
+// only. A body larger than `respond` takes (8 KiB, what one outgoing body
+// of wasi:http buffers) is written through wasi:http's streams, and the
+// request body is read through them.
 
 import {
   Fields,
@@ -57,6 +65,7 @@ import {
   ResponseOutparam,
 } from 'wasi:http/types@0.2.10';
 import { getEnvironment } from 'wasi:cli/environment@0.2.10';
+import { requestHead, respond as respondWhole } from 'hearth:js/fast-http';
 
 const symbolDispose = Symbol.dispose || Symbol.for('dispose');
 
@@ -115,22 +124,14 @@ if (realFetch) {
   };
 }
 
-const METHODS = {
-  get: 'GET',
-  head: 'HEAD',
-  post: 'POST',
-  put: 'PUT',
-  delete: 'DELETE',
-  connect: 'CONNECT',
-  options: 'OPTIONS',
-  trace: 'TRACE',
-  patch: 'PATCH',
-};
-
-// One of each for every instance: constructing them per request is work
-// for the interpreter (no JIT in this engine, see docs/js-reuse.md).
+// One for every instance: constructing it per request is work for the
+// interpreter (no JIT in this engine, see docs/js-reuse.md).
 const utf8 = new TextEncoder();
-const text = new TextDecoder();
+
+// The largest body `respond` of hearth:js/fast-http takes: one outgoing
+// body's buffer on the wasi:http path (runtime/src/host.rs,
+// OUTGOING_BODY_BYTES), so a guest parks no more of its memory in the host.
+const WHOLE_BODY_LIMIT = 8192;
 
 // Headers the host sets itself (wasi:http refuses them in a response or
 // an outgoing request).
@@ -186,8 +187,9 @@ let bindingsTuned = false;
  * `globalThis?.process?.env?.JCO_DEBUG` twice per call, a miss on their
  * global that SpiderMonkey resolves the slow way (the standard-class
  * resolver, then the prototype chain). An own `process` property there that
- * is `undefined` makes it a hit. `value` is any object the bindings made;
- * the Worker's global is never touched.
+ * is `undefined` makes it a hit. `value` is any object the bindings made
+ * (the incoming request's resource object); the Worker's global is never
+ * touched.
  */
 function tuneBindings(value) {
   bindingsTuned = true;
@@ -206,24 +208,19 @@ function tuneBindings(value) {
 }
 
 function toRequest(incoming) {
-  const m = incoming.method();
-  const method = m.tag === 'other' ? m.val : METHODS[m.tag];
-  const scheme = incoming.scheme();
-  const proto = scheme && scheme.tag === 'HTTPS' ? 'https' : 'http';
-  const authority = incoming.authority() || 'localhost';
-  const url = `${proto}://${authority}${incoming.pathWithQuery() || '/'}`;
-  const fields = incoming.headers();
-  const entries = fields.entries();
-  drop(fields);
   if (!bindingsTuned) {
-    tuneBindings(entries);
+    tuneBindings(incoming);
   }
+  // One host call: method, URL, then name and value of each header, one
+  // per line (the host decodes values as a TextDecoder would).
+  const lines = requestHead(incoming).split('\n');
+  const method = lines[0];
+  const url = lines[1];
   // Indexed loops, not `for…of` with destructuring: the interpreter runs
   // the iterator protocol op by op.
-  const pairs = new Array(entries.length);
-  for (let i = 0; i < entries.length; i++) {
-    const e = entries[i];
-    pairs[i] = [e[0], text.decode(e[1])];
+  const pairs = new Array((lines.length - 2) >> 1);
+  for (let i = 2, j = 0; i < lines.length; i += 2, j++) {
+    pairs[j] = [lines[i], lines[i + 1]];
   }
   // The pairs themselves, not a `Headers` made of them (≈ 5 µs less: the
   // `Request` copies them into its own `Headers` either way); GET is the
@@ -256,7 +253,28 @@ function declaredLength(pairs) {
   return length;
 }
 
+/**
+ * Answers with one host call: the headers as lines of name and value (a
+ * `Headers` holds no line break in either), hop-by-hop ones left out. A
+ * body larger than `respond` takes goes through wasi:http.
+ */
 function respond(outparam, status, headers, bytes) {
+  if (bytes.byteLength > WHOLE_BODY_LIMIT) {
+    respondStreamed(outparam, status, headers, bytes);
+    return;
+  }
+  let lines = '';
+  for (const pair of headers) {
+    const name = pair[0];
+    if (!HOP_BY_HOP.has(name)) {
+      lines = lines.length === 0 ? `${name}\n${pair[1]}` : `${lines}\n${name}\n${pair[1]}`;
+    }
+  }
+  respondWhole(outparam, status, lines, bytes);
+}
+
+/** Answers through wasi:http (the body written in 4 KiB writes). */
+function respondStreamed(outparam, status, headers, bytes) {
   const list = [];
   for (const pair of headers) {
     const name = pair[0];

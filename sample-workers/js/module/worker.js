@@ -21,6 +21,11 @@
 //                        instance is retired).
 //   x-js-wait-until: 1   record a ctx.waitUntil task, finished after the
 //                        response; the next request reports `waitedUntil`.
+//   x-js-respond: JSON   answer as the JSON says instead, e.g.
+//                        {"status":201,"headers":[["x-a","1"],["x-a","2"]],
+//                         "bytes":[0,255],"repeat":3}: the body is `bytes`
+//                        `repeat` times (what the shim must carry to the
+//                        client unchanged).
 
 let served = 0;
 let leaked = false;
@@ -36,6 +41,17 @@ export default {
     }
     if (request.headers.get('x-js-throw')) {
       throw new Error('thrown on purpose (x-js-throw)');
+    }
+    const respond = request.headers.get('x-js-respond');
+    if (respond) {
+      const spec = JSON.parse(respond);
+      const one = new Uint8Array(spec.bytes || []);
+      const times = spec.repeat || 1;
+      const body = new Uint8Array(one.byteLength * times);
+      for (let i = 0; i < times; i++) {
+        body.set(one, i * one.byteLength);
+      }
+      return new Response(body, { status: spec.status || 200, headers: spec.headers || [] });
     }
     if (request.headers.get('x-js-leave') === 'timer') {
       setTimeout(() => {
