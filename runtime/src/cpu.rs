@@ -11,7 +11,11 @@
 //! interruption: the engine's ticker bumps the epoch every millisecond, and
 //! the store's deadline callback ([`CpuMeter::check`]) adds the CPU of the
 //! poll in progress and stops the Worker once it is over budget, so a loop is
-//! stopped within about a tick of its limit.
+//! stopped within about a tick of its limit. The same callback makes a guest
+//! yield to the executor, but only once the poll in progress has itself run
+//! for a tick ([`CpuMeter::tick`]): a long poll never holds a worker thread
+//! much longer, and a short request that merely straddles a tick is not
+//! suspended and polled again for nothing.
 //!
 //! # A flow's CPU for nested calls
 //!
@@ -330,6 +334,26 @@ impl CpuMeter {
         Duration::from_nanos(self.budget_ns.load(Ordering::Relaxed))
     }
 
+    /// What an epoch tick does while a guest runs ([`crate::instance`]'s
+    /// deadline callback): the check of [`CpuMeter::check`], then whether
+    /// the guest should yield to the executor. It yields only once the poll
+    /// in progress has run for at least [`EPOCH_TICK`](crate::epoch::EPOCH_TICK)
+    /// of CPU: a poll is still never longer than about two ticks, but a
+    /// short request that merely straddles a tick (a quarter of those
+    /// taking 250 µs) is not suspended, rescheduled and polled again for
+    /// nothing.
+    pub(crate) fn tick(&self) -> Result<bool, CpuExceeded> {
+        // Read before `check`, which reads the clock itself: the poll ran
+        // at least this long.
+        let start = self.poll_start_ns.load(Ordering::Relaxed);
+        self.check()?;
+        if start == 0 {
+            return Ok(true);
+        }
+        let ran = (thread_cpu_time().as_nanos() as u64).saturating_sub(start);
+        Ok(ran >= crate::epoch::EPOCH_TICK.as_nanos() as u64)
+    }
+
     /// `Err` once the phase is over budget; called from the epoch callback.
     /// The flow budget it draws from (if any) is charged too, and spent
     /// is over budget as well.
@@ -420,6 +444,36 @@ mod tests {
             "sleep was charged: {used:?}"
         );
         assert!(meter.check().is_err());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_tick_yields_only_once_the_poll_ran_a_tick_and_still_stops_an_overrun() {
+        let meter = Arc::new(CpuMeter::default());
+        meter.reset(Duration::from_secs(10));
+        let m = meter.clone();
+        let (early, late) = Metered::new(
+            async move {
+                let early = m.tick().expect("within budget");
+                spin(crate::epoch::EPOCH_TICK);
+                (early, m.tick().expect("within budget"))
+            },
+            meter.clone(),
+        )
+        .await;
+        assert!(!early, "yielded before the poll ran a tick");
+        assert!(late, "did not yield after a tick");
+        // Over budget, the tick stops the guest whatever the poll ran.
+        meter.reset(Duration::from_millis(1));
+        let m = meter.clone();
+        let stopped = Metered::new(
+            async move {
+                spin(Duration::from_millis(2));
+                m.tick()
+            },
+            meter,
+        )
+        .await;
+        assert!(stopped.is_err());
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -16,7 +16,10 @@
 //!   wasmtime-wasi-http's own `incoming-request` and `fields` methods and
 //!   returns them as one string (its format is in `sdk/js/wit/world.wit`);
 //!   a header value is decoded as the shim's `TextDecoder` decoded it.
-//! * `respond` builds the response and hands it to the outparam as
+//! * `respond` takes the header lines and the body in one list (the
+//!   bindings lower a `string` with an interpreted loop over its characters,
+//!   a list with one copy), builds the response and hands it to the
+//!   outparam as
 //!   `response-outparam.set` would, with the checks of the calls it
 //!   replaces: each header through [`FieldMap::append`] (what
 //!   `fields.from-list` does: invalid or forbidden names and values refused,
@@ -104,12 +107,31 @@ fn method_name(method: &Method) -> &str {
     }
 }
 
+/// `respond`'s one list split into its head (UTF-8 header lines) and its
+/// body, which keeps the list's allocation (no copy).
+fn split_head(head_and_body: Vec<u8>, head_length: u32) -> Result<(String, Bytes), String> {
+    let all = Bytes::from(head_and_body);
+    let at = usize::try_from(head_length)
+        .ok()
+        .filter(|n| *n <= all.len())
+        .ok_or_else(|| {
+            format!(
+                "a head of {head_length} bytes in a list of {} bytes",
+                all.len()
+            )
+        })?;
+    let head = std::str::from_utf8(&all[..at])
+        .map_err(|e| format!("the header lines are not UTF-8: {e}"))?
+        .to_owned();
+    Ok((head, all.slice(at..)))
+}
+
 /// The response `respond` describes, or why it cannot be sent.
 fn build_response(
     hooks: &mut dyn wasmtime_wasi_http::WasiHttpHooks,
     status: u16,
     headers: &str,
-    body: Vec<u8>,
+    body: Bytes,
 ) -> Result<http::Response<wasmtime_wasi_http::p2::body::HyperOutgoingBody>, String> {
     if body.len() > OUTGOING_BODY_BYTES {
         return Err(format!(
@@ -149,7 +171,7 @@ fn build_response(
         }
     }
     fields.set_immutable();
-    let body = Full::new(Bytes::from(body))
+    let body = Full::new(body)
         .map_err(|never: Infallible| match never {})
         .boxed_unsync();
     let response = HostOutgoingResponse {
@@ -192,11 +214,13 @@ impl fast_http::Host for WasiHttpCtxView<'_> {
         &mut self,
         out: Resource<HostResponseOutparam>,
         status: u16,
-        headers: String,
-        body: Vec<u8>,
+        head_length: u32,
+        head_and_body: Vec<u8>,
     ) -> wasmtime::Result<Result<(), String>> {
         let out = self.table.delete(out)?;
-        match build_response(self.hooks, status, &headers, body) {
+        match split_head(head_and_body, head_length)
+            .and_then(|(headers, body)| build_response(self.hooks, status, &headers, body))
+        {
             Ok(response) => {
                 (out.send)(Ok(response));
                 Ok(Ok(()))
@@ -232,7 +256,7 @@ mod tests {
     ) -> Result<http::Response<wasmtime_wasi_http::p2::body::HyperOutgoingBody>, String> {
         // The hooks every instance has (wasi:http's forbidden headers).
         let mut hooks = crate::outgoing::Outbound::default();
-        build_response(&mut hooks, status, headers, body.to_vec())
+        build_response(&mut hooks, status, headers, Bytes::copy_from_slice(body))
     }
 
     #[test]
@@ -244,6 +268,21 @@ mod tests {
         assert_eq!(r.headers()["x-b"].as_bytes(), "café".as_bytes());
         assert!(response(204, "", b"").is_ok());
         assert!(response(200, "content-length\n2", b"ab").is_ok());
+    }
+
+    #[test]
+    fn respond_s_list_splits_into_head_and_body_and_refuses_a_bad_head() {
+        let (head, body) = split_head(b"x-a\ncaf\xC3\xA9\0\xFF".to_vec(), 9).expect("valid");
+        assert_eq!(head, "x-a\ncaf\u{e9}");
+        assert_eq!(&body[..], b"\0\xFF");
+        let (head, body) = split_head(b"body".to_vec(), 0).expect("no headers");
+        assert_eq!((head.as_str(), &body[..]), ("", &b"body"[..]));
+        // A head longer than the list, or not UTF-8, is refused.
+        assert!(split_head(b"x-a\n1".to_vec(), 5).is_ok());
+        assert!(split_head(b"x-a\n1".to_vec(), 6).is_err());
+        assert!(split_head(b"x-a\n\xE9".to_vec(), 5).is_err());
+        // Cut inside a UTF-8 sequence.
+        assert!(split_head("x-a\n\u{e9}".as_bytes().to_vec(), 5).is_err());
     }
 
     #[test]

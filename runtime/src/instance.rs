@@ -107,8 +107,12 @@ impl Instance {
         let mut store = Store::new(engine, Host::new(io, limits.memory, node_memory));
         store.limiter(|h| &mut h.memory);
         store.epoch_deadline_callback(|ctx| {
-            ctx.data().meter.check().map_err(wasmtime::Error::new)?;
-            Ok(UpdateDeadline::Yield(1))
+            let yield_now = ctx.data().meter.tick().map_err(wasmtime::Error::new)?;
+            Ok(if yield_now {
+                UpdateDeadline::Yield(1)
+            } else {
+                UpdateDeadline::Continue(1)
+            })
         });
         store.set_epoch_deadline(1);
         let meter = store.data().meter.clone();
