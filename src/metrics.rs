@@ -338,6 +338,11 @@ impl Collector for RuntimeCollector {
                 "Requests stopped at the memory limit",
                 s.memory_kills,
             ),
+            (
+                "hearth_memory_retirements",
+                "Reused instances retired after a request for holding over 3/4 of their memory limit",
+                s.memory_retirements,
+            ),
             ("hearth_traps", "Requests whose Worker trapped", s.traps),
             (
                 "hearth_compiles",

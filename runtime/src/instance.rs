@@ -236,6 +236,11 @@ impl Instance {
         Ok((task, rx))
     }
 
+    /// Bytes of linear memory and tables the instance holds now.
+    pub(crate) fn memory_bytes(&self) -> u64 {
+        self.store.data().memory.bytes()
+    }
+
     /// The instance's CPU meter (its budget is set per request).
     pub(crate) fn meter(&self) -> Arc<crate::cpu::CpuMeter> {
         self.store.data().meter.clone()

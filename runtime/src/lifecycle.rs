@@ -44,6 +44,11 @@
 //! switched to fresh instances on this node at once (logged and counted as
 //! `reuse_demotions`), so a mislabelled toolchain costs at most one failed
 //! request per node rather than every request after the first.
+//!
+//! A reused instance is also retired, after answering, once it holds more
+//! than three quarters of its memory limit (`memory_retirements`): a guest
+//! whose heap creeps up request by request gets a fresh instance before a
+//! request can fail at the limit.
 
 use serde::{Deserialize, Serialize};
 

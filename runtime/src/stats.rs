@@ -29,6 +29,7 @@ pub struct Stats {
     pub(crate) evicted_replaced: AtomicU64,
     pub(crate) evicted_manual: AtomicU64,
     pub(crate) reuse_demotions: AtomicU64,
+    pub(crate) memory_retirements: AtomicU64,
     pub(crate) busy: AtomicU64,
     pub(crate) wall_kills: AtomicU64,
     pub(crate) client_timeouts: AtomicU64,
@@ -114,6 +115,10 @@ pub struct StatsSnapshot {
     /// Workers switched to fresh instances because a reused instance
     /// returned without a response ([`crate::lifecycle`]).
     pub reuse_demotions: u64,
+    /// Reused instances retired after a request because they held more
+    /// than three quarters of their memory limit (the next request gets a
+    /// fresh instance instead of failing at the limit).
+    pub memory_retirements: u64,
     /// Requests answered 503 because no instance slot came free in time.
     pub busy: u64,
     /// Requests stopped at their wall-clock limit.
@@ -199,6 +204,7 @@ impl StatsSnapshot {
             evicted_replaced: g(&s.evicted_replaced),
             evicted_manual: g(&s.evicted_manual),
             reuse_demotions: g(&s.reuse_demotions),
+            memory_retirements: g(&s.memory_retirements),
             busy: g(&s.busy),
             wall_kills: g(&s.wall_kills),
             client_timeouts: g(&s.client_timeouts),

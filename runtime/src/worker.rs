@@ -25,6 +25,13 @@ use crate::script_store::ScriptMeta;
 use crate::slow_client::{self, Cancel, CancelOnDrop};
 use crate::stats::Stats;
 
+/// The share of its memory limit above which a reused instance is retired
+/// after a request instead of serving another: it still answered this
+/// request, and the next one gets a fresh instance rather than failing at
+/// the limit part-way (JS engines' heaps grow a few KiB per request and
+/// give little back, docs/js-reuse.md).
+pub(crate) const RETIRE_AT_MEMORY: f64 = 0.75;
+
 /// What every Worker on a node shares: the node-wide instance slots and
 /// memory cap, and the slow-client settings ([`crate::slow_client`]).
 pub(crate) struct NodeShared {
@@ -258,6 +265,12 @@ impl Worker {
         Ok(())
     }
 
+    /// Memory above which a reused instance is not reused
+    /// ([`RETIRE_AT_MEMORY`] of the plan's limit).
+    fn retire_above(&self) -> u64 {
+        (self.limits.memory as f64 * RETIRE_AT_MEMORY) as u64
+    }
+
     fn take_idle(&self) -> Option<Instance> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         while let Some(inst) = idle.pop() {
@@ -269,6 +282,15 @@ impl Worker {
     }
 
     fn put_idle(&self, inst: Instance) {
+        if !self.demoted.load(Ordering::Relaxed) && inst.memory_bytes() > self.retire_above() {
+            // A guest whose memory creeps up request by request (a leak, or
+            // an engine's GC that never gives pages back) would otherwise
+            // fail a request at the limit: retire it while it still works.
+            Stats::bump(&self.stats.memory_retirements);
+            tracing::debug!(script = %self.script_id, bytes = inst.memory_bytes(),
+                "instance retired: near its memory limit");
+            return;
+        }
         if inst.served < self.reuse.max_requests_per_instance
             && !self.demoted.load(Ordering::Relaxed)
         {

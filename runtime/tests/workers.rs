@@ -293,6 +293,33 @@ async fn mem_hog_fails_its_allocation_and_trap_is_500() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_instance_near_its_memory_limit_is_retired_before_a_request_fails() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = Runtime::new(config(&dir).memory_limit(Plan::Free, 32 << 20)).expect("runtime");
+    rt.deploy("mem", Plan::Free, sample("mem-hog"))
+        .await
+        .expect("deploy");
+    // Each request keeps 4 MiB more on the (reused) instance that serves
+    // it: without retirement an instance's 8th request would pass the
+    // 32 MiB limit and fail.
+    let mut held = Vec::new();
+    for _ in 0..24 {
+        let req = http::Request::get("http://mem.localhost/?keep=4")
+            .body(body::full(""))
+            .expect("request");
+        let (status, _, body) = text(rt.serve("mem", req).await).await;
+        assert_eq!(status, 200, "{body}");
+        held.push(body.trim().parse::<usize>().expect("blocks held"));
+    }
+    // Instances served while they could, and none past 3/4 of 32 MiB
+    // (six requests' worth): then the count starts again on a fresh one.
+    assert!(held.iter().all(|&n| n <= 24), "{held:?}");
+    let s = rt.stats();
+    assert_eq!(s.memory_kills, 0);
+    assert!(s.memory_retirements >= 1, "{held:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eviction_under_pressure_is_counted_and_then_cold() {
     let dir = tempfile::tempdir().expect("tempdir");
     let probe = Runtime::new(config(&dir)).expect("runtime");

@@ -1,6 +1,9 @@
 //! `mem-hog`: on request, allocates 1 MiB blocks without bound, writing every
 //! page of each and keeping them all in a global, until the host's memory
 //! limit makes `memory.grow` fail (the allocation failure then traps).
+//! With `?keep=N` it allocates only N blocks, keeps them too, and answers
+//! 200 with the number of blocks this instance now holds: a Worker whose
+//! memory creeps up request by request.
 
 use hearth_sdk::{Guest, IncomingRequest, ResponseOutparam};
 use std::hint::black_box;
@@ -15,22 +18,41 @@ const PAGE: usize = 4096;
 struct MemHog;
 
 impl Guest for MemHog {
-    fn handle(_request: IncomingRequest, _out: ResponseOutparam) {
+    fn handle(request: IncomingRequest, out: ResponseOutparam) {
         let mut hoard = match HOARD.lock() {
             Ok(h) => h,
             Err(poisoned) => poisoned.into_inner(),
         };
+        let keep = request
+            .path_with_query()
+            .and_then(|p| p.split_once("keep=").and_then(|(_, n)| n.parse::<usize>().ok()));
         let mut n: u8 = 0;
-        loop {
-            let mut block = vec![0u8; BLOCK];
-            // Touch every page so the memory is really used.
-            for i in (0..BLOCK).step_by(PAGE) {
-                block[i] = n;
+        if let Some(keep) = keep {
+            for _ in 0..keep {
+                hoard.push(black_box(touched_block(n)));
+                n = n.wrapping_add(1);
             }
+            let held = hoard.len().to_string();
+            // An error here means the client or host went away.
+            let _ = hearth_sdk::respond(out, 200, &[], held.as_bytes());
+            return;
+        }
+        // Held, unanswered, until the allocation failure traps.
+        let _out = out;
+        loop {
+            hoard.push(black_box(touched_block(n)));
             n = n.wrapping_add(1);
-            hoard.push(black_box(block));
         }
     }
+}
+
+/// A 1 MiB block with every page written.
+fn touched_block(n: u8) -> Vec<u8> {
+    let mut block = vec![0u8; BLOCK];
+    for i in (0..BLOCK).step_by(PAGE) {
+        block[i] = n;
+    }
+    block
 }
 
 hearth_sdk::export_worker!(MemHog);
