@@ -1,0 +1,255 @@
+//! SPIKE (issue 29): a JS Worker engine as a Rust guest component.
+//!
+//! QuickJS-NG (through rquickjs) runs the JSON-echo Worker
+//! (`sample-workers/js/module/worker.js`, embedded at build time). The engine
+//! (runtime, context, the prelude's Workers API and the Worker's module) is set
+//! up once per instance, at instantiation (`hearth_sdk::init!`), so with
+//! `lifecycle = "reuse"` every request after the first pays only:
+//! read the wasi:http request natively, one JS call that builds the `Request`
+//! (`__hearth.request`), `default.fetch(request, env, ctx)`, the job queue
+//! until the promise settles, and reading `status`, headers and body of the
+//! `Response` natively. The Workers API in `prelude.js` is only what that
+//! Worker needs (Headers, Request, Response, URL, TextDecoder, ctx.waitUntil).
+//! No timers, no streams, no subrequests: this is a measurement, not a feature.
+
+use std::cell::RefCell;
+use std::time::Instant;
+
+use hearth_sdk::wasi::http::types::{Method, Scheme};
+use hearth_sdk::{Guest, IncomingRequest, ResponseOutparam};
+use rquickjs::function::This;
+use rquickjs::{
+    Array, ArrayBuffer, Context, Ctx, Function, Module, Object, Persistent, Runtime, TypedArray,
+    Value,
+};
+
+/// The Worker's source, evaluated once per instance.
+const WORKER: &str = include_str!("../../../sample-workers/js/module/worker.js");
+/// The minimal Workers API the Worker needs.
+const PRELUDE: &str = include_str!("prelude.js");
+
+struct Engine {
+    // Dropped after the persistents (field order) so they are freed first.
+    default: Persistent<Object<'static>>,
+    fetch: Persistent<Function<'static>>,
+    hearth: Persistent<Object<'static>>,
+    request: Persistent<Function<'static>>,
+    headers: Persistent<Function<'static>>,
+    context: Context,
+    _runtime: Runtime,
+    init_us: u64,
+}
+
+thread_local! {
+    static ENGINE: RefCell<Option<Engine>> = const { RefCell::new(None) };
+}
+
+fn utf8<'js>(b: TypedArray<'js, u8>) -> String {
+    // SAFETY: the bytes are copied before any JS runs again.
+    let bytes = unsafe { b.as_bytes() }.unwrap_or(&[]);
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn exception(ctx: &Ctx<'_>, e: rquickjs::Error) -> String {
+    if matches!(e, rquickjs::Error::Exception) {
+        let v = ctx.catch();
+        if let Some(o) = v.as_object() {
+            let msg: Option<String> = o.get("message").ok();
+            let stack: Option<String> = o.get("stack").ok();
+            return format!("{} {}", msg.unwrap_or_default(), stack.unwrap_or_default());
+        }
+        return format!("{v:?}");
+    }
+    e.to_string()
+}
+
+fn start() -> Result<Engine, String> {
+    let t0 = Instant::now();
+    let runtime = Runtime::new().map_err(|e| e.to_string())?;
+    let context = Context::full(&runtime).map_err(|e| e.to_string())?;
+    let parts = context.with(|ctx| {
+        let go = || -> rquickjs::Result<_> {
+            ctx.globals()
+                .set("__hearth_utf8", Function::new(ctx.clone(), utf8)?)?;
+            ctx.eval::<(), _>(PRELUDE)?;
+            let (module, done) = Module::declare(ctx.clone(), "worker.js", WORKER)?.eval()?;
+            done.finish::<()>()?;
+            let default: Object = module.get("default")?;
+            let fetch: Function = default.get("fetch")?;
+            let hearth: Object = ctx.globals().get("__hearth")?;
+            let request: Function = hearth.get("request")?;
+            let headers: Function = hearth.get("headers")?;
+            Ok((
+                Persistent::save(&ctx, default),
+                Persistent::save(&ctx, fetch),
+                Persistent::save(&ctx, hearth),
+                Persistent::save(&ctx, request),
+                Persistent::save(&ctx, headers),
+            ))
+        };
+        go().map_err(|e| exception(&ctx, e))
+    })?;
+    let (default, fetch, hearth, request, headers) = parts;
+    Ok(Engine {
+        default,
+        fetch,
+        hearth,
+        request,
+        headers,
+        context,
+        _runtime: runtime,
+        init_us: t0.elapsed().as_micros() as u64,
+    })
+}
+
+fn init() {
+    match start() {
+        Ok(e) => ENGINE.with(|slot| *slot.borrow_mut() = Some(e)),
+        Err(e) => panic!("js engine init: {e}"),
+    }
+}
+
+hearth_sdk::init!(init);
+
+fn method(m: &Method) -> &str {
+    match m {
+        Method::Get => "GET",
+        Method::Head => "HEAD",
+        Method::Post => "POST",
+        Method::Put => "PUT",
+        Method::Delete => "DELETE",
+        Method::Connect => "CONNECT",
+        Method::Options => "OPTIONS",
+        Method::Trace => "TRACE",
+        Method::Patch => "PATCH",
+        Method::Other(s) => s,
+    }
+}
+
+struct Answer {
+    status: u16,
+    headers: Vec<String>,
+    body: Vec<u8>,
+}
+
+fn body_bytes(v: Value<'_>) -> rquickjs::Result<Vec<u8>> {
+    if let Some(s) = v.as_string() {
+        return Ok(s.to_string()?.into_bytes());
+    }
+    if let Ok(t) = TypedArray::<u8>::from_value(v.clone()) {
+        // SAFETY: copied at once.
+        return Ok(unsafe { t.as_bytes() }.unwrap_or(&[]).to_vec());
+    }
+    if let Some(b) = ArrayBuffer::from_value(v.clone()) {
+        // SAFETY: copied at once.
+        return Ok(unsafe { b.as_bytes() }.unwrap_or(&[]).to_vec());
+    }
+    Ok(Vec::new())
+}
+
+fn serve(
+    e: &Engine,
+    method: &str,
+    url: &str,
+    headers: &[(String, Vec<u8>)],
+    body: Option<Vec<u8>>,
+) -> Result<Answer, String> {
+    e.context.with(|ctx| {
+        let go = || -> rquickjs::Result<Answer> {
+            let pairs = Array::new(ctx.clone())?;
+            for (i, (k, v)) in headers.iter().enumerate() {
+                pairs.set(2 * i, k.as_str())?;
+                pairs.set(2 * i + 1, String::from_utf8_lossy(v).as_ref())?;
+            }
+            let body: Value = match body {
+                Some(b) => TypedArray::<u8>::new(ctx.clone(), b)?.into_value(),
+                None => Value::new_undefined(ctx.clone()),
+            };
+            let request = e.request.clone().restore(&ctx)?;
+            let req: Value = request.call((method, url, pairs, body))?;
+            let hearth = e.hearth.clone().restore(&ctx)?;
+            let env: Value = hearth.get("env")?;
+            let jsctx: Value = hearth.get("ctx")?;
+            let fetch = e.fetch.clone().restore(&ctx)?;
+            let default = e.default.clone().restore(&ctx)?;
+            let result: Value = fetch.call((This(default), req, env, jsctx))?;
+            let resp: Object = match result.as_promise() {
+                Some(p) => p.finish::<Object>()?,
+                None => Object::from_value(result)?,
+            };
+            // ctx.waitUntil work and anything else queued: run it now.
+            while ctx.execute_pending_job() {}
+            let status: u16 = resp.get("status")?;
+            let hs = e.headers.clone().restore(&ctx)?;
+            let headers: Vec<String> = hs.call((resp.clone(),))?;
+            let body = body_bytes(resp.get("_body")?)?;
+            Ok(Answer {
+                status,
+                headers,
+                body,
+            })
+        };
+        go().map_err(|err| exception(&ctx, err))
+    })
+}
+
+struct Handler;
+
+impl Guest for Handler {
+    fn handle(request: IncomingRequest, out: ResponseOutparam) {
+        let m = request.method();
+        let method = method(&m).to_owned();
+        let path = hearth_sdk::path(&request);
+        let authority = request.authority().unwrap_or_else(|| "localhost".into());
+        let scheme = match request.scheme() {
+            Some(Scheme::Https) => "https",
+            _ => "http",
+        };
+        let url = format!("{scheme}://{authority}{path}");
+        let headers = hearth_sdk::headers(&request);
+        let body = if method == "GET" || method == "HEAD" {
+            None
+        } else {
+            request.consume().ok().and_then(|b| {
+                let s = b.stream().ok()?;
+                let bytes = hearth_sdk::read_to_end(&s).ok();
+                drop(s);
+                bytes
+            })
+        };
+        let answer = ENGINE.with(|slot| {
+            let slot = slot.borrow();
+            match slot.as_ref() {
+                Some(e) => serve(e, &method, &url, &headers, body).map(|a| (a, e.init_us)),
+                None => Err("engine not started".into()),
+            }
+        });
+        match answer {
+            Ok((a, init_us)) => {
+                let init = init_us.to_string();
+                let mut hs: Vec<(&str, &[u8])> = a
+                    .headers
+                    .chunks(2)
+                    .filter(|c| c.len() == 2)
+                    .map(|c| (c[0].as_str(), c[1].as_bytes()))
+                    .collect();
+                let len = a.body.len().to_string();
+                if !a.headers.iter().step_by(2).any(|k| k == "content-length") {
+                    hs.push(("content-length", len.as_bytes()));
+                }
+                hs.push(("x-js-init-us", init.as_bytes()));
+                let _ = hearth_sdk::respond(out, a.status, &hs, &a.body);
+            }
+            Err(e) => {
+                let _ = hearth_sdk::respond(
+                    out,
+                    500,
+                    &[("content-type", b"text/plain")],
+                    format!("js error: {e}").as_bytes(),
+                );
+            }
+        }
+    }
+}
+
+hearth_sdk::export_worker!(Handler);

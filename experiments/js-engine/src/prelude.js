@@ -1,0 +1,109 @@
+// SPIKE: the smallest Workers API surface the JSON-echo Worker
+// (sample-workers/js/module/worker.js) uses, in plain JS on QuickJS-NG.
+// The host (lib.rs) calls __hearth.request(method, url, pairs, body) and
+// reads the Response's fields back natively.
+(() => {
+  const g = globalThis;
+  class Headers {
+    constructor(init) {
+      this._m = new Map();
+      if (init == null) return;
+      if (init instanceof Headers) {
+        for (const [k, v] of init._m) this._m.set(k, v);
+      } else if (Array.isArray(init)) {
+        for (const [k, v] of init) this.append(k, v);
+      } else {
+        for (const k of Object.keys(init)) this.append(k, init[k]);
+      }
+    }
+    get(name) {
+      const v = this._m.get(String(name).toLowerCase());
+      return v === undefined ? null : v;
+    }
+    has(name) { return this._m.has(String(name).toLowerCase()); }
+    set(name, value) { this._m.set(String(name).toLowerCase(), String(value)); }
+    append(name, value) {
+      const k = String(name).toLowerCase();
+      const old = this._m.get(k);
+      this._m.set(k, old === undefined ? String(value) : old + ', ' + value);
+    }
+    delete(name) { this._m.delete(String(name).toLowerCase()); }
+    entries() { return this._m.entries(); }
+    keys() { return this._m.keys(); }
+    values() { return this._m.values(); }
+    forEach(f, t) { this._m.forEach((v, k) => f.call(t, v, k, this)); }
+    [Symbol.iterator]() { return this._m.entries(); }
+  }
+  class Request {
+    constructor(method, url, headers, body) {
+      this.method = method;
+      this.url = url;
+      this.headers = headers;
+      this._body = body;
+    }
+    async arrayBuffer() { return this._body ? this._body.buffer : new ArrayBuffer(0); }
+    async text() { return this._body ? __hearth_utf8(this._body) : ''; }
+    async json() { return JSON.parse(await this.text()); }
+  }
+  class Response {
+    constructor(body, init) {
+      init = init || {};
+      this.status = init.status === undefined ? 200 : init.status;
+      this.headers = init.headers instanceof Headers ? init.headers : new Headers(init.headers);
+      this._body = body == null ? '' : body;
+    }
+    static json(v, init) {
+      const r = new Response(JSON.stringify(v), init);
+      if (!r.headers.has('content-type')) r.headers.set('content-type', 'application/json');
+      return r;
+    }
+  }
+  const URL_RE = /^([a-zA-Z][a-zA-Z0-9+.-]*:)\/\/([^/?#]*)([^?#]*)(\?[^#]*)?(#.*)?$/;
+  class URL {
+    constructor(s) {
+      const m = URL_RE.exec(String(s));
+      if (!m) throw new TypeError('Invalid URL: ' + s);
+      this.protocol = m[1];
+      this.host = m[2];
+      this.hostname = m[2].replace(/:\d+$/, '');
+      this.pathname = m[3] || '/';
+      this.search = m[4] && m[4] !== '?' ? m[4] : '';
+      this.hash = m[5] || '';
+    }
+    get href() { return this.protocol + '//' + this.host + this.pathname + this.search + this.hash; }
+    toString() { return this.href; }
+  }
+  class TextDecoder {
+    decode(b) {
+      if (!b || b.byteLength === 0) return '';
+      return __hearth_utf8(b instanceof ArrayBuffer ? new Uint8Array(b) : b);
+    }
+  }
+  const env = {};
+  let waits = [];
+  const ctx = {
+    waitUntil(p) { waits.push(p); },
+    passThroughOnException() {},
+  };
+  g.Headers = Headers;
+  g.Request = Request;
+  g.Response = Response;
+  g.URL = URL;
+  g.TextDecoder = TextDecoder;
+  g.__hearth = {
+    // Called by the host per request: the Request, env and ctx for fetch.
+    request(method, url, pairs, body) {
+      const h = new Headers();
+      for (let i = 0; i < pairs.length; i += 2) h.append(pairs[i], pairs[i + 1]);
+      return new Request(method, url, h, body);
+    },
+    env,
+    ctx,
+    // The Response's headers as a flat [name, value, ...] array.
+    headers(r) {
+      const out = [];
+      for (const [k, v] of r.headers._m) out.push(k, v);
+      return out;
+    },
+  };
+})();
