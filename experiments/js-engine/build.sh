@@ -10,7 +10,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 export RQUICKJS_SYS_NO_WASI_SDK=1
 export CC_wasm32_wasip2="$here/cc.sh"
 export AR_wasm32_wasip2=llvm-ar-14
-export CFLAGS_wasm32_wasip2="-O2"
+# cc passes -O3 (the profile's opt-level)
 cd "$here"
 cargo build --release --target wasm32-wasip2 "$@"
 ls -l target/wasm32-wasip2/release/js_engine_spike.wasm

@@ -24,7 +24,11 @@ use rquickjs::{
 };
 
 /// The Worker's source, evaluated once per instance.
+#[cfg(not(feature = "trivial"))]
 const WORKER: &str = include_str!("../../../sample-workers/js/module/worker.js");
+/// With `--features trivial`: a Worker that only answers "hello".
+#[cfg(feature = "trivial")]
+const WORKER: &str = include_str!("trivial.js");
 /// The minimal Workers API the Worker needs.
 const PRELUDE: &str = include_str!("prelude.js");
 
@@ -41,6 +45,7 @@ struct Engine {
 }
 
 thread_local! {
+    static PHASES: RefCell<[u64; 5]> = const { RefCell::new([0; 5]) };
     static ENGINE: RefCell<Option<Engine>> = const { RefCell::new(None) };
 }
 
@@ -66,6 +71,10 @@ fn exception(ctx: &Ctx<'_>, e: rquickjs::Error) -> String {
 fn start() -> Result<Engine, String> {
     let t0 = Instant::now();
     let runtime = Runtime::new().map_err(|e| e.to_string())?;
+    if let Some(mb) = option_env!("SPIKE_GC_MB") {
+        // QuickJS-NG's cycle collector runs when allocation passes this.
+        runtime.set_gc_threshold(mb.parse::<usize>().unwrap_or(1) << 20);
+    }
     let context = Context::full(&runtime).map_err(|e| e.to_string())?;
     let parts = context.with(|ctx| {
         let go = || -> rquickjs::Result<_> {
@@ -126,10 +135,46 @@ fn method(m: &Method) -> &str {
     }
 }
 
+/// With `--features phases`: the clock, else nothing (no host call).
+#[cfg(feature = "phases")]
+fn now() -> Option<Instant> {
+    Some(Instant::now())
+}
+#[cfg(not(feature = "phases"))]
+fn now() -> Option<Instant> {
+    None
+}
+
+/// This instance's average phase times so far, in 0.1 us: build Request,
+/// fetch(), job queue, read Response (empty without `--features phases`).
+fn phases(
+    t0: Option<Instant>,
+    t1: Option<Instant>,
+    t2: Option<Instant>,
+    t3: Option<Instant>,
+    t4: Option<Instant>,
+) -> String {
+    let (Some(t0), Some(t1), Some(t2), Some(t3), Some(t4)) = (t0, t1, t2, t3, t4) else {
+        return String::new();
+    };
+    let ns = |a: Instant, b: Instant| (b - a).as_nanos() as u64;
+    PHASES.with(|p| {
+        let mut p = p.borrow_mut();
+        p[0] += 1;
+        p[1] += ns(t0, t1);
+        p[2] += ns(t1, t2);
+        p[3] += ns(t2, t3);
+        p[4] += ns(t3, t4);
+        let n = p[0] * 100;
+        format!("n={} {} {} {} {}", p[0], p[1] / n, p[2] / n, p[3] / n, p[4] / n)
+    })
+}
+
 struct Answer {
     status: u16,
     headers: Vec<String>,
     body: Vec<u8>,
+    phases: String,
 }
 
 fn body_bytes(v: Value<'_>) -> rquickjs::Result<Vec<u8>> {
@@ -156,6 +201,7 @@ fn serve(
 ) -> Result<Answer, String> {
     e.context.with(|ctx| {
         let go = || -> rquickjs::Result<Answer> {
+            let t0 = now();
             let pairs = Array::new(ctx.clone())?;
             for (i, (k, v)) in headers.iter().enumerate() {
                 pairs.set(2 * i, k.as_str())?;
@@ -172,21 +218,29 @@ fn serve(
             let jsctx: Value = hearth.get("ctx")?;
             let fetch = e.fetch.clone().restore(&ctx)?;
             let default = e.default.clone().restore(&ctx)?;
+            let t1 = now();
             let result: Value = fetch.call((This(default), req, env, jsctx))?;
+            let t2 = now();
             let resp: Object = match result.as_promise() {
                 Some(p) => p.finish::<Object>()?,
                 None => Object::from_value(result)?,
             };
             // ctx.waitUntil work and anything else queued: run it now.
             while ctx.execute_pending_job() {}
+            let t3 = now();
             let status: u16 = resp.get("status")?;
             let hs = e.headers.clone().restore(&ctx)?;
             let headers: Vec<String> = hs.call((resp.clone(),))?;
             let body = body_bytes(resp.get("_body")?)?;
+            let t4 = now();
+            let avg = phases(t0, t1, t2, t3, t4);
             Ok(Answer {
                 status,
                 headers,
                 body,
+                // Phases in 0.1 us: build Request, fetch(), jobs, read Response.
+                // Instance averages so far.
+                phases: avg,
             })
         };
         go().map_err(|err| exception(&ctx, err))
@@ -238,6 +292,9 @@ impl Guest for Handler {
                     hs.push(("content-length", len.as_bytes()));
                 }
                 hs.push(("x-js-init-us", init.as_bytes()));
+                if !a.phases.is_empty() {
+                    hs.push(("x-js-phases", a.phases.as_bytes()));
+                }
                 let _ = hearth_sdk::respond(out, a.status, &hs, &a.body);
             }
             Err(e) => {
