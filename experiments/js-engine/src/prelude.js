@@ -17,7 +17,9 @@
       }
     }
     get(name) {
-      const v = this._m.get(String(name).toLowerCase());
+      // The stored names are lower case: try the name as given first.
+      let v = this._m.get(name);
+      if (v === undefined) v = this._m.get(String(name).toLowerCase());
       return v === undefined ? null : v;
     }
     has(name) { return this._m.has(String(name).toLowerCase()); }
@@ -58,17 +60,26 @@
       return r;
     }
   }
-  const URL_RE = /^([a-zA-Z][a-zA-Z0-9+.-]*:)\/\/([^/?#]*)([^?#]*)(\?[^#]*)?(#.*)?$/;
+  // Only absolute http(s)-style URLs; no regex (QuickJS's libregexp is a
+  // backtracking interpreter, and this runs on every request).
   class URL {
     constructor(s) {
-      const m = URL_RE.exec(String(s));
-      if (!m) throw new TypeError('Invalid URL: ' + s);
-      this.protocol = m[1];
-      this.host = m[2];
-      this.hostname = m[2].replace(/:\d+$/, '');
-      this.pathname = m[3] || '/';
-      this.search = m[4] && m[4] !== '?' ? m[4] : '';
-      this.hash = m[5] || '';
+      s = String(s);
+      const p = s.indexOf('://');
+      if (p <= 0) throw new TypeError('Invalid URL: ' + s);
+      this.protocol = s.slice(0, p + 1);
+      let rest = s.slice(p + 3);
+      let h = rest.indexOf('#');
+      this.hash = h >= 0 && h < rest.length - 1 ? rest.slice(h) : '';
+      if (h >= 0) rest = rest.slice(0, h);
+      const q = rest.indexOf('?');
+      this.search = q >= 0 && q < rest.length - 1 ? rest.slice(q) : '';
+      if (q >= 0) rest = rest.slice(0, q);
+      const slash = rest.indexOf('/');
+      this.host = slash >= 0 ? rest.slice(0, slash) : rest;
+      this.pathname = slash >= 0 ? rest.slice(slash) : '/';
+      const colon = this.host.lastIndexOf(':');
+      this.hostname = colon >= 0 ? this.host.slice(0, colon) : this.host;
     }
     get href() { return this.protocol + '//' + this.host + this.pathname + this.search + this.hash; }
     toString() { return this.href; }
