@@ -24,11 +24,15 @@ use rquickjs::{
 };
 
 /// The Worker's source, evaluated once per instance.
-#[cfg(not(feature = "trivial"))]
+#[cfg(not(any(feature = "trivial", feature = "external")))]
 const WORKER: &str = include_str!("../../../sample-workers/js/module/worker.js");
 /// With `--features trivial`: a Worker that only answers "hello".
 #[cfg(feature = "trivial")]
 const WORKER: &str = include_str!("trivial.js");
+/// With `--features external`: the bundled ES module at `$SPIKE_WORKER_JS`
+/// (e.g. the Hono sample bundled by esbuild).
+#[cfg(all(feature = "external", not(feature = "trivial")))]
+const WORKER: &str = include_str!(env!("SPIKE_WORKER_JS"));
 /// The minimal Workers API the Worker needs.
 const PRELUDE: &str = include_str!("prelude.js");
 

@@ -53,6 +53,9 @@
       this.status = init.status === undefined ? 200 : init.status;
       this.headers = init.headers instanceof Headers ? init.headers : new Headers(init.headers);
       this._body = body == null ? '' : body;
+      if (typeof body === 'string' && !this.headers.has('content-type')) {
+        this.headers.set('content-type', 'text/plain;charset=UTF-8');
+      }
     }
     static json(v, init) {
       const r = new Response(JSON.stringify(v), init);
