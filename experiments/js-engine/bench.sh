@@ -8,6 +8,11 @@
 #                                      copied to $OUT/spike-trivial.wasm)
 #   experiments/js-engine/bench.sh [ROUNDS] [SECONDS]
 #
+# Hono too, when $OUT holds hono.mjs (the sample bundled by esbuild),
+# spike-hono.wasm (build.sh --features external with SPIKE_WORKER_JS set to
+# that bundle) and hono.wasm (`hearth build` of the sample): targets
+# qjs-hono, hono-reuse and workerd-hono (TARGETS="qjs-hono hono-reuse
+# workerd-hono").
 # HEARTH (default target/release/hearth), WORKERD (default the bench's
 # ~/.cache/hearth/workerd install), OUT (default /tmp/js-engine-spike).
 set -e
@@ -26,18 +31,31 @@ deploy qjs-fresh fresh spike.wasm
 [ -f spike-trivial.wasm ] && deploy qjs-trivial reuse spike-trivial.wasm
 deploy js-reuse reuse "$samples/js-module.wasm"
 deploy hello reuse "$samples/hello.wasm"
+hono=
+if [ -f hono.mjs ] && [ -f spike-hono.wasm ] && [ -f hono.wasm ]; then
+  deploy qjs-hono reuse spike-hono.wasm
+  deploy hono-reuse reuse hono.wasm
+  hono=yes
+fi
 cp "$root/sample-workers/js/module/worker.js" worker.mjs
 cat > config.capnp <<'CAPNP'
 using Workerd = import "/workerd/workerd.capnp";
 const config :Workerd.Config = (
-  services = [ (name = "main", worker = .worker) ],
-  sockets = [ (name = "http", address = "127.0.0.1:18733", http = (), service = "main") ],
+  services = [ (name = "main", worker = .worker), (name = "hono", worker = .hono) ],
+  sockets = [ (name = "http", address = "127.0.0.1:18733", http = (), service = "main"),
+              (name = "hono", address = "127.0.0.1:18734", http = (), service = "hono") ],
 );
 const worker :Workerd.Worker = (
   modules = [ (name = "worker.mjs", esModule = embed "worker.mjs") ],
   compatibilityDate = "2024-09-23",
 );
+const hono :Workerd.Worker = (
+  modules = [ (name = "hono.mjs", esModule = embed "hono.mjs") ],
+  compatibilityDate = "2024-09-23",
+);
 CAPNP
+# Without the Hono bundle, workerd serves the JSON echo on both sockets.
+[ -n "$hono" ] || cp worker.mjs hono.mjs
 RUST_LOG=warn "$HEARTH" serve --listen 127.0.0.1:18731 --admin 127.0.0.1:18732 --store store >serve.log 2>&1 &
 HPID=$!
 "$WORKERD" serve config.capnp >workerd.log 2>&1 &
@@ -64,6 +82,7 @@ for r in warm $(seq 1 "$ROUNDS"); do
   for t in $targets; do
     case $t in
       workerd) row=$(run "r$r" workerd $WPID http://127.0.0.1:18733/ localhost);;
+      workerd-hono) row=$(run "r$r" workerd-hono $WPID http://127.0.0.1:18734/ localhost);;
       *) row=$(run "r$r" "$t" $HPID http://127.0.0.1:18731/ "$t.localhost");;
     esac
     [ "$r" = warm ] || echo "$row"
