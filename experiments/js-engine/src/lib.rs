@@ -12,6 +12,11 @@
 //! Worker needs (Headers, Request, Response, URL, TextDecoder, ctx.waitUntil).
 //! No timers, no streams, no subrequests: this is a measurement, not a feature.
 
+#[cfg(feature = "native")]
+mod native;
+#[cfg(not(feature = "native"))]
+use rquickjs::Array;
+
 use std::cell::RefCell;
 use std::time::Instant;
 
@@ -19,8 +24,7 @@ use hearth_sdk::wasi::http::types::{Method, Scheme};
 use hearth_sdk::{Guest, IncomingRequest, ResponseOutparam};
 use rquickjs::function::This;
 use rquickjs::{
-    Array, ArrayBuffer, Context, Ctx, Function, Module, Object, Persistent, Runtime, TypedArray,
-    Value,
+    ArrayBuffer, Context, Ctx, Function, Module, Object, Persistent, Runtime, TypedArray, Value,
 };
 
 /// The Worker's source, evaluated once per instance.
@@ -41,8 +45,12 @@ struct Engine {
     default: Persistent<Object<'static>>,
     fetch: Persistent<Function<'static>>,
     hearth: Persistent<Object<'static>>,
+    #[cfg_attr(feature = "native", allow(dead_code))]
     request: Persistent<Function<'static>>,
+    #[cfg_attr(feature = "native", allow(dead_code))]
     headers: Persistent<Function<'static>>,
+    #[cfg_attr(not(feature = "native"), allow(dead_code))]
+    proto: Persistent<Object<'static>>,
     context: Context,
     _runtime: Runtime,
     init_us: u64,
@@ -84,6 +92,8 @@ fn start() -> Result<Engine, String> {
         let go = || -> rquickjs::Result<_> {
             ctx.globals()
                 .set("__hearth_utf8", Function::new(ctx.clone(), utf8)?)?;
+            #[cfg(feature = "native")]
+            native::define(&ctx)?;
             ctx.eval::<(), _>(PRELUDE)?;
             let (module, done) = Module::declare(ctx.clone(), "worker.js", WORKER)?.eval()?;
             done.finish::<()>()?;
@@ -92,23 +102,26 @@ fn start() -> Result<Engine, String> {
             let hearth: Object = ctx.globals().get("__hearth")?;
             let request: Function = hearth.get("request")?;
             let headers: Function = hearth.get("headers")?;
+            let proto: Object = hearth.get("RequestProto")?;
             Ok((
                 Persistent::save(&ctx, default),
                 Persistent::save(&ctx, fetch),
                 Persistent::save(&ctx, hearth),
                 Persistent::save(&ctx, request),
                 Persistent::save(&ctx, headers),
+                Persistent::save(&ctx, proto),
             ))
         };
         go().map_err(|e| exception(&ctx, e))
     })?;
-    let (default, fetch, hearth, request, headers) = parts;
+    let (default, fetch, hearth, request, headers, proto) = parts;
     Ok(Engine {
         default,
         fetch,
         hearth,
         request,
         headers,
+        proto,
         context,
         _runtime: runtime,
         init_us: t0.elapsed().as_micros() as u64,
@@ -213,17 +226,25 @@ fn serve(
     e.context.with(|ctx| {
         let go = || -> rquickjs::Result<Answer> {
             let t0 = now();
-            let pairs = Array::new(ctx.clone())?;
-            for (i, (k, v)) in headers.iter().enumerate() {
-                pairs.set(2 * i, k.as_str())?;
-                pairs.set(2 * i + 1, String::from_utf8_lossy(v).as_ref())?;
-            }
             let body: Value = match body {
                 Some(b) => TypedArray::<u8>::new(ctx.clone(), b)?.into_value(),
                 None => Value::new_undefined(ctx.clone()),
             };
-            let request = e.request.clone().restore(&ctx)?;
-            let req: Value = request.call((method, url, pairs, body))?;
+            #[cfg(feature = "native")]
+            let req: Value = {
+                let proto = e.proto.clone().restore(&ctx)?;
+                native::request(&ctx, &proto, method, url, headers, body)?
+            };
+            #[cfg(not(feature = "native"))]
+            let req: Value = {
+                let pairs = Array::new(ctx.clone())?;
+                for (i, (k, v)) in headers.iter().enumerate() {
+                    pairs.set(2 * i, k.as_str())?;
+                    pairs.set(2 * i + 1, String::from_utf8_lossy(v).as_ref())?;
+                }
+                let request = e.request.clone().restore(&ctx)?;
+                request.call((method, url, pairs, body))?
+            };
             let hearth = e.hearth.clone().restore(&ctx)?;
             let env: Value = hearth.get("env")?;
             let jsctx: Value = hearth.get("ctx")?;
@@ -240,8 +261,10 @@ fn serve(
             while ctx.execute_pending_job() {}
             let t3 = now();
             let status: u16 = resp.get("status")?;
-            let hs = e.headers.clone().restore(&ctx)?;
-            let headers: Vec<String> = hs.call((resp.clone(),))?;
+            #[cfg(feature = "native")]
+            let headers = native::response_headers(&resp)?;
+            #[cfg(not(feature = "native"))]
+            let headers: Vec<String> = e.headers.clone().restore(&ctx)?.call((resp.clone(),))?;
             let body = body_bytes(resp.get("_body")?)?;
             let t4 = now();
             let avg = phases(t0, t1, t2, t3, t4);

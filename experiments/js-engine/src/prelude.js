@@ -4,11 +4,11 @@
 // reads the Response's fields back natively.
 (() => {
   const g = globalThis;
-  class Headers {
+  class JsHeaders {
     constructor(init) {
       this._m = new Map();
       if (init == null) return;
-      if (init instanceof Headers) {
+      if (init instanceof JsHeaders) {
         for (const [k, v] of init._m) this._m.set(k, v);
       } else if (Array.isArray(init)) {
         for (const [k, v] of init) this.append(k, v);
@@ -35,6 +35,16 @@
     values() { return this._m.values(); }
     forEach(f, t) { this._m.forEach((v, k) => f.call(t, v, k, this)); }
     [Symbol.iterator]() { return this._m.entries(); }
+  }
+  // With --features native, lib.rs defined a Rust Headers class first.
+  const Headers = g.Headers || JsHeaders;
+  if (g.Headers) {
+    const P = Headers.prototype;
+    P.entries = function () { return this._pairs()[Symbol.iterator](); };
+    P[Symbol.iterator] = P.entries;
+    P.keys = function () { return this._pairs().map((p) => p[0])[Symbol.iterator](); };
+    P.values = function () { return this._pairs().map((p) => p[1])[Symbol.iterator](); };
+    P.forEach = function (f, t) { for (const [k, v] of this._pairs()) f.call(t, v, k, this); };
   }
   class Request {
     constructor(method, url, headers, body) {
@@ -113,6 +123,7 @@
     },
     env,
     ctx,
+    RequestProto: Request.prototype,
     // The Response's headers as a flat [name, value, ...] array.
     headers(r) {
       const out = [];
