@@ -56,6 +56,10 @@ struct Engine {
     init_us: u64,
 }
 
+#[cfg(feature = "talc")]
+#[global_allocator]
+static TALC: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
+
 thread_local! {
     static PHASES: RefCell<[u64; 5]> = const { RefCell::new([0; 5]) };
     static ENGINE: RefCell<Option<Engine>> = const { RefCell::new(None) };
@@ -82,6 +86,10 @@ fn exception(ctx: &Ctx<'_>, e: rquickjs::Error) -> String {
 
 fn start() -> Result<Engine, String> {
     let t0 = Instant::now();
+    #[cfg(feature = "talc")]
+    let runtime =
+        Runtime::new_with_alloc(rquickjs::allocator::RustAllocator).map_err(|e| e.to_string())?;
+    #[cfg(not(feature = "talc"))]
     let runtime = Runtime::new().map_err(|e| e.to_string())?;
     if let Some(mb) = option_env!("SPIKE_GC_MB") {
         // QuickJS-NG's cycle collector runs when allocation passes this.
