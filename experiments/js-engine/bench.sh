@@ -1,0 +1,90 @@
+#!/bin/bash
+# SPIKE bench (issue 29): the QuickJS engine component against the
+# StarlingMonkey js-module (both lifecycle = reuse), Rust hello and workerd,
+# on one `hearth serve`, rounds alternating; CPU per request from
+# /proc/PID/stat of each server (utime+stime), page faults from minflt.
+#
+#   experiments/js-engine/build.sh   (and the build with --features trivial,
+#                                      copied to $OUT/spike-trivial.wasm)
+#   experiments/js-engine/bench.sh [ROUNDS] [SECONDS]
+#
+# Hono too, when $OUT holds hono.mjs (the sample bundled by esbuild),
+# spike-hono.wasm (build.sh --features external with SPIKE_WORKER_JS set to
+# that bundle) and hono.wasm (`hearth build` of the sample): targets
+# qjs-hono, hono-reuse and workerd-hono (TARGETS="qjs-hono hono-reuse
+# workerd-hono").
+# HEARTH (default target/release/hearth), WORKERD (default the bench's
+# ~/.cache/hearth/workerd install), OUT (default /tmp/js-engine-spike).
+set -e
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+ROUNDS=${1:-3}; SECS=${2:-5}
+OUT=${OUT:-/tmp/js-engine-spike}
+HEARTH=${HEARTH:-$root/target/release/hearth}
+WORKERD=${WORKERD:-$HOME/.cache/hearth/workerd/node_modules/@cloudflare/workerd-linux-64/bin/workerd}
+samples=$root/sample-workers/workers/target/hearth-samples
+mkdir -p "$OUT"; cd "$OUT"; rm -rf store
+cp "$here/target/wasm32-wasip2/release/js_engine_spike.wasm" spike.wasm
+deploy() { "$HEARTH" deploy --store store --name "$1" --plan paid --lifecycle "$2" "$3" >/dev/null 2>&1; }
+deploy qjs reuse spike.wasm
+deploy qjs-fresh fresh spike.wasm
+[ -f spike-trivial.wasm ] && deploy qjs-trivial reuse spike-trivial.wasm
+deploy js-reuse reuse "$samples/js-module.wasm"
+deploy hello reuse "$samples/hello.wasm"
+hono=
+if [ -f hono.mjs ] && [ -f spike-hono.wasm ] && [ -f hono.wasm ]; then
+  deploy qjs-hono reuse spike-hono.wasm
+  deploy hono-reuse reuse hono.wasm
+  hono=yes
+fi
+cp "$root/sample-workers/js/module/worker.js" worker.mjs
+cat > config.capnp <<'CAPNP'
+using Workerd = import "/workerd/workerd.capnp";
+const config :Workerd.Config = (
+  services = [ (name = "main", worker = .worker), (name = "hono", worker = .hono) ],
+  sockets = [ (name = "http", address = "127.0.0.1:18733", http = (), service = "main"),
+              (name = "hono", address = "127.0.0.1:18734", http = (), service = "hono") ],
+);
+const worker :Workerd.Worker = (
+  modules = [ (name = "worker.mjs", esModule = embed "worker.mjs") ],
+  compatibilityDate = "2024-09-23",
+);
+const hono :Workerd.Worker = (
+  modules = [ (name = "hono.mjs", esModule = embed "hono.mjs") ],
+  compatibilityDate = "2024-09-23",
+);
+CAPNP
+# Without the Hono bundle, workerd serves the JSON echo on both sockets.
+[ -n "$hono" ] || cp worker.mjs hono.mjs
+RUST_LOG=warn "$HEARTH" serve --listen 127.0.0.1:18731 --admin 127.0.0.1:18732 --store store >serve.log 2>&1 &
+HPID=$!
+"$WORKERD" serve config.capnp >workerd.log 2>&1 &
+WPID=$!
+trap 'kill $HPID $WPID' EXIT
+sleep 5
+TCK=$(getconf CLK_TCK)
+cpu() { awk -v t="$TCK" '{print ($14+$15)/t}' "/proc/$1/stat"; }
+flt() { awk '{print $10}' "/proc/$1/stat"; }
+run() { # round name pid url host
+  local b fb a fa out n
+  b=$(cpu "$3"); fb=$(flt "$3")
+  out=$(wrk -t1 -c32 -d"${SECS}s" --latency -H "Host: $5" "$4")
+  a=$(cpu "$3"); fa=$(flt "$3")
+  n=$(echo "$out" | awk '/requests in/{print $1}')
+  printf '%s %-12s rps=%-9s p50=%-8s p99=%-8s non2xx=%s cpu_us/req=%.1f faults/req=%.3f\n' \
+    "$1" "$2" "$(echo "$out" | awk '/Requests\/sec/{print $2}')" \
+    "$(echo "$out" | awk '$1=="50%"{print $2}')" "$(echo "$out" | awk '$1=="99%"{print $2}')" \
+    "$(echo "$out" | awk '/Non-2xx/{print $NF}' | grep . || echo 0)" \
+    "$(echo "($a-$b)*1000000/$n" | bc -l)" "$(echo "($fa-$fb)/$n" | bc -l)"
+}
+targets=${TARGETS:-hello qjs-trivial qjs js-reuse workerd}
+for r in warm $(seq 1 "$ROUNDS"); do
+  for t in $targets; do
+    case $t in
+      workerd) row=$(run "r$r" workerd $WPID http://127.0.0.1:18733/ localhost);;
+      workerd-hono) row=$(run "r$r" workerd-hono $WPID http://127.0.0.1:18734/ localhost);;
+      *) row=$(run "r$r" "$t" $HPID http://127.0.0.1:18731/ "$t.localhost");;
+    esac
+    [ "$r" = warm ] || echo "$row"
+  done
+done

@@ -1,0 +1,2 @@
+#!/bin/sh
+exec clang "$@" --target=wasm32-wasi $SPIKE_CFLAGS
