@@ -13,7 +13,7 @@
 //! poll in progress and stops the Worker once it is over budget, so a loop is
 //! stopped within about a tick of its limit. The same callback makes a guest
 //! yield to the executor, but only once the poll in progress has itself run
-//! for a tick ([`CpuMeter::tick`]): a long poll never holds a worker thread
+//! for a tick (`CpuMeter::tick`): a long poll never holds a worker thread
 //! much longer, and a short request that merely straddles a tick is not
 //! suspended and polled again for nothing.
 //!
