@@ -340,6 +340,21 @@ async fn phase(
     Ok(())
 }
 
+/// `pairs` times a request on each of `conns` in turn, back to back, each
+/// one's latency into its row of `rows`.
+async fn alternate(pairs: usize, rows: &mut [Row; 2], mut conns: [&mut Conn; 2]) -> anyhow::Result<()> {
+    for _ in 0..pairs {
+        for (row, conn) in rows.iter_mut().zip(conns.iter_mut()) {
+            let t = Instant::now();
+            conn.get().await?;
+            let d = t.elapsed();
+            row.latencies.push(d);
+            row.elapsed += d;
+        }
+    }
+    Ok(())
+}
+
 /// Starts `hearth cluster --nodes 3` over `store`; returns it and the
 /// nodes' front-door addresses.
 fn start_cluster(store: &std::path::Path) -> anyhow::Result<(Proc, Vec<SocketAddr>)> {
@@ -429,15 +444,7 @@ fn main() -> anyhow::Result<()> {
             anyhow::ensure!(sharded.get().await? == "sharded", "not sharded");
         }
         let before = switches_by_thread(pid);
-        for _ in 0..pairs {
-            for (row, conn) in one.iter_mut().zip([&mut local, &mut sharded]) {
-                let t = Instant::now();
-                conn.get().await?;
-                let d = t.elapsed();
-                row.latencies.push(d);
-                row.elapsed += d;
-            }
-        }
+        alternate(pairs, &mut one, [&mut local, &mut sharded]).await?;
         // Both routes together: the pair's wake-ups, by thread.
         let mut back_to_back = BTreeMap::new();
         add_switches(&mut back_to_back, &before, &switches_by_thread(pid));
@@ -447,15 +454,7 @@ fn main() -> anyhow::Result<()> {
         let mut floor_one = [Row::default(), Row::default()];
         let mut echo = Conn::open(echo_addr).await?;
         let mut relay = Conn::open(relay_addr).await?;
-        for _ in 0..pairs {
-            for (row, conn) in floor_one.iter_mut().zip([&mut echo, &mut relay]) {
-                let t = Instant::now();
-                conn.get().await?;
-                let d = t.elapsed();
-                row.latencies.push(d);
-                row.elapsed += d;
-            }
-        }
+        alternate(pairs, &mut floor_one, [&mut echo, &mut relay]).await?;
 
         // Paced: one request every `pace`, the routes and then the floor's
         // two in turn; the cluster's switches and CPU are read between
