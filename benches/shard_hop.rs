@@ -342,7 +342,11 @@ async fn phase(
 
 /// `pairs` times a request on each of `conns` in turn, back to back, each
 /// one's latency into its row of `rows`.
-async fn alternate(pairs: usize, rows: &mut [Row; 2], mut conns: [&mut Conn; 2]) -> anyhow::Result<()> {
+async fn alternate(
+    pairs: usize,
+    rows: &mut [Row; 2],
+    mut conns: [&mut Conn; 2],
+) -> anyhow::Result<()> {
     for _ in 0..pairs {
         for (row, conn) in rows.iter_mut().zip(conns.iter_mut()) {
             let t = Instant::now();

@@ -68,11 +68,19 @@ async fn send(
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let req: http::Request<Body> = req
+    let req = req
         .body(body::full(body.unwrap_or("").to_string()))
         .expect("request");
+    let (status, _, bytes) = exchange(rt, req).await;
+    (status, bytes)
+}
+
+/// Serves `req`, waits until its invocation has ended, and returns the
+/// whole response.
+async fn exchange(rt: &Runtime, req: http::Request<Body>) -> (u16, http::HeaderMap, Vec<u8>) {
     let resp = rt.serve(ID, req).await;
     let status = resp.status().as_u16();
+    let head = resp.headers().clone();
     let bytes = resp
         .into_body()
         .collect()
@@ -81,7 +89,7 @@ async fn send(
         .to_bytes()
         .to_vec();
     settle(rt).await;
-    (status, bytes)
+    (status, head, bytes)
 }
 
 /// A request that must answer 200 with JSON; returns the JSON.
@@ -119,19 +127,7 @@ async fn send_raw(
     for (k, v) in headers {
         req = req.header(*k, http::HeaderValue::from_bytes(v).expect("header value"));
     }
-    let req: http::Request<Body> = req.body(body::full(String::new())).expect("request");
-    let resp = rt.serve(ID, req).await;
-    let status = resp.status().as_u16();
-    let head = resp.headers().clone();
-    let bytes = resp
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes()
-        .to_vec();
-    settle(rt).await;
-    (status, head, bytes)
+    exchange(rt, req.body(body::full(String::new())).expect("request")).await
 }
 
 /// What the Worker sees of a request: method, path and query, and every
