@@ -282,18 +282,19 @@ impl Worker {
     }
 
     fn put_idle(&self, inst: Instance) {
-        if !self.demoted.load(Ordering::Relaxed) && inst.memory_bytes() > self.retire_above() {
+        if self.demoted.load(Ordering::Relaxed) {
+            return;
+        }
+        let bytes = inst.memory_bytes();
+        if bytes > self.retire_above() {
             // A guest whose memory creeps up request by request (a leak, or
             // an engine's GC that never gives pages back) would otherwise
             // fail a request at the limit: retire it while it still works.
             Stats::bump(&self.stats.memory_retirements);
-            tracing::debug!(script = %self.script_id, bytes = inst.memory_bytes(),
-                "instance retired: near its memory limit");
+            tracing::debug!(script = %self.script_id, bytes, "instance retired: near its memory limit");
             return;
         }
-        if inst.served < self.reuse.max_requests_per_instance
-            && !self.demoted.load(Ordering::Relaxed)
-        {
+        if inst.served < self.reuse.max_requests_per_instance {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
             idle.retain(|i| i.idle_since.elapsed() <= self.reuse.idle_ttl);
             idle.push(inst);
