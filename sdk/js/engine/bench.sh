@@ -4,9 +4,9 @@
 # on one `hearth serve`, rounds alternating; CPU per request from
 # /proc/PID/stat of each server (utime+stime), page faults from minflt.
 #
-#   experiments/js-engine/build.sh   (and the build with --features trivial,
+#   sdk/js/engine/build.sh   (and the build with --features trivial,
 #                                      copied to $OUT/spike-trivial.wasm)
-#   experiments/js-engine/bench.sh [ROUNDS] [SECONDS]
+#   sdk/js/engine/bench.sh [ROUNDS] [SECONDS]
 #
 # Hono too, when $OUT holds hono.mjs (the sample bundled by esbuild),
 # spike-hono.wasm (build.sh --features external with SPIKE_WORKER_JS set to
@@ -24,7 +24,7 @@ HEARTH=${HEARTH:-$root/target/release/hearth}
 WORKERD=${WORKERD:-$HOME/.cache/hearth/workerd/node_modules/@cloudflare/workerd-linux-64/bin/workerd}
 samples=$root/sample-workers/workers/target/hearth-samples
 mkdir -p "$OUT"; cd "$OUT"; rm -rf store
-cp "$here/target/wasm32-wasip2/release/js_engine_spike.wasm" spike.wasm
+cp "$here/target/wasm32-wasip2/release/hearth_js_engine_guest.wasm" spike.wasm
 deploy() { "$HEARTH" deploy --store store --name "$1" --plan paid --lifecycle "$2" "$3" >/dev/null 2>&1; }
 deploy qjs reuse spike.wasm
 deploy qjs-fresh fresh spike.wasm

@@ -1,7 +1,6 @@
-// SPIKE: the smallest Workers API surface the JSON-echo Worker
-// (sample-workers/js/module/worker.js) uses, in plain JS on QuickJS-NG.
-// The host (lib.rs) calls __hearth.request(method, url, pairs, body) and
-// reads the Response's fields back natively.
+// The Workers web APIs (Headers, Request, Response, URL, TextDecoder, ...)
+// on QuickJS-NG, evaluated once per engine before the Worker's module.
+// So far only what the JSON-echo sample needs (the spike's surface).
 (() => {
   const g = globalThis;
   class JsHeaders {
@@ -36,16 +35,7 @@
     forEach(f, t) { this._m.forEach((v, k) => f.call(t, v, k, this)); }
     [Symbol.iterator]() { return this._m.entries(); }
   }
-  // With --features native, lib.rs defined a Rust Headers class first.
-  const Headers = g.Headers || JsHeaders;
-  if (g.Headers) {
-    const P = Headers.prototype;
-    P.entries = function () { return this._pairs()[Symbol.iterator](); };
-    P[Symbol.iterator] = P.entries;
-    P.keys = function () { return this._pairs().map((p) => p[0])[Symbol.iterator](); };
-    P.values = function () { return this._pairs().map((p) => p[1])[Symbol.iterator](); };
-    P.forEach = function (f, t) { for (const [k, v] of this._pairs()) f.call(t, v, k, this); };
-  }
+  const Headers = JsHeaders;
   class Request {
     constructor(method, url, headers, body) {
       this.method = method;
@@ -103,32 +93,9 @@
       return __hearth_utf8(b instanceof ArrayBuffer ? new Uint8Array(b) : b);
     }
   }
-  const env = {};
-  let waits = [];
-  const ctx = {
-    waitUntil(p) { waits.push(p); },
-    passThroughOnException() {},
-  };
   g.Headers = Headers;
   g.Request = Request;
   g.Response = Response;
   g.URL = URL;
   g.TextDecoder = TextDecoder;
-  g.__hearth = {
-    // Called by the host per request: the Request, env and ctx for fetch.
-    request(method, url, pairs, body) {
-      const h = new Headers();
-      for (let i = 0; i < pairs.length; i += 2) h.append(pairs[i], pairs[i + 1]);
-      return new Request(method, url, h, body);
-    },
-    env,
-    ctx,
-    RequestProto: Request.prototype,
-    // The Response's headers as a flat [name, value, ...] array.
-    headers(r) {
-      const out = [];
-      for (const [k, v] of r.headers._m) out.push(k, v);
-      return out;
-    },
-  };
 })();

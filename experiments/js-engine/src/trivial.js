@@ -1,8 +1,0 @@
-// SPIKE: the cheapest Worker, to separate the engine's per-call cost
-// (Request built, fetch called, promise settled, Response read) from the
-// JSON-echo Worker's own JS.
-export default {
-  async fetch(request) {
-    return new Response('hello');
-  },
-};

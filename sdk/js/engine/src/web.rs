@@ -1,0 +1,22 @@
+//! Native helpers of the web APIs in `web.js`, defined as globals before it
+//! runs.
+
+use rquickjs::{Ctx, Function, TypedArray};
+
+/// `__hearth_utf8(bytes)`: the bytes decoded as UTF-8 (invalid sequences as
+/// U+FFFD), what `TextDecoder.decode` returns.
+fn utf8<'js>(b: TypedArray<'js, u8>) -> String {
+    // SAFETY: the bytes are copied before any JS runs again.
+    let bytes = unsafe { b.as_bytes() }.unwrap_or(&[]);
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Defines the natives `web.js` uses on `ctx`'s global object.
+pub(crate) fn define(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
+    ctx.globals()
+        .set("__hearth_utf8", Function::new(ctx.clone(), utf8)?)?;
+    Ok(())
+}
+
+/// The web APIs' JS, evaluated after [`define`].
+pub(crate) const WEB_JS: &str = include_str!("web.js");
