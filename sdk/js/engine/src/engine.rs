@@ -25,8 +25,8 @@ pub(crate) struct Engine {
     pub(crate) hearth: Persistent<Object<'static>>,
     /// `__hearth.request`: builds the `Request`.
     pub(crate) request: Persistent<Function<'static>>,
-    /// `__hearth.headers`: a `Response`'s headers, flat.
-    pub(crate) headers: Persistent<Function<'static>>,
+    /// `__hearth.answer`: the Worker's `Response` taken apart.
+    pub(crate) answer: Persistent<Function<'static>>,
     /// The context everything runs in.
     pub(crate) context: Context,
     _runtime: Runtime,
@@ -66,24 +66,24 @@ fn start(worker: &str) -> Result<Engine, String> {
             let fetch: Function = default.get("fetch")?;
             let hearth: Object = ctx.globals().get("__hearth")?;
             let request: Function = hearth.get("request")?;
-            let headers: Function = hearth.get("headers")?;
+            let answer: Function = hearth.get("answer")?;
             Ok((
                 Persistent::save(&ctx, default),
                 Persistent::save(&ctx, fetch),
                 Persistent::save(&ctx, hearth),
                 Persistent::save(&ctx, request),
-                Persistent::save(&ctx, headers),
+                Persistent::save(&ctx, answer),
             ))
         };
         go().map_err(|e| exception(&ctx, e))
     })?;
-    let (default, fetch, hearth, request, headers) = parts;
+    let (default, fetch, hearth, request, answer) = parts;
     Ok(Engine {
         default,
         fetch,
         hearth,
         request,
-        headers,
+        answer,
         context,
         _runtime: runtime,
     })

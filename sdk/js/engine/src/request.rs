@@ -81,11 +81,15 @@ fn serve(
                 Some(p) => p.finish::<Object>()?,
                 None => Object::from_value(result)?,
             };
+            let answer: Function = e.answer.clone().restore(&ctx)?;
+            let parts: rquickjs::Promise = answer.call((resp,))?;
+            let parts: Array = parts.finish()?;
+            let status: u16 = parts.get(0)?;
+            let headers: Vec<String> = parts.get(1)?;
+            let body: Value = parts.get(2)?;
+            let body = body_bytes(body)?;
             // ctx.waitUntil work and anything else queued: run it now.
             while ctx.execute_pending_job() {}
-            let status: u16 = resp.get("status")?;
-            let headers: Vec<String> = e.headers.clone().restore(&ctx)?.call((resp.clone(),))?;
-            let body = body_bytes(resp.get("_body")?)?;
             Ok(Answer {
                 status,
                 headers,

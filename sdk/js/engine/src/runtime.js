@@ -11,18 +11,10 @@
   };
   g.__hearth = {
     // Called by the host per request: the Request, env and ctx for fetch.
-    request(method, url, pairs, body) {
-      const h = new Headers();
-      for (let i = 0; i < pairs.length; i += 2) h.append(pairs[i], pairs[i + 1]);
-      return new Request(method, url, h, body);
-    },
+    request: __hearth_web.incoming,
     env,
     ctx,
-    // The Response's headers as a flat [name, value, ...] array.
-    headers(r) {
-      const out = [];
-      for (const [k, v] of r.headers._m) out.push(k, v);
-      return out;
-    },
+    // The Worker's answer taken apart: [status, [name, value, ...], bytes].
+    answer: __hearth_web.outgoing,
   };
 })();

@@ -1,6 +1,21 @@
 // The Workers web APIs (Headers, Request, Response, URL, TextDecoder, ...)
 // on QuickJS-NG, evaluated once per engine before the Worker's module.
 // So far only what the JSON-echo sample needs (the spike's surface).
+//
+// The contract with runtime.js (the request glue) is `__hearth_web`, four
+// functions, so that neither side reaches into the other's objects:
+//   incoming(method, url, pairs, body) -> Request
+//       the request the host received; `pairs` is [name, value, ...],
+//       `body` a Uint8Array or undefined (GET/HEAD).
+//   outgoing(response) -> Promise<[status, pairs, body]>
+//       a Response the Worker returned, taken apart for the host: `pairs`
+//       [name, value, ...], `body` a Uint8Array (possibly empty); rejects
+//       with a TypeError if `response` is not a Response.
+//   toFetch(input, init) -> Promise<[method, url, pairs, body]>
+//       the arguments of `fetch(input, init)` as one outgoing request
+//       (`body` a Uint8Array or undefined); rejects as `fetch` would.
+//   fromFetch(status, pairs, body, url) -> Response
+//       the answer to an outgoing request, for `fetch` to resolve with.
 (() => {
   const g = globalThis;
   class JsHeaders {
@@ -98,4 +113,42 @@
   g.Response = Response;
   g.URL = URL;
   g.TextDecoder = TextDecoder;
+  const bytesOf = (b) => {
+    if (b == null) return new Uint8Array(0);
+    if (typeof b === 'string') return new Uint8Array(__hearth_utf8_encode(b));
+    if (b instanceof ArrayBuffer) return new Uint8Array(b);
+    if (ArrayBuffer.isView(b)) return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+    return new Uint8Array(__hearth_utf8_encode(String(b)));
+  };
+  const flat = (h) => {
+    const out = [];
+    for (const [k, v] of h._m) out.push(k, v);
+    return out;
+  };
+  g.__hearth_web = {
+    incoming(method, url, pairs, body) {
+      const h = new Headers();
+      for (let i = 0; i < pairs.length; i += 2) h.append(pairs[i], pairs[i + 1]);
+      return new Request(method, url, h, body);
+    },
+    async outgoing(r) {
+      if (!(r instanceof Response)) throw new TypeError('fetch did not return a Response');
+      return [r.status, flat(r.headers), bytesOf(r._body)];
+    },
+    async toFetch(input, init) {
+      init = init || {};
+      const url = String(input instanceof Request ? input.url : input);
+      const method = String(init.method || (input instanceof Request ? input.method : 'GET')).toUpperCase();
+      const headers = new Headers(init.headers || (input instanceof Request ? input.headers : undefined));
+      const body = init.body !== undefined ? init.body : input instanceof Request ? input._body : undefined;
+      return [method, url, flat(headers), body == null ? undefined : bytesOf(body)];
+    },
+    fromFetch(status, pairs, body, url) {
+      const h = new Headers();
+      for (let i = 0; i < pairs.length; i += 2) h.append(pairs[i], pairs[i + 1]);
+      const r = new Response(body, { status, headers: h });
+      r.url = url;
+      return r;
+    },
+  };
 })();
