@@ -55,9 +55,11 @@ pub(crate) fn exception(ctx: &Ctx<'_>, e: rquickjs::Error) -> String {
 fn start(worker: &str) -> Result<Engine, String> {
     let runtime = Runtime::new().map_err(|e| e.to_string())?;
     let context = Context::full(&runtime).map_err(|e| e.to_string())?;
+    runtime.set_host_promise_rejection_tracker(Some(crate::event_loop::tracker()));
     let parts = context.with(|ctx| {
         let go = || -> rquickjs::Result<_> {
             web::define(&ctx)?;
+            crate::event_loop::define(&ctx)?;
             ctx.eval::<(), _>(web::WEB_JS)?;
             ctx.eval::<(), _>(RUNTIME_JS)?;
             let (module, done) = Module::declare(ctx.clone(), "worker.js", worker)?.eval()?;

@@ -21,7 +21,11 @@
 //! `web.rs` holds the native helpers the web APIs call (UTF-8 decoding, ...).
 
 mod engine;
+mod env;
+mod event_loop;
+mod fetch;
 mod request;
+mod timers;
 mod web;
 
 use hearth_sdk::{Guest, IncomingRequest, ResponseOutparam};

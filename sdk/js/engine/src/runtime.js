@@ -1,20 +1,116 @@
 // The per-request glue between the host (src/request.rs) and the Worker:
-// the Request the host builds, `env`, `ctx`, and reading the Response back.
-// Evaluated after web.js, before the Worker's module.
+// the Request the host builds, `env`, `ctx`, the global `fetch`, and
+// reading the Response back. Evaluated after web.js, before the Worker's
+// module. It builds and takes apart Requests and Responses only through
+// `__hearth_web` (web.js), never their fields.
+//
+// The natives it uses are defined in Rust before it runs
+// (src/event_loop.rs): `__hearth_fetch(method, url, pairs, body)` sends
+// one outgoing request and resolves with [status, pairs, body, url];
+// `__hearth_wait_until(promise)` records a `ctx.waitUntil` promise. It
+// takes them off the global object, so only this file calls them.
 (() => {
   const g = globalThis;
-  const env = {};
-  let waits = [];
-  const ctx = {
-    waitUntil(p) { waits.push(p); },
-    passThroughOnException() {},
-  };
+  const W = g.__hearth_web;
+  const nativeFetch = g.__hearth_fetch;
+  const waitUntil = g.__hearth_wait_until;
+  delete g.__hearth_fetch;
+  delete g.__hearth_wait_until;
+
+  // Sends one request taken apart by `toFetch`, answers a Response.
+  async function send(method, url, pairs, body) {
+    const r = await nativeFetch(method, url, pairs, body);
+    return W.fromFetch(r[0], r[1], r[2], r[3]);
+  }
+
+  // The global `fetch(input, init)`: a failure (a bad URL, a request
+  // hearth refuses, a connection refused) rejects with a TypeError that
+  // says why. The response body is read whole before it resolves.
+  async function fetch(input, init) {
+    const a = await W.toFetch(input, init);
+    return send(a[0], a[1], a[2], a[3]);
+  }
+
+  // The path and query of an absolute URL ('/' when it has none).
+  function pathOf(url) {
+    const p = url.indexOf('://');
+    let rest = p >= 0 ? url.slice(p + 3) : url;
+    const h = rest.indexOf('#');
+    if (h >= 0) rest = rest.slice(0, h);
+    let i = 0;
+    while (i < rest.length && rest[i] !== '/' && rest[i] !== '?') i++;
+    const path = rest.slice(i);
+    if (path === '') return '/';
+    return path[0] === '?' ? '/' + path : path;
+  }
+
+  // A binding's `fetch`: `input` and `init` as for the global `fetch`,
+  // sent to `host` (a `.internal` name, which hearth routes to the bound
+  // Worker) with its method, path, query, headers and body. A string
+  // without a scheme (`/check`) is taken as a path.
+  function fetcherFor(host) {
+    return {
+      async fetch(input, init) {
+        if (typeof input === 'string' && input.indexOf('://') < 0) {
+          input = 'http://' + host + (input[0] === '/' ? '' : '/') + input;
+        }
+        const a = await W.toFetch(input, init);
+        return send(a[0], 'http://' + host + pathOf(a[1]), a[2], a[3]);
+      },
+    };
+  }
+
+  // The key a binding named `name` also has in `env`: AUTH_V2 for auth-v2.
+  function bindingKey(name) {
+    return name.toUpperCase().split('-').join('_');
+  }
+
+  function namesIn(value) {
+    return value.split(',').filter((name) => name.length > 0);
+  }
+
+  // The Worker's `env` from the instance's environment, [name, value, ...]
+  // (src/env.rs calls this once per instance).
+  function makeEnv(pairs) {
+    const env = {};
+    let services = [];
+    let namespaces = [];
+    for (let i = 0; i < pairs.length; i += 2) {
+      const name = pairs[i];
+      const value = pairs[i + 1];
+      if (name === 'HEARTH_SERVICES') services = namesIn(value);
+      else if (name === 'HEARTH_DISPATCH') namespaces = namesIn(value);
+      else if (!name.startsWith('HEARTH_')) env[name] = value;
+    }
+    const add = (name, value) => {
+      env[name] = value;
+      const key = bindingKey(name);
+      if (!(key in env)) env[key] = value;
+    };
+    for (const name of services) add(name, fetcherFor(name + '.internal'));
+    for (const ns of namespaces) {
+      add(ns, {
+        get(worker) {
+          return fetcherFor(worker + '.' + ns + '.dispatch.internal');
+        },
+      });
+    }
+    return env;
+  }
+
+  g.fetch = fetch;
   g.__hearth = {
-    // Called by the host per request: the Request, env and ctx for fetch.
-    request: __hearth_web.incoming,
-    env,
-    ctx,
+    // Called by the host per request: the Request for fetch.
+    request: W.incoming,
+    makeEnv,
+    // One for every request (nothing in it is per request).
+    ctx: {
+      waitUntil(promise) {
+        waitUntil(Promise.resolve(promise));
+      },
+      passThroughOnException() {},
+    },
     // The Worker's answer taken apart: [status, [name, value, ...], bytes].
-    answer: __hearth_web.outgoing,
+    answer: W.outgoing,
   };
 })();
