@@ -29,8 +29,9 @@ use hearth_sdk::wasi::clocks::monotonic_clock;
 use hearth_sdk::wasi::io::poll;
 use rquickjs::promise::PromiseState;
 use rquickjs::runtime::RejectionTracker;
-use rquickjs::{Coerced, Ctx, FromJs, Function, Persistent, Promise, Value};
+use rquickjs::{Coerced, Ctx, FromJs, Function, Persistent, Promise, Value, qjs};
 
+use crate::engine::exception;
 use crate::{fetch, timers};
 
 thread_local! {
@@ -137,9 +138,27 @@ pub(crate) fn clear_waits() {
     drop(gone);
 }
 
-/// Runs the job queue until it is empty (a microtask checkpoint).
+/// Runs the job queue until it is empty (a microtask checkpoint). A job
+/// that throws (a `queueMicrotask` callback; promise reactions reject
+/// their promise instead) is reported on stderr, as a browser reports it.
 pub(crate) fn checkpoint(ctx: &Ctx<'_>) {
-    while ctx.execute_pending_job() {}
+    // QuickJS's own call, not `Ctx::execute_pending_job`, which drops a
+    // job's exception without a word. The engine has one context, so the
+    // exception is pending on `ctx`.
+    // SAFETY: `ctx` is a live context.
+    let rt = unsafe { qjs::JS_GetRuntime(ctx.as_raw().as_ptr()) };
+    loop {
+        let mut ran_in = std::mem::MaybeUninit::<*mut qjs::JSContext>::uninit();
+        // SAFETY: `rt` is this context's runtime, alive while `ctx` is.
+        match unsafe { qjs::JS_ExecutePendingJob(rt, ran_in.as_mut_ptr()) } {
+            0 => return,
+            n if n < 0 => eprintln!(
+                "Uncaught exception in a microtask: {}",
+                exception(ctx, rquickjs::Error::Exception)
+            ),
+            _ => {}
+        }
+    }
 }
 
 /// How [`run`] ended.

@@ -29,6 +29,7 @@
 //   GET /not-response    answers 42 (500, instance retired)
 //   GET /never           awaits a promise nothing can settle (500)
 //   GET /unhandled       leaves a rejected promise without a handler
+//   GET /microtask       queues a microtask that throws (answers 200)
 //   GET /big?kb=N        an N KiB body, byte i = i % 251
 //   anything else        {served, leaked, waited}
 
@@ -174,6 +175,11 @@ export default {
       case '/never':
         await new Promise(() => {});
         return json({});
+      case '/microtask':
+        queueMicrotask(() => {
+          throw new Error('thrown in a microtask');
+        });
+        return json({ ok: true });
       case '/unhandled':
         Promise.reject(new Error('nobody handles this'));
         return json({ ok: true });
