@@ -31,7 +31,6 @@ use rquickjs::promise::PromiseState;
 use rquickjs::runtime::RejectionTracker;
 use rquickjs::{Coerced, Ctx, FromJs, Function, Persistent, Promise, Value, qjs};
 
-use crate::engine::exception;
 use crate::{fetch, timers};
 
 thread_local! {
@@ -98,13 +97,47 @@ pub(crate) fn handled<'js>(ctx: &Ctx<'js>, promise: &Promise<'js>) {
 pub(crate) fn report_unhandled(ctx: &Ctx<'_>) {
     let all = UNHANDLED.with(|u| std::mem::take(&mut *u.borrow_mut()));
     for (_, reason) in all {
-        let text = reason
-            .restore(ctx)
-            .and_then(|r| Coerced::<String>::from_js(ctx, r))
-            .map(|c| c.0)
-            .unwrap_or_else(|_| "(a reason that cannot be shown)".into());
-        eprintln!("Uncaught (in promise) {}", text.replace('\n', " "));
+        let text = match reason.restore(ctx) {
+            Ok(r) => describe(ctx, r),
+            Err(e) => e.to_string(),
+        };
+        log(&format!("Uncaught (in promise) {text}"));
     }
+}
+
+/// A thrown or rejected value as text: `String(value)` (`Name: message`
+/// for an error), then an error's stack.
+pub(crate) fn describe<'js>(ctx: &Ctx<'js>, value: Value<'js>) -> String {
+    let stack = value
+        .as_object()
+        .and_then(|o| o.get::<_, Option<String>>("stack").ok().flatten());
+    let text = Coerced::<String>::from_js(ctx, value)
+        .map(|c| c.0)
+        .unwrap_or_else(|_| "(a value that cannot be shown)".into());
+    match stack {
+        Some(stack) => format!("{text} {}", stack.trim()),
+        None => text,
+    }
+}
+
+/// An error from a call into JS as text: the exception it threw
+/// ([`describe`]), or what went wrong in the call itself.
+pub(crate) fn error_text(ctx: &Ctx<'_>, e: rquickjs::Error) -> String {
+    match e {
+        rquickjs::Error::Exception => describe(ctx, ctx.catch()),
+        e => e.to_string(),
+    }
+}
+
+/// Writes `text` on stderr as one line (the Worker's log is read line by
+/// line: a stack's lines are joined with spaces).
+pub(crate) fn log(text: &str) {
+    let line: Vec<&str> = text
+        .split('\n')
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    eprintln!("{}", line.join(" "));
 }
 
 /// `ctx.waitUntil(promise)`: the request's end waits for it to settle.
@@ -152,10 +185,10 @@ pub(crate) fn checkpoint(ctx: &Ctx<'_>) {
         // SAFETY: `rt` is this context's runtime, alive while `ctx` is.
         match unsafe { qjs::JS_ExecutePendingJob(rt, ran_in.as_mut_ptr()) } {
             0 => return,
-            n if n < 0 => eprintln!(
+            n if n < 0 => log(&format!(
                 "Uncaught exception in a microtask: {}",
-                exception(ctx, rquickjs::Error::Exception)
-            ),
+                error_text(ctx, rquickjs::Error::Exception)
+            )),
             _ => {}
         }
     }

@@ -34,6 +34,7 @@ use hearth_sdk::{InputStream, StreamError};
 use rquickjs::function::Opt;
 use rquickjs::{Array, Ctx, Exception, Function, Persistent, Promise, TypedArray, Value};
 
+use crate::event_loop;
 use crate::request::body_bytes;
 
 /// Headers an outgoing request or a response may not carry (wasi:http
@@ -255,7 +256,7 @@ pub(crate) fn progress(ctx: &Ctx<'_>) -> bool {
     // jobs only, but a rejection runs the rejection tracker.
     for (p, step) in settled {
         if let Err(e) = settle(ctx, p, step) {
-            eprintln!("fetch: {}", crate::engine::exception(ctx, e));
+            event_loop::log(&format!("fetch: {}", event_loop::error_text(ctx, e)));
         }
     }
     any

@@ -37,7 +37,7 @@ use rquickjs::function::This;
 use rquickjs::promise::PromiseState;
 use rquickjs::{Array, ArrayBuffer, Ctx, Function, Object, TypedArray, Value};
 
-use crate::engine::{self, Engine, exception};
+use crate::engine::{self, Engine};
 use crate::event_loop::{self, Ran};
 use crate::{env, fetch, timers};
 
@@ -100,7 +100,7 @@ fn settled<'js>(ctx: &Ctx<'js>, value: Value<'js>, what: &str) -> Result<Value<'
     }
     match p.result::<Value>() {
         Some(Ok(v)) => Ok(v),
-        Some(Err(e)) => Err(exception(ctx, e)),
+        Some(Err(e)) => Err(event_loop::error_text(ctx, e)),
         None => Err(format!("{what} never settles")),
     }
 }
@@ -153,7 +153,7 @@ fn answer(
             body,
         }))
     };
-    go().unwrap_or_else(|err| Err(exception(ctx, err)))
+    go().unwrap_or_else(|err| Err(event_loop::error_text(ctx, err)))
 }
 
 /// Sends `a` through `out`.
@@ -173,7 +173,7 @@ fn send(out: ResponseOutparam, a: &Answer) {
     let len = a.body.len().to_string();
     hs.push(("content-length", len.as_bytes()));
     if let Err(e) = hearth_sdk::respond(out, a.status, &hs, &a.body) {
-        eprintln!("sending the Worker's response failed: {e}");
+        event_loop::log(&format!("sending the Worker's response failed: {e}"));
     }
 }
 
@@ -201,7 +201,7 @@ fn serve(
                 None
             }
             Err(why) => {
-                eprintln!("Worker fetch failed: {why}");
+                event_loop::log(&format!("Worker fetch failed: {why}"));
                 send(
                     out,
                     &Answer {
@@ -226,7 +226,9 @@ fn serve(
 fn finish(ctx: &Ctx<'_>) {
     if event_loop::any_waits() {
         if event_loop::run(ctx, || event_loop::waits_settled(ctx)) == Ran::Stuck {
-            eprintln!("a ctx.waitUntil promise never settles: nothing it waits for is pending");
+            event_loop::log(
+                "a ctx.waitUntil promise never settles: nothing it waits for is pending",
+            );
         }
         event_loop::clear_waits();
     }
@@ -267,12 +269,15 @@ pub(crate) fn handle(request: IncomingRequest, out: ResponseOutparam) {
     });
     match end {
         Ok(End {
+            failed: None,
+            in_flight: 0,
+        }) => {}
+        Ok(End {
             failed: Some(_), ..
-        }) => panic!("the Worker failed: this instance is retired"),
-        Ok(End { in_flight, .. }) if in_flight > 0 => panic!(
-            "the request ended with {in_flight} fetch() calls still running: this instance is retired"
-        ),
-        Ok(_) => {}
+        }) => retire("the Worker failed"),
+        Ok(End { in_flight, .. }) => retire(&format!(
+            "the request ended with {in_flight} fetch() calls still running"
+        )),
         Err(why) => {
             if let Some(out) = out {
                 hearth_sdk::respond(
@@ -283,7 +288,13 @@ pub(crate) fn handle(request: IncomingRequest, out: ResponseOutparam) {
                 )
                 .ok();
             }
-            panic!("js engine: {why}");
+            retire(&format!("js engine: {why}"));
         }
     }
+}
+
+/// Says why on stderr, then traps: hearth retires the instance.
+fn retire(why: &str) -> ! {
+    event_loop::log(&format!("{why}: this instance is retired"));
+    std::process::abort()
 }

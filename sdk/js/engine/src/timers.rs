@@ -245,10 +245,10 @@ fn call(
         f.call_arg::<()>(a)
     };
     if let Err(e) = run() {
-        eprintln!(
+        crate::event_loop::log(&format!(
             "Uncaught exception in a timer callback: {}",
-            crate::engine::exception(ctx, e)
-        );
+            crate::event_loop::error_text(ctx, e)
+        ));
     }
 }
 
