@@ -13,6 +13,8 @@
 //                        whether any ran after this request ended
 //   GET /sleep?ms=N      answers after an N ms timer
 //   GET /fetch?url=U     fetch(U): {status, body, header} or {error}
+//   GET /fetch-len?url=U fetch(U)'s body: {status, length, sum} (a
+//                        checksum: sum of byte[i] * (i % 7), mod 1000003)
 //   GET /fetch2?url=U    two fetches of U at once (U gets ?n=1, ?n=2)
 //   GET /fetch-leave?url=U  starts fetch(U) and answers without awaiting
 //                        it (the instance traps after answering)
@@ -119,6 +121,13 @@ export default {
         } catch (e) {
           return json({ error: e.name + ': ' + e.message });
         }
+      case '/fetch-len': {
+        const r = await fetch(query(url, 'url'));
+        const bytes = new Uint8Array(await r.arrayBuffer());
+        let sum = 0;
+        for (let i = 0; i < bytes.length; i++) sum = (sum + bytes[i] * (i % 7)) % 1000003;
+        return json({ status: r.status, length: bytes.length, sum });
+      }
       case '/fetch2': {
         const u = query(url, 'url');
         const both = await Promise.all([fetch(u + '?n=1'), fetch(u + '?n=2')]);
