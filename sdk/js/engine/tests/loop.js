@@ -26,6 +26,7 @@
 //                        path and x-from header
 //   GET /env             the env's string entries and binding names
 //   GET /wait            ctx.waitUntil(a 10 ms timer, then a count)
+//   GET /wait-gate?url=U ctx.waitUntil(fetch(U/gate), then fetch(U/after-gate))
 //   GET /throw           throws (500, instance retired)
 //   GET /reject          an async rejection (500, instance retired)
 //   GET /not-response    answers 42 (500, instance retired)
@@ -63,11 +64,11 @@ function pathOf(url) {
 async function timers() {
   const log = [];
   await new Promise((done) => {
-    setTimeout(() => log.push('t20'), 20);
+    setTimeout(() => log.push('t100'), 100);
     setTimeout((a, b) => {
-      log.push('t10:' + a + b);
-      Promise.resolve().then(() => log.push('micro-after-t10'));
-    }, 10, 'x', 'y');
+      log.push('t50:' + a + b);
+      Promise.resolve().then(() => log.push('micro-after-t50'));
+    }, 50, 'x', 'y');
     setTimeout(() => {
       log.push('t0');
       setTimeout(() => log.push('nested-t0'), 0);
@@ -82,9 +83,9 @@ async function timers() {
       if (n === 3) clearInterval(iv);
     }, 2);
     setTimeout(() => {
-      log.push('t40');
+      log.push('t200');
       done();
-    }, 40);
+    }, 200);
   });
   return json({ log });
 }
@@ -166,6 +167,11 @@ export default {
           else bindings.push(k);
         }
         return json({ vars, bindings });
+      }
+      case '/wait-gate': {
+        const u = query(url, 'url');
+        ctx.waitUntil(fetch(u + '/gate').then(() => fetch(u + '/after-gate')));
+        return json({ waiting: true });
       }
       case '/wait':
         ctx.waitUntil(
