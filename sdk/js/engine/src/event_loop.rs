@@ -23,7 +23,7 @@
 //! [`waits_settled`]) and the promise rejections no handler took
 //! ([`tracker`], [`report_unhandled`]).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use hearth_sdk::wasi::clocks::monotonic_clock;
 use hearth_sdk::wasi::io::poll;
@@ -34,11 +34,37 @@ use rquickjs::{Coerced, Ctx, FromJs, Function, Persistent, Promise, Value, qjs};
 use crate::{fetch, timers};
 
 thread_local! {
+    /// Whether a request is being served (its answer, its `waitUntil`
+    /// work): timers and fetches exist only then.
+    static IN_REQUEST: Cell<bool> = const { Cell::new(false) };
     /// The promises `ctx.waitUntil` was given during the current request.
     static WAITS: RefCell<Vec<Persistent<Promise<'static>>>> = const { RefCell::new(Vec::new()) };
     /// Rejected promises no handler has taken (yet), with their reasons.
     static UNHANDLED: RefCell<Vec<(Persistent<Value<'static>>, Persistent<Value<'static>>)>> =
         const { RefCell::new(Vec::new()) };
+}
+
+/// Marks the start (`true`) or the end of a request.
+pub(crate) fn set_in_request(on: bool) {
+    IN_REQUEST.with(|r| r.set(on));
+}
+
+/// Refuses `what` (a timer, a fetch) outside a request, as workerd does:
+/// the module's top level runs when the Worker is built (the engine is
+/// snapshotted then), where a timer would fire in no request and a fetch
+/// has no network.
+pub(crate) fn in_request_only(ctx: &Ctx<'_>, what: &str) -> rquickjs::Result<()> {
+    if IN_REQUEST.with(Cell::get) {
+        return Ok(());
+    }
+    Err(rquickjs::Exception::throw_message(
+        ctx,
+        &format!(
+            "{what} is not allowed in the module's top level (global scope): \
+             timers and fetch run only while a request is handled; \
+             call it inside fetch()"
+        ),
+    ))
 }
 
 /// Defines the loop's natives on `ctx`'s global object: the timer

@@ -197,6 +197,7 @@ fn fetch<'js>(
     pairs: Vec<String>,
     body: Opt<Value<'js>>,
 ) -> rquickjs::Result<Promise<'js>> {
+    event_loop::in_request_only(&ctx, "fetch()")?;
     let (promise, resolve, reject) = ctx.promise()?;
     let body = match body.0 {
         Some(b) => body_bytes(b)?,

@@ -6,7 +6,8 @@
 //! ## The model
 //!
 //! 1. The request (method, URL, headers; the body read whole unless GET or
-//!    HEAD) is read in Rust; one JS call makes the `Request`. `env`
+//!    HEAD, up to its `content-length` when it declares one) is read in
+//!    Rust; one JS call makes the `Request`. `env`
 //!    ([`crate::env`]) is built on the instance's first request; `ctx` is
 //!    `runtime.js`'s (`waitUntil`, `passThroughOnException`, a no-op).
 //! 2. The Worker's `fetch` runs; the event loop ([`crate::event_loop`])
@@ -32,7 +33,7 @@
 //! Module state persists between requests, as on workerd.
 
 use hearth_sdk::wasi::http::types::{Method, Scheme};
-use hearth_sdk::{IncomingRequest, ResponseOutparam};
+use hearth_sdk::{IncomingRequest, ResponseOutparam, StreamError};
 use rquickjs::function::This;
 use rquickjs::promise::PromiseState;
 use rquickjs::{Array, ArrayBuffer, Ctx, Function, Object, TypedArray, Value};
@@ -195,6 +196,7 @@ fn serve(
     out: ResponseOutparam,
 ) -> End {
     e.context.with(|ctx| {
+        event_loop::set_in_request(true);
         let failed = match answer(&ctx, e, method, url, headers, body) {
             Ok(a) => {
                 send(out, &a);
@@ -214,6 +216,7 @@ fn serve(
             }
         };
         finish(&ctx);
+        event_loop::set_in_request(false);
         End {
             failed,
             in_flight: fetch::in_flight(),
@@ -239,6 +242,39 @@ fn finish(ctx: &Ctx<'_>) {
     event_loop::report_unhandled(ctx);
 }
 
+/// The request's `content-length`, unless it has none, it is not a number
+/// or the body is chunked (framed by its chunks, whatever a length says).
+fn declared_length(headers: &[(String, Vec<u8>)]) -> Option<usize> {
+    let mut length = None;
+    for (name, value) in headers {
+        if name.eq_ignore_ascii_case("transfer-encoding") {
+            return None;
+        }
+        if name.eq_ignore_ascii_case("content-length") {
+            length = std::str::from_utf8(value).ok()?.trim().parse().ok();
+        }
+    }
+    length
+}
+
+/// The request body, read whole in reads of up to 64 KiB; `None` if it
+/// cannot be read. With a declared length the reads stop once that many
+/// bytes arrived: the host ends a body at its `content-length`, so the read
+/// that would only report the end (a host call) is skipped.
+fn read_body(request: &IncomingRequest, declared: Option<usize>) -> Option<Vec<u8>> {
+    let body = request.consume().ok()?;
+    let stream = body.stream().ok()?;
+    let mut bytes = Vec::with_capacity(declared.unwrap_or(0).min(1 << 20));
+    while declared != Some(bytes.len()) {
+        match stream.blocking_read(65536) {
+            Ok(chunk) => bytes.extend_from_slice(&chunk),
+            Err(StreamError::Closed) => break,
+            Err(StreamError::LastOperationFailed(_)) => return None,
+        }
+    }
+    Some(bytes)
+}
+
 /// Serves `request` through `out`.
 pub(crate) fn handle(request: IncomingRequest, out: ResponseOutparam) {
     let m = request.method();
@@ -254,12 +290,7 @@ pub(crate) fn handle(request: IncomingRequest, out: ResponseOutparam) {
     let body = if method == "GET" || method == "HEAD" {
         None
     } else {
-        request.consume().ok().and_then(|b| {
-            let s = b.stream().ok()?;
-            let bytes = hearth_sdk::read_to_end(&s).ok();
-            drop(s);
-            bytes
-        })
+        read_body(&request, declared_length(&headers))
     };
     drop(request);
     let mut out = Some(out);

@@ -108,6 +108,7 @@ fn add<'js>(
             &format!("{name}: the callback is not a function"),
         ));
     };
+    crate::event_loop::in_request_only(&ctx, &format!("{name}()"))?;
     let wait = delay(&ctx, ms.0)?;
     let callback = Persistent::save(&ctx, callback);
     let args = args
