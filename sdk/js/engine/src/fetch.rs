@@ -1,8 +1,9 @@
 //! The outgoing half of the global `fetch`: `__hearth_fetch(method, url,
 //! pairs, body)` sends one request through `wasi:http/outgoing-handler` and
-//! returns a promise of `[status, pairs, body, url]` (`pairs` the headers as
-//! `[name, value, ...]`, `body` a `Uint8Array`), which `runtime.js` makes a
-//! `Response` with `__hearth_web.fromFetch`.
+//! returns its id and a promise of `[status, pairs, body, url]` (`pairs`
+//! the headers as `[name, value, ...]`, `body` a `Uint8Array`), which
+//! `runtime.js` makes a `Response` with `__hearth_web.fromFetch`;
+//! `__hearth_fetch_abort(id)` cancels it (an `AbortSignal`).
 //!
 //! ## The model
 //!
@@ -23,7 +24,7 @@
 //! a body cut short. Hop-by-hop headers and `host` (the host's to set;
 //! wasi:http refuses them) are left out of the request.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use hearth_sdk::fetch::{FetchError, Request, send};
 use hearth_sdk::wasi::http::types::{
@@ -32,7 +33,7 @@ use hearth_sdk::wasi::http::types::{
 use hearth_sdk::wasi::io::poll::Pollable;
 use hearth_sdk::{InputStream, StreamError};
 use rquickjs::function::Opt;
-use rquickjs::{Array, Ctx, Exception, Function, Persistent, Promise, TypedArray, Value};
+use rquickjs::{Array, Ctx, Exception, Function, Persistent, TypedArray, Value};
 
 use crate::event_loop;
 use crate::request::body_bytes;
@@ -72,6 +73,8 @@ struct Pending {
     /// in the current stage.
     pollable: Option<Pollable>,
     stage: Stage,
+    /// What `__hearth_fetch_abort` names it by.
+    id: u32,
     url: String,
     resolve: Persistent<Function<'static>>,
     reject: Persistent<Function<'static>>,
@@ -181,6 +184,8 @@ fn head(
 thread_local! {
     /// The instance's fetches in flight.
     static IN_FLIGHT: RefCell<Vec<Pending>> = const { RefCell::new(Vec::new()) };
+    /// The last fetch id given out.
+    static NEXT_ID: Cell<u32> = const { Cell::new(0) };
 }
 
 /// A `TypeError` with `message`, as a value (to reject with).
@@ -189,14 +194,15 @@ fn type_error<'js>(ctx: &Ctx<'js>, message: &str) -> Value<'js> {
     ctx.catch()
 }
 
-/// `__hearth_fetch(method, url, pairs, body)`: see the module docs.
+/// `__hearth_fetch(method, url, pairs, body)`: `[id, promise]`, see the
+/// module docs (`id` names the fetch to `__hearth_fetch_abort`).
 fn fetch<'js>(
     ctx: Ctx<'js>,
     method: String,
     url: String,
     pairs: Vec<String>,
     body: Opt<Value<'js>>,
-) -> rquickjs::Result<Promise<'js>> {
+) -> rquickjs::Result<Array<'js>> {
     event_loop::in_request_only(&ctx, "fetch()")?;
     let (promise, resolve, reject) = ctx.promise()?;
     let body = match body.0 {
@@ -209,28 +215,54 @@ fn fetch<'js>(
             req = req.header(&pair[0], pair[1].as_bytes());
         }
     }
+    let mut id = 0;
     match send(req) {
-        Ok(future) => IN_FLIGHT.with(|f| {
-            f.borrow_mut().push(Pending {
+        Ok(future) => {
+            id = NEXT_ID.with(|n| {
+                let id = n.get().wrapping_add(1).max(1);
+                n.set(id);
+                id
+            });
+            let pending = Pending {
                 pollable: None,
                 stage: Stage::Head(future),
+                id,
                 url,
                 resolve: Persistent::save(&ctx, resolve),
                 reject: Persistent::save(&ctx, reject),
-            })
-        }),
+            };
+            IN_FLIGHT.with(|f| f.borrow_mut().push(pending));
+        }
         Err(e) => {
             let error = type_error(&ctx, &format!("fetch {url} failed: {e}"));
             reject.call::<_, ()>((error,))?;
         }
     }
-    Ok(promise)
+    let pair = Array::new(ctx.clone())?;
+    pair.set(0, id)?;
+    pair.set(1, promise)?;
+    Ok(pair)
 }
 
-/// Defines `__hearth_fetch` on `ctx`'s global object.
+/// `__hearth_fetch_abort(id)`: drops fetch `id` if it is still in flight,
+/// which cancels it in the host; its promise never settles (`runtime.js`
+/// rejects the caller's with the signal's reason).
+fn abort(id: u32) {
+    let gone = IN_FLIGHT.with(|f| {
+        let mut f = f.borrow_mut();
+        let at = f.iter().position(|p| p.id == id);
+        at.map(|i| f.swap_remove(i))
+    });
+    drop(gone);
+}
+
+/// Defines `__hearth_fetch` and `__hearth_fetch_abort` on `ctx`'s global
+/// object.
 pub(crate) fn define(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
     ctx.globals()
-        .set("__hearth_fetch", Function::new(ctx.clone(), fetch)?)
+        .set("__hearth_fetch", Function::new(ctx.clone(), fetch)?)?;
+    ctx.globals()
+        .set("__hearth_fetch_abort", Function::new(ctx.clone(), abort)?)
 }
 
 /// How many fetches are in flight.

@@ -6,21 +6,54 @@
 //
 // The natives it uses are defined in Rust before it runs
 // (src/event_loop.rs): `__hearth_fetch(method, url, pairs, body)` sends
-// one outgoing request and resolves with [status, pairs, body, url];
+// one outgoing request and answers [id, promise of [status, pairs, body,
+// url]], `__hearth_fetch_abort(id)` cancels it;
 // `__hearth_wait_until(promise)` records a `ctx.waitUntil` promise. It
 // takes them off the global object, so only this file calls them.
 (() => {
   const g = globalThis;
   const W = g.__hearth_web;
   const nativeFetch = g.__hearth_fetch;
+  const nativeAbort = g.__hearth_fetch_abort;
   const waitUntil = g.__hearth_wait_until;
   delete g.__hearth_fetch;
+  delete g.__hearth_fetch_abort;
   delete g.__hearth_wait_until;
 
-  // Sends one request taken apart by `toFetch`, answers a Response.
-  async function send(method, url, pairs, body) {
-    const r = await nativeFetch(method, url, pairs, body);
+  // Sends one request taken apart by `toFetch`, answers a Response. An
+  // abort of `signal` rejects with its reason and cancels the request.
+  async function send(method, url, pairs, body, signal) {
+    const [id, answer] = nativeFetch(method, url, pairs, body);
+    let r;
+    if (signal && typeof signal.addEventListener === 'function') {
+      r = await new Promise((resolve, reject) => {
+        const onAbort = () => {
+          nativeAbort(id);
+          reject(signal.reason);
+        };
+        if (signal.aborted) return onAbort();
+        signal.addEventListener('abort', onAbort);
+        answer.then(
+          (v) => {
+            signal.removeEventListener('abort', onAbort);
+            resolve(v);
+          },
+          (e) => {
+            signal.removeEventListener('abort', onAbort);
+            reject(e);
+          },
+        );
+      });
+    } else {
+      r = await answer;
+    }
     return W.fromFetch(r[0], r[1], r[2], r[3]);
+  }
+
+  // The signal of `fetch(input, init)`, if it has one.
+  function signalOf(input, init) {
+    if (init && init.signal) return init.signal;
+    return input instanceof Request ? input.signal : undefined;
   }
 
   // The global `fetch(input, init)`: a failure (a bad URL, a request
@@ -28,7 +61,7 @@
   // says why. The response body is read whole before it resolves.
   async function fetch(input, init) {
     const a = await W.toFetch(input, init);
-    return send(a[0], a[1], a[2], a[3]);
+    return send(a[0], a[1], a[2], a[3], signalOf(input, init));
   }
 
   // The path and query of an absolute URL ('/' when it has none).
@@ -55,7 +88,7 @@
           input = 'http://' + host + (input[0] === '/' ? '' : '/') + input;
         }
         const a = await W.toFetch(input, init);
-        return send(a[0], 'http://' + host + pathOf(a[1]), a[2], a[3]);
+        return send(a[0], 'http://' + host + pathOf(a[1]), a[2], a[3], signalOf(input, init));
       },
     };
   }

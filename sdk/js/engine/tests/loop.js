@@ -15,6 +15,8 @@
 //   GET /fetch?url=U     fetch(U): {status, body, header} or {error}
 //   GET /fetch-len?url=U fetch(U)'s body: {status, length, sum} (a
 //                        checksum: sum of byte[i] * (i % 7), mod 1000003)
+//   GET /fetch-abort?url=U  fetch(U/hold) aborted after 10 ms by an
+//                        AbortController: {aborted, error}
 //   GET /fetch2?url=U    two fetches of U at once (U gets ?n=1, ?n=2)
 //   GET /fetch-leave?url=U  starts fetch(U) and answers without awaiting
 //                        it (the instance traps after answering)
@@ -128,6 +130,19 @@ export default {
         let sum = 0;
         for (let i = 0; i < bytes.length; i++) sum = (sum + bytes[i] * (i % 7)) % 1000003;
         return json({ status: r.status, length: bytes.length, sum });
+      }
+      case '/fetch-abort': {
+        // The origin's /hold answers only when the test lets it: the abort
+        // comes first.
+        const c = new AbortController();
+        const pending = fetch(query(url, 'url') + '/hold', { signal: c.signal });
+        setTimeout(() => c.abort(), 10);
+        try {
+          await pending;
+          return json({ aborted: false });
+        } catch (e) {
+          return json({ aborted: true, error: e.name });
+        }
       }
       case '/fetch2': {
         const u = query(url, 'url');
