@@ -160,6 +160,34 @@ impl Pending {
     }
 }
 
+/// Why the host failed a request, in words: the usual network failures
+/// plainly, the rest as `hearth_sdk` says them (a denied request, a loop of
+/// bindings, the flow's deadline, the error code).
+fn reason(code: ErrorCode) -> String {
+    let plain = match &code {
+        ErrorCode::ConnectionRefused => "connection refused",
+        ErrorCode::DnsError(_) | ErrorCode::DestinationNotFound => "the host name does not resolve",
+        ErrorCode::DnsTimeout => "the host name lookup timed out",
+        ErrorCode::DestinationIpProhibited => {
+            "the destination address is not allowed (private or loopback)"
+        }
+        ErrorCode::DestinationUnavailable | ErrorCode::DestinationIpUnroutable => {
+            "the destination cannot be reached"
+        }
+        ErrorCode::ConnectionTerminated | ErrorCode::HttpResponseIncomplete => {
+            "the connection ended before the whole response"
+        }
+        ErrorCode::ConnectionReadTimeout | ErrorCode::ConnectionWriteTimeout => {
+            "the connection timed out"
+        }
+        ErrorCode::TlsProtocolError
+        | ErrorCode::TlsCertificateError
+        | ErrorCode::TlsAlertReceived(_) => "the TLS handshake failed",
+        _ => return FetchError::from(code).to_string(),
+    };
+    plain.to_owned()
+}
+
 /// The response head: status, headers, and the body opened for reading.
 #[allow(clippy::type_complexity)]
 fn head(
@@ -167,7 +195,7 @@ fn head(
 ) -> Result<(u16, Vec<(String, Vec<u8>)>, IncomingBody, InputStream), String> {
     let response = match arrived {
         Ok(Ok(r)) => r,
-        Ok(Err(code)) => return Err(FetchError::from(code).to_string()),
+        Ok(Err(code)) => return Err(reason(code)),
         Err(()) => return Err("the response was taken twice".into()),
     };
     let status = response.status();
@@ -234,7 +262,11 @@ fn fetch<'js>(
             IN_FLIGHT.with(|f| f.borrow_mut().push(pending));
         }
         Err(e) => {
-            let error = type_error(&ctx, &format!("fetch {url} failed: {e}"));
+            let why = match e {
+                FetchError::Http(code) => reason(code),
+                e => e.to_string(),
+            };
+            let error = type_error(&ctx, &format!("fetch {url} failed: {why}"));
             reject.call::<_, ()>((error,))?;
         }
     }
