@@ -20,40 +20,89 @@
   delete g.__hearth_fetch_abort;
   delete g.__hearth_wait_until;
 
-  // Sends one request taken apart by `toFetch`, answers a Response. An
-  // abort of `signal` rejects with its reason and cancels the request.
-  async function send(method, url, pairs, body, signal) {
+  // One request taken apart by `toFetch`: a promise of the host's answer,
+  // [status, pairs, body, url]. An abort of `signal` rejects it with the
+  // signal's reason and cancels the request.
+  function once(method, url, pairs, body, signal) {
     const [id, answer] = nativeFetch(method, url, pairs, body);
-    let r;
-    if (signal && typeof signal.addEventListener === 'function') {
-      r = await new Promise((resolve, reject) => {
-        const onAbort = () => {
-          nativeAbort(id);
-          reject(signal.reason);
-        };
-        if (signal.aborted) return onAbort();
-        signal.addEventListener('abort', onAbort);
-        answer.then(
-          (v) => {
-            signal.removeEventListener('abort', onAbort);
-            resolve(v);
-          },
-          (e) => {
-            signal.removeEventListener('abort', onAbort);
-            reject(e);
-          },
-        );
-      });
-    } else {
-      r = await answer;
-    }
-    return W.fromFetch(r[0], r[1], r[2], r[3]);
+    if (!signal || typeof signal.addEventListener !== 'function') return answer;
+    return new Promise((resolve, reject) => {
+      const onAbort = () => {
+        nativeAbort(id);
+        reject(signal.reason);
+      };
+      if (signal.aborted) return onAbort();
+      signal.addEventListener('abort', onAbort);
+      answer.then(
+        (v) => {
+          signal.removeEventListener('abort', onAbort);
+          resolve(v);
+        },
+        (e) => {
+          signal.removeEventListener('abort', onAbort);
+          reject(e);
+        },
+      );
+    });
   }
 
-  // The signal of `fetch(input, init)`, if it has one.
-  function signalOf(input, init) {
-    if (init && init.signal) return init.signal;
-    return input instanceof Request ? input.signal : undefined;
+  // `scheme://authority` of an absolute URL, lower case.
+  function originOf(url) {
+    const p = url.indexOf('://');
+    let i = p + 3;
+    while (i < url.length && url[i] !== '/' && url[i] !== '?' && url[i] !== '#') i++;
+    return url.slice(0, i).toLowerCase();
+  }
+
+  // `location` resolved against `url`.
+  function resolve(location, url) {
+    if (location.indexOf('://') > 0) return location;
+    if (location.startsWith('//')) return url.slice(0, url.indexOf(':') + 1) + location;
+    if (location.startsWith('/')) return originOf(url) + location;
+    return new URL(location, url).href;
+  }
+
+  const REDIRECTS = [301, 302, 303, 307, 308];
+
+  // Sends a request taken apart by `toFetch` and answers a Response,
+  // following redirects as the Fetch spec does unless `redirect` is
+  // 'manual' ('error' rejects): at most 20; a 303, or a 301/302 of a POST,
+  // becomes a GET without a body; `authorization` is not sent to another
+  // origin.
+  async function send(method, url, pairs, body, signal, redirect) {
+    for (let hops = 0; ; hops++) {
+      const r = await once(method, url, pairs, body, signal);
+      const status = r[0];
+      let location = null;
+      if (redirect !== 'manual' && REDIRECTS.indexOf(status) >= 0) {
+        for (let i = 0; i < r[1].length; i += 2) if (r[1][i] === 'location') location = r[1][i + 1];
+      }
+      if (location === null) return W.fromFetch(status, r[1], r[2], url);
+      if (redirect === 'error') throw new TypeError('fetch ' + url + ' was redirected (redirect: "error")');
+      if (hops === 20) throw new TypeError('fetch ' + url + ': more than 20 redirects');
+      const next = resolve(location, url);
+      const drop = [];
+      if (status === 303 ? method !== 'GET' && method !== 'HEAD' : status <= 302 && method === 'POST') {
+        method = 'GET';
+        body = undefined;
+        drop.push('content-type', 'content-length', 'content-encoding', 'content-language', 'content-location');
+      }
+      if (originOf(next) !== originOf(url)) drop.push('authorization');
+      if (drop.length > 0) {
+        const kept = [];
+        for (let i = 0; i < pairs.length; i += 2) {
+          if (drop.indexOf(pairs[i].toLowerCase()) < 0) kept.push(pairs[i], pairs[i + 1]);
+        }
+        pairs = kept;
+      }
+      url = next;
+    }
+  }
+
+  // `signal` and `redirect` of `fetch(input, init)`.
+  function optionOf(input, init, name) {
+    if (init && init[name] !== undefined) return init[name];
+    return input instanceof Request ? input[name] : undefined;
   }
 
   // The global `fetch(input, init)`: a failure (a bad URL, a request
@@ -61,7 +110,7 @@
   // says why. The response body is read whole before it resolves.
   async function fetch(input, init) {
     const a = await W.toFetch(input, init);
-    return send(a[0], a[1], a[2], a[3], signalOf(input, init));
+    return send(a[0], a[1], a[2], a[3], optionOf(input, init, 'signal'), optionOf(input, init, 'redirect'));
   }
 
   // The path and query of an absolute URL ('/' when it has none).
@@ -88,7 +137,8 @@
           input = 'http://' + host + (input[0] === '/' ? '' : '/') + input;
         }
         const a = await W.toFetch(input, init);
-        return send(a[0], 'http://' + host + pathOf(a[1]), a[2], a[3], signalOf(input, init));
+        const signal = optionOf(input, init, 'signal');
+        return send(a[0], 'http://' + host + pathOf(a[1]), a[2], a[3], signal, optionOf(input, init, 'redirect'));
       },
     };
   }

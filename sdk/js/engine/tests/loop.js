@@ -12,7 +12,9 @@
 //                        an interval behind; `leaked` in later answers says
 //                        whether any ran after this request ended
 //   GET /sleep?ms=N      answers after an N ms timer
-//   GET /fetch?url=U     fetch(U): {status, body, header} or {error}
+//   GET /fetch?url=U[&redirect=MODE]
+//                        fetch(U): {status, body, header (x-origin),
+//                        location, url} or {error}
 //   GET /fetch-len?url=U fetch(U)'s body: {status, length, sum} (a
 //                        checksum: sum of byte[i] * (i % 7), mod 1000003)
 //   GET /fetch-abort?url=U  fetch(U/hold) aborted after 10 ms by an
@@ -93,7 +95,13 @@ async function timers() {
 }
 
 async function show(resp) {
-  return { status: resp.status, body: await resp.text(), header: resp.headers.get('x-origin') };
+  return {
+    status: resp.status,
+    body: await resp.text(),
+    header: resp.headers.get('x-origin'),
+    location: resp.headers.get('location'),
+    url: resp.url,
+  };
 }
 
 export default {
@@ -120,7 +128,9 @@ export default {
         return json({ slept: true, leaked });
       case '/fetch':
         try {
-          return json(await show(await fetch(query(url, 'url'), { headers: { 'x-test': 'loop' } })));
+          const init = { headers: { 'x-test': 'loop' } };
+          if (query(url, 'redirect')) init.redirect = query(url, 'redirect');
+          return json(await show(await fetch(query(url, 'url'), init)));
         } catch (e) {
           return json({ error: e.name + ': ' + e.message });
         }
