@@ -182,6 +182,23 @@
   }
 
   g.fetch = fetch;
+  // workerd's `scheduler.wait(ms)`: a promise of a timer (awaitable
+  // setTimeout; an abort of `options.signal` rejects it).
+  g.scheduler = {
+    wait(ms, options) {
+      const signal = options && options.signal;
+      return new Promise((resolve, reject) => {
+        if (signal && signal.aborted) return reject(signal.reason);
+        const id = setTimeout(resolve, ms);
+        if (signal && typeof signal.addEventListener === 'function') {
+          signal.addEventListener('abort', () => {
+            clearTimeout(id);
+            reject(signal.reason);
+          });
+        }
+      });
+    },
+  };
   g.__hearth = {
     // Called by the host per request: the Request for fetch.
     request: W.incoming,

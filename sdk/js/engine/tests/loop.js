@@ -7,7 +7,7 @@
 //   GET /timers          timers fire in due order, extra arguments, nested
 //                        timers, an interval cleared after 3 runs, a
 //                        cleared timeout never runs, microtasks between
-//                        callbacks: {"log": [...]}
+//                        callbacks, scheduler.wait: {"log": [...]}
 //   GET /leave           leaves a 0 ms timer, a promise on a 1 ms timer and
 //                        an interval behind; `leaked` in later answers says
 //                        whether any ran after this request ended
@@ -88,8 +88,11 @@ async function timers() {
     }, 2);
     setTimeout(() => {
       log.push('t200');
-      done();
     }, 200);
+    scheduler.wait(250).then(() => {
+      log.push('wait250');
+      done();
+    });
   });
   return json({ log });
 }
