@@ -460,23 +460,32 @@ const incompleteTail = (b) => {
   }
   return 0;
 };
+const FATAL = 1, IGNORE_BOM = 2, BOM_SEEN = 4; // TextDecoder's #f
 class TextDecoder {
-  #fatal = false; #ignoreBOM = false; #pending = null; #bomSeen = false;
+  #f = 0; #pending = null;
   constructor(label, options) {
     if (label !== undefined) {
       const l = String(label).trim().toLowerCase();
       if (!UTF8_LABELS.has(l)) throw new RangeError('The "' + label + '" encoding is not supported');
     }
-    if (options != null) { this.#fatal = !!options.fatal; this.#ignoreBOM = !!options.ignoreBOM; }
+    if (options != null) this.#f = (options.fatal ? FATAL : 0) | (options.ignoreBOM ? IGNORE_BOM : 0);
   }
   get encoding() { return 'utf-8'; }
-  get fatal() { return this.#fatal; }
-  get ignoreBOM() { return this.#ignoreBOM; }
+  get fatal() { return (this.#f & FATAL) !== 0; }
+  get ignoreBOM() { return (this.#f & IGNORE_BOM) !== 0; }
   decode(input, options) {
     let b;
-    if (input === undefined) b = new Uint8Array(0);
+    if (input instanceof Uint8Array) b = input;
+    else if (input === undefined) b = new Uint8Array(0);
     else if ((b = bytesView(input)) === null) throw new TypeError('decode needs an ArrayBuffer or a view of one');
-    const stream = !!(options && options.stream);
+    const stream = options !== undefined && options !== null && !!options.stream;
+    // The usual call: one whole buffer.
+    if (!stream && this.#pending === null && (this.#f & BOM_SEEN) === 0) {
+      if (b.length === 0) return '';
+      const s = N.utf8Decode(b, (this.#f & FATAL) !== 0);
+      if (s == null) throw new TypeError('The encoded data was not valid utf-8');
+      return (this.#f & IGNORE_BOM) === 0 && s.charCodeAt(0) === 0xfeff ? s.slice(1) : s;
+    }
     if (this.#pending !== null) {
       const j = new Uint8Array(this.#pending.length + b.length);
       j.set(this.#pending); j.set(b, this.#pending.length);
@@ -486,16 +495,13 @@ class TextDecoder {
       const t = incompleteTail(b);
       if (t) { this.#pending = b.slice(b.length - t); b = b.subarray(0, b.length - t); }
     }
-    let s = b.length === 0 ? '' : N.utf8Decode(b, this.#fatal);
-    if (s == null) { this.#bomSeen = false; throw new TypeError('The encoded data was not valid utf-8'); }
-    if (!this.#bomSeen && s.length > 0) {
-      if (!this.#ignoreBOM && s.charCodeAt(0) === 0xfeff) s = s.slice(1);
-      this.#bomSeen = true;
+    let s = b.length === 0 ? '' : N.utf8Decode(b, (this.#f & FATAL) !== 0);
+    if (s == null) { this.#f &= ~BOM_SEEN; this.#pending = null; throw new TypeError('The encoded data was not valid utf-8'); }
+    if ((this.#f & BOM_SEEN) === 0 && s.length > 0) {
+      if ((this.#f & IGNORE_BOM) === 0 && s.charCodeAt(0) === 0xfeff) s = s.slice(1);
+      this.#f |= BOM_SEEN;
     }
-    if (!stream) {
-      this.#bomSeen = false;
-      if (this.#pending !== null) { this.#pending = null; }
-    }
+    if (!stream) this.#f &= ~BOM_SEEN;
     return s;
   }
 }

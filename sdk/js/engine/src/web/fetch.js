@@ -1,7 +1,10 @@
 // fetch.js: Headers, Blob, File, FormData, Request, Response, and the
-// contract with runtime.js (__hearth_web). Request and Response share a
-// body (Body, below): its source is kept as given (a string, bytes or a
-// ReadableStream) and turned into a stream only when `body` is asked for.
+// contract with runtime.js (__hearth_web, at the end). Request and
+// Response share the body functions (Body, below): a body's source is kept
+// as given (a string, bytes or a ReadableStream) and turned into a stream
+// only when `body` is asked for. Request and Response are not subclasses
+// of a Body class: making one (twice per request) then runs one
+// constructor and one field initializer, not two.
 
 // ---- Headers ----
 // RFC 9110 token characters (header names, methods).
@@ -36,7 +39,7 @@ const isWs = (c) => c === 32 || c === 9 || c === 10 || c === 13;
 const headerValue = (v) => {
   if (typeof v !== 'string') v = String(v);
   const n = v.length;
-  if (n > 0 && (isWs(v.charCodeAt(0)) || isWs(v.charCodeAt(n - 1)))) {
+  if (n > 0 && (v.charCodeAt(0) <= 32 || v.charCodeAt(n - 1) <= 32)) {
     let a = 0, b = n;
     while (a < b && isWs(v.charCodeAt(a))) a++;
     while (b > a && isWs(v.charCodeAt(b - 1))) b--;
@@ -46,7 +49,8 @@ const headerValue = (v) => {
   return v;
 };
 const IMMUTABLE = 1;
-let headersFill, headersFlat, headersGuard;
+const byName = (a, b) => (a[0] < b[0] ? -1 : 1);
+let headersFill, headersFlat, headersGuard, headersDefault;
 class Headers {
   #m = new Map(); // lower-case name -> value (repeated names combined)
   #cookies = null; // set-cookie values, one per header
@@ -68,7 +72,8 @@ class Headers {
         this.#add(headerName(a[0]), headerValue(a[1]));
       }
     } else {
-      for (const k of Object.keys(init)) this.#add(headerName(k), headerValue(init[k]));
+      const keys = Object.keys(init);
+      for (let i = 0; i < keys.length; i++) this.#add(headerName(keys[i]), headerValue(init[keys[i]]));
     }
   }
   #add(k, v) {
@@ -83,8 +88,9 @@ class Headers {
     const m = this.#m;
     let v = m.get(name);
     if (v !== undefined) return v;
-    const k = headerName(name);
-    if (k === name) return null;
+    let k = NAMES.get(name);
+    if (k === name) return null; // a valid lower-case name, not here
+    if (k === undefined) k = headerName(name);
     v = m.get(k);
     return v === undefined ? null : v;
   }
@@ -94,7 +100,11 @@ class Headers {
     return this.getSetCookie();
   }
   getSetCookie() { return this.#cookies ? this.#cookies.slice() : []; }
-  has(name) { return this.#m.has(name) || this.#m.has(headerName(name)); }
+  has(name) {
+    if (this.#m.has(name)) return true;
+    const k = NAMES.get(name);
+    return k !== name && this.#m.has(k === undefined ? headerName(name) : k);
+  }
   set(name, value) {
     const k = headerName(name), v = headerValue(value);
     this.#check();
@@ -119,11 +129,15 @@ class Headers {
   #list() {
     let s = this.#sorted;
     if (s !== null) return s;
-    const names = [...this.#m.keys()].sort();
-    s = [];
-    for (const k of names) {
-      if (k === 'set-cookie' && this.#cookies) for (const c of this.#cookies) s.push([k, c]);
-      else s.push([k, this.#m.get(k)]);
+    s = [...this.#m];
+    if (s.length > 1) s.sort(byName);
+    const c = this.#cookies;
+    if (c !== null && c.length > 1) {
+      const i = s.findIndex((p) => p[0] === 'set-cookie');
+      s.splice(i, 1, ...c.map((v) => ['set-cookie', v]));
+    } else if (c !== null && c.length === 1) {
+      const i = s.findIndex((p) => p[0] === 'set-cookie');
+      s[i] = ['set-cookie', c[0]];
     }
     return (this.#sorted = s);
   }
@@ -138,8 +152,10 @@ class Headers {
   static {
     // Headers from the host's [name, value, ...]: names already valid and
     // lower case.
-    headersFill = (h, pairs) => {
+    headersFill = (h, pairs, guard) => {
       const m = h.#m;
+      h.#sorted = null;
+      if (guard !== undefined) h.#guard = guard;
       for (let i = 0; i < pairs.length; i += 2) {
         const k = pairs[i], v = pairs[i + 1];
         const old = m.get(k);
@@ -148,15 +164,19 @@ class Headers {
         if (k === 'set-cookie') (h.#cookies || (h.#cookies = [])).push(v);
       }
     };
-    headersFlat = (h) => {
-      const out = [];
-      for (const [k, v] of h.#m) {
-        if (k === 'set-cookie' && h.#cookies) for (const c of h.#cookies) out.push(k, c);
+    // [name, value, ...] into `out`, set-cookie one per value.
+    headersFlat = (h, out) => {
+      const c = h.#cookies;
+      h.#m.forEach((v, k) => {
+        if (c !== null && k === 'set-cookie') for (const x of c) out.push(k, x);
         else out.push(k, v);
-      }
-      return out;
+      });
     };
     headersGuard = (h, g) => { h.#guard = g; };
+    // Sets `k` (a valid lower-case name) to `v` unless it is there.
+    headersDefault = (h, k, v) => {
+      if (!h.#m.has(k)) { h.#m.set(k, v); h.#sorted = null; }
+    };
   }
 }
 tag(Headers, 'Headers');
@@ -360,96 +380,96 @@ const extractBody = (b) => {
   }
   return [String(b), 'text/plain;charset=UTF-8'];
 };
-let bodyInit, bodyTake, bodyBytes, bodyClone;
-class Body {
-  #src = null; // null, a string, a Uint8Array or a ReadableStream
-  #stream = null; // the ReadableStream `body` returned, once asked for
-  #used = false;
-  #own = true; // a Uint8Array source may be handed out without a copy
-  constructor(key) { if (key !== INTERNAL) throw new TypeError('Illegal constructor'); }
-  get body() {
-    const s = this.#src;
-    if (s === null) return null;
-    if (this.#stream === null) this.#stream = s instanceof ReadableStream ? s : streamOf(typeof s === 'string' ? utf8(s) : this.#own ? s : s.slice());
-    return this.#stream;
+// A body is a state object, {src, stream, flags}, or null (no body);
+// Request and Response each hold one in a private field and call these.
+const USED = 1, SHARED = 2; // flags: USED consumed; SHARED a Uint8Array source a clone also has
+const bodyOf = (src) => ({ src, stream: typeof src === 'object' && src instanceof ReadableStream ? src : null, flags: 0 });
+const bodyStream = (b) => {
+  if (b === null) return null;
+  if (b.stream === null) {
+    const s = b.src;
+    b.stream = streamOf(typeof s === 'string' ? utf8(s) : b.flags & SHARED ? s.slice() : s);
   }
-  get bodyUsed() { return this.#used || (this.#stream !== null && streamState(this.#stream).disturbed); }
-  // The body's content, once: a string or a Uint8Array (the caller's own).
-  #take() {
-    if (this.bodyUsed) throw new TypeError('Body has already been used. It can only be used once. Use tee() first if you need to read it twice.');
-    const s = this.#src;
-    if (s === null) return null;
-    if (this.#stream !== null) {
-      if (this.#stream.locked) throw new TypeError('The body stream is locked');
-      this.#used = true;
-      return readAll(this.#stream);
-    }
-    this.#used = true;
-    if (typeof s === 'string') return s;
-    return this.#own ? s : s.slice();
+  return b.stream;
+};
+const bodyUsed = (b) => b !== null && ((b.flags & USED) !== 0 || (b.stream !== null && streamState(b.stream).disturbed));
+// The body's content, once: a string, a Uint8Array (the caller's own), a
+// Promise of one (a stream), or null.
+const bodyTake = (b) => {
+  if (b === null) return null;
+  if (bodyUsed(b)) throw new TypeError('Body has already been used. It can only be used once. Use tee() first if you need to read it twice.');
+  const s = b.src, shared = b.flags & SHARED;
+  if (b.stream !== null && b.stream.locked) throw new TypeError('The body stream is locked');
+  b.flags = USED;
+  if (b.stream !== null) return readAll(b.stream);
+  if (typeof s === 'string' || !shared) return s;
+  return s.slice();
+};
+const bodyBytes = async (b) => {
+  const s = await bodyTake(b);
+  if (s === null) return new Uint8Array(0);
+  return typeof s === 'string' ? utf8(s) : s;
+};
+const bodyArrayBuffer = async (b) => {
+  const u = await bodyBytes(b);
+  return u.byteOffset === 0 && u.byteLength === u.buffer.byteLength ? u.buffer : u.slice().buffer;
+};
+const bodyText = async (b) => {
+  const s = await bodyTake(b);
+  if (s === null) return '';
+  if (typeof s === 'string') return s;
+  if (s.length === 0) return '';
+  const t = N.utf8Decode(s, false);
+  return t.charCodeAt(0) === 0xfeff ? t.slice(1) : t;
+};
+const bodyJson = async (b) => JSON.parse(await bodyText(b));
+const bodyBlob = async (b, headers) => new Blob(INTERNAL, [await bodyBytes(b), blobType(headers.get('content-type') || '')]);
+const bodyFormData = async (b, headers) => formDecode(await bodyBytes(b), headers.get('content-type'));
+// The source another body takes over (new Request(request)): this one is
+// then used.
+const bodyHandOver = (b) => {
+  if (b === null) return null;
+  if (bodyUsed(b)) throw new TypeError('Cannot construct a Request with a Request whose body has already been used.');
+  b.flags = USED;
+  return b.stream !== null ? b.stream : b.src;
+};
+// For the host, once: null, a string, a Uint8Array or a Promise of a
+// Uint8Array (a stream read whole).
+const bodyHost = (b) => {
+  if (b === null) return null;
+  if (bodyUsed(b)) throw new TypeError('The body has already been used');
+  b.flags |= USED;
+  if (b.stream !== null) {
+    if (b.stream.locked) throw new TypeError('The body stream is locked');
+    return readAll(b.stream);
   }
-  async #bytes() {
-    const s = await this.#take();
-    if (s === null) return new Uint8Array(0);
-    return typeof s === 'string' ? utf8(s) : s;
+  return b.src;
+};
+// A copy of body `b` for a clone (null if none); `b` keeps its content.
+const bodyClone = (b) => {
+  if (b === null) return null;
+  if (bodyUsed(b)) throw new TypeError('The body has already been used; it cannot be cloned');
+  if (b.stream !== null) {
+    const [x, y] = b.stream.tee();
+    b.stream = x; b.src = x;
+    return bodyOf(y);
   }
-  async arrayBuffer() {
-    const b = await this.#bytes();
-    return b.byteOffset === 0 && b.byteLength === b.buffer.byteLength ? b.buffer : b.slice().buffer;
-  }
-  bytes() { return this.#bytes(); }
-  async text() {
-    const s = await this.#take();
-    if (s === null) return '';
-    if (typeof s === 'string') return s;
-    if (s.length === 0) return '';
-    let t = N.utf8Decode(s, false);
-    if (t.charCodeAt(0) === 0xfeff) t = t.slice(1);
-    return t;
-  }
-  async json() { return JSON.parse(await this.text()); }
-  async blob() {
-    const b = await this.#bytes();
-    return new Blob(INTERNAL, [b, blobType(this.headers.get('content-type') || '')]);
-  }
-  async formData() {
-    const b = await this.#bytes();
-    return formDecode(b, this.headers.get('content-type'));
-  }
-  static {
-    bodyInit = (x, src, own) => { x.#src = src; x.#own = own !== false; if (src instanceof ReadableStream) x.#stream = src; };
-    // The source handed to another body (new Request(request)); this one is used.
-    bodyTake = (x) => {
-      if (x.bodyUsed) throw new TypeError('Cannot construct a Request with a Request whose body has already been used.');
-      const s = x.#stream !== null ? x.#stream : x.#src;
-      if (s !== null) x.#used = true;
-      return s;
-    };
-    // For the host: null, a string, a Uint8Array or a Promise of one.
-    bodyBytes = (x) => {
-      const s = x.#src;
-      if (s === null) return null;
-      if (x.#stream !== null) {
-        if (x.bodyUsed || x.#stream.locked) throw new TypeError('The body has already been used');
-        x.#used = true;
-        return readAll(x.#stream);
-      }
-      if (x.#used) throw new TypeError('The body has already been used');
-      return s;
-    };
-    bodyClone = (x, y) => {
-      if (x.bodyUsed) throw new TypeError('The body has already been used; it cannot be cloned');
-      if (x.#src === null) return;
-      if (x.#stream !== null) {
-        const [a, b] = x.#stream.tee();
-        x.#stream = a; x.#src = a;
-        y.#stream = b; y.#src = b;
-        return;
-      }
-      x.#own = false; y.#own = false; y.#src = x.#src;
-    };
-  }
-}
+  b.flags = SHARED;
+  const c = bodyOf(b.src);
+  c.flags = SHARED;
+  return c;
+};
+// The body members Request and Response share, over their own #body.
+const BODY_MEMBERS = (get) => ({
+  body: { get() { return bodyStream(get(this)); }, configurable: true },
+  bodyUsed: { get() { return bodyUsed(get(this)); }, configurable: true },
+  arrayBuffer: { value() { try { return bodyArrayBuffer(get(this)); } catch (e) { return Promise.reject(e); } }, writable: true, configurable: true },
+  bytes: { value() { try { return bodyBytes(get(this)); } catch (e) { return Promise.reject(e); } }, writable: true, configurable: true },
+  text: { value() { try { return bodyText(get(this)); } catch (e) { return Promise.reject(e); } }, writable: true, configurable: true },
+  json: { value() { try { return bodyJson(get(this)); } catch (e) { return Promise.reject(e); } }, writable: true, configurable: true },
+  blob: { value() { try { return bodyBlob(get(this), this.headers); } catch (e) { return Promise.reject(e); } }, writable: true, configurable: true },
+  formData: { value() { try { return bodyFormData(get(this), this.headers); } catch (e) { return Promise.reject(e); } }, writable: true, configurable: true },
+});
 
 // ---- Request ----
 // workerd's methods: these six case-insensitively (the Fetch standard's
@@ -466,22 +486,25 @@ const normMethod = (m) => {
   throw new TypeError('Invalid HTTP method string: ' + m);
 };
 const REDIRECTS = ['follow', 'manual', 'error'];
-class Request extends Body {
-  #method = 'GET'; #url; #headers; #redirect = 'follow'; #signal = null; #cf = undefined;
+// What a Request or Response rarely has, kept apart so that making one
+// (every request makes both) sets fewer fields.
+const requestMore = () => ({ redirect: 'follow', signal: null, cf: undefined });
+let requestBody;
+class Request {
+  #method = 'GET'; #url; #headers; #more = null; #body = null;
   constructor(input, init, url, headers, body) {
-    super(INTERNAL);
     if (input === INTERNAL) {
       // From the host: (INTERNAL, method, url, Headers, Uint8Array or undefined).
       this.#method = init; this.#url = url; this.#headers = headers;
-      if (body !== undefined) bodyInit(this, body);
+      if (body !== undefined) this.#body = bodyOf(body);
       return;
     }
     if (arguments.length === 0) throw new TypeError("Failed to construct 'Request': 1 argument required");
     init = init == null ? {} : init;
     let src = null;
     if (input instanceof Request) {
-      this.#url = input.#url; this.#method = input.#method; this.#redirect = input.#redirect;
-      this.#signal = input.#signal; this.#cf = input.#cf;
+      this.#url = input.#url; this.#method = input.#method;
+      if (input.#more !== null) this.#more = { ...input.#more };
       this.#headers = new Headers(input.#headers);
     } else {
       this.#url = new URL(input).href;
@@ -491,16 +514,16 @@ class Request extends Body {
     if (init.redirect !== undefined) {
       const r = String(init.redirect);
       if (!REDIRECTS.includes(r)) throw new TypeError('Invalid redirect value: ' + r);
-      this.#redirect = r;
+      (this.#more || (this.#more = requestMore())).redirect = r;
     }
     if (init.signal !== undefined) {
       if (init.signal !== null && !(init.signal instanceof AbortSignal)) throw new TypeError('signal must be an AbortSignal');
-      this.#signal = init.signal;
+      (this.#more || (this.#more = requestMore())).signal = init.signal;
     }
-    if (init.cf !== undefined) this.#cf = init.cf;
+    if (init.cf !== undefined) (this.#more || (this.#more = requestMore())).cf = init.cf;
     if (init.headers !== undefined) this.#headers = new Headers(init.headers);
     const hasBody = init.body !== undefined && init.body !== null;
-    if (hasBody || (init.body === undefined && input instanceof Request && input.body !== null)) {
+    if (hasBody || (init.body === undefined && input instanceof Request && input.#body !== null)) {
       if (this.#method === 'GET' || this.#method === 'HEAD') throw new TypeError('Request with a GET or HEAD method cannot have a body.');
     }
     if (hasBody) {
@@ -508,66 +531,78 @@ class Request extends Body {
       src = s;
       if (type !== null && !this.#headers.has('content-type')) this.#headers.set('content-type', type);
     } else if (init.body === undefined && input instanceof Request) {
-      src = bodyTake(input);
+      src = bodyHandOver(input.#body);
     }
-    if (src !== null) bodyInit(this, src);
+    if (src !== null) this.#body = bodyOf(src);
   }
   get method() { return this.#method; }
   get url() { return this.#url; }
   get headers() { return this.#headers; }
-  get redirect() { return this.#redirect; }
-  get signal() { return this.#signal || (this.#signal = new AbortSignal(INTERNAL)); }
-  get cf() { return this.#cf; }
+  get redirect() { return this.#more === null ? 'follow' : this.#more.redirect; }
+  get signal() {
+    const m = this.#more || (this.#more = requestMore());
+    return m.signal || (m.signal = new AbortSignal(INTERNAL));
+  }
+  get cf() { return this.#more === null ? undefined : this.#more.cf; }
   get integrity() { return ''; }
   get keepalive() { return false; }
   clone() {
     const r = new Request(INTERNAL, this.#method, this.#url, new Headers(this.#headers), undefined);
-    headersGuard(r.#headers, 0);
-    r.#redirect = this.#redirect; r.#signal = this.#signal; r.#cf = this.#cf;
-    bodyClone(this, r);
+    if (this.#more !== null) r.#more = { ...this.#more };
+    r.#body = bodyClone(this.#body);
     return r;
   }
+  static { requestBody = (r) => r.#body; }
 }
+Object.defineProperties(Request.prototype, BODY_MEMBERS(requestBody));
 tag(Request, 'Request');
 
 // ---- Response ----
 const NULL_BODY = (s) => s === 101 || s === 204 || s === 205 || s === 304;
 const REDIRECT_STATUS = (s) => s === 301 || s === 302 || s === 303 || s === 307 || s === 308;
-let responseMake;
-class Response extends Body {
-  #status = 200; #statusText = ''; #headers; #type = 'default'; #url = ''; #redirected = false; #ws = null; #cf;
+const responseMore = () => ({ type: 'default', url: '', redirected: false, ws: null, cf: undefined });
+let responseMake, responseBody;
+class Response {
+  #status = 200; #statusText = ''; #headers; #more = null; #body = null;
   constructor(body, init) {
-    super(INTERNAL);
     if (body === INTERNAL) return;
-    if (init == null) init = {};
-    else if (typeof init !== 'object') throw new TypeError('Response init must be an object');
-    if (init.status !== undefined) {
+    let headers;
+    if (init != null) {
+      if (typeof init !== 'object') throw new TypeError('Response init must be an object');
       const s = init.status;
-      this.#status = typeof s === 'number' && (s | 0) === s ? s : Number(s) | 0;
-      if (this.#status < 200 || this.#status > 599) {
-        if (!(this.#status === 101 && init.webSocket)) throw new RangeError('Responses may only be constructed with status codes in the range 200 to 599, inclusive.');
+      if (s !== undefined) {
+        const n = typeof s === 'number' && (s | 0) === s ? s : Number(s) | 0;
+        if (n < 200 || n > 599) {
+          if (!(n === 101 && init.webSocket)) throw new RangeError('Responses may only be constructed with status codes in the range 200 to 599, inclusive.');
+        }
+        this.#status = n;
       }
-    }
-    if (init.statusText !== undefined) {
-      const t = String(init.statusText);
-      for (let i = 0; i < t.length; i++) {
-        const c = t.charCodeAt(i);
-        if (c === 10 || c === 13 || c > 255 || (c < 32 && c !== 9)) throw new TypeError('Invalid statusText');
+      if (init.statusText !== undefined) {
+        const t = String(init.statusText);
+        for (let i = 0; i < t.length; i++) {
+          const c = t.charCodeAt(i);
+          if (c === 10 || c === 13 || c > 255 || (c < 32 && c !== 9)) throw new TypeError('Invalid statusText');
+        }
+        this.#statusText = t;
       }
-      this.#statusText = t;
-    }
-    this.#headers = init.headers === undefined ? new Headers() : new Headers(init.headers);
-    if (init.webSocket) this.#ws = init.webSocket;
-    if (init.cf !== undefined) this.#cf = init.cf;
+      headers = init.headers === undefined ? new Headers() : new Headers(init.headers);
+      if (init.webSocket || init.cf !== undefined) {
+        const m = (this.#more = responseMore());
+        if (init.webSocket) m.ws = init.webSocket;
+        m.cf = init.cf;
+      }
+    } else headers = new Headers();
+    this.#headers = headers;
     if (body !== undefined && body !== null) {
-      if (NULL_BODY(this.#status)) throw new TypeError('Response with null body status (101, 204, 205, or 304) cannot have a body.');
+      const st = this.#status;
+      if (st === 204 || st === 205 || st === 304 || st === 101) throw new TypeError('Response with null body status (101, 204, 205, or 304) cannot have a body.');
       if (typeof body === 'string') {
-        bodyInit(this, body);
-        if (!this.#headers.has('content-type')) this.#headers.set('content-type', 'text/plain;charset=UTF-8');
+        this.#body = { src: body, stream: null, flags: 0 };
+        headersDefault(headers, 'content-type', 'text/plain;charset=UTF-8');
       } else {
         const [s, type] = extractBody(body);
-        bodyInit(this, s);
-        if (type !== null && !this.#headers.has('content-type')) this.#headers.set('content-type', type);
+        this.#body = bodyOf(s);
+        if (type !== null) headersDefault(headers, 'content-type', type);
       }
     }
   }
@@ -575,22 +610,23 @@ class Response extends Body {
   get statusText() { return this.#statusText; }
   get ok() { return this.#status >= 200 && this.#status <= 299; }
   get headers() { return this.#headers; }
-  get type() { return this.#type; }
-  get url() { return this.#url; }
-  get redirected() { return this.#redirected; }
-  get webSocket() { return this.#ws; }
-  get cf() { return this.#cf; }
+  get type() { return this.#more === null ? 'default' : this.#more.type; }
+  get url() { return this.#more === null ? '' : this.#more.url; }
+  get redirected() { return this.#more === null ? false : this.#more.redirected; }
+  get webSocket() { return this.#more === null ? null : this.#more.ws; }
+  get cf() { return this.#more === null ? undefined : this.#more.cf; }
   clone() {
     const r = new Response(INTERNAL);
     r.#status = this.#status; r.#statusText = this.#statusText; r.#headers = new Headers(this.#headers);
-    headersGuard(r.#headers, this.#type === 'error' ? IMMUTABLE : 0);
-    r.#type = this.#type; r.#url = this.#url; r.#redirected = this.#redirected; r.#cf = this.#cf;
-    bodyClone(this, r);
+    if (this.#more !== null) {
+      r.#more = { ...this.#more };
+      if (this.#more.type === 'error') headersGuard(r.#headers, IMMUTABLE);
+    }
+    r.#body = bodyClone(this.#body);
     return r;
   }
   static json(data, init) {
     const s = JSON.stringify(data);
-    if (s === undefined) throw new TypeError('The value cannot be converted to JSON');
     const headers = new Headers(init == null ? undefined : init.headers);
     if (!headers.has('content-type')) headers.set('content-type', 'application/json');
     return new Response(s, init == null ? { headers } : { status: init.status, statusText: init.statusText, headers });
@@ -598,17 +634,18 @@ class Response extends Body {
   static redirect(url, status = 302) {
     const u = new URL(url).href;
     status = Number(status) | 0;
-    if (!REDIRECT_STATUS(status)) throw new RangeError('Invalid redirect status: ' + status);
+    if (!REDIRECT_STATUS(status)) throw new RangeError(status + ' is not a redirect status code.');
     const r = new Response(INTERNAL);
     r.#status = status;
     r.#headers = new Headers();
-    r.#headers.set('location', u);
+    headersFill(r.#headers, ['location', u]);
     headersGuard(r.#headers, IMMUTABLE);
     return r;
   }
   static error() {
     const r = new Response(INTERNAL);
-    r.#status = 0; r.#type = 'error';
+    r.#status = 0;
+    (r.#more = responseMore()).type = 'error';
     r.#headers = new Headers();
     headersGuard(r.#headers, IMMUTABLE);
     return r;
@@ -616,45 +653,69 @@ class Response extends Body {
   static {
     responseMake = (status, headers, body, url) => {
       const r = new Response(INTERNAL);
-      r.#status = status; r.#headers = headers; r.#url = url || '';
-      if (body !== null && !(NULL_BODY(status) && body.length === 0)) bodyInit(r, body);
+      r.#status = status; r.#headers = headers;
+      if (url) (r.#more = responseMore()).url = url;
+      if (body !== null && !(NULL_BODY(status) && body.length === 0)) r.#body = bodyOf(body);
       return r;
     };
+    responseBody = (r) => r.#body;
   }
 }
+Object.defineProperties(Response.prototype, BODY_MEMBERS(responseBody));
 tag(Response, 'Response');
 WEB_CLASSES.push(Headers, Request, Response, FormData, AbortController);
 
-// The host's [name, value, ...] as Headers.
-const hostHeaders = (pairs) => {
-  const h = new Headers();
-  if (pairs && pairs.length) headersFill(h, pairs);
-  return h;
+// ---- the contract with runtime.js ----
+// incoming(method, url, pairs, body) -> Request
+//     the request the host received; `pairs` is [name, value, ...] (names
+//     lower case and valid), `body` a Uint8Array or undefined (GET/HEAD).
+//     Its headers are immutable, as on workerd.
+// outgoing(response) -> Promise<[status, pairs, body]>
+//     a Response the Worker returned, taken apart for the host: `pairs`
+//     [name, value, ...], `body` a string (sent as UTF-8) or a Uint8Array
+//     (possibly empty); rejects with a TypeError if `response` is not a
+//     Response (or is Response.error(), or its body was used).
+// toFetch(input, init) -> Promise<[method, url, pairs, body]>
+//     the arguments of `fetch(input, init)` as one outgoing request (`body`
+//     a string, a Uint8Array or undefined); rejects as `fetch` would.
+// fromFetch(status, pairs, body, url) -> Response
+//     the answer to an outgoing request, for `fetch` to resolve with (its
+//     headers immutable, as on workerd); `body` a Uint8Array or null.
+const EMPTY = new Uint8Array(0);
+const hostPairs = (h) => {
+  const out = [];
+  headersFlat(h, out);
+  return out;
 };
-// A body for the host: a Uint8Array (possibly empty).
-const hostBody = (s) => (s === null ? new Uint8Array(0) : typeof s === 'string' ? utf8(s) : s);
+const hostAnswer = (r, s) => [r.status, hostPairs(r.headers), s === null ? EMPTY : s];
 g.__hearth_web = {
   incoming(method, url, pairs, body) {
-    const h = hostHeaders(pairs);
-    headersGuard(h, IMMUTABLE);
+    const h = new Headers();
+    headersFill(h, pairs, IMMUTABLE);
     return new Request(INTERNAL, method, url, h, body);
   },
-  async outgoing(r) {
-    if (!(r instanceof Response)) throw new TypeError('The Worker did not return a Response');
-    if (r.type === 'error') throw new TypeError('The Worker returned Response.error()');
-    let s = bodyBytes(r);
-    if (s !== null && typeof s.then === 'function') s = await s;
-    return [r.status, headersFlat(r.headers), hostBody(s)];
+  // Not async: the usual answer (a string or bytes) settles at once.
+  outgoing(r) {
+    try {
+      if (!(r instanceof Response)) throw new TypeError('The Worker did not return a Response');
+      if (r.type === 'error') throw new TypeError('The Worker returned Response.error()');
+      const s = bodyHost(responseBody(r));
+      if (s !== null && typeof s === 'object' && typeof s.then === 'function') return s.then((b) => hostAnswer(r, b));
+      return Promise.resolve(hostAnswer(r, s));
+    } catch (e) {
+      return Promise.reject(e);
+    }
   },
   async toFetch(input, init) {
     const req = input instanceof Request && init === undefined ? input : new Request(input, init);
     if (req.signal.aborted) throw req.signal.reason;
-    let s = bodyBytes(req);
-    if (s !== null && typeof s.then === 'function') s = await s;
-    return [req.method, req.url, headersFlat(req.headers), s === null ? undefined : hostBody(s)];
+    let s = bodyHost(requestBody(req));
+    if (s !== null && typeof s === 'object' && typeof s.then === 'function') s = await s;
+    return [req.method, req.url, hostPairs(req.headers), s === null ? undefined : s];
   },
   fromFetch(status, pairs, body, url) {
-    const h = hostHeaders(pairs);
+    const h = new Headers();
+    if (pairs.length > 0) headersFill(h, pairs);
     headersGuard(h, IMMUTABLE);
     return responseMake(status, h, body == null ? null : body, url);
   },

@@ -13,8 +13,9 @@ let urlSetSearch, urlParamsChanged;
 class URL {
   #href; #o; #params = null;
   constructor(url, base) {
-    if (arguments.length === 0) throw new TypeError("Failed to construct 'URL': 1 argument required");
-    const s = usv(url);
+    let s = typeof url === 'string' ? url : arguments.length === 0 ? undefined : String(url);
+    if (s === undefined) throw new TypeError("Failed to construct 'URL': 1 argument required");
+    if (!s.isWellFormed()) s = s.toWellFormed();
     const h = N.urlParse(s, base === undefined ? undefined : usv(base), OFF);
     if (h == null) throw new TypeError('Invalid URL: ' + s);
     this.#href = h;
