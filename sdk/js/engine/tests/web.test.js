@@ -436,6 +436,69 @@ test('ReadableStream: desiredSize and enqueue after close', () => {
   throws(() => ctrl.enqueue('b'), TypeError, 'enqueue after close');
 });
 
+// ---------------- WritableStream / TransformStream ----------------
+test('WritableStream: writes reach the sink in order, then close', async () => {
+  const got = [];
+  let closed = false;
+  const ws = new WritableStream({
+    async write(chunk) { await null; got.push(chunk); },
+    close() { closed = true; },
+  });
+  const w = ws.getWriter();
+  eq(ws.locked, true);
+  throws(() => ws.getWriter(), TypeError, 'second writer');
+  w.write('a');
+  w.write('b');
+  await w.close();
+  same(got, ['a', 'b']);
+  ok(closed, 'sink closed');
+  await w.closed;
+  await rejects(w.write('c'), TypeError, 'write after close');
+});
+test('WritableStream: abort, and a sink that throws errors the stream', async () => {
+  let reason;
+  const ws = new WritableStream({ abort(r) { reason = r; } });
+  await ws.abort('stop');
+  eq(reason, 'stop');
+  const boom = new Error('sink');
+  const bad = new WritableStream({ write() { throw boom; } });
+  const w = bad.getWriter();
+  eq(await rejects(w.write('x'), Error, 'the failing write'), boom);
+  eq(await rejects(w.closed, Error, 'closed'), boom);
+});
+test('TransformStream: identity and transform', async () => {
+  const id = new TransformStream();
+  const w = id.writable.getWriter();
+  w.write('x');
+  w.write('y');
+  w.close();
+  same(await readStream(id.readable), ['x', 'y']);
+  const up = new TransformStream({
+    transform(chunk, c) { c.enqueue(String(chunk).toUpperCase()); },
+    flush(c) { c.enqueue('!'); },
+  });
+  const out = streamOfChunks(['a', 'b']).pipeThrough(up);
+  same(await readStream(out), ['A', 'B', '!']);
+});
+test('TransformStream: a Response body written after the Response is made', async () => {
+  const { readable, writable } = new TransformStream();
+  const r = new Response(readable);
+  const w = writable.getWriter();
+  const enc = new TextEncoder();
+  w.write(enc.encode('stream'));
+  w.write(enc.encode('ed'));
+  w.close();
+  eq(await r.text(), 'streamed');
+});
+test('pipeTo, TextEncoderStream, TextDecoderStream', async () => {
+  const got = [];
+  await streamOfChunks(['h', 'é']).pipeThrough(new TextEncoderStream()).pipeThrough(new TextDecoderStream())
+    .pipeTo(new WritableStream({ write(c) { got.push(c); } }));
+  eq(got.join(''), 'hé');
+  const split = streamOfChunks([bytes(0xf0, 0x9f), bytes(0x98, 0x80)]).pipeThrough(new TextDecoderStream());
+  eq((await readStream(split)).join(''), '😀', 'a character across chunks');
+});
+
 // ---------------- URL ----------------
 test('URL: components', () => {
   const u = new URL('HTTP://User:Pw@Example.COM:8080/a/../b?q=1#h');
@@ -898,6 +961,7 @@ test('incoming request: method, url, headers are immutable', async (request) => 
 });
 test('globals are defined', () => {
   for (const name of ['Headers', 'Request', 'Response', 'ReadableStream', 'ReadableStreamDefaultReader', 'URL',
+    'WritableStream', 'TransformStream', 'TextEncoderStream', 'TextDecoderStream',
     'URLSearchParams', 'TextEncoder', 'TextDecoder', 'atob', 'btoa', 'console', 'structuredClone', 'crypto',
     'performance', 'queueMicrotask', 'Event', 'EventTarget', 'AbortController', 'AbortSignal', 'DOMException',
     'Blob', 'File', 'FormData']) {

@@ -1,5 +1,8 @@
 // streams.js: ReadableStream (default controller and reader, async
-// iteration, tee), the body of a Request or Response. The state of a
+// iteration, tee, pipeTo, pipeThrough), the body of a Request or Response;
+// WritableStream, TransformStream, TextEncoderStream and TextDecoderStream
+// (no byte streams or BYOB readers; writes are not held back by a full
+// readable side). The state of a
 // stream is one plain object (`st`) shared by the stream, its controller
 // and its reader, worked on by the functions below.
 const rsNew = () => ({
@@ -237,6 +240,268 @@ class ReadableStreamDefaultReader {
 }
 tag(ReadableStreamDefaultReader, 'ReadableStreamDefaultReader');
 
+// ---- WritableStream ----
+// The state of a writable stream: writes queue and reach the sink one at
+// a time; `close` is queued after them.
+const CLOSE = {};
+let writableState;
+class WritableStreamDefaultController {
+  #st;
+  constructor(key, st) {
+    if (key !== INTERNAL) throw new TypeError('Illegal constructor');
+    this.#st = st;
+  }
+  get signal() { return this.#st.abort.signal; }
+  error(e) { wsError(this.#st, e); }
+}
+tag(WritableStreamDefaultController, 'WritableStreamDefaultController');
+const wsError = (st, e) => {
+  if (st.state !== 'writable' && st.state !== 'erroring') return;
+  st.state = 'errored'; st.error = e;
+  const q = st.queue; st.queue = [];
+  for (const w of q) w.reject(e);
+  st.closed.reject(e); st.closed.promise.catch(() => {});
+  st.ready = Promise.reject(e); st.ready.catch(() => {});
+};
+const wsAdvance = (st) => {
+  if (!st.started || st.inFlight || st.queue.length === 0 || st.state === 'errored') return;
+  const w = st.queue[0];
+  st.inFlight = true;
+  let p;
+  try {
+    p = w.chunk === CLOSE ? (st.sink.close ? st.sink.close.call(st.sink) : undefined)
+      : st.sink.write ? st.sink.write.call(st.sink, w.chunk, st.ctrl) : undefined;
+    p = Promise.resolve(p);
+  } catch (e) { p = Promise.reject(e); }
+  p.then(() => {
+    st.inFlight = false;
+    if (st.state === 'errored') return;
+    st.queue.shift();
+    w.resolve(undefined);
+    if (w.chunk === CLOSE) { st.state = 'closed'; st.closed.resolve(undefined); return; }
+    wsAdvance(st);
+  }, (e) => { st.inFlight = false; wsError(st, e); });
+};
+const wsWrite = (st, chunk) => {
+  if (st.state === 'errored') return Promise.reject(st.error);
+  if (st.state !== 'writable' || st.closeRequested) return Promise.reject(new TypeError('The stream is closing or closed'));
+  const d = deferred();
+  st.queue.push({ chunk, resolve: d.resolve, reject: d.reject });
+  wsAdvance(st);
+  return d.promise;
+};
+const wsClose = (st) => {
+  if (st.state === 'errored') return Promise.reject(st.error);
+  if (st.state !== 'writable' || st.closeRequested) return Promise.reject(new TypeError('The stream is already closing or closed'));
+  st.closeRequested = true;
+  const d = deferred();
+  st.queue.push({ chunk: CLOSE, resolve: d.resolve, reject: d.reject });
+  wsAdvance(st);
+  return d.promise;
+};
+const wsAbort = (st, reason) => {
+  if (st.state === 'closed' || st.state === 'errored') return Promise.resolve(undefined);
+  st.abort.abort(reason);
+  const abort = st.sink.abort;
+  wsError(st, reason);
+  try { return Promise.resolve(abort ? abort.call(st.sink, reason) : undefined).then(() => undefined); } catch (e) { return Promise.reject(e); }
+};
+class WritableStream {
+  #st;
+  constructor(sink, strategy) {
+    sink = sink == null ? {} : sink;
+    const st = (this.#st = {
+      state: 'writable', queue: [], sink, writer: null, inFlight: false, closeRequested: false, error: undefined,
+      started: false, hwm: 1, closed: deferred(), ready: Promise.resolve(undefined), abort: new AbortController(), ctrl: null,
+    });
+    if (strategy != null && strategy.highWaterMark !== undefined) st.hwm = Number(strategy.highWaterMark);
+    for (const k of ['start', 'write', 'close', 'abort']) {
+      if (sink[k] !== undefined && typeof sink[k] !== 'function') throw new TypeError('A sink method must be a function');
+    }
+    st.ctrl = new WritableStreamDefaultController(INTERNAL, st);
+    let started;
+    try { started = sink.start ? sink.start.call(sink, st.ctrl) : undefined; } catch (e) { throw e; }
+    Promise.resolve(started).then(() => { st.started = true; wsAdvance(st); }, (e) => wsError(st, e));
+  }
+  get locked() { return this.#st.writer !== null; }
+  abort(reason) {
+    if (this.#st.writer !== null) return Promise.reject(new TypeError('The stream is locked to a writer'));
+    return wsAbort(this.#st, reason);
+  }
+  close() {
+    if (this.#st.writer !== null) return Promise.reject(new TypeError('The stream is locked to a writer'));
+    return wsClose(this.#st);
+  }
+  getWriter() { return new WritableStreamDefaultWriter(this); }
+  static { writableState = (w) => w.#st; }
+}
+tag(WritableStream, 'WritableStream');
+class WritableStreamDefaultWriter {
+  #st;
+  constructor(stream) {
+    if (!(stream instanceof WritableStream)) throw new TypeError('A writer needs a WritableStream');
+    const st = writableState(stream);
+    if (st.writer !== null) throw new TypeError('The stream is already locked to a writer');
+    st.writer = this;
+    this.#st = st;
+  }
+  #live() { if (this.#st === null) throw new TypeError('The writer has been released'); return this.#st; }
+  get closed() { return this.#st === null ? Promise.reject(new TypeError('The writer has been released')) : this.#st.closed.promise; }
+  get ready() { return this.#st === null ? Promise.reject(new TypeError('The writer has been released')) : this.#st.ready; }
+  get desiredSize() {
+    const st = this.#live();
+    if (st.state === 'errored') return null;
+    if (st.state === 'closed') return 0;
+    return st.hwm - st.queue.filter((w) => w.chunk !== CLOSE).length;
+  }
+  write(chunk) { try { return wsWrite(this.#live(), chunk); } catch (e) { return Promise.reject(e); } }
+  close() { try { return wsClose(this.#live()); } catch (e) { return Promise.reject(e); } }
+  abort(reason) { try { return wsAbort(this.#live(), reason); } catch (e) { return Promise.reject(e); } }
+  releaseLock() {
+    if (this.#st === null) return;
+    this.#st.writer = null;
+    this.#st = null;
+  }
+}
+tag(WritableStreamDefaultWriter, 'WritableStreamDefaultWriter');
+
+// ---- TransformStream ----
+class TransformStreamDefaultController {
+  #t;
+  constructor(key, t) {
+    if (key !== INTERNAL) throw new TypeError('Illegal constructor');
+    this.#t = t;
+  }
+  get desiredSize() { return this.#t.rc.desiredSize; }
+  enqueue(chunk) { this.#t.rc.enqueue(chunk); }
+  error(e) { this.#t.rc.error(e); wsError(this.#t.ws, e); }
+  terminate() {
+    try { this.#t.rc.close(); } catch {}
+    wsError(this.#t.ws, new TypeError('The transform stream was terminated'));
+  }
+}
+tag(TransformStreamDefaultController, 'TransformStreamDefaultController');
+class TransformStream {
+  #readable; #writable;
+  constructor(transformer, writableStrategy, readableStrategy) {
+    transformer = transformer == null ? {} : transformer;
+    for (const k of ['start', 'transform', 'flush', 'cancel']) {
+      if (transformer[k] !== undefined && typeof transformer[k] !== 'function') throw new TypeError('A transformer method must be a function');
+    }
+    const t = { rc: null, ws: null };
+    const ctrl = new TransformStreamDefaultController(INTERNAL, t);
+    const started = deferred();
+    this.#readable = new ReadableStream({
+      start(c) { t.rc = c; },
+      cancel(reason) {
+        if (t.ws) wsError(t.ws, reason);
+        return transformer.cancel ? transformer.cancel.call(transformer, reason) : undefined;
+      },
+    }, readableStrategy === undefined ? { highWaterMark: 0 } : readableStrategy);
+    this.#writable = new WritableStream({
+      start() { return started.promise; },
+      write(chunk) {
+        if (transformer.transform) return transformer.transform.call(transformer, chunk, ctrl);
+        ctrl.enqueue(chunk);
+      },
+      async close() {
+        if (transformer.flush) await transformer.flush.call(transformer, ctrl);
+        try { t.rc.close(); } catch {}
+      },
+      abort(reason) { t.rc.error(reason); },
+    }, writableStrategy);
+    t.ws = writableState(this.#writable);
+    try {
+      started.resolve(transformer.start ? transformer.start.call(transformer, ctrl) : undefined);
+    } catch (e) {
+      started.reject(e);
+      throw e;
+    }
+  }
+  get readable() { return this.#readable; }
+  get writable() { return this.#writable; }
+}
+tag(TransformStream, 'TransformStream');
+
+// pipeTo / pipeThrough on ReadableStream.
+ReadableStream.prototype.pipeTo = function pipeTo(dest, options) {
+  if (!(this instanceof ReadableStream)) return Promise.reject(new TypeError('pipeTo needs a ReadableStream'));
+  if (!(dest instanceof WritableStream)) return Promise.reject(new TypeError('pipeTo needs a WritableStream'));
+  if (this.locked || dest.locked) return Promise.reject(new TypeError('A stream is locked'));
+  options = options == null ? {} : options;
+  const reader = this.getReader();
+  const writer = dest.getWriter();
+  const signal = options.signal;
+  return (async () => {
+    try {
+      if (signal && signal.aborted) throw signal.reason;
+      for (;;) {
+        if (signal && signal.aborted) throw signal.reason;
+        const { value, done } = await reader.read();
+        if (done) break;
+        await writer.write(value);
+      }
+      if (!options.preventClose) await writer.close();
+    } catch (e) {
+      if (!options.preventAbort) await writer.abort(e).catch(() => {});
+      if (!options.preventCancel) await reader.cancel(e).catch(() => {});
+      throw e;
+    } finally {
+      reader.releaseLock();
+      writer.releaseLock();
+    }
+  })();
+};
+ReadableStream.prototype.pipeThrough = function pipeThrough(pair, options) {
+  if (pair == null || !(pair.writable instanceof WritableStream) || !(pair.readable instanceof ReadableStream)) {
+    throw new TypeError('pipeThrough needs {writable, readable}');
+  }
+  this.pipeTo(pair.writable, options).catch(() => {});
+  return pair.readable;
+};
+
+// ---- TextEncoderStream / TextDecoderStream ----
+class TextEncoderStream {
+  #t;
+  constructor() {
+    const enc = new TextEncoder();
+    let high = '';
+    this.#t = new TransformStream({
+      transform(chunk, c) {
+        let s = high + String(chunk);
+        high = '';
+        const last = s.charCodeAt(s.length - 1);
+        if (last >= 0xd800 && last <= 0xdbff) { high = s.slice(-1); s = s.slice(0, -1); }
+        if (s.length > 0) c.enqueue(enc.encode(s));
+      },
+      flush(c) { if (high) c.enqueue(enc.encode(high)); },
+    });
+  }
+  get encoding() { return 'utf-8'; }
+  get readable() { return this.#t.readable; }
+  get writable() { return this.#t.writable; }
+}
+tag(TextEncoderStream, 'TextEncoderStream');
+class TextDecoderStream {
+  #t; #d;
+  constructor(label, options) {
+    const dec = (this.#d = new TextDecoder(label, options));
+    this.#t = new TransformStream({
+      transform(chunk, c) {
+        const s = dec.decode(chunk, { stream: true });
+        if (s) c.enqueue(s);
+      },
+      flush(c) { const s = dec.decode(); if (s) c.enqueue(s); },
+    });
+  }
+  get encoding() { return this.#d.encoding; }
+  get fatal() { return this.#d.fatal; }
+  get ignoreBOM() { return this.#d.ignoreBOM; }
+  get readable() { return this.#t.readable; }
+  get writable() { return this.#t.writable; }
+}
+tag(TextDecoderStream, 'TextDecoderStream');
+
 // A stream of one chunk (a body's bytes), already closed.
 const streamOf = (bytes) => {
   const s = new ReadableStream(INTERNAL);
@@ -270,7 +535,15 @@ const readAll = async (s) => {
   for (const p of parts) { out.set(p, at); at += p.length; }
   return out;
 };
-WEB_CLASSES.push(ReadableStream, ReadableStreamDefaultReader, ReadableStreamDefaultController);
+WEB_CLASSES.push(ReadableStream, ReadableStreamDefaultReader, ReadableStreamDefaultController, WritableStream,
+  WritableStreamDefaultWriter, TransformStream);
 define('ReadableStream', ReadableStream);
 define('ReadableStreamDefaultReader', ReadableStreamDefaultReader);
 define('ReadableStreamDefaultController', ReadableStreamDefaultController);
+define('WritableStream', WritableStream);
+define('WritableStreamDefaultWriter', WritableStreamDefaultWriter);
+define('WritableStreamDefaultController', WritableStreamDefaultController);
+define('TransformStream', TransformStream);
+define('TransformStreamDefaultController', TransformStreamDefaultController);
+define('TextEncoderStream', TextEncoderStream);
+define('TextDecoderStream', TextDecoderStream);
