@@ -277,9 +277,15 @@ fn now() -> f64 {
     (t - o) as f64 / 1e6
 }
 
-/// `log(line)`: one line on stderr (the Worker's log).
+/// `log(line)`: one line on stderr (the Worker's log): line breaks in it
+/// become spaces, so a console call is one log line (as the event loop's
+/// own lines are).
 fn log(line: String) {
-    eprintln!("{line}");
+    if line.contains(['\n', '\r']) {
+        eprintln!("{}", line.replace("\r\n", " ").replace(['\n', '\r'], " "));
+    } else {
+        eprintln!("{line}");
+    }
 }
 
 /// Defines `__hearth_natives` (the natives the web JS uses) on `ctx`'s

@@ -247,17 +247,14 @@ const inspect = (v, depth, seen, top) => {
   }
   if (v === null) return 'null';
   if (seen.includes(v)) return '[Circular]';
-  if (v instanceof Error) return v.stack ? (v.name + ': ' + v.message + '\n' + v.stack).trimEnd() : String(v);
+  if (v instanceof Error) return v.stack ? (String(v) + ' ' + v.stack.trim().replace(/\s*\n\s*/g, ' ')) : String(v);
   if (v instanceof Date) return isNaN(v) ? 'Invalid Date' : v.toISOString();
   if (v instanceof RegExp) return String(v);
   if (depth > 2) return Array.isArray(v) ? '[Array]' : '[Object]';
   seen = seen.concat([v]);
   const inner = (x) => inspect(x, depth + 1, seen, false);
-  const wrap = (open, parts, close) => {
-    if (parts.length === 0) return open + close;
-    const one = open + ' ' + parts.join(', ') + ' ' + close;
-    return one.length <= 72 ? one : open + '\n  ' + parts.join(',\n').replace(/\n/g, '\n  ') + '\n' + close;
-  };
+  // One line always: a console call is one line of the Worker's log.
+  const wrap = (open, parts, close) => (parts.length === 0 ? open + close : open + ' ' + parts.join(', ') + ' ' + close);
   const props = (o, skipIndices) => Object.keys(o).filter((k) => !(skipIndices && /^\d+$/.test(k)))
     .map((k) => (/^[A-Za-z_$][\w$]*$/.test(k) ? k : inner(k)) + ': ' + inner(o[k]));
   if (Array.isArray(v)) return wrap('[', v.map(inner).concat(props(v, true)), ']');
@@ -268,6 +265,14 @@ const inspect = (v, depth, seen, top) => {
   }
   if (v instanceof ArrayBuffer) return 'ArrayBuffer { byteLength: ' + v.byteLength + ' }';
   if (v instanceof Promise) return 'Promise { <pending> }';
+  // The web classes keep their state private: shown through their getters
+  // (or their entries), as workerd shows them.
+  const shown = INSPECTED.find((x) => v instanceof x[0]);
+  if (shown) {
+    const [C, list] = shown;
+    if (list === 'entries') return wrap(C.name + ' {', [...v].map(([k, x]) => inner(k) + ' => ' + inner(x)), '}');
+    return wrap(C.name + ' {', list.map((k) => k + ': ' + inner(v[k])), '}');
+  }
   const proto = Object.getPrototypeOf(v);
   let name = '';
   if (proto === null) name = '[Object: null prototype] ';
@@ -301,6 +306,8 @@ const format = (args) => {
   for (; i < args.length; i++) out += ' ' + inspect(args[i], 0, [], true);
   return out;
 };
+// [class, getters to show or 'entries'], filled as the classes are defined.
+const INSPECTED = [];
 const counts = new Map();
 const timers = new Map();
 const log = (...args) => { N.log(args.length === 0 ? '' : format(args)); };

@@ -664,6 +664,10 @@ class Response {
 Object.defineProperties(Response.prototype, BODY_MEMBERS(responseBody));
 tag(Response, 'Response');
 WEB_CLASSES.push(Headers, Request, Response, FormData, AbortController);
+INSPECTED.push([Headers, 'entries'], [FormData, 'entries'],
+  [Request, ['method', 'url', 'headers', 'bodyUsed']],
+  [Response, ['status', 'statusText', 'headers', 'ok', 'redirected', 'url', 'bodyUsed']],
+  [Blob, ['size', 'type']]);
 
 // ---- the contract with runtime.js ----
 // incoming(method, url, pairs, body) -> Request

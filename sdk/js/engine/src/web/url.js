@@ -178,5 +178,7 @@ class URLSearchParams {
   }
 }
 tag(URLSearchParams, 'URLSearchParams');
+INSPECTED.push([URL, ['href', 'origin', 'protocol', 'username', 'password', 'host', 'hostname', 'port', 'pathname', 'search', 'hash']],
+  [URLSearchParams, 'entries']);
 define('URL', URL);
 define('URLSearchParams', URLSearchParams);
