@@ -17,9 +17,10 @@
 //!
 //! What only separate processes show (signals, drains, restarts) is
 //! [`Rollout`]'s: real `hearth serve` processes over a [`Garage`] bucket,
-//! under load, replaced one at a time. Tests and benches that build the JS
-//! samples with `hearth build` find their npm trees with [`hono_sample`]
-//! and [`js_toolchain`].
+//! under load, replaced one at a time. [`build_js`] builds a JS Worker's
+//! module into a component with hearth's JS engine; tests and benches that
+//! build the JS samples with `hearth build` find their npm trees with
+//! [`hono_sample`] and [`js_toolchain`].
 
 use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
@@ -40,7 +41,7 @@ use crate::cluster::{ClusterConfig, ClusterError, LoopbackCluster};
 mod garage;
 pub use garage::{Garage, GarageError};
 mod js;
-pub use js::{NpmError, hono_sample, js_toolchain};
+pub use js::{JsBuildError, NpmError, build_js, hono_sample, js_module_sample, js_toolchain};
 mod rollout;
 pub use rollout::{
     HEALTH_EVERY, Load, Outcome, POOL_SLACK, REQUEST_TIMEOUT, Record, Rollout, RolloutError,

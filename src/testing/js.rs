@@ -1,5 +1,21 @@
-//! The JS sample Workers' npm trees, for tests and benches that run
-//! `hearth build` on them.
+//! JS Workers for tests: [`build_js`] builds a module's source into a
+//! component with hearth's JS engine (no Node.js needed), and the JS sample
+//! Workers' npm trees serve tests and benches that run `hearth build`.
+//!
+//! [`build_js`] is `hearth build`'s last step: the source must be one ES
+//! module (no imports; `hearth build` bundles with esbuild first). The
+//! component is a Wizer snapshot of the engine with the module started, so
+//! a module that does not start is a [`JsBuildError`] with QuickJS's
+//! message, and the component's instances are reused under hearth's
+//! default (`auto`) lifecycle. The first call in a process compiles the
+//! engine (about a second); later ones take milliseconds.
+//!
+//! ```no_run
+//! let component = hearth::testing::build_js(
+//!     "export default { fetch() { return new Response('hi'); } };",
+//! )?;
+//! # let _ = component; Ok::<(), hearth::testing::JsBuildError>(())
+//! ```
 //!
 //! `sample-workers/js/node_modules` holds the pinned JS toolchain (esbuild,
 //! componentize-js): cargo's build of the samples installs it, and
@@ -17,6 +33,20 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
+
+pub use hearth_js_engine::BuildError as JsBuildError;
+
+/// Builds `module_source` (one ES module in the Workers syntax, imports
+/// bundled) into a component with hearth's JS engine: see the module docs.
+pub fn build_js(module_source: &str) -> Result<Vec<u8>, JsBuildError> {
+    hearth_js_engine::build(module_source)
+}
+
+/// The source of the JSON-echo JS sample in the Workers module syntax,
+/// `sample-workers/js/module/worker.js` (its test hooks are listed there).
+pub fn js_module_sample() -> std::io::Result<String> {
+    std::fs::read_to_string(js_samples().join("module/worker.js"))
+}
 
 /// Why the Hono sample's `node_modules` could not be installed.
 #[derive(Debug, thiserror::Error)]

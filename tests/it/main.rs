@@ -30,6 +30,7 @@ mod hostile;
 mod http2;
 mod https;
 mod js_build;
+mod js_engine;
 mod nested;
 mod otlp;
 mod rolling_upgrade;

@@ -1,14 +1,22 @@
 //! `hearth build WORKER.js`: a JavaScript Worker in the Workers module
 //! syntax (`export default { async fetch(request, env, ctx) }`, Hono apps
-//! included) built into a component hearth serves, without the user
-//! knowing componentize-js.
+//! included) built into a component hearth serves.
 //!
-//! The work is done by the JS package in `sdk/js/` (`hearth-build`:
-//! esbuild bundles the Worker behind a shim that exports
-//! wasi:http/incoming-handler, then componentize-js componentizes it; the
-//! steps and the shim's `env` are described in its files). This binary
-//! carries a copy of that package, so an installed `hearth` needs only
-//! Node.js and npm: on first use the copy is written to
+//! Two steps. The JS package in `sdk/js/` (`hearth-build`, run with
+//! `--bundle-only`) has esbuild bundle the Worker and its imports into one
+//! ES module. Then the engine (`--engine`):
+//!
+//! - `quickjs` (the default): hearth's own engine, QuickJS-NG in a guest
+//!   component this binary carries (crate `hearth-js-engine`), snapshotted
+//!   with the Worker's module started ([`hearth_js_engine::build`]): no
+//!   JS runs at instantiation, and `auto` reuses its instances.
+//! - `starlingmonkey`: componentize-js (StarlingMonkey), as before this
+//!   engine existed, kept for comparison: `hearth-build` bundles the Worker
+//!   behind a shim that exports wasi:http/incoming-handler and
+//!   componentizes it (the steps and the shim's `env` are in its files).
+//!
+//! This binary carries a copy of the `sdk/js` package, so an installed
+//! `hearth` needs only Node.js and npm: on first use the copy is written to
 //! `<cache>/js-sdk-<digest of its files>/` and its pinned dependencies
 //! installed there with `npm ci` (once per package version; about 400 MB,
 //! most of it componentize-js's engine). `<cache>` is `$HEARTH_CACHE_DIR`,
@@ -38,6 +46,21 @@ pub(crate) struct BuildArgs {
     /// (what workerd or wrangler would run), no component.
     #[arg(long)]
     bundle_only: bool,
+    /// The JS engine the component embeds: `quickjs` (hearth's own: the
+    /// Worker's module started at build time, instances reused) or
+    /// `starlingmonkey` (componentize-js, kept for comparison).
+    #[arg(long, value_enum, default_value_t = JsEngine::Quickjs)]
+    engine: JsEngine,
+}
+
+/// `hearth build --engine`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum JsEngine {
+    /// QuickJS-NG, snapshotted with the Worker started (crate
+    /// `hearth-js-engine`).
+    Quickjs,
+    /// componentize-js (StarlingMonkey).
+    Starlingmonkey,
 }
 
 /// The `sdk/js` package, as this binary carries it: (path in the package,
@@ -124,13 +147,37 @@ pub(crate) fn run(args: BuildArgs) -> anyhow::Result<()> {
         None => installed_sdk()?,
     };
 
-    let mut cmd = Command::new("node");
-    cmd.arg(sdk.join("build.mjs"));
     if args.bundle_only {
-        cmd.arg("--bundle-only");
+        return hearth_build(&sdk, &args.worker, &["--bundle-only"], args.out.as_deref());
     }
-    cmd.arg(&args.worker);
-    if let Some(out) = &args.out {
+    match args.engine {
+        JsEngine::Quickjs => build_quickjs(&sdk, &args),
+        JsEngine::Starlingmonkey => {
+            hearth_build(&sdk, &args.worker, &[], args.out.as_deref())?;
+            // The shim serves request after request on one instance, but
+            // `auto` picks fresh for every componentize-js component (it
+            // cannot tell this kind from the fetch-event kind), and the
+            // engine makes it larger than the free plan allows.
+            eprintln!(
+                "deploy it with `hearth deploy --lifecycle reuse --plan paid --name NAME FILE.wasm` \
+                 (or `lifecycle = \"reuse\"` and `plan = \"paid\"` in its manifest)"
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Runs the package's `build.mjs` with `flags` on `worker`, writing `out`
+/// (its default if None).
+fn hearth_build(
+    sdk: &Path,
+    worker: &Path,
+    flags: &[&str],
+    out: Option<&Path>,
+) -> anyhow::Result<()> {
+    let mut cmd = Command::new("node");
+    cmd.arg(sdk.join("build.mjs")).args(flags).arg(worker);
+    if let Some(out) = out {
         cmd.arg("-o").arg(out);
     }
     // The build's messages (esbuild's errors among them) are the user's to
@@ -142,19 +189,38 @@ pub(crate) fn run(args: BuildArgs) -> anyhow::Result<()> {
     if !status.success() {
         bail!(
             "{} did not build ({status}): the reason is above",
-            args.worker.display()
+            worker.display()
         );
     }
-    if !args.bundle_only {
-        // The shim serves request after request on one instance, but
-        // `auto` picks fresh for every componentize-js component (it
-        // cannot tell this kind from the fetch-event kind), and the engine
-        // makes it larger than the free plan allows.
-        eprintln!(
-            "deploy it with `hearth deploy --lifecycle reuse --plan paid --name NAME FILE.wasm` \
-             (or `lifecycle = \"reuse\"` and `plan = \"paid\"` in its manifest)"
-        );
+    Ok(())
+}
+
+/// `--engine quickjs`: the bundle, then the engine's snapshot of it.
+fn build_quickjs(sdk: &Path, args: &BuildArgs) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let work = tempfile::tempdir().context("creating a temporary directory")?;
+    let bundle = work.path().join("worker.bundle.js");
+    hearth_build(sdk, &args.worker, &["--bundle-only"], Some(&bundle))?;
+    let source = std::fs::read_to_string(&bundle)
+        .with_context(|| format!("reading the bundle {}", bundle.display()))?;
+    let component = hearth_js_engine::build(&source)
+        .map_err(|e| anyhow::anyhow!("{} does not build: {e}", args.worker.display()))?;
+    let out = match &args.out {
+        Some(out) => out.clone(),
+        None => args.worker.with_extension("wasm"),
+    };
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
+    std::fs::write(&out, &component).with_context(|| format!("writing {}", out.display()))?;
+    eprintln!(
+        "hearth build: wrote {} ({} bytes, engine quickjs) in {:.1} s\n\
+         deploy it with `hearth deploy --name NAME {}` (its instances are reused)",
+        out.display(),
+        component.len(),
+        started.elapsed().as_secs_f64(),
+        out.display()
+    );
     Ok(())
 }
 

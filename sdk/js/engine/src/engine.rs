@@ -1,17 +1,21 @@
 //! Starting the engine: a QuickJS runtime and context, the web APIs, the
-//! request glue and the Worker's module, once per instance.
+//! request glue and the Worker's module, once, at build time (inside the
+//! Wizer snapshot, through [`init`]); then, once per instance, what a
+//! snapshot must not share between instances ([`instance_start`]).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
-use rquickjs::{Context, Ctx, Function, Module, Object, Persistent, Runtime};
+use hearth_sdk::wasi::clocks::{monotonic_clock, wall_clock};
+use hearth_sdk::wasi::random::random;
+use rquickjs::{Context, Ctx, Function, Module, Object, Persistent, Runtime, Value};
 
 use crate::web;
 
-/// The Worker's source, evaluated once per instance.
-// TODO(engine): the user's bundle, given at build time, not the sample.
-const WORKER: &str = include_str!("../../../../sample-workers/js/module/worker.js");
 /// The per-request glue (`env`, `ctx`, building the `Request`).
 const RUNTIME_JS: &str = include_str!("runtime.js");
+
+/// The module's name in QuickJS's messages and stacks.
+const MODULE_NAME: &str = "worker.js";
 
 /// A started engine: what a request needs, kept between requests.
 pub(crate) struct Engine {
@@ -35,6 +39,37 @@ pub(crate) struct Engine {
 thread_local! {
     /// This instance's engine, once started.
     static ENGINE: RefCell<Option<Engine>> = const { RefCell::new(None) };
+    /// `Math.random`'s state (xorshift64*, never 0).
+    static RANDOM: Cell<u64> = const { Cell::new(0x9e37_79b9_7f4a_7c15) };
+    /// The monotonic clock's reading `performance.now()` counts from (ns).
+    static ORIGIN_NS: Cell<u64> = const { Cell::new(0) };
+    /// The wall clock at that moment (ms since the epoch):
+    /// `performance.timeOrigin`.
+    static ORIGIN_MS: Cell<f64> = const { Cell::new(0.0) };
+    /// Whether [`instance_start`] ran in this instance. False in the
+    /// snapshot: the build never calls it.
+    static INSTANCE_STARTED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Why a Worker did not start; the kinds are `wit/world.wit`'s.
+pub(crate) struct StartError {
+    /// 0 syntax error, 1 no `fetch`, 2 a throw at the top level, 3 the
+    /// engine itself.
+    pub(crate) kind: u8,
+    /// The module's line, when QuickJS names one.
+    pub(crate) line: Option<u32>,
+    /// QuickJS's message (`Name: message`).
+    pub(crate) message: String,
+}
+
+impl StartError {
+    fn new(kind: u8, message: impl Into<String>) -> Self {
+        StartError {
+            kind,
+            line: None,
+            message: message.into(),
+        }
+    }
 }
 
 /// A JS error as one line: its message and stack, or the thrown value.
@@ -51,31 +86,175 @@ pub(crate) fn exception(ctx: &Ctx<'_>, e: rquickjs::Error) -> String {
     e.to_string()
 }
 
+/// The pending exception (or `e` itself) as a [`StartError`] of `kind`:
+/// `Name: message` and the first line of the Worker's module its stack
+/// names.
+fn start_error(ctx: &Ctx<'_>, kind: u8, e: rquickjs::Error) -> StartError {
+    if !matches!(e, rquickjs::Error::Exception) {
+        return StartError::new(kind, e.to_string());
+    }
+    let v = ctx.catch();
+    let Some(o) = v.as_object() else {
+        let text = v
+            .as_string()
+            .and_then(|s| s.to_string().ok())
+            .unwrap_or_else(|| format!("{v:?}"));
+        return StartError::new(kind, format!("uncaught {text}"));
+    };
+    let name: String = o.get("name").unwrap_or_else(|_| "Error".into());
+    let message: String = o.get("message").unwrap_or_default();
+    let stack: String = o.get("stack").unwrap_or_default();
+    StartError {
+        kind,
+        line: module_line(&stack),
+        message: format!("{name}: {message}"),
+    }
+}
+
+/// The first `worker.js:LINE` in a QuickJS stack.
+fn module_line(stack: &str) -> Option<u32> {
+    let marker = format!("{MODULE_NAME}:");
+    let at = stack.find(&marker)? + marker.len();
+    let digits: String = stack[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// `Math.random()`: xorshift64* on this instance's state, 53 bits.
+fn math_random() -> f64 {
+    RANDOM.with(|s| {
+        let mut x = s.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        s.set(x);
+        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+    })
+}
+
+/// `performance.now()`: milliseconds since this instance started.
+fn perf_now() -> f64 {
+    let elapsed = monotonic_clock::now().saturating_sub(ORIGIN_NS.with(Cell::get));
+    elapsed as f64 / 1e6
+}
+
+/// `performance.timeOrigin`.
+fn time_origin() -> f64 {
+    ORIGIN_MS.with(Cell::get)
+}
+
+/// Replaces QuickJS's `Math.random` and `performance` with ones that read
+/// per-instance state ([`instance_start`]): QuickJS keeps their state in its
+/// context, which the snapshot would freeze (every instance repeating one
+/// random sequence, `performance.now()` counting from the build).
+const INSTANCE_JS: &str = r#"(() => {
+  const g = globalThis;
+  const random = g.__hearth_random, now = g.__hearth_perf_now, origin = g.__hearth_time_origin;
+  delete g.__hearth_random; delete g.__hearth_perf_now; delete g.__hearth_time_origin;
+  Object.defineProperty(Math, 'random', {
+    value: function random_() { return random(); }, writable: true, configurable: true,
+  });
+  Object.defineProperty(Math.random, 'name', { value: 'random' });
+  const performance = {};
+  Object.defineProperties(performance, {
+    now: { value: function now_() { return now(); }, enumerable: true, writable: true, configurable: true },
+    timeOrigin: { get() { return origin(); }, enumerable: true, configurable: true },
+  });
+  Object.defineProperty(performance.now, 'name', { value: 'now' });
+  g.performance = performance;
+})();"#;
+
+/// Defines [`INSTANCE_JS`]'s natives and runs it.
+fn define_instance_state(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
+    let g = ctx.globals();
+    g.set("__hearth_random", Function::new(ctx.clone(), math_random)?)?;
+    g.set("__hearth_perf_now", Function::new(ctx.clone(), perf_now)?)?;
+    g.set(
+        "__hearth_time_origin",
+        Function::new(ctx.clone(), time_origin)?,
+    )?;
+    ctx.eval::<(), _>(INSTANCE_JS)
+}
+
+/// Seeds the per-instance state: `Math.random` from wasi:random and
+/// `performance`'s origin from the clocks.
+fn seed() {
+    // xorshift's state must not be 0.
+    RANDOM.with(|s| s.set(random::get_random_u64() | 1));
+    ORIGIN_NS.with(|o| o.set(monotonic_clock::now()));
+    let wall = wall_clock::now();
+    ORIGIN_MS.with(|o| o.set(wall.seconds as f64 * 1e3 + f64::from(wall.nanoseconds) / 1e6));
+}
+
+/// Per-instance start, at the beginning of the instance's first request
+/// (a snapshot runs no code at instantiation; no JS runs between the two):
+/// reseeds what the snapshot froze. Later calls do nothing.
+pub(crate) fn instance_start() {
+    if !INSTANCE_STARTED.with(Cell::get) {
+        seed();
+        INSTANCE_STARTED.with(|s| s.set(true));
+    }
+}
+
 /// Starts an engine running `worker` (an ES module's source).
-fn start(worker: &str) -> Result<Engine, String> {
-    let runtime = Runtime::new().map_err(|e| e.to_string())?;
-    let context = Context::full(&runtime).map_err(|e| e.to_string())?;
+fn start(worker: &str) -> Result<Engine, StartError> {
+    let engine = |e: rquickjs::Error| StartError::new(3, e.to_string());
+    let runtime = Runtime::new().map_err(engine)?;
+    let context = Context::full(&runtime).map_err(engine)?;
     let parts = context.with(|ctx| {
-        let go = || -> rquickjs::Result<_> {
+        let setup = || -> rquickjs::Result<()> {
+            define_instance_state(&ctx)?;
             web::define(&ctx)?;
             ctx.eval::<(), _>(web::WEB_JS)?;
-            ctx.eval::<(), _>(RUNTIME_JS)?;
-            let (module, done) = Module::declare(ctx.clone(), "worker.js", worker)?.eval()?;
-            done.finish::<()>()?;
-            let default: Object = module.get("default")?;
-            let fetch: Function = default.get("fetch")?;
+            ctx.eval::<(), _>(RUNTIME_JS)
+        };
+        setup().map_err(|e| start_error(&ctx, 3, e))?;
+        let module = Module::declare(ctx.clone(), MODULE_NAME, worker)
+            .map_err(|e| start_error(&ctx, 0, e))?;
+        let (module, done) = module.eval().map_err(|e| start_error(&ctx, 2, e))?;
+        done.finish::<()>().map_err(|e| match e {
+            rquickjs::Error::WouldBlock => StartError::new(
+                2,
+                "the module's top-level await never settles (it waits for I/O, \
+                 which a Worker cannot do at start)",
+            ),
+            e => start_error(&ctx, 2, e),
+        })?;
+        let default: Value = module.get("default").map_err(|e| start_error(&ctx, 3, e))?;
+        let Some(default) = default.into_object() else {
+            return Err(StartError::new(
+                1,
+                "the module has no default export: a Worker in the module syntax is \
+                 `export default { async fetch(request, env, ctx) { ... } }`",
+            ));
+        };
+        let fetch: Value = default.get("fetch").map_err(|e| start_error(&ctx, 2, e))?;
+        let Some(fetch) = fetch.into_function() else {
+            return Err(StartError::new(
+                1,
+                "the module's default export has no fetch method: write \
+                 `export default { async fetch(request, env, ctx) { ... } }`",
+            ));
+        };
+        let glue = || -> rquickjs::Result<_> {
             let hearth: Object = ctx.globals().get("__hearth")?;
             let request: Function = hearth.get("request")?;
             let answer: Function = hearth.get("answer")?;
-            Ok((
-                Persistent::save(&ctx, default),
-                Persistent::save(&ctx, fetch),
-                Persistent::save(&ctx, hearth),
-                Persistent::save(&ctx, request),
-                Persistent::save(&ctx, answer),
-            ))
+            Ok((hearth, request, answer))
         };
-        go().map_err(|e| exception(&ctx, e))
+        let (hearth, request, answer) = glue().map_err(|e| start_error(&ctx, 3, e))?;
+        // Jobs the module queued (promise reactions) run now, not in the
+        // first request.
+        while ctx.execute_pending_job() {}
+        Ok((
+            Persistent::save(&ctx, default),
+            Persistent::save(&ctx, fetch),
+            Persistent::save(&ctx, hearth),
+            Persistent::save(&ctx, request),
+            Persistent::save(&ctx, answer),
+        ))
     })?;
     let (default, fetch, hearth, request, answer) = parts;
     Ok(Engine {
@@ -89,13 +268,17 @@ fn start(worker: &str) -> Result<Engine, String> {
     })
 }
 
-/// Starts this instance's engine; a Worker that does not start traps
-/// (instantiation fails with the reason).
-pub(crate) fn init() {
-    match start(WORKER) {
-        Ok(e) => ENGINE.with(|slot| *slot.borrow_mut() = Some(e)),
-        Err(e) => panic!("js engine init: {e}"),
+/// Starts this instance's engine on `worker` (the `hearth-js-init` export,
+/// called once by the build, inside the snapshot).
+pub(crate) fn init(worker: &str) -> Result<(), StartError> {
+    if ENGINE.with(|slot| slot.borrow().is_some()) {
+        return Err(StartError::new(3, "the engine is already started"));
     }
+    // Math.random at the module's top level runs at build time: seeded too.
+    seed();
+    let engine = start(worker)?;
+    ENGINE.with(|slot| *slot.borrow_mut() = Some(engine));
+    Ok(())
 }
 
 /// Runs `f` with this instance's engine, or says it has none.

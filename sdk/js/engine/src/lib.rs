@@ -4,19 +4,32 @@
 //!
 //! ## The model
 //!
-//! - **Start** ([`engine`]): a QuickJS runtime and context, the web APIs
-//!   (`web.js`: `Headers`, `Request`, `Response`, `URL`, ...), the request
-//!   glue (`runtime.js`: `env`, `ctx`) and the Worker's module, evaluated
-//!   once. What is kept between requests is an [`engine::Engine`]: the
-//!   module's `default` export and its `fetch`, held as `Persistent`s.
+//! - **Build** (`hearth_js_engine::build` on the host, crates/js-engine):
+//!   this component, compiled once with the hearth binary, is instantiated
+//!   under Wizer and its `hearth-js-init(source)` export ([`engine::init`],
+//!   `wit/world.wit`) starts the engine: a QuickJS runtime and context, the
+//!   web APIs (`web.js`: `Headers`, `Request`, `Response`, `URL`, ...), the
+//!   request glue (`runtime.js`: `env`, `ctx`) and the Worker's module,
+//!   evaluated once. Wizer then snapshots the instance's memory and globals
+//!   into a new component (the export stays, refusing a second call): the
+//!   Worker's own component. A syntax error, a default export without `fetch` or a throw
+//!   at the module's top level fails the build with QuickJS's message.
+//! - **Instantiation** runs no code: the started engine is in the
+//!   snapshot's data segments. What must differ per instance (`Math.random`'s
+//!   state, `performance`'s origin) is seeded at the start of the
+//!   instance's first request ([`engine::instance_start`]); no JS runs
+//!   before it.
 //! - **A request** ([`request`]): the host's `incoming-request` is read in
 //!   Rust (method, URL, headers, the body unless GET/HEAD), one JS call makes
 //!   the `Request`, `default.fetch(request, env, ctx)` runs, QuickJS's job
 //!   queue runs until its promise settles, and the `Response`'s status,
 //!   headers and body are read back in Rust and sent.
-//! - **Reuse**: one instance serves request after request (deploy with
-//!   `lifecycle = "reuse"`, hearth's default for it); module state persists
-//!   between requests, as on workerd.
+//! - **Reuse**: one instance serves request after request (hearth's `auto`
+//!   lifecycle picks reuse: the component is Rust and C); module state
+//!   persists between requests, as on workerd.
+//!
+//! Nothing a snapshot cannot carry may exist when the build's init returns:
+//! no open resource handles (streams, pollables), no started I/O.
 //!
 //! `web.rs` holds the native helpers the web APIs call (UTF-8 decoding, ...).
 
@@ -26,18 +39,29 @@ mod web;
 
 use hearth_sdk::{Guest, IncomingRequest, ResponseOutparam};
 
-/// Starts the engine at instantiation, so the first request finds it ready.
-fn init() {
-    engine::init();
-}
+/// The build-time export (`wit/world.wit`), merged by wit-component with
+/// the wasi:http/proxy world of the `wasi` crate.
+mod init {
+    wit_bindgen::generate!({ path: "wit", world: "init" });
 
-hearth_sdk::init!(init);
+    /// The `hearth-js-init` export.
+    pub(crate) struct Init;
+
+    impl Guest for Init {
+        fn hearth_js_init(source: String) -> Result<(), (u8, Option<u32>, String)> {
+            crate::engine::init(&source).map_err(|e| (e.kind, e.line, e.message))
+        }
+    }
+
+    export!(Init);
+}
 
 /// The `wasi:http/incoming-handler` export.
 struct Handler;
 
 impl Guest for Handler {
     fn handle(request: IncomingRequest, out: ResponseOutparam) {
+        engine::instance_start();
         request::handle(request, out);
     }
 }

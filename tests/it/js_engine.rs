@@ -1,0 +1,197 @@
+//! hearth's JS engine (crate `hearth-js-engine`, QuickJS in a Wizer
+//! snapshot): a Worker module built with [`hearth::testing::build_js`] (what
+//! `hearth build` does after bundling) and served by a runtime with the
+//! default lifecycle, which reuses its instances; the build's errors for a
+//! module that does not start; what a snapshot must not share between
+//! instances; and the CPU and memory limits ending a request and retiring
+//! its instance.
+
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+
+use hearth::testing::{JsBuildError, build_js, js_module_sample};
+use hearth_runtime::body;
+use hearth_runtime::{Lifecycle, Manifest, Plan, Runtime, RuntimeConfig};
+
+/// A runtime with a short request CPU limit (so a loop that never ends
+/// takes a moment).
+fn runtime(dir: &tempfile::TempDir) -> Runtime {
+    Runtime::new(
+        RuntimeConfig::new(dir.path())
+            .artifact_key([7; 32])
+            .instance_pool_size(16)
+            .request_cpu(Plan::Free, Duration::from_millis(300)),
+    )
+    .expect("runtime")
+}
+
+/// Deploys `component` as `id` with `lifecycle`; returns what was chosen.
+async fn deploy(rt: &Runtime, id: &str, lifecycle: Lifecycle, component: Vec<u8>) -> Lifecycle {
+    let report = rt
+        .deploy(
+            id,
+            Manifest {
+                plan: Plan::Free,
+                lifecycle,
+                ..Manifest::default()
+            },
+            component,
+        )
+        .await
+        .expect("deploy");
+    report.meta.lifecycle.chosen
+}
+
+/// Waits until no invocation is running, so the next request finds the
+/// instance that served the last one idle.
+async fn settle(rt: &Runtime) {
+    for _ in 0..10_000 {
+        if rt.stats().in_flight == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("an invocation never ended: {:?}", rt.stats());
+}
+
+/// Sends a request to `id` (a POST when `body` is given) with `headers`,
+/// waits until it has ended, and returns the status and the body.
+async fn send(
+    rt: &Runtime,
+    id: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> (u16, Vec<u8>) {
+    let mut req = match body {
+        Some(_) => http::Request::post(format!("http://{id}.localhost{path}")),
+        None => http::Request::get(format!("http://{id}.localhost{path}")),
+    };
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req
+        .body(body::full(body.unwrap_or("").to_string()))
+        .expect("request");
+    let resp = rt.serve(id, req).await;
+    let status = resp.status().as_u16();
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes()
+        .to_vec();
+    settle(rt).await;
+    (status, bytes)
+}
+
+/// A request that must answer 200 with JSON.
+async fn json(rt: &Runtime, id: &str, path: &str, headers: &[(&str, &str)]) -> serde_json::Value {
+    let (status, bytes) = send(rt, id, path, headers, None).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    serde_json::from_slice(&bytes).expect("JSON answer")
+}
+
+/// The JSON-echo sample built with the engine, deployed with the default
+/// lifecycle: instances are reused, GET and POST answer, and one instance
+/// serves every request with the module's counter kept; then the CPU limit
+/// ends a request that never finishes and the next one gets a new
+/// instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_json_echo_sample_is_served_by_one_reused_instance() {
+    let source = js_module_sample().expect("the sample's source");
+    let component = build_js(&source).expect("the sample builds");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(&dir);
+    assert_eq!(
+        deploy(&rt, "echo", Lifecycle::Auto, component).await,
+        Lifecycle::Reuse,
+        "auto reuses the engine's instances"
+    );
+
+    for i in 1..=20u64 {
+        let (status, bytes, path, sent) = if i % 2 == 0 {
+            let path = format!("/get/{i}?q={i}");
+            let (s, b) = send(&rt, "echo", &path, &[("x-test", "t")], None).await;
+            (s, b, path, String::new())
+        } else {
+            let path = format!("/post/{i}");
+            let text = format!("body of request {i}: {}", "x".repeat(i as usize));
+            let (s, b) = send(&rt, "echo", &path, &[("x-test", "t")], Some(&text)).await;
+            (s, b, path, text)
+        };
+        assert_eq!(
+            status,
+            200,
+            "request {i}: {}",
+            String::from_utf8_lossy(&bytes)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+        assert_eq!(v["method"], if i % 2 == 0 { "GET" } else { "POST" });
+        assert_eq!(v["path"], path, "request {i}");
+        assert_eq!(v["body"], sent, "request {i}");
+        assert_eq!(v["bodyLength"], sent.len(), "request {i}");
+        assert_eq!(v["headers"]["x-test"], "t", "request {i}");
+        // The module-level counter: the same instance, its globals kept.
+        assert_eq!(v["served"], i, "request {i}");
+    }
+    let s = rt.stats();
+    assert_eq!(s.instances_started, 1, "{s:?}");
+    assert_eq!((s.traps, s.reuse_demotions), (0, 0), "{s:?}");
+
+    // A loop that never ends: the CPU limit stops it, and the next request
+    // starts from a new instance.
+    let before = rt.stats();
+    let (status, _) = send(&rt, "echo", "/", &[("x-js-spin", "1")], None).await;
+    assert_ne!(status, 200);
+    assert_eq!(rt.stats().cpu_kills, before.cpu_kills + 1);
+    assert_eq!(
+        json(&rt, "echo", "/", &[]).await["served"],
+        1,
+        "a new instance"
+    );
+}
+
+/// A module that does not start is a build error with QuickJS's message:
+/// a syntax error (with its line), no default export, a default export
+/// without `fetch`, a throw at the top level (with its line).
+#[test]
+fn a_module_that_does_not_start_is_a_clear_build_error() {
+    match build_js("export default {\n  fetch() {\n    return new Response(;\n  },\n};\n") {
+        Err(JsBuildError::Syntax { message, line }) => {
+            assert!(message.starts_with("SyntaxError"), "{message}");
+            assert_eq!(line, Some(3), "{message}");
+        }
+        other => panic!("not a syntax error: {other:?}"),
+    }
+
+    for source in [
+        "export function fetch() { return new Response('x'); }\n",
+        "export default { hello() { return 1; } };\n",
+        "export default 42;\n",
+    ] {
+        match build_js(source) {
+            Err(e @ JsBuildError::NoFetch { .. }) => {
+                let text = e.to_string();
+                assert!(text.contains("export default { async fetch"), "{text}");
+            }
+            other => panic!("{source}: not a missing fetch: {other:?}"),
+        }
+    }
+
+    match build_js("const config = {};\nconfig.port.number = 1;\nexport default { fetch() {} };\n")
+    {
+        Err(e @ JsBuildError::Throw { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("TypeError"), "{text}");
+            assert!(text.contains("at line 2"), "{text}");
+        }
+        other => panic!("not a top-level throw: {other:?}"),
+    }
+    match build_js("throw 'plain';\nexport default { fetch() {} };\n") {
+        Err(JsBuildError::Throw { message, .. }) => assert!(message.contains("plain"), "{message}"),
+        other => panic!("not a top-level throw: {other:?}"),
+    }
+}
