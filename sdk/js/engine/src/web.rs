@@ -9,8 +9,8 @@
 //! lookup). Natives do what JS cannot do, or does far slower: WHATWG URL
 //! parsing and the `application/x-www-form-urlencoded` codec (the `url`
 //! crate), UTF-8 (`TextEncoder`/`TextDecoder`, bodies), base64 (`atob`,
-//! `btoa`), SHA digests (`crypto.subtle.digest`), randomness and clocks
-//! (wasi), and writing `console` lines to stderr, which hearth delivers to
+//! `btoa`), SHA digests (`crypto.subtle.digest`), randomness (wasi), and
+//! writing `console` lines to stderr, which hearth delivers to
 //! the Worker's log and tail Workers.
 //!
 //! A URL parse returns the serialized href and writes the boundaries of its
@@ -19,8 +19,6 @@
 //!
 //! The contract with `runtime.js` is `__hearth_web` (see `web/fetch.js`):
 //! `incoming`, `outgoing`, `toFetch` and `fromFetch`.
-
-use std::cell::Cell;
 
 use rquickjs::{Ctx, Function, Object, TypedArray};
 use sha1::Sha1;
@@ -259,24 +257,6 @@ fn uuid() -> String {
     s
 }
 
-thread_local! {
-    /// The monotonic clock's reading `performance.now()` counts from.
-    static ORIGIN: Cell<u64> = const { Cell::new(0) };
-}
-
-/// `now()`: milliseconds on the monotonic clock since the first call (a
-/// snapshot restored in a new process whose clock reads less starts over).
-fn now() -> f64 {
-    let t = hearth_sdk::wasi::clocks::monotonic_clock::now();
-    let o = ORIGIN.with(|o| {
-        if o.get() == 0 || t < o.get() {
-            o.set(t);
-        }
-        o.get()
-    });
-    (t - o) as f64 / 1e6
-}
-
 /// `log(line)`: one line on stderr (the Worker's log): line breaks in it
 /// become spaces, so a console call is one log line (as the event loop's
 /// own lines are).
@@ -304,7 +284,6 @@ pub(crate) fn define(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
     n.set("digest", Function::new(ctx.clone(), digest)?)?;
     n.set("random", Function::new(ctx.clone(), random)?)?;
     n.set("uuid", Function::new(ctx.clone(), uuid)?)?;
-    n.set("now", Function::new(ctx.clone(), now)?)?;
     n.set("log", Function::new(ctx.clone(), log)?)?;
     ctx.globals().set("__hearth_natives", n)?;
     Ok(())

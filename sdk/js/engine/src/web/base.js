@@ -389,10 +389,14 @@ function structuredClone(value, options) {
 }
 
 // ---- performance ----
+// engine.rs defines a plain `performance` before this runs, its origin
+// seeded per instance (a snapshot would freeze one made here): this class
+// reads its clock.
+const ENGINE_PERF = g.performance;
 class Performance {
   constructor(key) { if (key !== INTERNAL) throw new TypeError('Illegal constructor'); }
-  now() { return N.now(); }
-  get timeOrigin() { return Date.now() - N.now(); }
+  now() { return ENGINE_PERF.now(); }
+  get timeOrigin() { return ENGINE_PERF.timeOrigin; }
   toJSON() { return { timeOrigin: this.timeOrigin }; }
 }
 tag(Performance, 'Performance');
