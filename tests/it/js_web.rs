@@ -39,5 +39,8 @@ async fn the_web_apis_pass_every_check_of_web_test_js() {
     let v: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON answer");
     assert_eq!(v["failed"], serde_json::json!([]), "failed checks: {v:#}");
     let passed = v["passed"].as_u64().expect("passed is a number");
-    assert!(passed >= CHECKS, "only {passed} of {CHECKS} checks ran: {v:#}");
+    assert!(
+        passed >= CHECKS,
+        "only {passed} of {CHECKS} checks ran: {v:#}"
+    );
 }
