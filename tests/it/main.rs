@@ -32,6 +32,7 @@ mod https;
 mod js_build;
 mod js_engine;
 mod js_loop;
+mod js_web;
 mod nested;
 mod otlp;
 mod rolling_upgrade;
