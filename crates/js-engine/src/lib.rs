@@ -12,7 +12,9 @@
 //!   embeds it. It serves no Worker by itself.
 //! - **A Worker's build** ([`build`], [`Builder`]) is a snapshot, made with
 //!   Wizer: the engine is instantiated in-process (wasmtime, WASI without
-//!   files, network or environment), its build-time export
+//!   files, network or environment; its clocks read 0 and its randomness
+//!   is seeded, so the same source always builds the same bytes), its
+//!   build-time export
 //!   `hearth-js-init(source)` starts QuickJS and evaluates the Worker's
 //!   module once (the web APIs, the request glue, the module's top level,
 //!   its default export's `fetch` found), and the instance's memories and
@@ -35,11 +37,13 @@
 use std::sync::{OnceLock, mpsc};
 use std::time::Duration;
 
+use rand::SeedableRng;
+use rand::rngs::StdRng;
 use wasmtime::component::{
     Component, ComponentExportIndex, Instance, Lift, Linker, ResourceTable, WasmList,
 };
 use wasmtime::{Engine, OptLevel, Store, StoreLimits, StoreLimitsBuilder};
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{
     RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView,
 };
@@ -162,6 +166,28 @@ impl WasiHttpView for State {
     }
 }
 
+/// The build's clocks: both read 0 (`Date.now()` at a module's top level is
+/// the epoch), so nothing of the build's time reaches the component.
+struct Stopped;
+
+impl HostWallClock for Stopped {
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl HostMonotonicClock for Stopped {
+    fn resolution(&self) -> u64 {
+        1
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
 /// wasi:http hooks that deny every outgoing request.
 struct NoNetwork;
 
@@ -249,7 +275,15 @@ impl Builder {
 
     fn build_here(&self, module_source: &str) -> Result<Vec<u8>, BuildError> {
         let state = State {
-            wasi: WasiCtx::builder().inherit_stderr().build(),
+            wasi: WasiCtx::builder()
+                .inherit_stderr()
+                // Reproducible: the same source builds the same bytes.
+                .secure_random(StdRng::seed_from_u64(0))
+                .insecure_random(StdRng::seed_from_u64(1))
+                .insecure_random_seed(2)
+                .wall_clock(Stopped)
+                .monotonic_clock(Stopped)
+                .build(),
             http: WasiHttpCtx::new(),
             hooks: NoNetwork,
             table: ResourceTable::new(),
