@@ -1,30 +1,290 @@
-//! Native helpers of the web APIs in `web.js`, defined as globals before it
-//! runs.
+//! The web APIs (`Headers`, `Request`, `Response`, `URL`, streams, ...):
+//! JS in `src/web/*.js`, evaluated in order as one script, and the natives
+//! it calls, defined here as the object `__hearth_natives` before it runs.
+//!
+//! ## The model
+//!
+//! The classes are JS (a native call converts each of its arguments, which
+//! costs more than the JS it would replace for small work such as a header
+//! lookup). Natives do what JS cannot do, or does far slower: WHATWG URL
+//! parsing and the `application/x-www-form-urlencoded` codec (the `url`
+//! crate), UTF-8 (`TextEncoder`/`TextDecoder`, bodies), base64 (`atob`,
+//! `btoa`), SHA digests (`crypto.subtle.digest`), randomness (wasi), and
+//! writing `console` lines to stderr, which hearth delivers to
+//! the Worker's log and tail Workers.
+//!
+//! A URL parse returns the serialized href and writes the boundaries of its
+//! components into a caller's `Int32Array` (`OFF` in `url.js`), so each
+//! getter is a slice of the href in JS, not another native call.
+//!
+//! The contract with `runtime.js` is `__hearth_web` (see `web/fetch.js`):
+//! `incoming`, `outgoing`, `toFetch` and `fromFetch`.
 
-use rquickjs::{Ctx, Function, TypedArray};
+use rquickjs::{Ctx, Function, Object, TypedArray};
+use sha1::Sha1;
+use sha2::{Digest, Sha256, Sha384, Sha512};
+use url::{Position, Url, form_urlencoded, quirks};
 
-/// `__hearth_utf8(bytes)`: the bytes decoded as UTF-8 (invalid sequences as
-/// U+FFFD), what `TextDecoder.decode` returns.
-fn utf8<'js>(b: TypedArray<'js, u8>) -> String {
-    // SAFETY: the bytes are copied before any JS runs again.
-    let bytes = unsafe { b.as_bytes() }.unwrap_or(&[]);
-    String::from_utf8_lossy(bytes).into_owned()
+/// The web APIs' JS: one script (the files share one scope), evaluated
+/// after [`define`].
+pub(crate) const WEB_JS: &str = concat!(
+    "(() => {\n'use strict';\n",
+    include_str!("web/base.js"),
+    include_str!("web/url.js"),
+    include_str!("web/streams.js"),
+    include_str!("web/fetch.js"),
+    "})();\n"
+);
+
+/// The boundaries [`url_offsets`] writes, in order (see `url.js`).
+const POSITIONS: [Position; 15] = [
+    Position::AfterScheme,
+    Position::BeforeUsername,
+    Position::AfterUsername,
+    Position::BeforePassword,
+    Position::AfterPassword,
+    Position::BeforeHost,
+    Position::AfterHost,
+    Position::BeforePort,
+    Position::AfterPort,
+    Position::BeforePath,
+    Position::AfterPath,
+    Position::BeforeQuery,
+    Position::AfterQuery,
+    Position::BeforeFragment,
+    Position::AfterFragment,
+];
+
+/// Writes `u`'s component boundaries into `out` (an `Int32Array` of at
+/// least 15). A serialized URL is ASCII, so byte offsets are JS indices.
+fn url_offsets(u: &Url, out: &TypedArray<'_, i32>) {
+    let Some(raw) = out.as_raw() else { return };
+    if raw.len() < POSITIONS.len() * 4 {
+        return;
+    }
+    let p = raw.as_ptr() as *mut u8 as *mut i32;
+    for (i, pos) in POSITIONS.iter().enumerate() {
+        let at = u[..*pos].len() as i32;
+        // SAFETY: in bounds (checked above); an Int32Array's data is 4-aligned,
+        // and no JS runs while it is written.
+        unsafe { p.add(i).write_unaligned(at) };
+    }
 }
 
-/// `__hearth_utf8_encode(string)`: the string's UTF-8 bytes, what
-/// `TextEncoder.encode` returns.
+/// `urlParse(input, base, out)`: the href of `input` parsed against `base`,
+/// its boundaries in `out`; `undefined` if it does not parse.
+fn url_parse(input: String, base: Option<String>, out: TypedArray<'_, i32>) -> Option<String> {
+    let u = match base {
+        Some(b) => Url::parse(&b).ok()?.join(&input).ok()?,
+        None => Url::parse(&input).ok()?,
+    };
+    url_offsets(&u, &out);
+    Some(u.into())
+}
+
+/// `urlSet(href, which, value, out)`: `href` after one of the URL
+/// standard's setters (1 protocol, 2 username, 3 password, 4 host,
+/// 5 hostname, 6 port, 7 pathname, 8 search, 9 hash), which ignore a value
+/// they cannot take.
+fn url_set(href: String, which: u32, value: String, out: TypedArray<'_, i32>) -> Option<String> {
+    let mut u = Url::parse(&href).ok()?;
+    match which {
+        1 => {
+            let _ = quirks::set_protocol(&mut u, &value);
+        }
+        2 => {
+            let _ = quirks::set_username(&mut u, &value);
+        }
+        3 => {
+            let _ = quirks::set_password(&mut u, &value);
+        }
+        4 => {
+            let _ = quirks::set_host(&mut u, &value);
+        }
+        5 => {
+            let _ = quirks::set_hostname(&mut u, &value);
+        }
+        6 => {
+            let _ = quirks::set_port(&mut u, &value);
+        }
+        7 => quirks::set_pathname(&mut u, &value),
+        8 => quirks::set_search(&mut u, &value),
+        9 => quirks::set_hash(&mut u, &value),
+        _ => return None,
+    }
+    url_offsets(&u, &out);
+    Some(u.into())
+}
+
+/// `urlOrigin(href)`: the URL's origin, serialized (`"null"` if opaque).
+fn url_origin(href: String) -> String {
+    Url::parse(&href)
+        .map(|u| u.origin().ascii_serialization())
+        .unwrap_or_else(|_| "null".into())
+}
+
+/// `formParse(s)`: `application/x-www-form-urlencoded` as
+/// `[name, value, ...]`.
+fn form_parse(s: String) -> Vec<String> {
+    let mut out = Vec::new();
+    for (k, v) in form_urlencoded::parse(s.as_bytes()) {
+        out.push(k.into_owned());
+        out.push(v.into_owned());
+    }
+    out
+}
+
+/// `formSerialize([name, value, ...])`: the pairs as
+/// `application/x-www-form-urlencoded`.
+fn form_serialize(list: Vec<String>) -> String {
+    let mut s = form_urlencoded::Serializer::new(String::new());
+    for p in list.chunks(2) {
+        if let [k, v] = p {
+            s.append_pair(k, v);
+        }
+    }
+    s.finish()
+}
+
+/// `utf8Decode(bytes, fatal)`: the bytes as UTF-8, invalid sequences as
+/// U+FFFD, or `undefined` if `fatal` and there is one.
+fn utf8_decode(b: TypedArray<'_, u8>, fatal: bool) -> Option<String> {
+    // SAFETY: read before any JS runs again.
+    let bytes = unsafe { b.as_bytes() }.unwrap_or(&[]);
+    if fatal {
+        std::str::from_utf8(bytes).ok().map(str::to_owned)
+    } else {
+        Some(String::from_utf8_lossy(bytes).into_owned())
+    }
+}
+
+/// `utf8Encode(string)`: the (well-formed) string's UTF-8 bytes.
 fn utf8_encode<'js>(ctx: Ctx<'js>, s: String) -> rquickjs::Result<TypedArray<'js, u8>> {
     TypedArray::new(ctx, s.into_bytes())
 }
 
-/// Defines the natives `web.js` uses on `ctx`'s global object.
-pub(crate) fn define(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
-    ctx.globals()
-        .set("__hearth_utf8", Function::new(ctx.clone(), utf8)?)?;
-    ctx.globals()
-        .set("__hearth_utf8_encode", Function::new(ctx.clone(), utf8_encode)?)?;
-    Ok(())
+/// The base64 alphabet.
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// `btoa(string)`: base64 of the string's code units as bytes, or
+/// `undefined` if one is above U+00FF.
+fn btoa(s: String) -> Option<String> {
+    let mut bytes = Vec::with_capacity(s.len());
+    for c in s.chars() {
+        bytes.push(u8::try_from(u32::from(c)).ok()?);
+    }
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for c in bytes.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        out.push(B64[(n >> 18) as usize & 63] as char);
+        out.push(B64[(n >> 12) as usize & 63] as char);
+        out.push(if c.len() > 1 { B64[(n >> 6) as usize & 63] as char } else { '=' });
+        out.push(if c.len() > 2 { B64[n as usize & 63] as char } else { '=' });
+    }
+    Some(out)
 }
 
-/// The web APIs' JS, evaluated after [`define`].
-pub(crate) const WEB_JS: &str = include_str!("web.js");
+/// `atob(string)`: the forgiving-base64 decode of the string, each byte a
+/// code unit, or `undefined` if it is not base64.
+fn atob(s: String) -> Option<String> {
+    let mut v: Vec<u8> = s
+        .bytes()
+        .filter(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\x0c' | b'\r'))
+        .collect();
+    if v.len() % 4 == 0 {
+        if v.last() == Some(&b'=') {
+            v.pop();
+            if v.last() == Some(&b'=') {
+                v.pop();
+            }
+        }
+    }
+    if v.len() % 4 == 1 {
+        return None;
+    }
+    let mut out = String::with_capacity(v.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for b in v {
+        let d = B64.iter().position(|&c| c == b)? as u32;
+        acc = (acc << 6) | d;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push(char::from((acc >> bits) as u8));
+        }
+    }
+    Some(out)
+}
+
+/// `digest(which, bytes)`: SHA-1 (1), SHA-256, SHA-384 or SHA-512 of the
+/// bytes.
+fn digest<'js>(ctx: Ctx<'js>, which: u32, b: TypedArray<'js, u8>) -> rquickjs::Result<TypedArray<'js, u8>> {
+    // SAFETY: hashed before any JS runs again.
+    let bytes = unsafe { b.as_bytes() }.unwrap_or(&[]);
+    let out = match which {
+        1 => Sha1::digest(bytes).to_vec(),
+        256 => Sha256::digest(bytes).to_vec(),
+        384 => Sha384::digest(bytes).to_vec(),
+        _ => Sha512::digest(bytes).to_vec(),
+    };
+    TypedArray::new(ctx, out)
+}
+
+/// `random(bytes)`: fills the `Uint8Array` from wasi:random.
+fn random(b: TypedArray<'_, u8>) {
+    let Some(raw) = b.as_raw() else { return };
+    let r = hearth_sdk::wasi::random::random::get_random_bytes(raw.len() as u64);
+    let n = r.len().min(raw.len());
+    // SAFETY: `n` is within the array; no JS runs while it is written.
+    unsafe { std::ptr::copy_nonoverlapping(r.as_ptr(), raw.as_ptr() as *mut u8, n) };
+}
+
+/// `uuid()`: a random (version 4) UUID.
+fn uuid() -> String {
+    let mut b = hearth_sdk::wasi::random::random::get_random_bytes(16);
+    b.resize(16, 0);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let mut s = String::with_capacity(36);
+    for (i, x) in b.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            s.push('-');
+        }
+        s.push_str(&format!("{x:02x}"));
+    }
+    s
+}
+
+/// `log(line)`: one line on stderr (the Worker's log): line breaks in it
+/// become spaces, so a console call is one log line (as the event loop's
+/// own lines are).
+fn log(line: String) {
+    if line.contains(['\n', '\r']) {
+        eprintln!("{}", line.replace("\r\n", " ").replace(['\n', '\r'], " "));
+    } else {
+        eprintln!("{line}");
+    }
+}
+
+/// Defines `__hearth_natives` (the natives the web JS uses) on `ctx`'s
+/// global object.
+pub(crate) fn define(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
+    let n = Object::new(ctx.clone())?;
+    n.set("urlParse", Function::new(ctx.clone(), url_parse)?)?;
+    n.set("urlSet", Function::new(ctx.clone(), url_set)?)?;
+    n.set("urlOrigin", Function::new(ctx.clone(), url_origin)?)?;
+    n.set("formParse", Function::new(ctx.clone(), form_parse)?)?;
+    n.set("formSerialize", Function::new(ctx.clone(), form_serialize)?)?;
+    n.set("utf8Decode", Function::new(ctx.clone(), utf8_decode)?)?;
+    n.set("utf8Encode", Function::new(ctx.clone(), utf8_encode)?)?;
+    n.set("btoa", Function::new(ctx.clone(), btoa)?)?;
+    n.set("atob", Function::new(ctx.clone(), atob)?)?;
+    n.set("digest", Function::new(ctx.clone(), digest)?)?;
+    n.set("random", Function::new(ctx.clone(), random)?)?;
+    n.set("uuid", Function::new(ctx.clone(), uuid)?)?;
+    n.set("log", Function::new(ctx.clone(), log)?)?;
+    ctx.globals().set("__hearth_natives", n)?;
+    Ok(())
+}
