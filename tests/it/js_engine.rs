@@ -255,20 +255,16 @@ async fn instances_draw_their_own_randoms_and_the_memory_limit_retires_one() {
     // Past the memory limit: the request fails and its instance is gone.
     let before = rt.stats();
     let (status, body) = send(&rt, "r1", "/", &[("x-grow", "1")], None).await;
-    // QuickJS's allocation fails and it throws: a 500 with its message,
-    // and the instance, holding most of its limit, is retired.
-    assert_eq!(status, 500);
+    // QuickJS's allocation fails and it throws: an error status, and the
+    // instance traps after answering; the host counts the request as
+    // stopped at its memory limit and retires the instance.
     assert!(
-        String::from_utf8_lossy(&body).contains("out of memory"),
-        "{}",
+        status == 500 || status == 503,
+        "{status} {}",
         String::from_utf8_lossy(&body)
     );
     let after = rt.stats();
-    assert_eq!(
-        after.memory_retirements,
-        before.memory_retirements + 1,
-        "{after:?}"
-    );
+    assert_eq!(after.memory_kills, before.memory_kills + 1, "{after:?}");
     assert_eq!(
         json(&rt, "r1", "/", &[]).await["served"],
         1,
