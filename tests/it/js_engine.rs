@@ -200,8 +200,9 @@ fn a_module_that_does_not_start_is_a_clear_build_error() {
 
 /// A Worker for the per-instance checks: its `Math.random()` draws, its
 /// request count, and with `x-grow` a heap that grows until the memory
-/// limit stops it.
+/// limit stops it. Its top level logs (at build time).
 const PER_INSTANCE: &str = r#"
+console.log('started at build time');
 let served = 0;
 const held = [];
 export default {
@@ -281,4 +282,17 @@ fn the_same_source_builds_the_same_bytes() {
     assert!(a == b, "two builds of one source differ");
     let c = build_js(&PER_INSTANCE.replace("served += 1", "served += 2")).expect("builds");
     assert!(a != c, "two sources built the same bytes");
+}
+
+/// What the module's top level logs is kept by the build and returned,
+/// in order (the snapshot cannot hold the stderr stream a write opens).
+#[test]
+fn the_top_level_s_log_lines_come_back_from_the_build() {
+    let built = hearth_js_engine::build_logged(
+        "console.log('one', 2);\nconsole.error('two');\nexport default { fetch() { return new Response('x'); } };\n",
+    )
+    .expect("builds");
+    assert_eq!(built.logs, ["one 2", "two"]);
+    let built = hearth_js_engine::build_logged(PER_INSTANCE).expect("builds");
+    assert_eq!(built.logs, ["started at build time"]);
 }
