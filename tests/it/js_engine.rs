@@ -296,3 +296,13 @@ fn the_top_level_s_log_lines_come_back_from_the_build() {
     let built = hearth_js_engine::build_logged(PER_INSTANCE).expect("builds");
     assert_eq!(built.logs, ["started at build time"]);
 }
+
+/// Secure randomness at a module's top level comes from the OS, not the
+/// build's seed: a key made there differs from build to build.
+#[test]
+fn a_top_level_secure_random_differs_between_builds() {
+    let source = "const key = crypto.randomUUID();\nexport default { fetch() { return new Response(key); } };\n";
+    let a = build_js(source).expect("builds");
+    let b = build_js(source).expect("builds");
+    assert!(a != b, "two builds made the same top-level key");
+}

@@ -12,8 +12,9 @@
 //!   embeds it. It serves no Worker by itself.
 //! - **A Worker's build** ([`build`], [`Builder`]) is a snapshot, made with
 //!   Wizer: the engine is instantiated in-process (wasmtime, WASI without
-//!   files, network or environment; its clocks read 0 and its randomness
-//!   is seeded, so the same source always builds the same bytes), its
+//!   files, network or environment; its clocks read 0 and its insecure
+//!   randomness is seeded, so the same source builds the same bytes unless
+//!   its top level draws secure randomness, which is the OS's), its
 //!   build-time export
 //!   `hearth-js-init(source)` starts QuickJS and evaluates the Worker's
 //!   module once (the web APIs, the request glue, the module's top level,
@@ -285,8 +286,11 @@ impl Builder {
         let state = State {
             wasi: WasiCtx::builder()
                 .inherit_stderr()
-                // Reproducible: the same source builds the same bytes.
-                .secure_random(StdRng::seed_from_u64(0))
+                // Reproducible: the same source builds the same bytes,
+                // unless the module's top level asks for secure randomness
+                // (crypto.getRandomValues, randomUUID): that comes from the
+                // OS, so a key made there is not the same in every build.
+                .secure_random(rand::make_rng::<StdRng>())
                 .insecure_random(StdRng::seed_from_u64(1))
                 .insecure_random_seed(2)
                 .wall_clock(Stopped)

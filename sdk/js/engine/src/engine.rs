@@ -276,8 +276,9 @@ pub(crate) fn init(worker: &str) -> Result<Vec<String>, StartError> {
     if ENGINE.with(|slot| slot.borrow().is_some()) {
         return Err(StartError::new(3, "the engine is already started"));
     }
-    // Math.random at the module's top level runs at build time: seeded too.
-    seed();
+    // Math.random at the module's top level draws from RANDOM's constant
+    // start (the build is reproducible; each instance reseeds): only the
+    // Worker's own crypto calls read wasi:random at build time.
     BUILD_LOG.with(|log| *log.borrow_mut() = Some(Vec::new()));
     let started = start(worker);
     let lines = BUILD_LOG.with(|log| log.borrow_mut().take().unwrap_or_default());
