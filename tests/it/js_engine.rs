@@ -14,14 +14,16 @@ use hearth::testing::{JsBuildError, build_js, js_module_sample};
 use hearth_runtime::body;
 use hearth_runtime::{Lifecycle, Manifest, Plan, Runtime, RuntimeConfig};
 
-/// A runtime with a short request CPU limit (so a loop that never ends
-/// takes a moment).
+/// A runtime with a short request CPU limit and a small memory limit (so
+/// a loop that never ends, or a heap that grows without end, takes a
+/// moment).
 fn runtime(dir: &tempfile::TempDir) -> Runtime {
     Runtime::new(
         RuntimeConfig::new(dir.path())
             .artifact_key([7; 32])
             .instance_pool_size(16)
-            .request_cpu(Plan::Free, Duration::from_millis(300)),
+            .request_cpu(Plan::Free, Duration::from_millis(300))
+            .memory_limit(Plan::Free, 32 << 20),
     )
     .expect("runtime")
 }
@@ -228,4 +230,113 @@ fn a_module_that_does_not_start_is_a_clear_build_error() {
         Err(JsBuildError::Throw { message, .. }) => assert!(message.contains("plain"), "{message}"),
         other => panic!("not a top-level throw: {other:?}"),
     }
+}
+
+/// A Worker for the per-instance checks: its `Math.random()` draws, its
+/// request count, and with `x-grow` a heap that grows until the memory
+/// limit stops it. Its top level logs (at build time).
+const PER_INSTANCE: &str = r#"
+console.log('started at build time');
+let served = 0;
+const held = [];
+export default {
+  async fetch(request) {
+    served += 1;
+    if (request.headers.get('x-grow')) {
+      for (;;) held.push(new Float64Array(1 << 20));
+    }
+    const random = [Math.random(), Math.random(), Math.random()];
+    return new Response(JSON.stringify({ served, random, now: performance.now() }));
+  },
+};
+"#;
+
+/// Two instances of one component draw different `Math.random()`
+/// sequences (the snapshot holds one QuickJS state; each instance reseeds
+/// it), and a heap that outgrows the memory limit ends its request and its
+/// instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_draw_their_own_randoms_and_the_memory_limit_retires_one() {
+    let component = build_js(PER_INSTANCE).expect("builds");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(&dir);
+    // Two scripts of the same bytes: one instance each.
+    for id in ["r1", "r2"] {
+        assert_eq!(
+            deploy(&rt, id, Lifecycle::Auto, component.clone()).await,
+            Lifecycle::Reuse
+        );
+    }
+    let a = json(&rt, "r1", "/", &[]).await;
+    let b = json(&rt, "r2", "/", &[]).await;
+    assert_eq!(
+        (a["served"].as_u64(), b["served"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_ne!(
+        a["random"], b["random"],
+        "two instances drew the same sequence"
+    );
+    for v in a["random"].as_array().expect("draws") {
+        let x = v.as_f64().expect("a number");
+        assert!((0.0..1.0).contains(&x), "{x}");
+    }
+    assert!(a["now"].as_f64().is_some_and(|n| n >= 0.0), "{a}");
+    // The same instance draws on: not the sequence it started with.
+    let a2 = json(&rt, "r1", "/", &[]).await;
+    assert_eq!(a2["served"], 2);
+    assert_ne!(a2["random"], a["random"]);
+
+    // Past the memory limit: the request fails and its instance is gone.
+    let before = rt.stats();
+    let (status, body) = send(&rt, "r1", "/", &[("x-grow", "1")], None).await;
+    // QuickJS's allocation fails and it throws: an error status, and the
+    // instance traps after answering; the host counts the request as
+    // stopped at its memory limit and retires the instance.
+    assert!(
+        status == 500 || status == 503,
+        "{status} {}",
+        String::from_utf8_lossy(&body)
+    );
+    let after = rt.stats();
+    assert_eq!(after.memory_kills, before.memory_kills + 1, "{after:?}");
+    assert_eq!(
+        json(&rt, "r1", "/", &[]).await["served"],
+        1,
+        "a new instance"
+    );
+}
+
+/// The build is reproducible: the same source makes the same bytes (the
+/// build's clocks and randomness are fixed), and a different one does not.
+#[test]
+fn the_same_source_builds_the_same_bytes() {
+    let a = build_js(PER_INSTANCE).expect("builds");
+    let b = build_js(PER_INSTANCE).expect("builds");
+    assert!(a == b, "two builds of one source differ");
+    let c = build_js(&PER_INSTANCE.replace("served += 1", "served += 2")).expect("builds");
+    assert!(a != c, "two sources built the same bytes");
+}
+
+/// What the module's top level logs is kept by the build and returned,
+/// in order (the snapshot cannot hold the stderr stream a write opens).
+#[test]
+fn the_top_level_s_log_lines_come_back_from_the_build() {
+    let built = hearth_js_engine::build_logged(
+        "console.log('one', 2);\nconsole.error('two');\nexport default { fetch() { return new Response('x'); } };\n",
+    )
+    .expect("builds");
+    assert_eq!(built.logs, ["one 2", "two"]);
+    let built = hearth_js_engine::build_logged(PER_INSTANCE).expect("builds");
+    assert_eq!(built.logs, ["started at build time"]);
+}
+
+/// Secure randomness at a module's top level comes from the OS, not the
+/// build's seed: a key made there differs from build to build.
+#[test]
+fn a_top_level_secure_random_differs_between_builds() {
+    let source = "const key = crypto.randomUUID();\nexport default { fetch() { return new Response(key); } };\n";
+    let a = build_js(source).expect("builds");
+    let b = build_js(source).expect("builds");
+    assert!(a != b, "two builds made the same top-level key");
 }

@@ -12,7 +12,10 @@
 //!   embeds it. It serves no Worker by itself.
 //! - **A Worker's build** ([`build`], [`Builder`]) is a snapshot, made with
 //!   Wizer: the engine is instantiated in-process (wasmtime, WASI without
-//!   files, network or environment), its build-time export
+//!   files, network or environment; its clocks read 0 and its insecure
+//!   randomness is seeded, so the same source builds the same bytes unless
+//!   its top level draws secure randomness, which is the OS's), its
+//!   build-time export
 //!   `hearth-js-init(source)` starts QuickJS and evaluates the Worker's
 //!   module once (the web APIs, the request glue, the module's top level,
 //!   its default export's `fetch` found), and the instance's memories and
@@ -35,11 +38,13 @@
 use std::sync::{OnceLock, mpsc};
 use std::time::Duration;
 
+use rand::SeedableRng;
+use rand::rngs::StdRng;
 use wasmtime::component::{
     Component, ComponentExportIndex, Instance, Lift, Linker, ResourceTable, WasmList,
 };
 use wasmtime::{Engine, OptLevel, Store, StoreLimits, StoreLimitsBuilder};
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{
     RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView,
 };
@@ -82,8 +87,8 @@ pub enum BuildError {
     /// The module's top level ran longer than [`Config::timeout`].
     #[error("the module's top level ran longer than {0:?}")]
     Timeout(Duration),
-    /// The module left I/O open at the end of its start (a stream or
-    /// handle a snapshot cannot carry).
+    /// The engine held I/O open at the end of the module's start (a stream
+    /// or handle a snapshot cannot carry).
     #[error("the module left I/O open at the end of its start; start it inside fetch instead")]
     OpenResources,
     /// The engine itself failed: it did not compile, instantiate or start,
@@ -159,6 +164,28 @@ impl WasiHttpView for State {
             table: &mut self.table,
             hooks: &mut self.hooks,
         }
+    }
+}
+
+/// The build's clocks: both read 0 (`Date.now()` at a module's top level is
+/// the epoch), so nothing of the build's time reaches the component.
+struct Stopped;
+
+impl HostWallClock for Stopped {
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl HostMonotonicClock for Stopped {
+    fn resolution(&self) -> u64 {
+        1
+    }
+    fn now(&self) -> u64 {
+        0
     }
 }
 
@@ -238,6 +265,14 @@ impl Builder {
     /// Builds `module_source` (one ES module, imports bundled) into a
     /// Worker's component: see the crate docs.
     pub fn build(&self, module_source: &str) -> Result<Vec<u8>, BuildError> {
+        self.build_logged(module_source)
+            .map(|built| built.component)
+    }
+
+    /// [`Builder::build`], also returning the lines the module's top level
+    /// logged (`console.log` at build time: the engine keeps them instead
+    /// of writing them, for the caller to show).
+    pub fn build_logged(&self, module_source: &str) -> Result<Built, BuildError> {
         // On a thread of its own: wasmtime-wasi's synchronous host calls
         // start a Tokio runtime, which must not be inside the caller's.
         std::thread::scope(|s| {
@@ -247,9 +282,20 @@ impl Builder {
         })
     }
 
-    fn build_here(&self, module_source: &str) -> Result<Vec<u8>, BuildError> {
+    fn build_here(&self, module_source: &str) -> Result<Built, BuildError> {
         let state = State {
-            wasi: WasiCtx::builder().inherit_stderr().build(),
+            wasi: WasiCtx::builder()
+                .inherit_stderr()
+                // Reproducible: the same source builds the same bytes,
+                // unless the module's top level asks for secure randomness
+                // (crypto.getRandomValues, randomUUID): that comes from the
+                // OS, so a key made there is not the same in every build.
+                .secure_random(rand::make_rng::<StdRng>())
+                .insecure_random(StdRng::seed_from_u64(1))
+                .insecure_random_seed(2)
+                .wall_clock(Stopped)
+                .monotonic_clock(Stopped)
+                .build(),
             http: WasiHttpCtx::new(),
             hooks: NoNetwork,
             table: ResourceTable::new(),
@@ -279,7 +325,7 @@ impl Builder {
         let started = self.start(&mut store, module_source);
         drop(done);
         let fired = ticker.join().unwrap_or(false);
-        let instance = match started {
+        let (instance, logs) = match started {
             Err(_) if fired => return Err(BuildError::Timeout(timeout)),
             other => other?,
         };
@@ -297,23 +343,29 @@ impl Builder {
         if let Some(e) = access.error {
             return Err(BuildError::engine("snapshot", e));
         }
-        snapshot.map_err(|e| BuildError::engine("snapshot", e))
+        let component = snapshot.map_err(|e| BuildError::engine("snapshot", e))?;
+        Ok(Built { component, logs })
     }
 
-    /// Instantiates the engine and starts `source` in it.
-    fn start(&self, store: &mut Store<State>, source: &str) -> Result<Instance, BuildError> {
+    /// Instantiates the engine and starts `source` in it; the instance and
+    /// the start's log lines.
+    fn start(
+        &self,
+        store: &mut Store<State>,
+        source: &str,
+    ) -> Result<(Instance, Vec<String>), BuildError> {
         let instance = self
             .linker
             .instantiate(&mut *store, &self.component)
             .map_err(|e| BuildError::engine("instantiate", e))?;
         let init = instance
-            .get_typed_func::<(&str,), (Result<(), InitFailure>,)>(&mut *store, self.init)
+            .get_typed_func::<(&str,), (Result<Vec<String>, InitFailure>,)>(&mut *store, self.init)
             .map_err(|e| BuildError::engine("link", e))?;
         let (result,) = init
             .call(&mut *store, (source,))
             .map_err(|e| BuildError::engine("start", e))?;
         match result {
-            Ok(()) => Ok(instance),
+            Ok(logs) => Ok((instance, logs)),
             Err((kind, line, message)) => Err(match kind {
                 0 => BuildError::Syntax { message, line },
                 1 => BuildError::NoFetch { message },
@@ -422,6 +474,16 @@ impl ComponentInstanceState for Access<'_> {
     }
 }
 
+/// A built Worker: its component, and what its top level logged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Built {
+    /// The Worker's component.
+    pub component: Vec<u8>,
+    /// The lines the module's top level logged at build time (`console`),
+    /// in order.
+    pub logs: Vec<String>,
+}
+
 /// The process's [`Builder`] with the default [`Config`], made on first
 /// use.
 fn shared() -> Result<&'static Builder, BuildError> {
@@ -437,4 +499,10 @@ fn shared() -> Result<&'static Builder, BuildError> {
 /// engine is compiled on the first call and kept for later ones.
 pub fn build(module_source: &str) -> Result<Vec<u8>, BuildError> {
     shared()?.build(module_source)
+}
+
+/// [`build`], also returning what the module's top level logged
+/// ([`Builder::build_logged`]).
+pub fn build_logged(module_source: &str) -> Result<Built, BuildError> {
+    shared()?.build_logged(module_source)
 }

@@ -1,20 +1,20 @@
 #!/bin/bash
-# SPIKE bench (issue 29): the QuickJS engine component against the
+# The spike's bench (issue 29), kept for its per-server CPU and page-fault
+# figures: the QuickJS engine (`hearth build`, default engine) against the
 # StarlingMonkey js-module (both lifecycle = reuse), Rust hello and workerd,
 # on one `hearth serve`, rounds alternating; CPU per request from
 # /proc/PID/stat of each server (utime+stime), page faults from minflt.
+# The maintained comparison is `cargo bench -p hearth --bench js_vs_workerd`.
 #
-#   sdk/js/engine/build.sh   (and the build with --features trivial,
-#                                      copied to $OUT/spike-trivial.wasm)
 #   sdk/js/engine/bench.sh [ROUNDS] [SECONDS]
 #
-# Hono too, when $OUT holds hono.mjs (the sample bundled by esbuild),
-# spike-hono.wasm (build.sh --features external with SPIKE_WORKER_JS set to
-# that bundle) and hono.wasm (`hearth build` of the sample): targets
-# qjs-hono, hono-reuse and workerd-hono (TARGETS="qjs-hono hono-reuse
-# workerd-hono").
+# Hono too, when $OUT holds hono.mjs (the sample bundled by `hearth build
+# --bundle-only`) and hono.wasm (`hearth build --engine starlingmonkey` of
+# the sample): targets qjs-hono (built here from hono.mjs), hono-reuse and
+# workerd-hono (TARGETS="qjs-hono hono-reuse workerd-hono").
 # HEARTH (default target/release/hearth), WORKERD (default the bench's
-# ~/.cache/hearth/workerd install), OUT (default /tmp/js-engine-spike).
+# ~/.cache/hearth/workerd install), OUT (default /tmp/js-engine-spike),
+# HEARTH_JS_NODE_MODULES (default the JS samples' node_modules).
 set -e
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -24,11 +24,12 @@ HEARTH=${HEARTH:-$root/target/release/hearth}
 WORKERD=${WORKERD:-$HOME/.cache/hearth/workerd/node_modules/@cloudflare/workerd-linux-64/bin/workerd}
 samples=$root/sample-workers/workers/target/hearth-samples
 mkdir -p "$OUT"; cd "$OUT"; rm -rf store
-cp "$here/target/wasm32-wasip2/release/hearth_js_engine_guest.wasm" spike.wasm
+export HEARTH_JS_NODE_MODULES=${HEARTH_JS_NODE_MODULES:-$root/sample-workers/js/node_modules}
+"$HEARTH" build "$root/sample-workers/js/module/worker.js" -o spike.wasm
+[ -f hono.mjs ] && "$HEARTH" build hono.mjs -o spike-hono.wasm
 deploy() { "$HEARTH" deploy --store store --name "$1" --plan paid --lifecycle "$2" "$3" >/dev/null 2>&1; }
 deploy qjs reuse spike.wasm
 deploy qjs-fresh fresh spike.wasm
-[ -f spike-trivial.wasm ] && deploy qjs-trivial reuse spike-trivial.wasm
 deploy js-reuse reuse "$samples/js-module.wasm"
 deploy hello reuse "$samples/hello.wasm"
 hono=
@@ -77,7 +78,7 @@ run() { # round name pid url host
     "$(echo "$out" | awk '/Non-2xx/{print $NF}' | grep . || echo 0)" \
     "$(echo "($a-$b)*1000000/$n" | bc -l)" "$(echo "($fa-$fb)/$n" | bc -l)"
 }
-targets=${TARGETS:-hello qjs-trivial qjs js-reuse workerd}
+targets=${TARGETS:-hello qjs js-reuse workerd}
 for r in warm $(seq 1 "$ROUNDS"); do
   for t in $targets; do
     case $t in

@@ -203,8 +203,13 @@ fn build_quickjs(sdk: &Path, args: &BuildArgs) -> anyhow::Result<()> {
     hearth_build(sdk, &args.worker, &["--bundle-only"], Some(&bundle))?;
     let source = std::fs::read_to_string(&bundle)
         .with_context(|| format!("reading the bundle {}", bundle.display()))?;
-    let component = hearth_js_engine::build(&source)
+    let built = hearth_js_engine::build_logged(&source)
         .map_err(|e| anyhow::anyhow!("{} does not build: {e}", args.worker.display()))?;
+    // What the module's top level logged, which ran now, not per instance.
+    for line in &built.logs {
+        eprintln!("{} (top level, at build): {line}", args.worker.display());
+    }
+    let component = built.component;
     let out = match &args.out {
         Some(out) => out.clone(),
         None => args.worker.with_extension("wasm"),

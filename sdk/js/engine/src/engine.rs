@@ -46,6 +46,8 @@ thread_local! {
     /// The wall clock at that moment (ms since the epoch):
     /// `performance.timeOrigin`.
     static ORIGIN_MS: Cell<f64> = const { Cell::new(0.0) };
+    /// The log lines of the build's start ([`write_log`]); None otherwise.
+    static BUILD_LOG: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
     /// Whether [`instance_start`] ran in this instance. False in the
     /// snapshot: the build never calls it.
     static INSTANCE_STARTED: Cell<bool> = const { Cell::new(false) };
@@ -269,15 +271,37 @@ fn start(worker: &str) -> Result<Engine, StartError> {
 
 /// Starts this instance's engine on `worker` (the `hearth-js-init` export,
 /// called once by the build, inside the snapshot).
-pub(crate) fn init(worker: &str) -> Result<(), StartError> {
+/// Returns the log lines the start wrote ([`write_log`]).
+pub(crate) fn init(worker: &str) -> Result<Vec<String>, StartError> {
     if ENGINE.with(|slot| slot.borrow().is_some()) {
         return Err(StartError::new(3, "the engine is already started"));
     }
-    // Math.random at the module's top level runs at build time: seeded too.
-    seed();
-    let engine = start(worker)?;
+    // Math.random at the module's top level draws from RANDOM's constant
+    // start (the build is reproducible; each instance reseeds): only the
+    // Worker's own crypto calls read wasi:random at build time.
+    BUILD_LOG.with(|log| *log.borrow_mut() = Some(Vec::new()));
+    let started = start(worker);
+    let lines = BUILD_LOG.with(|log| log.borrow_mut().take().unwrap_or_default());
+    let engine = started?;
     ENGINE.with(|slot| *slot.borrow_mut() = Some(engine));
-    Ok(())
+    Ok(lines)
+}
+
+/// Writes one line of the Worker's log: on stderr, or, while the build
+/// starts the Worker ([`init`]), into the lines [`init`] returns. The
+/// snapshot must not hold a stderr stream (wasi-libc keeps the one it
+/// opens; it would be a dead handle in every instance).
+pub(crate) fn write_log(line: &str) {
+    let kept = BUILD_LOG.with(|log| match log.borrow_mut().as_mut() {
+        Some(lines) => {
+            lines.push(line.to_owned());
+            true
+        }
+        None => false,
+    });
+    if !kept {
+        eprintln!("{line}");
+    }
 }
 
 /// Runs `f` with this instance's engine, or says it has none.

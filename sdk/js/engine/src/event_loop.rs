@@ -169,7 +169,7 @@ pub(crate) fn log(text: &str) {
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
-    eprintln!("{}", line.join(" "));
+    crate::engine::write_log(&line.join(" "));
 }
 
 /// `ctx.waitUntil(promise)`: the request's end waits for it to settle.

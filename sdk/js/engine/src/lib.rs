@@ -56,7 +56,7 @@ mod init {
     pub(crate) struct Init;
 
     impl Guest for Init {
-        fn hearth_js_init(source: String) -> Result<(), (u8, Option<u32>, String)> {
+        fn hearth_js_init(source: String) -> Result<Vec<String>, (u8, Option<u32>, String)> {
             crate::engine::init(&source).map_err(|e| (e.kind, e.line, e.message))
         }
     }

@@ -262,9 +262,9 @@ fn uuid() -> String {
 /// own lines are).
 fn log(line: String) {
     if line.contains(['\n', '\r']) {
-        eprintln!("{}", line.replace("\r\n", " ").replace(['\n', '\r'], " "));
+        crate::engine::write_log(&line.replace("\r\n", " ").replace(['\n', '\r'], " "));
     } else {
-        eprintln!("{line}");
+        crate::engine::write_log(&line);
     }
 }
 
