@@ -3,8 +3,8 @@
 //! `hearth build` does after bundling) and served by a runtime with the
 //! default lifecycle, which reuses its instances; the build's errors for a
 //! module that does not start; what a snapshot must not share between
-//! instances; and the CPU and memory limits ending a request and retiring
-//! its instance.
+//! instances; and the CPU, memory and wall-clock limits and a caller that
+//! leaves ending a request and retiring its instance.
 
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use http_body_util::BodyExt;
 
 use hearth::testing::{JsBuildError, build_js, js_module_sample};
 use hearth_runtime::body;
-use hearth_runtime::{Lifecycle, Manifest, Plan, Runtime, RuntimeConfig};
+use hearth_runtime::{Lifecycle, Manifest, Plan, PlanLimits, Runtime, RuntimeConfig};
 
 /// A runtime with a short request CPU limit and a small memory limit (so
 /// a loop that never ends, or a heap that grows without end, takes a
@@ -339,4 +339,67 @@ fn a_top_level_secure_random_differs_between_builds() {
     let a = build_js(source).expect("builds");
     let b = build_js(source).expect("builds");
     assert!(a != b, "two builds made the same top-level key");
+}
+
+/// The wall-clock deadline ends a JS request that waits past it (a timer),
+/// and a request whose caller goes away is cancelled: either way the
+/// instance is discarded, so the next request starts on a new one (the
+/// module's counter starts again) and nothing the ended request left (its
+/// timers, the promises waiting on them) runs there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wall_deadline_and_a_caller_that_leaves_end_a_request_and_its_instance() {
+    let source = js_module_sample().expect("the sample's source");
+    let component = build_js(&source).expect("the sample builds");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = Runtime::new(
+        RuntimeConfig::new(dir.path())
+            .artifact_key([7; 32])
+            .plan_limits(
+                Plan::Free,
+                PlanLimits {
+                    request_wall: Duration::from_millis(500),
+                    ..PlanLimits::default_for(Plan::Free)
+                },
+            ),
+    )
+    .expect("runtime");
+    deploy(&rt, "echo", Lifecycle::Auto, component).await;
+    assert_eq!(json(&rt, "echo", "/", &[]).await["served"], 1);
+
+    // A 10 s timer, and timers left behind: the 500 ms deadline ends it.
+    let before = rt.stats();
+    let (status, _) = send(
+        &rt,
+        "echo",
+        "/",
+        &[("x-js-leave", "timer"), ("x-js-sleep", "10000")],
+        None,
+    )
+    .await;
+    assert_ne!(status, 200);
+    assert_eq!(rt.stats().wall_kills, before.wall_kills + 1);
+    let next = json(&rt, "echo", "/", &[]).await;
+    assert_eq!(next["served"], 1, "a new instance: {next}");
+    assert_eq!(next["leaked"], false, "{next}");
+
+    // The caller leaves while the Worker waits on a timer it made.
+    let before = rt.stats();
+    let req = http::Request::get("http://echo.localhost/")
+        .header("x-js-leave", "timer")
+        .header("x-js-sleep", "300")
+        .body(body::full(String::new()))
+        .expect("request");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), rt.serve("echo", req))
+            .await
+            .is_err(),
+        "the request answered before its timer"
+    );
+    settle(&rt).await;
+    assert_eq!(rt.stats().cancelled, before.cancelled + 1);
+    // Past the abandoned request's timers.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let next = json(&rt, "echo", "/", &[]).await;
+    assert_eq!(next["served"], 1, "a new instance: {next}");
+    assert_eq!(next["leaked"], false, "{next}");
 }
