@@ -256,7 +256,11 @@ pub async fn fetch_async(req: Request) -> Result<Response, FetchError> {
     read(response)
 }
 
-fn send(req: Request) -> Result<wasi::http::types::FutureIncomingResponse, FetchError> {
+/// Sends `req` (with an absolute URL) without waiting for the answer: the
+/// head goes out and the body is written whole; the returned future is
+/// the response, for callers that run an event loop of their own (the JS
+/// engine's `fetch`). [`fetch`] and [`fetch_async`] wait on it.
+pub fn send(req: Request) -> Result<wasi::http::types::FutureIncomingResponse, FetchError> {
     let (scheme, authority, path) = split_url(&req.url)?;
     let headers = fields(&req.headers).map_err(|e| FetchError::Invalid(e.to_string()))?;
     let out = OutgoingRequest::new(headers);

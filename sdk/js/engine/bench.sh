@@ -17,7 +17,7 @@
 # ~/.cache/hearth/workerd install), OUT (default /tmp/js-engine-spike).
 set -e
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
+root=$(cd "$here/../../.." && pwd)
 ROUNDS=${1:-3}; SECS=${2:-5}
 OUT=${OUT:-/tmp/js-engine-spike}
 HEARTH=${HEARTH:-$root/target/release/hearth}

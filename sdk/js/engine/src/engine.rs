@@ -72,20 +72,6 @@ impl StartError {
     }
 }
 
-/// A JS error as one line: its message and stack, or the thrown value.
-pub(crate) fn exception(ctx: &Ctx<'_>, e: rquickjs::Error) -> String {
-    if matches!(e, rquickjs::Error::Exception) {
-        let v = ctx.catch();
-        if let Some(o) = v.as_object() {
-            let msg: Option<String> = o.get("message").ok();
-            let stack: Option<String> = o.get("stack").ok();
-            return format!("{} {}", msg.unwrap_or_default(), stack.unwrap_or_default());
-        }
-        return format!("{v:?}");
-    }
-    e.to_string()
-}
-
 /// The pending exception (or `e` itself) as a [`StartError`] of `kind`:
 /// `Name: message` and the first line of the Worker's module its stack
 /// names.
@@ -203,10 +189,12 @@ fn start(worker: &str) -> Result<Engine, StartError> {
     let engine = |e: rquickjs::Error| StartError::new(3, e.to_string());
     let runtime = Runtime::new().map_err(engine)?;
     let context = Context::full(&runtime).map_err(engine)?;
+    runtime.set_host_promise_rejection_tracker(Some(crate::event_loop::tracker()));
     let parts = context.with(|ctx| {
         let setup = || -> rquickjs::Result<()> {
             define_instance_state(&ctx)?;
             web::define(&ctx)?;
+            crate::event_loop::define(&ctx)?;
             ctx.eval::<(), _>(web::WEB_JS)?;
             ctx.eval::<(), _>(RUNTIME_JS)
         };

@@ -21,9 +21,13 @@
 //!   before it.
 //! - **A request** ([`request`]): the host's `incoming-request` is read in
 //!   Rust (method, URL, headers, the body unless GET/HEAD), one JS call makes
-//!   the `Request`, `default.fetch(request, env, ctx)` runs, QuickJS's job
-//!   queue runs until its promise settles, and the `Response`'s status,
-//!   headers and body are read back in Rust and sent.
+//!   the `Request`, `default.fetch(request, env, ctx)` runs on the request's
+//!   event loop ([`event_loop`]: the job queue, [`timers`], outgoing
+//!   [`fetch`]es) until its promise settles, and the `Response`'s status,
+//!   headers and body are read back in Rust and sent; then `ctx.waitUntil`
+//!   work runs, the request's leftover timers are cancelled, and a failed
+//!   request retires the instance. `env` ([`env`]) is read from the
+//!   environment on an instance's first request.
 //! - **Reuse**: one instance serves request after request (hearth's `auto`
 //!   lifecycle picks reuse: the component is Rust and C); module state
 //!   persists between requests, as on workerd.
@@ -34,7 +38,11 @@
 //! `web.rs` holds the native helpers the web APIs call (UTF-8 decoding, ...).
 
 mod engine;
+mod env;
+mod event_loop;
+mod fetch;
 mod request;
+mod timers;
 mod web;
 
 use hearth_sdk::{Guest, IncomingRequest, ResponseOutparam};

@@ -1,13 +1,46 @@
-//! One request: the host's `incoming-request` made a JS `Request`,
-//! `default.fetch(request, env, ctx)` run until its promise settles, and the
-//! `Response` read back and sent.
+//! One request's lifecycle: the host's `incoming-request` made a JS
+//! `Request`, `default.fetch(request, env, ctx)` run on the event loop until
+//! its promise settles, the `Response` read back and sent, then what the
+//! request leaves behind dealt with before the next one.
+//!
+//! ## The model
+//!
+//! 1. The request (method, URL, headers; the body read whole unless GET or
+//!    HEAD, up to its `content-length` when it declares one) is read in
+//!    Rust; one JS call makes the `Request`. `env`
+//!    ([`crate::env`]) is built on the instance's first request; `ctx` is
+//!    `runtime.js`'s (`waitUntil`, `passThroughOnException`, a no-op).
+//! 2. The Worker's `fetch` runs; the event loop ([`crate::event_loop`])
+//!    runs jobs, timers and outgoing fetches until its promise settles, then
+//!    until the `Response` is taken apart (`__hearth_web.outgoing`).
+//! 3. The answer is sent: status, headers (hop-by-hop ones left out, a
+//!    `content-length` of the body's length) and the body, written through
+//!    `wasi:http`'s streams in 4 KiB writes, so a multi-MB body streams to
+//!    the client. A thrown error, a rejected promise, a value that is not a
+//!    `Response` or a promise that can never settle (nothing left that could
+//!    settle it) answers **500** `Internal Server Error`, the reason on
+//!    stderr.
+//! 4. After the answer, the loop runs until the promises `ctx.waitUntil`
+//!    was given have settled.
+//! 5. The request ends: the job queue is run empty, the timers it set and
+//!    did not clear are cancelled (none of their callbacks, nor promises
+//!    waiting on them, run in a later request), each promise rejection no
+//!    handler took is one line on stderr. If the request failed (step 3) or
+//!    left an outgoing fetch running, the instance **traps** after
+//!    answering, and hearth retires it: a broken request's state, or a
+//!    half-finished request's I/O, must not reach the next one.
+//!
+//! Module state persists between requests, as on workerd.
 
 use hearth_sdk::wasi::http::types::{Method, Scheme};
-use hearth_sdk::{IncomingRequest, ResponseOutparam};
+use hearth_sdk::{IncomingRequest, ResponseOutparam, StreamError};
 use rquickjs::function::This;
-use rquickjs::{Array, ArrayBuffer, Function, Object, TypedArray, Value};
+use rquickjs::promise::PromiseState;
+use rquickjs::{Array, ArrayBuffer, Ctx, Function, Object, TypedArray, Value};
 
-use crate::engine::{self, Engine, exception};
+use crate::engine::{self, Engine};
+use crate::event_loop::{self, Ran};
+use crate::{env, fetch, timers};
 
 /// A method's name.
 fn method(m: &Method) -> &str {
@@ -35,7 +68,7 @@ struct Answer {
 
 /// A body value's bytes: a string (UTF-8), a `Uint8Array` or an
 /// `ArrayBuffer`; anything else is empty.
-fn body_bytes(v: Value<'_>) -> rquickjs::Result<Vec<u8>> {
+pub(crate) fn body_bytes(v: Value<'_>) -> rquickjs::Result<Vec<u8>> {
     if let Some(s) = v.as_string() {
         return Ok(s.to_string()?.into_bytes());
     }
@@ -50,54 +83,196 @@ fn body_bytes(v: Value<'_>) -> rquickjs::Result<Vec<u8>> {
     Ok(Vec::new())
 }
 
-/// Runs the Worker's `fetch` for one request.
-fn serve(
+/// `value` once it has settled: a promise is run on the event loop until it
+/// settles; anything else is its own value. A rejection is the request's
+/// failure (and so not an unhandled rejection); so is a promise that can
+/// never settle.
+fn settled<'js>(ctx: &Ctx<'js>, value: Value<'js>, what: &str) -> Result<Value<'js>, String> {
+    let Some(p) = value.as_promise().cloned() else {
+        return Ok(value);
+    };
+    if event_loop::run(ctx, || p.state() != PromiseState::Pending) == Ran::Stuck {
+        return Err(format!(
+            "{what} never settles: nothing it waits for (a timer, a fetch) is pending"
+        ));
+    }
+    if p.state() == PromiseState::Rejected {
+        event_loop::handled(ctx, &p);
+    }
+    match p.result::<Value>() {
+        Some(Ok(v)) => Ok(v),
+        Some(Err(e)) => Err(event_loop::error_text(ctx, e)),
+        None => Err(format!("{what} never settles")),
+    }
+}
+
+/// Runs the Worker's `fetch` for one request: its answer, or why it has
+/// none.
+fn answer(
+    ctx: &Ctx<'_>,
     e: &Engine,
     method: &str,
     url: &str,
     headers: &[(String, Vec<u8>)],
     body: Option<Vec<u8>>,
 ) -> Result<Answer, String> {
-    e.context.with(|ctx| {
-        let go = || -> rquickjs::Result<Answer> {
-            let body: Value = match body {
-                Some(b) => TypedArray::<u8>::new(ctx.clone(), b)?.into_value(),
-                None => Value::new_undefined(ctx.clone()),
-            };
-            let pairs = Array::new(ctx.clone())?;
-            for (i, (k, v)) in headers.iter().enumerate() {
-                pairs.set(2 * i, k.as_str())?;
-                pairs.set(2 * i + 1, String::from_utf8_lossy(v).as_ref())?;
-            }
-            let request: Function = e.request.clone().restore(&ctx)?;
-            let req: Value = request.call((method, url, pairs, body))?;
-            let hearth = e.hearth.clone().restore(&ctx)?;
-            let env: Value = hearth.get("env")?;
-            let jsctx: Value = hearth.get("ctx")?;
-            let fetch = e.fetch.clone().restore(&ctx)?;
-            let default = e.default.clone().restore(&ctx)?;
-            let result: Value = fetch.call((This(default), req, env, jsctx))?;
-            let resp: Object = match result.as_promise() {
-                Some(p) => p.finish::<Object>()?,
-                None => Object::from_value(result)?,
-            };
-            let answer: Function = e.answer.clone().restore(&ctx)?;
-            let parts: rquickjs::Promise = answer.call((resp,))?;
-            let parts: Array = parts.finish()?;
-            let status: u16 = parts.get(0)?;
-            let headers: Vec<String> = parts.get(1)?;
-            let body: Value = parts.get(2)?;
-            let body = body_bytes(body)?;
-            // ctx.waitUntil work and anything else queued: run it now.
-            while ctx.execute_pending_job() {}
-            Ok(Answer {
-                status,
-                headers,
-                body,
-            })
+    let go = || -> rquickjs::Result<Result<Answer, String>> {
+        let body: Value = match body {
+            Some(b) => TypedArray::<u8>::new(ctx.clone(), b)?.into_value(),
+            None => Value::new_undefined(ctx.clone()),
         };
-        go().map_err(|err| exception(&ctx, err))
+        let pairs = Array::new(ctx.clone())?;
+        for (i, (k, v)) in headers.iter().enumerate() {
+            pairs.set(2 * i, k.as_str())?;
+            pairs.set(2 * i + 1, String::from_utf8_lossy(v).as_ref())?;
+        }
+        let request: Function = e.request.clone().restore(ctx)?;
+        let req: Value = request.call((method, url, pairs, body))?;
+        let hearth: Object = e.hearth.clone().restore(ctx)?;
+        let env = env::get(ctx, &hearth)?;
+        let jsctx: Value = hearth.get("ctx")?;
+        let fetch = e.fetch.clone().restore(ctx)?;
+        let default = e.default.clone().restore(ctx)?;
+        let result: Value = fetch.call((This(default), req, env, jsctx))?;
+        let resp = match settled(ctx, result, "the Worker's fetch") {
+            Ok(r) => r,
+            Err(why) => return Ok(Err(why)),
+        };
+        let answer: Function = e.answer.clone().restore(ctx)?;
+        let parts: Value = answer.call((resp,))?;
+        let parts = match settled(ctx, parts, "reading the Worker's Response") {
+            Ok(p) => Array::from_value(p)?,
+            Err(why) => return Ok(Err(why)),
+        };
+        let status: u16 = parts.get(0)?;
+        let headers: Vec<String> = parts.get(1)?;
+        let body: Value = parts.get(2)?;
+        let body = body_bytes(body)?;
+        Ok(Ok(Answer {
+            status,
+            headers,
+            body,
+        }))
+    };
+    go().unwrap_or_else(|err| Err(event_loop::error_text(ctx, err)))
+}
+
+/// Sends `a` through `out`.
+fn send(out: ResponseOutparam, a: &Answer) {
+    let mut hs: Vec<(&str, &[u8])> = a
+        .headers
+        .chunks_exact(2)
+        .filter(|c| {
+            let name = c[0].as_str();
+            !name.eq_ignore_ascii_case("content-length")
+                && !fetch::HOP_BY_HOP
+                    .iter()
+                    .any(|h| name.eq_ignore_ascii_case(h))
+        })
+        .map(|c| (c[0].as_str(), c[1].as_bytes()))
+        .collect();
+    let len = a.body.len().to_string();
+    hs.push(("content-length", len.as_bytes()));
+    if let Err(e) = hearth_sdk::respond(out, a.status, &hs, &a.body) {
+        event_loop::log(&format!("sending the Worker's response failed: {e}"));
+    }
+}
+
+/// How a request ended.
+struct End {
+    /// Why the Worker's `fetch` gave no answer, if it did not.
+    failed: Option<String>,
+    /// Outgoing fetches still running.
+    in_flight: usize,
+}
+
+/// Steps 2 to 5 of the module docs, inside the engine's context.
+fn serve(
+    e: &Engine,
+    method: &str,
+    url: &str,
+    headers: &[(String, Vec<u8>)],
+    body: Option<Vec<u8>>,
+    out: ResponseOutparam,
+) -> End {
+    e.context.with(|ctx| {
+        event_loop::set_in_request(true);
+        let failed = match answer(&ctx, e, method, url, headers, body) {
+            Ok(a) => {
+                send(out, &a);
+                None
+            }
+            Err(why) => {
+                event_loop::log(&format!("Worker fetch failed: {why}"));
+                send(
+                    out,
+                    &Answer {
+                        status: 500,
+                        headers: vec!["content-type".into(), "text/plain".into()],
+                        body: b"Internal Server Error".to_vec(),
+                    },
+                );
+                Some(why)
+            }
+        };
+        finish(&ctx);
+        event_loop::set_in_request(false);
+        End {
+            failed,
+            in_flight: fetch::in_flight(),
+        }
     })
+}
+
+/// After the answer: `ctx.waitUntil` work, then the request's end (steps 4
+/// and 5 of the module docs, but the trap).
+fn finish(ctx: &Ctx<'_>) {
+    if event_loop::any_waits() {
+        if event_loop::run(ctx, || event_loop::waits_settled(ctx)) == Ran::Stuck {
+            event_loop::log(
+                "a ctx.waitUntil promise never settles: nothing it waits for is pending",
+            );
+        }
+        event_loop::clear_waits();
+    }
+    event_loop::checkpoint(ctx);
+    if timers::any() {
+        timers::cancel_all();
+    }
+    event_loop::report_unhandled(ctx);
+}
+
+/// The request's `content-length`, unless it has none, it is not a number
+/// or the body is chunked (framed by its chunks, whatever a length says).
+fn declared_length(headers: &[(String, Vec<u8>)]) -> Option<usize> {
+    let mut length = None;
+    for (name, value) in headers {
+        if name.eq_ignore_ascii_case("transfer-encoding") {
+            return None;
+        }
+        if name.eq_ignore_ascii_case("content-length") {
+            length = std::str::from_utf8(value).ok()?.trim().parse().ok();
+        }
+    }
+    length
+}
+
+/// The request body, read whole in reads of up to 64 KiB; `None` if it
+/// cannot be read. With a declared length the reads stop once that many
+/// bytes arrived: the host ends a body at its `content-length`, so the read
+/// that would only report the end (a host call) is skipped.
+fn read_body(request: &IncomingRequest, declared: Option<usize>) -> Option<Vec<u8>> {
+    let body = request.consume().ok()?;
+    let stream = body.stream().ok()?;
+    let mut bytes = Vec::with_capacity(declared.unwrap_or(0).min(1 << 20));
+    while declared != Some(bytes.len()) {
+        match stream.blocking_read(65536) {
+            Ok(chunk) => bytes.extend_from_slice(&chunk),
+            Err(StreamError::Closed) => break,
+            Err(StreamError::LastOperationFailed(_)) => return None,
+        }
+    }
+    Some(bytes)
 }
 
 /// Serves `request` through `out`.
@@ -115,34 +290,42 @@ pub(crate) fn handle(request: IncomingRequest, out: ResponseOutparam) {
     let body = if method == "GET" || method == "HEAD" {
         None
     } else {
-        request.consume().ok().and_then(|b| {
-            let s = b.stream().ok()?;
-            let bytes = hearth_sdk::read_to_end(&s).ok();
-            drop(s);
-            bytes
-        })
+        read_body(&request, declared_length(&headers))
     };
-    match engine::with(|e| serve(e, &method, &url, &headers, body)) {
-        Ok(a) => {
-            let mut hs: Vec<(&str, &[u8])> = a
-                .headers
-                .chunks(2)
-                .filter(|c| c.len() == 2)
-                .map(|c| (c[0].as_str(), c[1].as_bytes()))
-                .collect();
-            let len = a.body.len().to_string();
-            if !a.headers.iter().step_by(2).any(|k| k == "content-length") {
-                hs.push(("content-length", len.as_bytes()));
+    drop(request);
+    let mut out = Some(out);
+    let end = engine::with(|e| {
+        let out = out.take().ok_or("the response outparam was used")?;
+        Ok(serve(e, &method, &url, &headers, body, out))
+    });
+    match end {
+        Ok(End {
+            failed: None,
+            in_flight: 0,
+        }) => {}
+        Ok(End {
+            failed: Some(_), ..
+        }) => retire("the Worker failed"),
+        Ok(End { in_flight, .. }) => retire(&format!(
+            "the request ended with {in_flight} fetch() calls still running"
+        )),
+        Err(why) => {
+            if let Some(out) = out {
+                hearth_sdk::respond(
+                    out,
+                    500,
+                    &[("content-type", b"text/plain")],
+                    b"Internal Server Error",
+                )
+                .ok();
             }
-            let _ = hearth_sdk::respond(out, a.status, &hs, &a.body);
-        }
-        Err(e) => {
-            let _ = hearth_sdk::respond(
-                out,
-                500,
-                &[("content-type", b"text/plain")],
-                format!("js error: {e}").as_bytes(),
-            );
+            retire(&format!("js engine: {why}"));
         }
     }
+}
+
+/// Says why on stderr, then traps: hearth retires the instance.
+fn retire(why: &str) -> ! {
+    event_loop::log(&format!("{why}: this instance is retired"));
+    std::process::abort()
 }
