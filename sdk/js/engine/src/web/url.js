@@ -8,26 +8,6 @@ const usv = (s) => { s = String(s); return s.isWellFormed() ? s : s.toWellFormed
 // 9-10 path, 11-12 query, 13-14 fragment (start, end; the query and
 // fragment without their '?' / '#').
 const OFF = new Int32Array(15);
-// An absolute http(s) URL already in the form the parser serializes it to:
-// a lower-case ASCII host (its last label starting with a letter, so never
-// an IPv4 address), no userinfo, port or fragment, a path with no dot
-// segment (no '.' right after '/', no %2e) and no character the parser
-// would percent-encode, a query likewise. Such a URL is its own href and
-// its boundaries are found with indexOf, without the native parser (what
-// `new URL(request.url)` usually is). Hosts with an `xn--` label go to the
-// parser (it checks their punycode).
-const SIMPLE_URL = /^https?:\/\/(?:[a-z0-9-]+\.)*[a-z][a-z0-9-]*\.?(?:\/(?:(?:[A-Za-z0-9_~!$&'()*+,;=:@-]|%(?:[013-9A-Fa-f][0-9A-Fa-f]|2[0-9A-Da-dFf]))(?:[A-Za-z0-9_~!$&'()*+,;=:@.-]|%(?:[013-9A-Fa-f][0-9A-Fa-f]|2[0-9A-Da-dFf]))*)?)+(?:\?[A-Za-z0-9_~!$&()*+,;=:@\/?%.-]*)?$/;
-// The boundaries (as OFF) of a URL SIMPLE_URL matched.
-const simpleOffsets = (s) => {
-  const se = s.charCodeAt(4) === 58 ? 4 : 5;
-  const hs = se + 3;
-  const ps = s.indexOf('/', hs);
-  const q = s.indexOf('?', ps);
-  const n = s.length;
-  const pe = q < 0 ? n : q;
-  const qs = q < 0 ? n : q + 1;
-  return [se, hs, hs, hs, hs, hs, ps, ps, ps, ps, pe, qs, n, n, n];
-};
 const SET = { protocol: 1, username: 2, password: 3, host: 4, hostname: 5, port: 6, pathname: 7, search: 8, hash: 9 };
 let urlSetSearch, urlParamsChanged;
 class URL {
@@ -35,11 +15,6 @@ class URL {
   constructor(url, base) {
     let s = typeof url === 'string' ? url : arguments.length === 0 ? undefined : String(url);
     if (s === undefined) throw new TypeError("Failed to construct 'URL': 1 argument required");
-    if (base === undefined && SIMPLE_URL.test(s) && s.indexOf('xn--') < 0) {
-      this.#href = s;
-      this.#o = simpleOffsets(s);
-      return;
-    }
     if (!s.isWellFormed()) s = s.toWellFormed();
     const h = N.urlParse(s, base === undefined ? undefined : usv(base), OFF);
     if (h == null) throw new TypeError('Invalid URL: ' + s);
