@@ -96,8 +96,10 @@ async fn json(rt: &Runtime, id: &str, path: &str, headers: &[(&str, &str)]) -> s
 
 /// The JSON-echo sample built with the engine, deployed with the default
 /// lifecycle: instances are reused, GET and POST answer, and one instance
-/// serves every request with the module's counter kept; then the CPU limit
-/// ends a request that never finishes and the next one gets a new
+/// serves every request with the module's counter kept; a request's
+/// leftover timers never run in the next, `ctx.waitUntil` work runs after
+/// the answer, a throw answers 500 and retires the instance; then the CPU
+/// limit ends a request that never finishes and the next one gets a new
 /// instance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_json_echo_sample_is_served_by_one_reused_instance() {
@@ -140,6 +142,38 @@ async fn the_json_echo_sample_is_served_by_one_reused_instance() {
     let s = rt.stats();
     assert_eq!(s.instances_started, 1, "{s:?}");
     assert_eq!((s.traps, s.reuse_demotions), (0, 0), "{s:?}");
+
+    // The end-of-request rules (sdk/js/engine/src/request.rs), through the
+    // sample's test hooks as the StarlingMonkey shim's tests use them: a
+    // 0 ms timer and a promise on a 1 ms timer left behind never run, not
+    // even while the next request on the instance waits on a timer.
+    let first = json(&rt, "echo", "/", &[("x-js-leave", "timer")]).await;
+    assert_eq!(first["leaked"], false);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let second = json(&rt, "echo", "/", &[("x-js-sleep", "20")]).await;
+    assert_eq!(
+        second["served"].as_u64(),
+        first["served"].as_u64().map(|n| n + 1),
+        "the same instance"
+    );
+    assert_eq!(
+        second["leaked"], false,
+        "a callback of request 1 ran in request 2"
+    );
+    // ctx.waitUntil work runs after the answer, on the same instance.
+    let waited = json(&rt, "echo", "/", &[("x-js-wait-until", "1")]).await;
+    assert_eq!(waited["waitedUntil"], 0, "runs after the answer");
+    assert_eq!(json(&rt, "echo", "/", &[]).await["waitedUntil"], 1);
+    // A throw answers 500 and retires the instance.
+    let before = rt.stats();
+    let (status, body) = send(&rt, "echo", "/", &[("x-js-throw", "1")], None).await;
+    assert_eq!(status, 500, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(rt.stats().traps, before.traps + 1);
+    assert_eq!(
+        json(&rt, "echo", "/", &[]).await["served"],
+        1,
+        "a new instance"
+    );
 
     // A loop that never ends: the CPU limit stops it, and the next request
     // starts from a new instance.

@@ -31,6 +31,7 @@ mod http2;
 mod https;
 mod js_build;
 mod js_engine;
+mod js_loop;
 mod js_web;
 mod nested;
 mod otlp;

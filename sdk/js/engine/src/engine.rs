@@ -243,8 +243,19 @@ fn start(worker: &str) -> Result<Engine, StartError> {
             Persistent::save(&ctx, request),
             Persistent::save(&ctx, answer),
         ))
-    })?;
-    let (default, fetch, hearth, request, answer) = parts;
+    });
+    let (default, fetch, hearth, request, answer) = match parts {
+        Ok(parts) => parts,
+        Err(e) => {
+            // A failed start may leave objects referenced (the pending
+            // exception, the loop's natives), and QuickJS asserts that a
+            // runtime it frees holds none. The build discards this instance
+            // after a failed start, so its engine is leaked, not freed.
+            std::mem::forget(context);
+            std::mem::forget(runtime);
+            return Err(e);
+        }
+    };
     Ok(Engine {
         default,
         fetch,

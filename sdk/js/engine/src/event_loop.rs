@@ -80,9 +80,15 @@ pub(crate) fn define(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
 }
 
 /// The runtime's promise rejection tracker: records a rejection no handler
-/// takes, forgets it when one is attached later.
+/// takes during a request, forgets it when one is attached later. Outside
+/// a request (the module's start, at build time) it records nothing: a
+/// start that fails is the build's error, and what it holds would outlive
+/// the runtime the failed start drops.
 pub(crate) fn tracker() -> RejectionTracker {
     Box::new(|ctx, promise, reason, handled| {
+        if !IN_REQUEST.with(Cell::get) {
+            return;
+        }
         if handled {
             // Dropped after the borrow ends: freeing JS values can run
             // finalizers.

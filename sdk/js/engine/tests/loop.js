@@ -125,10 +125,10 @@ export default {
         setInterval(() => {
           leaked = true;
         }, 1);
-        return json({ leaked });
+        return json({ served, leaked });
       case '/sleep':
         await new Promise((resolve) => setTimeout(resolve, Number(query(url, 'ms'))));
-        return json({ slept: true, leaked });
+        return json({ served, slept: true, leaked });
       case '/fetch':
         try {
           const init = { headers: { 'x-test': 'loop' } };
