@@ -201,12 +201,10 @@ fn atob(s: String) -> Option<String> {
         .bytes()
         .filter(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\x0c' | b'\r'))
         .collect();
-    if v.len() % 4 == 0 {
+    if v.len().is_multiple_of(4) && v.last() == Some(&b'=') {
+        v.pop();
         if v.last() == Some(&b'=') {
             v.pop();
-            if v.last() == Some(&b'=') {
-                v.pop();
-            }
         }
     }
     if v.len() % 4 == 1 {
