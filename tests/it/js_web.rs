@@ -16,7 +16,7 @@ const WEB_TEST_JS: &str = include_str!("../../sdk/js/engine/tests/web.test.js");
 
 /// How many checks `web.test.js` holds: fewer passing means checks stopped
 /// running (a file that silently does less fails).
-const CHECKS: u64 = 81;
+const CHECKS: u64 = 82;
 
 /// Every check of `web.test.js` passes on the engine, and none went missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -180,8 +180,16 @@ fn btoa(s: String) -> Option<String> {
             | u32::from(*c.get(2).unwrap_or(&0));
         out.push(B64[(n >> 18) as usize & 63] as char);
         out.push(B64[(n >> 12) as usize & 63] as char);
-        out.push(if c.len() > 1 { B64[(n >> 6) as usize & 63] as char } else { '=' });
-        out.push(if c.len() > 2 { B64[n as usize & 63] as char } else { '=' });
+        out.push(if c.len() > 1 {
+            B64[(n >> 6) as usize & 63] as char
+        } else {
+            '='
+        });
+        out.push(if c.len() > 2 {
+            B64[n as usize & 63] as char
+        } else {
+            '='
+        });
     }
     Some(out)
 }
@@ -193,12 +201,10 @@ fn atob(s: String) -> Option<String> {
         .bytes()
         .filter(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\x0c' | b'\r'))
         .collect();
-    if v.len() % 4 == 0 {
+    if v.len().is_multiple_of(4) && v.last() == Some(&b'=') {
+        v.pop();
         if v.last() == Some(&b'=') {
             v.pop();
-            if v.last() == Some(&b'=') {
-                v.pop();
-            }
         }
     }
     if v.len() % 4 == 1 {
@@ -220,7 +226,11 @@ fn atob(s: String) -> Option<String> {
 
 /// `digest(which, bytes)`: SHA-1 (1), SHA-256, SHA-384 or SHA-512 of the
 /// bytes.
-fn digest<'js>(ctx: Ctx<'js>, which: u32, b: TypedArray<'js, u8>) -> rquickjs::Result<TypedArray<'js, u8>> {
+fn digest<'js>(
+    ctx: Ctx<'js>,
+    which: u32,
+    b: TypedArray<'js, u8>,
+) -> rquickjs::Result<TypedArray<'js, u8>> {
     // SAFETY: hashed before any JS runs again.
     let bytes = unsafe { b.as_bytes() }.unwrap_or(&[]);
     let out = match which {

@@ -549,6 +549,40 @@ test('URL: encoding, IDNA, IPv6, non-special schemes', () => {
   eq(m.origin, 'null');
   eq(new URL('data:text/plain,hi').pathname, 'text/plain,hi');
 });
+test('URL: simple absolute URLs parse as the parser parses them', () => {
+  const cases = [
+    ['http://a.test/', 'http:', 'a.test', '/', ''],
+    ['https://example.com/a/b?c=d&e', 'https:', 'example.com', '/a/b', '?c=d&e'],
+    ['http://localhost/x.y/z-1_2~3', 'http:', 'localhost', '/x.y/z-1_2~3', ''],
+    ['http://a.test//double//slash', 'http:', 'a.test', '//double//slash', ''],
+    ['http://a.test/p?', 'http:', 'a.test', '/p', ''],
+    ['http://a.test/p?q?r/s', 'http:', 'a.test', '/p', '?q?r/s'],
+    ['http://a.test/%41%2f', 'http:', 'a.test', '/%41%2f', ''],
+    ['http://sub-1.a-b.test./', 'http:', 'sub-1.a-b.test.', '/', ''],
+  ];
+  for (const [s, protocol, host, pathname, search] of cases) {
+    const u = new URL(s);
+    same([u.href, u.protocol, u.host, u.hostname, u.port, u.pathname, u.search, u.hash, u.username, u.origin],
+      [s, protocol, host, host, '', pathname, search, '', '', protocol + '//' + host], s);
+  }
+  // What the parser rewrites (not its own href).
+  const rewritten = [
+    ['http://a.test/./b/../c', 'http://a.test/c'],
+    ['http://a.test/.%2e/c', 'http://a.test/c'],
+    ['http://a.test:80/', 'http://a.test/'],
+    ['http://A.test/', 'http://a.test/'],
+    ['http://a.test', 'http://a.test/'],
+    ['http://a.test/a b', 'http://a.test/a%20b'],
+    ["http://a.test/?a'b", 'http://a.test/?a%27b'],
+    ['http://1.2.3.4/', 'http://1.2.3.4/'],
+    ['http://0x7f.1/', 'http://127.0.0.1/'],
+    ['http://a.test/p#f', 'http://a.test/p#f'],
+    ['http://u@a.test/', 'http://u@a.test/'],
+    ['http://a.test\\p', 'http://a.test/p'],
+  ];
+  for (const [s, href] of rewritten) eq(new URL(s).href, href, s);
+  throws(() => new URL('http://a.123/'), TypeError, 'a host ending in a number that is not IPv4');
+});
 test('URL: setters', () => {
   const u = new URL('http://a.test/p?q=1#h');
   u.pathname = '/x y';
