@@ -8,7 +8,7 @@
 //!   this component, compiled once with the hearth binary, is instantiated
 //!   under Wizer and its `hearth-js-init(source)` export ([`engine::init`],
 //!   `wit/world.wit`) starts the engine: a QuickJS runtime and context, the
-//!   web APIs (`web.js`: `Headers`, `Request`, `Response`, `URL`, ...), the
+//!   web APIs (`src/web/*.js`: `Headers`, `Request`, `Response`, `URL`, ...), the
 //!   request glue (`runtime.js`: `env`, `ctx`) and the Worker's module,
 //!   evaluated once. Wizer then snapshots the instance's memory and globals
 //!   into a new component (the export stays, refusing a second call): the

@@ -1,8 +1,8 @@
 // The per-request glue between the host (src/request.rs) and the Worker:
 // the Request the host builds, `env`, `ctx`, the global `fetch`, and
-// reading the Response back. Evaluated after web.js, before the Worker's
+// reading the Response back. Evaluated after the web APIs (src/web/*.js), before the Worker's
 // module. It builds and takes apart Requests and Responses only through
-// `__hearth_web` (web.js), never their fields.
+// `__hearth_web` (src/web/fetch.js), never their fields.
 //
 // The natives it uses are defined in Rust before it runs
 // (src/event_loop.rs): `__hearth_fetch(method, url, pairs, body)` sends
