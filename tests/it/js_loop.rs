@@ -539,16 +539,16 @@ fn a_failed_request_answers_500_and_retires_the_instance(node: &ServeNode, origi
         1,
         "a fetch still running retires the instance"
     );
-    assert!(
-        node.log()
-            .contains("fetch() calls still running: this instance is retired")
+    // The guest's stderr reaches the node's log after the answer.
+    wait_for_log(
+        node,
+        "fetch() calls still running: this instance is retired",
     );
 }
 
-fn an_unhandled_rejection_is_one_line_of_the_log(node: &ServeNode) {
-    assert_eq!(json(node, "loop", "/unhandled", "")["ok"], true);
+/// Waits (10 s at most) until the node's log holds `line`.
+fn wait_for_log(node: &ServeNode, line: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    let line = "Uncaught (in promise) Error: nobody handles this at fetch (worker.js:";
     while !node.log().contains(line) {
         assert!(
             Instant::now() < deadline,
@@ -557,4 +557,12 @@ fn an_unhandled_rejection_is_one_line_of_the_log(node: &ServeNode) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+fn an_unhandled_rejection_is_one_line_of_the_log(node: &ServeNode) {
+    assert_eq!(json(node, "loop", "/unhandled", "")["ok"], true);
+    wait_for_log(
+        node,
+        "Uncaught (in promise) Error: nobody handles this at fetch (worker.js:",
+    );
 }
