@@ -32,7 +32,7 @@
 //!
 //! Module state persists between requests, as on workerd.
 
-use hearth_sdk::wasi::http::types::{Method, Scheme};
+use hearth_sdk::wasi::http::types::Scheme;
 use hearth_sdk::{IncomingRequest, ResponseOutparam, StreamError};
 use rquickjs::function::This;
 use rquickjs::promise::PromiseState;
@@ -41,22 +41,6 @@ use rquickjs::{Array, ArrayBuffer, Ctx, Function, Object, TypedArray, Value};
 use crate::engine::{self, Engine};
 use crate::event_loop::{self, Ran};
 use crate::{env, fetch, timers};
-
-/// A method's name.
-fn method(m: &Method) -> &str {
-    match m {
-        Method::Get => "GET",
-        Method::Head => "HEAD",
-        Method::Post => "POST",
-        Method::Put => "PUT",
-        Method::Delete => "DELETE",
-        Method::Connect => "CONNECT",
-        Method::Options => "OPTIONS",
-        Method::Trace => "TRACE",
-        Method::Patch => "PATCH",
-        Method::Other(s) => s,
-    }
-}
 
 /// What the Worker answered.
 struct Answer {
@@ -277,8 +261,7 @@ fn read_body(request: &IncomingRequest, declared: Option<usize>) -> Option<Vec<u
 
 /// Serves `request` through `out`.
 pub(crate) fn handle(request: IncomingRequest, out: ResponseOutparam) {
-    let m = request.method();
-    let method = method(&m).to_owned();
+    let method = hearth_sdk::worker::method_name(&request.method());
     let path = hearth_sdk::path(&request);
     let authority = request.authority().unwrap_or_else(|| "localhost".into());
     let scheme = match request.scheme() {
