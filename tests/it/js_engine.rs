@@ -403,3 +403,30 @@ async fn the_wall_deadline_and_a_caller_that_leaves_end_a_request_and_its_instan
     assert_eq!(next["served"], 1, "a new instance: {next}");
     assert_eq!(next["leaked"], false, "{next}");
 }
+
+/// A module's top level runs at build time, under the build's own limits:
+/// a loop that never ends is cut at the build's timeout and a heap that
+/// grows without end at its memory cap, each a build error that says so;
+/// the same builder then builds a good module.
+#[test]
+fn a_runaway_top_level_is_cut_at_the_build_s_limits() {
+    let timeout = Duration::from_millis(300);
+    let builder = hearth_js_engine::Builder::new(hearth_js_engine::Config {
+        timeout,
+        max_memory: 64 << 20,
+    })
+    .expect("the engine compiles");
+    let fetch = "export default { async fetch() { return new Response('ok'); } };";
+    match builder.build(&format!("for (;;) {{}}\n{fetch}")) {
+        Err(JsBuildError::Timeout(t)) => assert_eq!(t, timeout),
+        other => panic!("not a timeout: {other:?}"),
+    }
+    match builder.build(&format!(
+        "const held = [];\nfor (;;) held.push(new Float64Array(1 << 20));\n{fetch}"
+    )) {
+        Err(e) => assert!(e.to_string().contains("memory"), "{e}"),
+        Ok(_) => panic!("a heap without end built"),
+    }
+    let source = js_module_sample().expect("the sample's source");
+    builder.build(&source).expect("a good module still builds");
+}
