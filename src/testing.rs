@@ -41,7 +41,9 @@ use crate::cluster::{ClusterConfig, ClusterError, LoopbackCluster};
 mod garage;
 pub use garage::{Garage, GarageError};
 mod js;
+mod ports;
 pub use js::{JsBuildError, NpmError, build_js, hono_sample, js_module_sample, js_toolchain};
+pub use ports::{tcp_port, tcp_port_block, udp_port};
 mod rollout;
 pub use rollout::{
     HEALTH_EVERY, Load, Outcome, POOL_SLACK, REQUEST_TIMEOUT, Record, Rollout, RolloutError,

@@ -43,9 +43,10 @@ pub(crate) fn deploy(store: &Path, name: &str, lifecycle: &str, file: &Path) {
 }
 
 pub(crate) fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
+    SocketAddr::from((
+        [127, 0, 0, 1],
+        hearth::testing::tcp_port().expect("a free port"),
+    ))
 }
 
 pub(crate) fn env_or(name: &str, default: u64) -> u64 {

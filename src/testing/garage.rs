@@ -16,7 +16,7 @@
 //! # let _ = (url, settings); Ok(()) }
 //! ```
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -322,6 +322,6 @@ fn wait_port(addr: SocketAddr, deadline: Instant) -> Result<(), GarageError> {
 }
 
 fn free_port() -> Result<SocketAddr, GarageError> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(io("bind a free port"))?;
-    l.local_addr().map_err(io("local addr"))
+    let port = super::tcp_port().map_err(io("a free port"))?;
+    Ok(SocketAddr::from(([127, 0, 0, 1], port)))
 }

@@ -835,15 +835,9 @@ async fn admin_get(port: u16, path: &str) -> Option<(u16, String)> {
 }
 
 fn free_port() -> Result<u16, RolloutError> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(io("a free port"))
+    super::tcp_port().map_err(io("a free port"))
 }
 
 fn free_udp_port() -> Result<u16, RolloutError> {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(io("a free UDP port"))
+    super::udp_port().map_err(io("a free UDP port"))
 }

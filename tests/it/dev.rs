@@ -118,10 +118,7 @@ fn dev_rebuilds_redeploys_and_keeps_the_last_good_version() {
         d = dir.path().display(),
         echo = echo.display()
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
+    let port = super::serve_node::free_port();
     let mut child = Command::new(BIN)
         .args(["dev", "--build", &build, "--listen"])
         .arg(format!("127.0.0.1:{port}"))

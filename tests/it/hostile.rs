@@ -12,15 +12,10 @@ use hearth_admin_client::{AdminClient, NodeStats};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
+use super::serve_node::free_port;
+
 const BIN: &str = env!("CARGO_BIN_EXE_hearth");
 const TOKEN: &str = "hostile-test-token-long-enough-for-the-node";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 /// A running `hearth serve`; killed when dropped.
 struct Serve {

@@ -388,7 +388,9 @@ mod processes {
     use std::time::{Duration, Instant};
 
     use hearth::sharding::ring::{Member, Ring, RingConfig};
-    use hearth::testing::Garage;
+    use hearth::testing::{Garage, udp_port};
+
+    use crate::serve_node::free_port;
 
     const BIN: &str = env!("CARGO_BIN_EXE_hearth");
     const TOKEN: &str = "s3-test-token-long-enough-for-the-node";
@@ -402,13 +404,6 @@ mod processes {
             let _ = self.0.kill();
             let _ = self.0.wait();
         }
-    }
-
-    fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port")
     }
 
     /// One plain HTTP/1.1 GET on a fresh connection: status and the whole
@@ -543,7 +538,7 @@ mod processes {
                 http: free_port(),
                 admin: free_port(),
                 rpc: free_port(),
-                gossip: free_port(),
+                gossip: udp_port().expect("a free UDP port"),
             })
             .collect();
         let mut procs: Vec<Proc> = (0..3)

@@ -11,14 +11,9 @@ use std::time::{Duration, Instant};
 
 use hearth::sharding::ring::{Member, Ring, RingConfig};
 
-const BIN: &str = env!("CARGO_BIN_EXE_hearth");
+use super::serve_node::free_port;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+const BIN: &str = env!("CARGO_BIN_EXE_hearth");
 
 struct Proc(Child);
 
@@ -72,10 +67,7 @@ fn header<'a>(resp: &'a str, name: &str) -> &'a str {
 }
 
 fn free_udp_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free UDP port")
+    hearth::testing::udp_port().expect("a free UDP port")
 }
 
 /// One node's ports: HTTP, admin, RPC, gossip.
@@ -245,19 +237,6 @@ fn two_serve_processes_shard_and_drain() {
     procs.clear();
 }
 
-/// A base port whose next four ports (one node's HTTP, admin, RPC and
-/// HTTPS) are free now.
-fn free_port_block() -> u16 {
-    loop {
-        let base = free_port();
-        if base < u16::MAX - 4
-            && (1..4).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok())
-        {
-            return base;
-        }
-    }
-}
-
 #[test]
 fn hearth_cluster_keeps_serving_when_nobody_reads_its_stdout() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -271,7 +250,8 @@ fn hearth_cluster_keeps_serving_when_nobody_reads_its_stdout() {
         "hello",
         hello.to_str().expect("utf8"),
     ]);
-    let base = free_port_block();
+    // One node's HTTP, admin, RPC and HTTPS ports count up from the base.
+    let base = hearth::testing::tcp_port_block(4).expect("four free ports");
     let log = dir.path().join("cluster.log");
     let mut cluster = Proc(
         Command::new(BIN)

@@ -14,10 +14,7 @@ pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_hearth");
 
 /// A port on 127.0.0.1 that was free a moment ago.
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    hearth::testing::tcp_port().expect("a free port")
 }
 
 /// A running `hearth serve`; killed on drop.
