@@ -145,6 +145,32 @@ async fn the_json_echo_sample_is_served_by_one_reused_instance() {
     assert_eq!(s.instances_started, 1, "{s:?}");
     assert_eq!((s.traps, s.reuse_demotions), (0, 0), "{s:?}");
 
+    // A body that fails part way (a client gone, broken chunks) is answered
+    // 400 without running the Worker: its fetch never sees a request cut
+    // short as a whole one. The counter does not move; the instance serves
+    // on. (The part that arrived is more than the runtime buffers before it
+    // takes a slot, 64 KiB, so it is the engine that meets the failure.)
+    let arrived = bytes::Bytes::from(vec![b'x'; 70_000]);
+    let cut = body::Replay::failed(
+        [hyper::body::Frame::data(arrived)],
+        "the client went away".into(),
+    );
+    let req = http::Request::post("http://echo.localhost/cut")
+        .header("content-length", "100000")
+        .body(cut.boxed())
+        .expect("request");
+    let resp = rt.serve("echo", req).await;
+    let status = resp.status().as_u16();
+    let text = resp.into_body().collect().await.expect("body").to_bytes();
+    settle(&rt).await;
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&text));
+    assert_eq!(
+        json(&rt, "echo", "/", &[]).await["served"],
+        21,
+        "the Worker ran for the request whose body failed"
+    );
+    assert_eq!(rt.stats().instances_started, 1);
+
     // The end-of-request rules (sdk/js/engine/src/request.rs), through the
     // sample's test hooks as the StarlingMonkey shim's tests use them: a
     // 0 ms timer and a promise on a 1 ms timer left behind never run, not
@@ -319,7 +345,8 @@ fn the_same_source_builds_the_same_bytes() {
 }
 
 /// What the module's top level logs is kept by the build and returned,
-/// in order (the snapshot cannot hold the stderr stream a write opens).
+/// in order (the snapshot cannot hold the stderr stream a write opens),
+/// with the rejections it left unhandled.
 #[test]
 fn the_top_level_s_log_lines_come_back_from_the_build() {
     let built = hearth_js_engine::build_logged(
@@ -327,6 +354,21 @@ fn the_top_level_s_log_lines_come_back_from_the_build() {
     )
     .expect("builds");
     assert_eq!(built.logs, ["one 2", "two"]);
+    // A rejection the top level leaves unhandled is a line of the build's
+    // log (workerd's console shows it too); one handled later is not.
+    let built = hearth_js_engine::build_logged(
+        "Promise.reject(new Error('nobody catches this'));\n\
+         const later = Promise.reject(new Error('caught'));\n\
+         later.catch(() => {});\n\
+         export default { fetch() { return new Response('x'); } };\n",
+    )
+    .expect("builds");
+    assert_eq!(built.logs.len(), 1, "{:?}", built.logs);
+    assert!(
+        built.logs[0].starts_with("Uncaught (in promise) Error: nobody catches this"),
+        "{:?}",
+        built.logs
+    );
     let built = hearth_js_engine::build_logged(PER_INSTANCE).expect("builds");
     assert_eq!(built.logs, ["started at build time"]);
 }

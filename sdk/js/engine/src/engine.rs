@@ -236,8 +236,11 @@ fn start(worker: &str) -> Result<Engine, StartError> {
         };
         let (hearth, request, answer) = glue().map_err(|e| start_error(&ctx, 3, e))?;
         // Jobs the module queued (promise reactions) run now, not in the
-        // first request.
+        // first request; a rejection the top level left unhandled is a line
+        // of the build's log, as it would be on workerd's console, not one
+        // blamed on the first request.
         while ctx.execute_pending_job() {}
+        crate::event_loop::report_unhandled(&ctx);
         Ok((
             Persistent::save(&ctx, default),
             Persistent::save(&ctx, fetch),

@@ -80,15 +80,12 @@ pub(crate) fn define(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
 }
 
 /// The runtime's promise rejection tracker: records a rejection no handler
-/// takes during a request, forgets it when one is attached later. Outside
-/// a request (the module's start, at build time) it records nothing: a
-/// start that fails is the build's error, and what it holds would outlive
-/// the runtime the failed start drops.
+/// takes, forgets it when one is attached later. [`report_unhandled`]
+/// writes what is left at the end of a request, and at the end of the
+/// module's start (the build's log). A start that fails leaks its runtime
+/// (see `engine::start`), so what this holds then never outlives it.
 pub(crate) fn tracker() -> RejectionTracker {
     Box::new(|ctx, promise, reason, handled| {
-        if !IN_REQUEST.with(Cell::get) {
-            return;
-        }
         if handled {
             // Dropped after the borrow ends: freeing JS values can run
             // finalizers.

@@ -7,7 +7,9 @@
 //!
 //! 1. The request (method, URL, headers; the body read whole unless GET or
 //!    HEAD, up to its `content-length` when it declares one) is read in
-//!    Rust; one JS call makes the `Request`. `env`
+//!    Rust; one JS call makes the `Request`. A body that cannot be read
+//!    whole (cut short, malformed chunks) is answered **400** without
+//!    running the Worker. `env`
 //!    ([`crate::env`]) is built on the instance's first request; `ctx` is
 //!    `runtime.js`'s (`waitUntil`, `passThroughOnException`, a no-op).
 //! 2. The Worker's `fetch` runs; the event loop ([`crate::event_loop`])
@@ -273,7 +275,26 @@ pub(crate) fn handle(request: IncomingRequest, out: ResponseOutparam) {
     let body = if method == "GET" || method == "HEAD" {
         None
     } else {
-        read_body(&request, declared_length(&headers))
+        match read_body(&request, declared_length(&headers)) {
+            Some(body) => Some(body),
+            None => {
+                // A body cut short or malformed (a client gone, broken
+                // chunks) is not handed to the Worker as no body: its
+                // `fetch` would answer a request it never saw whole.
+                event_loop::log(&format!(
+                    "{method} {url}: the request body could not be read; answered 400 \
+                     without running the Worker"
+                ));
+                hearth_sdk::respond(
+                    out,
+                    400,
+                    &[("content-type", b"text/plain")],
+                    b"Bad Request: the request body could not be read",
+                )
+                .ok();
+                return;
+            }
+        }
     };
     drop(request);
     let mut out = Some(out);
