@@ -9,7 +9,7 @@
 //! lookup). Natives do what JS cannot do, or does far slower: WHATWG URL
 //! parsing and the `application/x-www-form-urlencoded` codec (the `url`
 //! crate), UTF-8 (`TextEncoder`/`TextDecoder`, bodies), base64 (`atob`,
-//! `btoa`), SHA digests (`crypto.subtle.digest`), randomness (wasi), and
+//! `btoa`), SHA digests and HMAC (`crypto.subtle`), randomness (wasi), and
 //! writing `console` lines to stderr, which hearth delivers to
 //! the Worker's log and tail Workers.
 //!
@@ -20,6 +20,8 @@
 //! The contract with `runtime.js` is `__hearth_web` (see `web/fetch.js`):
 //! `incoming`, `outgoing`, `toFetch` and `fromFetch`.
 
+use hmac::digest::KeyInit;
+use hmac::{Hmac, Mac};
 use rquickjs::{Ctx, Function, Object, TypedArray};
 use sha1::Sha1;
 use sha2::{Digest, Sha256, Sha384, Sha512};
@@ -242,6 +244,74 @@ fn digest<'js>(
     TypedArray::new(ctx, out)
 }
 
+/// The HMAC of `data` under `key` with SHA-1 (1), SHA-256, SHA-384 or
+/// SHA-512.
+fn hmac_tag(which: u32, key: &[u8], data: &[u8]) -> Vec<u8> {
+    fn tag<M: Mac + KeyInit>(key: &[u8], data: &[u8]) -> Vec<u8> {
+        // HMAC takes a key of any length: this never fails.
+        <M as KeyInit>::new_from_slice(key)
+            .map(|m| m.chain_update(data).finalize().into_bytes().to_vec())
+            .unwrap_or_default()
+    }
+    match which {
+        1 => tag::<Hmac<Sha1>>(key, data),
+        256 => tag::<Hmac<Sha256>>(key, data),
+        384 => tag::<Hmac<Sha384>>(key, data),
+        _ => tag::<Hmac<Sha512>>(key, data),
+    }
+}
+
+/// Whether `a` and `b` are equal, every byte compared whatever the first
+/// difference (their lengths are not secret).
+fn equal_in_constant_time(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len()
+        && std::hint::black_box(a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y))) == 0
+}
+
+/// `hmac(which, key, data)`: the HMAC tag (`crypto.subtle.sign`).
+fn hmac<'js>(
+    ctx: Ctx<'js>,
+    which: u32,
+    key: TypedArray<'js, u8>,
+    data: TypedArray<'js, u8>,
+) -> rquickjs::Result<TypedArray<'js, u8>> {
+    // SAFETY: read before any JS runs again.
+    let (k, d) = unsafe {
+        (
+            key.as_bytes().unwrap_or(&[]),
+            data.as_bytes().unwrap_or(&[]),
+        )
+    };
+    TypedArray::new(ctx, hmac_tag(which, k, d))
+}
+
+/// `hmacVerify(which, key, data, tag)`: whether `tag` is the HMAC of
+/// `data` (`crypto.subtle.verify`).
+fn hmac_verify<'js>(
+    which: u32,
+    key: TypedArray<'js, u8>,
+    data: TypedArray<'js, u8>,
+    tag: TypedArray<'js, u8>,
+) -> bool {
+    // SAFETY: read before any JS runs again.
+    let (k, d, t) = unsafe {
+        (
+            key.as_bytes().unwrap_or(&[]),
+            data.as_bytes().unwrap_or(&[]),
+            tag.as_bytes().unwrap_or(&[]),
+        )
+    };
+    equal_in_constant_time(&hmac_tag(which, k, d), t)
+}
+
+/// `timingSafeEqual(a, b)`: whether two buffers are equal
+/// ([`equal_in_constant_time`]).
+fn timing_safe_equal<'js>(a: TypedArray<'js, u8>, b: TypedArray<'js, u8>) -> bool {
+    // SAFETY: read before any JS runs again.
+    let (a, b) = unsafe { (a.as_bytes().unwrap_or(&[]), b.as_bytes().unwrap_or(&[])) };
+    equal_in_constant_time(a, b)
+}
+
 /// `random(bytes)`: fills the `Uint8Array` from wasi:random.
 fn random(b: TypedArray<'_, u8>) {
     let Some(raw) = b.as_raw() else { return };
@@ -292,6 +362,12 @@ pub(crate) fn define(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
     n.set("btoa", Function::new(ctx.clone(), btoa)?)?;
     n.set("atob", Function::new(ctx.clone(), atob)?)?;
     n.set("digest", Function::new(ctx.clone(), digest)?)?;
+    n.set("hmac", Function::new(ctx.clone(), hmac)?)?;
+    n.set("hmacVerify", Function::new(ctx.clone(), hmac_verify)?)?;
+    n.set(
+        "timingSafeEqual",
+        Function::new(ctx.clone(), timing_safe_equal)?,
+    )?;
     n.set("random", Function::new(ctx.clone(), random)?)?;
     n.set("uuid", Function::new(ctx.clone(), uuid)?)?;
     n.set("log", Function::new(ctx.clone(), log)?)?;

@@ -787,6 +787,67 @@ test('crypto.subtle.digest', async () => {
   ok((await crypto.subtle.digest('SHA-256', new Uint8Array(0))) instanceof ArrayBuffer);
   await rejects(crypto.subtle.digest('SHA-999', data), 'NotSupportedError', 'an unknown digest');
 });
+test('crypto.subtle HMAC: importKey, sign, verify (RFC 4231 case 2)', async () => {
+  const enc = new TextEncoder();
+  const data = enc.encode('what do ya want for nothing?');
+  const want = {
+    'SHA-1': 'effcdf6ae5eb2fa2d27416d5f184df9c259a7c79',
+    'SHA-256': '5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843',
+    'SHA-384': 'af45d2e376484031617f78d2b58a6b1b9c7ef464f5a01b47e42ec3736322445e8e2240ca5e69e2c78b3239ecfab21649',
+    'SHA-512': '164b7a7bfcf819e2e395fbe73b56e0a387bd64222e831fd610270cd7ea2505549758bf75c05a994a6d034f65f8f0e6fdcaeab1a34d4a6b4b636e070a38bce737',
+  };
+  for (const [hash, tag] of Object.entries(want)) {
+    const key = await crypto.subtle.importKey('raw', enc.encode('Jefe'), { name: 'HMAC', hash }, false, ['sign', 'verify']);
+    ok(key instanceof CryptoKey, 'a CryptoKey');
+    eq(key.type, 'secret');
+    eq(key.extractable, false);
+    eq(key.algorithm.name, 'HMAC');
+    eq(key.algorithm.hash.name, hash);
+    eq(key.algorithm.length, 32);
+    const sig = await crypto.subtle.sign('HMAC', key, data);
+    ok(sig instanceof ArrayBuffer, 'sign gives an ArrayBuffer');
+    eq(hex(sig), tag, hash);
+    eq(await crypto.subtle.verify('HMAC', key, sig, data), true, 'its own tag');
+    const bad = new Uint8Array(sig);
+    bad[0] ^= 1;
+    eq(await crypto.subtle.verify({ name: 'HMAC' }, key, bad, data), false, 'a changed tag');
+    eq(await crypto.subtle.verify('HMAC', key, sig, enc.encode('other')), false, 'other data');
+    eq(await crypto.subtle.verify('HMAC', key, sig.slice(0, 16), data), false, 'a short tag');
+  }
+});
+test('crypto.subtle HMAC keys: usages, export, JWK, generateKey', async () => {
+  const enc = new TextEncoder();
+  const data = enc.encode('what do ya want for nothing?');
+  const signOnly = await crypto.subtle.importKey('raw', enc.encode('k'), { name: 'HMAC', hash: { name: 'SHA-256' } }, true, ['sign']);
+  await rejects(crypto.subtle.verify('HMAC', signOnly, new Uint8Array(32), data), 'InvalidAccessError', 'verify with a sign-only key');
+  eq(hex(await crypto.subtle.exportKey('raw', signOnly)), '6b');
+  const jwk = await crypto.subtle.exportKey('jwk', signOnly);
+  eq(jwk.kty, 'oct');
+  eq(jwk.k, 'aw');
+  eq(jwk.alg, 'HS256');
+  eq(jwk.ext, true);
+  same(jwk.key_ops, ['sign']);
+  const fromJwk = await crypto.subtle.importKey('jwk', { kty: 'oct', k: 'SmVmZQ', alg: 'HS256' }, { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
+  eq(hex(await crypto.subtle.sign('HMAC', fromJwk, data)), '5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843');
+  await rejects(crypto.subtle.exportKey('raw', fromJwk), 'InvalidAccessError', 'export of a key that is not extractable');
+  const gen = await crypto.subtle.generateKey({ name: 'HMAC', hash: 'SHA-512' }, true, ['sign', 'verify']);
+  eq(gen.algorithm.length, 1024);
+  const raw = await crypto.subtle.exportKey('raw', gen);
+  eq(raw.byteLength, 128);
+  const other = await crypto.subtle.generateKey({ name: 'HMAC', hash: 'SHA-512' }, true, ['sign']);
+  ok(hex(raw) !== hex(await crypto.subtle.exportKey('raw', other)), 'two generated keys differ');
+  const tag = await crypto.subtle.sign('HMAC', gen, data);
+  eq(await crypto.subtle.verify('HMAC', gen, tag, data), true, 'a generated key verifies its tag');
+  await rejects(crypto.subtle.importKey('raw', enc.encode('k'), { name: 'HMAC', hash: 'SHA-256' }, false, ['encrypt']), 'SyntaxError', 'a usage HMAC has not');
+  await rejects(crypto.subtle.importKey('raw', enc.encode('k'), { name: 'HMAC', hash: 'SHA-999' }, false, ['sign']), 'NotSupportedError', 'an unknown hash');
+  await rejects(crypto.subtle.importKey('raw', enc.encode('k'), { name: 'HMAC' }, false, ['sign']), TypeError, 'no hash');
+  await rejects(crypto.subtle.sign('HMAC', 'not a key', data), TypeError, 'a string as the key');
+});
+test('crypto.subtle.timingSafeEqual (workerd)', () => {
+  eq(crypto.subtle.timingSafeEqual(bytes(1, 2, 3), bytes(1, 2, 3)), true);
+  eq(crypto.subtle.timingSafeEqual(bytes(1, 2, 3).buffer, bytes(1, 2, 4)), false);
+  throws(() => crypto.subtle.timingSafeEqual(bytes(1), bytes(1, 2)), TypeError, 'lengths differ');
+});
 
 // ---------------- performance, queueMicrotask ----------------
 test('performance.now', () => {
@@ -998,7 +1059,7 @@ test('globals are defined', () => {
     'WritableStream', 'TransformStream', 'TextEncoderStream', 'TextDecoderStream',
     'URLSearchParams', 'TextEncoder', 'TextDecoder', 'atob', 'btoa', 'console', 'structuredClone', 'crypto',
     'performance', 'queueMicrotask', 'Event', 'EventTarget', 'AbortController', 'AbortSignal', 'DOMException',
-    'Blob', 'File', 'FormData']) {
+    'Blob', 'File', 'FormData', 'CryptoKey', 'SubtleCrypto']) {
     ok(typeof globalThis[name] !== 'undefined', name);
   }
 });

@@ -522,19 +522,150 @@ tag(TextDecoder, 'TextDecoder');
 const INT_ARRAYS = [Int8Array, Uint8Array, Uint8ClampedArray, Int16Array, Uint16Array, Int32Array, Uint32Array,
   BigInt64Array, BigUint64Array];
 const DIGESTS = { 'SHA-1': 1, 'SHA-256': 256, 'SHA-384': 384, 'SHA-512': 512 };
+// A hash's block size in bits: an HMAC key's default length.
+const BLOCK_BITS = { 1: 512, 256: 512, 384: 1024, 512: 1024 };
+const JWK_ALG = { 1: 'HS1', 256: 'HS256', 384: 'HS384', 512: 'HS512' };
+const HASH_NAME = { 1: 'SHA-1', 256: 'SHA-256', 384: 'SHA-384', 512: 'SHA-512' };
+// An algorithm identifier (a name, or an object with `name`): its name,
+// upper case.
+const algName = (a) => {
+  const n = typeof a === 'object' && a !== null ? a.name : a;
+  if (n === undefined) throw new TypeError('An algorithm needs a name');
+  return String(n).toUpperCase();
+};
+const digestOf = (a) => {
+  const which = DIGESTS[algName(a)];
+  if (!which) throw domError('Unrecognized name.', 'NotSupportedError');
+  return which;
+};
+// An HMAC algorithm's hash (`hash` is required).
+const hmacHash = (a) => {
+  if (typeof a !== 'object' || a === null || a.hash === undefined) throw new TypeError('HMAC needs a hash');
+  return digestOf(a.hash);
+};
+const bufferSource = (b, what) => {
+  const v = bytesView(b);
+  if (v === null) throw new TypeError(what + ' needs an ArrayBuffer or a view of one');
+  return v;
+};
+const copyOut = (v) => v.slice().buffer;
+const HMAC_USAGES = ['sign', 'verify'];
+const keyUsages = (usages) => {
+  const u = Array.from(usages, String);
+  for (const x of u) if (!HMAC_USAGES.includes(x)) throw domError('Unsupported key usage for an HMAC key: ' + x, 'SyntaxError');
+  if (u.length === 0) throw domError('An HMAC key needs at least one usage', 'SyntaxError');
+  return [...new Set(u)];
+};
+const binary = (bytes) => {
+  let s = '';
+  for (let i = 0; i < bytes.length; i += 8192) s += String.fromCharCode(...bytes.subarray(i, i + 8192));
+  return s;
+};
+const b64url = (bytes) => btoa(binary(bytes)).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+const unb64url = (s) => {
+  try {
+    return Uint8Array.from(atob(String(s).replace(/-/g, '+').replace(/_/g, '/')), (c) => c.charCodeAt(0));
+  } catch { throw domError('The JWK member k is not base64url', 'DataError'); }
+};
+let keyBytes, newKey;
+// A key of crypto.subtle (HMAC only): its bytes stay inside.
+class CryptoKey {
+  #bytes; #type; #extractable; #algorithm; #usages;
+  constructor(key) { if (key !== INTERNAL) throw new TypeError('Illegal constructor'); }
+  get type() { return this.#type; }
+  get extractable() { return this.#extractable; }
+  get algorithm() { return this.#algorithm; }
+  get usages() { return this.#usages; }
+  static {
+    keyBytes = (k) => k.#bytes;
+    newKey = (bytes, which, length, extractable, usages) => {
+      const k = new CryptoKey(INTERNAL);
+      k.#bytes = bytes; k.#type = 'secret'; k.#extractable = Boolean(extractable);
+      k.#algorithm = Object.freeze({ name: 'HMAC', hash: Object.freeze({ name: HASH_NAME[which] }), length });
+      k.#usages = Object.freeze(usages);
+      return k;
+    };
+  }
+}
+tag(CryptoKey, 'CryptoKey');
+// An HMAC key `usage` is allowed for, checked against the operation's
+// algorithm: its hash's size.
+const hmacKey = (algorithm, key, usage) => {
+  if (!(key instanceof CryptoKey)) throw new TypeError('The key must be a CryptoKey');
+  if (algName(algorithm) !== 'HMAC') throw domError('Unrecognized name.', 'NotSupportedError');
+  if (key.algorithm.name !== 'HMAC') throw domError('The key is not an HMAC key', 'InvalidAccessError');
+  if (!key.usages.includes(usage)) throw domError('The key does not allow ' + usage, 'InvalidAccessError');
+  return DIGESTS[key.algorithm.hash.name];
+};
 class SubtleCrypto {
   constructor(key) { if (key !== INTERNAL) throw new TypeError('Illegal constructor'); }
   async digest(algorithm, data) {
-    const name = String(typeof algorithm === 'object' && algorithm !== null ? algorithm.name : algorithm).toUpperCase();
-    const which = DIGESTS[name];
-    if (!which) throw domError('Unrecognized name.', 'NotSupportedError');
-    const b = bytesView(data);
-    if (b === null) throw new TypeError('digest needs an ArrayBuffer or a view of one');
-    return N.digest(which, b).buffer;
+    return N.digest(digestOf(algorithm), bufferSource(data, 'digest')).buffer;
+  }
+  // HMAC keys from raw bytes or a JWK ({kty: 'oct', k}).
+  async importKey(format, keyData, algorithm, extractable, usages) {
+    if (algName(algorithm) !== 'HMAC') throw domError('Unrecognized name.', 'NotSupportedError');
+    const which = hmacHash(algorithm);
+    const u = keyUsages(usages);
+    let bytes;
+    if (format === 'raw') {
+      bytes = bufferSource(keyData, 'importKey').slice();
+    } else if (format === 'jwk') {
+      if (typeof keyData !== 'object' || keyData === null) throw new TypeError('A JWK must be an object');
+      if (keyData.kty !== 'oct') throw domError('An HMAC JWK has kty "oct"', 'DataError');
+      if (keyData.alg !== undefined && keyData.alg !== JWK_ALG[which]) throw domError('The JWK alg does not match the hash', 'DataError');
+      if (keyData.ext === false && extractable) throw domError('The JWK is not extractable', 'DataError');
+      bytes = unb64url(keyData.k);
+    } else {
+      throw domError('An HMAC key is imported as raw or jwk', 'NotSupportedError');
+    }
+    if (bytes.length === 0) throw domError('An HMAC key cannot be empty', 'DataError');
+    let length = bytes.length * 8;
+    if (algorithm.length !== undefined) {
+      const l = Number(algorithm.length);
+      if (!(l <= length && l > length - 8)) throw domError('The length does not match the key', 'DataError');
+      length = l;
+    }
+    return newKey(bytes, which, length, extractable, u);
+  }
+  async exportKey(format, key) {
+    if (!(key instanceof CryptoKey)) throw new TypeError('The key must be a CryptoKey');
+    if (!key.extractable) throw domError('The key is not extractable', 'InvalidAccessError');
+    const bytes = keyBytes(key);
+    if (format === 'raw') return copyOut(bytes);
+    if (format === 'jwk') {
+      return { kty: 'oct', k: b64url(bytes), alg: JWK_ALG[DIGESTS[key.algorithm.hash.name]], key_ops: [...key.usages], ext: true };
+    }
+    throw domError('An HMAC key is exported as raw or jwk', 'NotSupportedError');
+  }
+  async generateKey(algorithm, extractable, usages) {
+    if (algName(algorithm) !== 'HMAC') throw domError('Unrecognized name.', 'NotSupportedError');
+    const which = hmacHash(algorithm);
+    const u = keyUsages(usages);
+    const length = algorithm.length === undefined ? BLOCK_BITS[which] : Number(algorithm.length);
+    if (!(length > 0 && length <= 8 * 65536)) throw domError('Invalid HMAC key length', 'OperationError');
+    const bytes = new Uint8Array(Math.ceil(length / 8));
+    N.random(bytes);
+    if (length % 8) bytes[bytes.length - 1] &= 0xff << (8 - (length % 8));
+    return newKey(bytes, which, length, extractable, u);
+  }
+  async sign(algorithm, key, data) {
+    const which = hmacKey(algorithm, key, 'sign');
+    return N.hmac(which, keyBytes(key), bufferSource(data, 'sign')).buffer;
+  }
+  async verify(algorithm, key, signature, data) {
+    const which = hmacKey(algorithm, key, 'verify');
+    return N.hmacVerify(which, keyBytes(key), bufferSource(data, 'verify'), bufferSource(signature, 'verify'));
+  }
+  // workerd's extension: compares two buffers in time that does not
+  // depend on where they differ.
+  timingSafeEqual(a, b) {
+    const x = bufferSource(a, 'timingSafeEqual'), y = bufferSource(b, 'timingSafeEqual');
+    if (x.byteLength !== y.byteLength) throw new TypeError('timingSafeEqual needs two buffers of the same length');
+    return N.timingSafeEqual(x, y);
   }
 }
-for (const m of ['encrypt', 'decrypt', 'sign', 'verify', 'generateKey', 'deriveKey', 'deriveBits', 'importKey',
-  'exportKey', 'wrapKey', 'unwrapKey']) {
+for (const m of ['encrypt', 'decrypt', 'deriveKey', 'deriveBits', 'wrapKey', 'unwrapKey']) {
   SubtleCrypto.prototype[m] = async function () { throw domError('crypto.subtle.' + m + ' is not supported', 'NotSupportedError'); };
 }
 tag(SubtleCrypto, 'SubtleCrypto');
@@ -568,4 +699,5 @@ define('TextEncoder', TextEncoder);
 define('TextDecoder', TextDecoder);
 define('Crypto', Crypto);
 define('SubtleCrypto', SubtleCrypto);
+define('CryptoKey', CryptoKey);
 define('crypto', crypto);
