@@ -374,6 +374,19 @@ pub fn respond(
     headers: &[(&str, &[u8])],
     body: &[u8],
 ) -> Result<(), Error> {
+    let response = start_response(out, status, headers)?;
+    response.write_all(body)?;
+    response.finish()
+}
+
+/// Sends `status` and `headers` and opens the body for writing, for a body
+/// written as it is made ([`Response`]); a header the host refuses answers
+/// the client with an error instead.
+pub fn start_response(
+    out: ResponseOutparam,
+    status: u16,
+    headers: &[(&str, &[u8])],
+) -> Result<Response, Error> {
     let fields = match fields(headers) {
         Ok(f) => f,
         Err(e) => {
@@ -381,9 +394,7 @@ pub fn respond(
             return Err(e);
         }
     };
-    let response = Response::start(out, status, fields)?;
-    response.write_all(body)?;
-    response.finish()
+    Response::start(out, status, fields)
 }
 
 /// Writes all of `bytes` to `stream`, blocking, in chunks of at most

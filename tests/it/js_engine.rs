@@ -472,3 +472,100 @@ fn a_runaway_top_level_is_cut_at_the_build_s_limits() {
     let source = js_module_sample().expect("the sample's source");
     builder.build(&source).expect("a good module still builds");
 }
+
+/// A Worker whose Response body is a `ReadableStream`: `/events` enqueues
+/// an event every 20 ms from a timer, three in all; `/strings` enqueues a
+/// string (not bytes); `/breaks` errors the stream after one chunk; anything
+/// else answers how many requests this instance served.
+const STREAMS: &str = r#"
+let served = 0;
+export default {
+  async fetch(request) {
+    served += 1;
+    const path = new URL(request.url).pathname;
+    const enc = new TextEncoder();
+    if (path === '/events') {
+      let n = 0;
+      const body = new ReadableStream({
+        start(c) {
+          const id = setInterval(() => {
+            n += 1;
+            c.enqueue(enc.encode(`data: ${n}\n\n`));
+            if (n === 3) { clearInterval(id); c.close(); }
+          }, 20);
+        },
+      });
+      return new Response(body, { headers: { 'content-type': 'text/event-stream', 'content-length': '999' } });
+    }
+    if (path === '/strings') {
+      return new Response(new ReadableStream({ start(c) { c.enqueue('text'); c.close(); } }));
+    }
+    if (path === '/breaks') {
+      return new Response(new ReadableStream({
+        start(c) {
+          c.enqueue(enc.encode('first'));
+          setTimeout(() => c.error(new Error('the stream broke')), 10);
+        },
+      }));
+    }
+    return new Response(String(served));
+  },
+};
+"#;
+
+/// A body made by a stream reaches the client chunk by chunk as the event
+/// loop makes it (each event its own frame, the first before the stream has
+/// ended), with no `content-length` (not even the Worker's own); the
+/// instance serves on. A stream that yields a string or errors cuts the
+/// answer short after its status, and retires the instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_body_is_sent_as_the_worker_makes_it() {
+    let component = build_js(STREAMS).expect("builds");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(&dir);
+    deploy(&rt, "streams", Lifecycle::Auto, component).await;
+
+    let req = http::Request::get("http://streams.localhost/events")
+        .body(body::empty())
+        .expect("request");
+    let resp = rt.serve("streams", req).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    assert!(resp.headers().get("content-length").is_none());
+    let mut body = resp.into_body();
+    let mut frames = Vec::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.expect("a frame").into_data() {
+            frames.push(String::from_utf8_lossy(&data).into_owned());
+        }
+    }
+    // The first event is sent alone, 40 ms before the stream ends.
+    assert_eq!(frames.first().map(String::as_str), Some("data: 1\n\n"));
+    assert_eq!(frames.concat(), "data: 1\n\ndata: 2\n\ndata: 3\n\n");
+    settle(&rt).await;
+    let (_, served) = send(&rt, "streams", "/", &[], None).await;
+    assert_eq!(served, b"2", "the same instance serves on");
+
+    for path in ["/strings", "/breaks"] {
+        let before = rt.stats();
+        let req = http::Request::get(format!("http://streams.localhost{path}"))
+            .body(body::empty())
+            .expect("request");
+        let resp = rt.serve("streams", req).await;
+        assert_eq!(resp.status(), 200, "{path}: the status went first");
+        assert!(
+            resp.into_body().collect().await.is_err(),
+            "{path}: the answer is cut short"
+        );
+        settle(&rt).await;
+        // The guest traps after cutting the answer; the host may see the
+        // body end first and cancel the invocation: either discards it.
+        let s = rt.stats();
+        assert!(
+            s.traps + s.cancelled > before.traps + before.cancelled,
+            "{path} ends its instance: {s:?}"
+        );
+        let (_, served) = send(&rt, "streams", "/", &[], None).await;
+        assert_eq!(served, b"1", "{path}: a new instance serves the next");
+    }
+}

@@ -15,10 +15,14 @@
 //! 2. The Worker's `fetch` runs; the event loop ([`crate::event_loop`])
 //!    runs jobs, timers and outgoing fetches until its promise settles, then
 //!    until the `Response` is taken apart (`__hearth_web.outgoing`).
-//! 3. The answer is sent: status, headers (hop-by-hop ones left out, a
-//!    `content-length` of the body's length) and the body, written through
-//!    `wasi:http`'s streams in 4 KiB writes, so a multi-MB body streams to
-//!    the client. A thrown error, a rejected promise, a value that is not a
+//! 3. The answer is sent: status, headers (hop-by-hop ones left out) and
+//!    the body, written through `wasi:http`'s streams in 4 KiB writes. A
+//!    whole body (a string, bytes, a form) goes with its `content-length`;
+//!    a body made by a `ReadableStream` goes chunk by chunk as the event
+//!    loop makes them (server-sent events, a long answer), its status and
+//!    headers first. A stream that errors, yields something that is not
+//!    bytes or can never end cuts the answer short and is the request's
+//!    failure. A thrown error, a rejected promise, a value that is not a
 //!    `Response` or a promise that can never settle (nothing left that could
 //!    settle it) answers **500** `Internal Server Error`, the reason on
 //!    stderr.
@@ -45,11 +49,21 @@ use crate::event_loop::{self, Ran};
 use crate::{env, fetch, timers};
 
 /// What the Worker answered.
-struct Answer {
+struct Answer<'js> {
     status: u16,
     /// Name and value, alternating.
     headers: Vec<String>,
-    body: Vec<u8>,
+    body: AnswerBody<'js>,
+}
+
+/// The body of a Worker's answer.
+enum AnswerBody<'js> {
+    /// The whole body (a string, bytes, a form, ...).
+    Whole(Vec<u8>),
+    /// A body made by a stream: each call answers (a promise of) the next
+    /// chunk, or null once the stream has ended (`bodyPieces` in
+    /// `web/fetch.js`).
+    Stream(Function<'js>),
 }
 
 /// A body value's bytes: a string (UTF-8), a `Uint8Array` or an
@@ -94,15 +108,15 @@ fn settled<'js>(ctx: &Ctx<'js>, value: Value<'js>, what: &str) -> Result<Value<'
 
 /// Runs the Worker's `fetch` for one request: its answer, or why it has
 /// none.
-fn answer(
-    ctx: &Ctx<'_>,
+fn answer<'js>(
+    ctx: &Ctx<'js>,
     e: &Engine,
     method: &str,
     url: &str,
     headers: &[(String, Vec<u8>)],
     body: Option<Vec<u8>>,
-) -> Result<Answer, String> {
-    let go = || -> rquickjs::Result<Result<Answer, String>> {
+) -> Result<Answer<'js>, String> {
+    let go = || -> rquickjs::Result<Result<Answer<'js>, String>> {
         let body: Value = match body {
             Some(b) => TypedArray::<u8>::new(ctx.clone(), b)?.into_value(),
             None => Value::new_undefined(ctx.clone()),
@@ -133,7 +147,10 @@ fn answer(
         let status: u16 = parts.get(0)?;
         let headers: Vec<String> = parts.get(1)?;
         let body: Value = parts.get(2)?;
-        let body = body_bytes(body)?;
+        let body = match body.as_function() {
+            Some(next) => AnswerBody::Stream(next.clone()),
+            None => AnswerBody::Whole(body_bytes(body)?),
+        };
         Ok(Ok(Answer {
             status,
             headers,
@@ -143,8 +160,12 @@ fn answer(
     go().unwrap_or_else(|err| Err(event_loop::error_text(ctx, err)))
 }
 
-/// Sends `a` through `out`.
-fn send(out: ResponseOutparam, a: &Answer) {
+/// Sends `a` through `out`: a whole body with its `content-length`, a
+/// stream's chunks as the event loop makes them. A stream that fails (it
+/// errors, a chunk is not bytes, it can never end) or cannot be written
+/// is the request's failure, with the answer cut short: its status and
+/// headers are already sent.
+fn send<'js>(ctx: &Ctx<'js>, out: ResponseOutparam, a: Answer<'js>) -> Result<(), String> {
     let mut hs: Vec<(&str, &[u8])> = a
         .headers
         .chunks_exact(2)
@@ -157,11 +178,44 @@ fn send(out: ResponseOutparam, a: &Answer) {
         })
         .map(|c| (c[0].as_str(), c[1].as_bytes()))
         .collect();
-    let len = a.body.len().to_string();
-    hs.push(("content-length", len.as_bytes()));
-    if let Err(e) = hearth_sdk::respond(out, a.status, &hs, &a.body) {
-        event_loop::log(&format!("sending the Worker's response failed: {e}"));
+    let next = match a.body {
+        AnswerBody::Whole(body) => {
+            let len = body.len().to_string();
+            hs.push(("content-length", len.as_bytes()));
+            if let Err(e) = hearth_sdk::respond(out, a.status, &hs, &body) {
+                event_loop::log(&format!("sending the Worker's response failed: {e}"));
+            }
+            return Ok(());
+        }
+        AnswerBody::Stream(next) => next,
+    };
+    let response = hearth_sdk::start_response(out, a.status, &hs)
+        .map_err(|e| format!("sending the Worker's response failed: {e}"))?;
+    loop {
+        let piece: Value = next.call(()).map_err(|e| event_loop::error_text(ctx, e))?;
+        let piece = settled(ctx, piece, "the Worker's response body stream")?;
+        if piece.is_null() || piece.is_undefined() {
+            break;
+        }
+        let bytes = body_bytes(piece).map_err(|e| event_loop::error_text(ctx, e))?;
+        response
+            .write_all(&bytes)
+            .map_err(|e| format!("writing the response body failed: {e}"))?;
     }
+    response
+        .finish()
+        .map_err(|e| format!("ending the response body failed: {e}"))
+}
+
+/// Answers 500 `Internal Server Error` (the reason is in the log).
+fn internal_error(out: ResponseOutparam) {
+    hearth_sdk::respond(
+        out,
+        500,
+        &[("content-type", b"text/plain")],
+        b"Internal Server Error",
+    )
+    .ok();
 }
 
 /// How a request ended.
@@ -184,20 +238,16 @@ fn serve(
     e.context.with(|ctx| {
         event_loop::set_in_request(true);
         let failed = match answer(&ctx, e, method, url, headers, body) {
-            Ok(a) => {
-                send(out, &a);
-                None
-            }
+            Ok(a) => match send(&ctx, out, a) {
+                Ok(()) => None,
+                Err(why) => {
+                    event_loop::log(&format!("the Worker's response body failed: {why}"));
+                    Some(why)
+                }
+            },
             Err(why) => {
                 event_loop::log(&format!("Worker fetch failed: {why}"));
-                send(
-                    out,
-                    &Answer {
-                        status: 500,
-                        headers: vec!["content-type".into(), "text/plain".into()],
-                        body: b"Internal Server Error".to_vec(),
-                    },
-                );
+                internal_error(out);
                 Some(why)
             }
         };
@@ -315,13 +365,7 @@ pub(crate) fn handle(request: IncomingRequest, out: ResponseOutparam) {
         )),
         Err(why) => {
             if let Some(out) = out {
-                hearth_sdk::respond(
-                    out,
-                    500,
-                    &[("content-type", b"text/plain")],
-                    b"Internal Server Error",
-                )
-                .ok();
+                internal_error(out);
             }
             retire(&format!("js engine: {why}"));
         }

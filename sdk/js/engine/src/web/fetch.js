@@ -445,6 +445,26 @@ const bodyHost = (b) => {
   }
   return b.src;
 };
+// A body made by a stream, for the host to send as it is made: a function
+// answering a promise of the next chunk (a Uint8Array), or of null once the
+// stream has ended. A chunk that is not bytes cancels the stream and
+// rejects.
+const bodyPieces = (b) => {
+  if (bodyUsed(b)) throw new TypeError('The body has already been used');
+  if (b.stream.locked) throw new TypeError('The body stream is locked');
+  b.flags |= USED;
+  const reader = b.stream.getReader();
+  return () => reader.read().then(({ value, done }) => {
+    if (done) return null;
+    const v = bytesView(value);
+    if (v === null) {
+      const e = new TypeError('A body stream chunk must be an ArrayBuffer or a view of one');
+      reader.cancel(e);
+      throw e;
+    }
+    return v;
+  });
+};
 // A copy of body `b` for a clone (null if none); `b` keeps its content.
 const bodyClone = (b) => {
   if (b === null) return null;
@@ -676,9 +696,11 @@ INSPECTED.push([Headers, 'entries'], [FormData, 'entries'],
 //     Its headers are immutable, as on workerd.
 // outgoing(response) -> Promise<[status, pairs, body]>
 //     a Response the Worker returned, taken apart for the host: `pairs`
-//     [name, value, ...], `body` a string (sent as UTF-8) or a Uint8Array
-//     (possibly empty); rejects with a TypeError if `response` is not a
-//     Response (or is Response.error(), or its body was used).
+//     [name, value, ...], `body` a string (sent as UTF-8), a Uint8Array
+//     (possibly empty) or, for a body that is a stream, a function the host
+//     calls for each next chunk (bodyPieces), sending each as it comes;
+//     rejects with a TypeError if `response` is not a Response (or is
+//     Response.error(), or its body was used).
 // toFetch(input, init) -> Promise<[method, url, pairs, body]>
 //     the arguments of `fetch(input, init)` as one outgoing request (`body`
 //     a string, a Uint8Array or undefined); rejects as `fetch` would.
@@ -703,7 +725,9 @@ g.__hearth_web = {
     try {
       if (!(r instanceof Response)) throw new TypeError('The Worker did not return a Response');
       if (r.type === 'error') throw new TypeError('The Worker returned Response.error()');
-      const s = bodyHost(responseBody(r));
+      const b = responseBody(r);
+      if (b !== null && b.stream !== null) return Promise.resolve([r.status, hostPairs(r.headers), bodyPieces(b)]);
+      const s = bodyHost(b);
       if (s !== null && typeof s === 'object' && typeof s.then === 'function') return s.then((b) => hostAnswer(r, b));
       return Promise.resolve(hostAnswer(r, s));
     } catch (e) {
