@@ -48,6 +48,8 @@ struct Seen {
     lines: Vec<String>,
     /// Whether `/gate` may answer.
     open: bool,
+    /// Whether `/drip` may send the rest of its body.
+    drip: bool,
 }
 
 /// An HTTP origin on 127.0.0.1, a thread per connection:
@@ -88,6 +90,23 @@ impl Origin {
         lock.lock().expect("origin lock").lines.push(first.clone());
         ready.notify_all();
         let path = first.split_whitespace().nth(1).unwrap_or("/");
+        if path == "/drip" {
+            // A first piece at once, the rest when the test lets it.
+            let stream = reader.get_mut();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-origin: origin\r\n\
+                 connection: close\r\n\r\nfirst piece\n"
+            );
+            let _ = stream.flush();
+            let mut s = lock.lock().expect("origin lock");
+            while !s.drip {
+                s = ready.wait(s).expect("origin lock");
+            }
+            drop(s);
+            let _ = reader.get_mut().write_all(b"second piece\n");
+            return;
+        }
         if path == "/redirect" {
             let _ = write!(
                 reader.get_mut(),
@@ -120,6 +139,13 @@ impl Origin {
             body.len()
         );
         let _ = stream.write_all(&body);
+    }
+
+    /// Lets `/drip` send the rest of its body.
+    fn release_drip(&self) {
+        let (lock, ready) = &*self.seen;
+        lock.lock().expect("origin lock").drip = true;
+        ready.notify_all();
     }
 
     /// Lets `/gate` answer.
@@ -280,6 +306,7 @@ fn js_workers_run_timers_fetch_env_and_ctx_on_the_engine_s_event_loop() {
     fetch_reaches_an_allowed_origin_and_fails_with_a_reason(&node, &origin, &closed, &denied);
     env_holds_vars_and_bindings(&node);
     large_bodies_stream_both_ways(&node, &origin);
+    fetched_bodies_stream_and_one_left_unread_is_dropped(&node, &origin);
     a_failed_request_answers_500_and_retires_the_instance(&node, &origin);
     // Last: it lets /gate and /hold answer.
     wait_until_work_runs_after_the_response(&node, &origin);
@@ -543,6 +570,81 @@ fn a_failed_request_answers_500_and_retires_the_instance(node: &ServeNode, origi
     wait_for_log(
         node,
         "fetch() calls still running: this instance is retired",
+    );
+}
+
+/// A fetched body reaches the Worker as it arrives: a Worker that answers
+/// with `fetch(origin/drip)` sends the origin's first piece to its client
+/// while the origin still holds the rest. A body the Worker never reads is
+/// not a fetch still running: it is dropped at the request's end and the
+/// instance serves on; nor is one aborted after its first piece, whose
+/// next read rejects with the abort.
+fn fetched_bodies_stream_and_one_left_unread_is_dropped(node: &ServeNode, origin: &Origin) {
+    let before = json(node, "fail", "/", "")["served"].as_u64();
+    let v = json(
+        node,
+        "fail",
+        &format!("/fetch-status?url={}/big", origin.url),
+        "",
+    );
+    assert_eq!(v["status"], 200, "{v}");
+    // Idle again before the next request, so the next one is served by it
+    // unless it was retired.
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        json(node, "fail", "/", "")["served"].as_u64(),
+        before.map(|n| n + 2),
+        "an unread body does not retire the instance"
+    );
+
+    // An abort after the head errors the body: the next read rejects, and
+    // the instance serves on.
+    let before = json(node, "fail", "/", "")["served"].as_u64();
+    let v = json(
+        node,
+        "fail",
+        &format!("/fetch-abort-body?url={}/drip", origin.url),
+        "",
+    );
+    assert_eq!(
+        v,
+        serde_json::json!({"first": "first piece\n", "aborted": true, "error": "AbortError"})
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        json(node, "fail", "/", "")["served"].as_u64(),
+        before.map(|n| n + 2),
+        "an aborted body does not retire the instance"
+    );
+
+    // Last: it lets every /drip send its rest.
+    let mut s = std::net::TcpStream::connect(node.http).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    write!(
+        s,
+        "GET /proxy?url={}/drip HTTP/1.0\r\nHost: fail.localhost\r\n\r\n",
+        origin.url
+    )
+    .expect("write");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("first piece\n") {
+        let n = s.read(&mut buf).expect("the first piece before the rest");
+        assert!(n > 0, "ended early: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(!String::from_utf8_lossy(&got).contains("second piece"));
+    origin.release_drip();
+    s.read_to_end(&mut got).expect("the rest");
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.starts_with("HTTP/1.1 200") || text.starts_with("HTTP/1.0 200"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("\r\n\r\nfirst piece\nsecond piece\n"),
+        "{text}"
     );
 }
 

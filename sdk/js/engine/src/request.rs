@@ -30,8 +30,9 @@
 //!    was given have settled.
 //! 5. The request ends: the job queue is run empty, the timers it set and
 //!    did not clear are cancelled (none of their callbacks, nor promises
-//!    waiting on them, run in a later request), each promise rejection no
-//!    handler took is one line on stderr. If the request failed (step 3) or
+//!    waiting on them, run in a later request), the bodies of fetches it
+//!    did not read are dropped (a later read rejects), each promise
+//!    rejection no handler took is one line on stderr. If the request failed (step 3) or
 //!    left an outgoing fetch running, the instance **traps** after
 //!    answering, and hearth retires it: a broken request's state, or a
 //!    half-finished request's I/O, must not reach the next one.
@@ -275,6 +276,7 @@ fn finish(ctx: &Ctx<'_>) {
     if timers::any() {
         timers::cancel_all();
     }
+    fetch::drop_unread();
     event_loop::report_unhandled(ctx);
 }
 

@@ -5,9 +5,12 @@
 // `__hearth_web` (src/web/fetch.js), never their fields.
 //
 // The natives it uses are defined in Rust before it runs
-// (src/event_loop.rs): `__hearth_fetch(method, url, pairs, body)` sends
-// one outgoing request and answers [id, promise of [status, pairs, body,
-// url]], `__hearth_fetch_abort(id)` cancels it;
+// (src/event_loop.rs, src/fetch.rs): `__hearth_fetch(method, url, pairs,
+// body)` sends one outgoing request and answers [id, promise of [status,
+// pairs, id, url]] once the response head has arrived,
+// `__hearth_fetch_read(id)` answers a promise of the body's next piece (a
+// Uint8Array, or null at its end), `__hearth_fetch_abort(id)` cancels the
+// request or its body;
 // `__hearth_wait_until(promise)` records a `ctx.waitUntil` promise. It
 // takes them off the global object, so only this file calls them.
 (() => {
@@ -15,13 +18,15 @@
   const W = g.__hearth_web;
   const nativeFetch = g.__hearth_fetch;
   const nativeAbort = g.__hearth_fetch_abort;
+  const nativeRead = g.__hearth_fetch_read;
   const waitUntil = g.__hearth_wait_until;
   delete g.__hearth_fetch;
+  delete g.__hearth_fetch_read;
   delete g.__hearth_fetch_abort;
   delete g.__hearth_wait_until;
 
   // One request taken apart by `toFetch`: a promise of the host's answer,
-  // [status, pairs, body, url]. An abort of `signal` rejects it with the
+  // [status, pairs, id, url]. An abort of `signal` rejects it with the
   // signal's reason and cancels the request.
   function once(method, url, pairs, body, signal) {
     const [id, answer] = nativeFetch(method, url, pairs, body);
@@ -63,6 +68,36 @@
   }
 
   const REDIRECTS = [301, 302, 303, 307, 308];
+  // Statuses whose responses have no body.
+  const NULL_BODY = [101, 103, 204, 205, 304];
+
+  // Fetch `id`'s body as a stream that reads a piece from the host each
+  // time the Worker reads (no read ahead); an abort of `signal` errors it
+  // with the signal's reason and cancels the body in the host.
+  function bodyStream(id, signal) {
+    const listens = signal && typeof signal.addEventListener === 'function';
+    let controller = null;
+    const onAbort = () => {
+      nativeAbort(id);
+      try { controller.error(signal.reason); } catch {}
+    };
+    const done = () => { if (listens) signal.removeEventListener('abort', onAbort); };
+    return new ReadableStream({
+      start(c) {
+        controller = c;
+        if (listens) signal.addEventListener('abort', onAbort);
+      },
+      pull(c) {
+        return nativeRead(id).then(
+          (piece) => {
+            if (piece === null) { done(); c.close(); } else c.enqueue(piece);
+          },
+          (e) => { done(); throw e; },
+        );
+      },
+      cancel() { done(); nativeAbort(id); },
+    }, { highWaterMark: 0 });
+  }
 
   // Sends a request taken apart by `toFetch` and answers a Response,
   // following redirects as the Fetch spec does unless `redirect` is
@@ -77,7 +112,14 @@
       if (redirect !== 'manual' && REDIRECTS.indexOf(status) >= 0) {
         for (let i = 0; i < r[1].length; i += 2) if (r[1][i] === 'location') location = r[1][i + 1];
       }
-      if (location === null) return W.fromFetch(status, r[1], r[2], url);
+      if (location === null) {
+        if (method === 'HEAD' || NULL_BODY.indexOf(status) >= 0) {
+          nativeAbort(r[2]);
+          return W.fromFetch(status, r[1], null, url);
+        }
+        return W.fromFetch(status, r[1], bodyStream(r[2], signal), url);
+      }
+      nativeAbort(r[2]);
       if (redirect === 'error') throw new TypeError('fetch ' + url + ' was redirected (redirect: "error")');
       if (hops === 20) throw new TypeError('fetch ' + url + ': more than 20 redirects');
       const next = resolve(location, url);
@@ -107,7 +149,8 @@
 
   // The global `fetch(input, init)`: a failure (a bad URL, a request
   // hearth refuses, a connection refused) rejects with a TypeError that
-  // says why. The response body is read whole before it resolves.
+  // says why. It resolves once the response head has arrived; the body
+  // streams as the Worker reads it.
   async function fetch(input, init) {
     const a = await W.toFetch(input, init);
     return send(a[0], a[1], a[2], a[3], optionOf(input, init, 'signal'), optionOf(input, init, 'redirect'));

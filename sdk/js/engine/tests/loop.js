@@ -20,6 +20,11 @@
 //   GET /fetch-abort?url=U  fetch(U/hold) aborted after 10 ms by an
 //                        AbortController: {aborted, error}
 //   GET /fetch2?url=U    two fetches of U at once (U gets ?n=1, ?n=2)
+//   GET /fetch-status?url=U  fetch(U)'s status, its body never read:
+//                        {status, served}
+//   GET /proxy?url=U     answers fetch(U) itself (its body streams through)
+//   GET /fetch-abort-body?url=U  fetch(U) aborted after its body's first
+//                        read: {first, aborted, error}
 //   GET /fetch-leave?url=U  starts fetch(U) and answers without awaiting
 //                        it (the instance traps after answering)
 //   GET /auth            env.AUTH.fetch('/check?q=1', {headers}) answer
@@ -161,6 +166,27 @@ export default {
         const u = query(url, 'url');
         const both = await Promise.all([fetch(u + '?n=1'), fetch(u + '?n=2')]);
         return json(await Promise.all(both.map(show)));
+      }
+      case '/fetch-status': {
+        // The body is never read.
+        const r = await fetch(query(url, 'url'));
+        return json({ status: r.status, served });
+      }
+      case '/proxy':
+        return fetch(query(url, 'url'));
+      case '/fetch-abort-body': {
+        // Aborted after the body's first piece: the next read rejects.
+        const c = new AbortController();
+        const r = await fetch(query(url, 'url'), { signal: c.signal });
+        const reader = r.body.getReader();
+        const first = new TextDecoder().decode((await reader.read()).value);
+        c.abort();
+        try {
+          await reader.read();
+          return json({ first, aborted: false });
+        } catch (e) {
+          return json({ first, aborted: true, error: e.name });
+        }
       }
       case '/fetch-leave':
         fetch(query(url, 'url'));

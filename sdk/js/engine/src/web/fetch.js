@@ -706,7 +706,8 @@ INSPECTED.push([Headers, 'entries'], [FormData, 'entries'],
 //     a string, a Uint8Array or undefined); rejects as `fetch` would.
 // fromFetch(status, pairs, body, url) -> Response
 //     the answer to an outgoing request, for `fetch` to resolve with (its
-//     headers immutable, as on workerd); `body` a Uint8Array or null.
+//     headers immutable, as on workerd); `body` a ReadableStream (the
+//     host's body, read as the Worker reads it), a Uint8Array or null.
 const EMPTY = new Uint8Array(0);
 const hostPairs = (h) => {
   const out = [];
