@@ -65,6 +65,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use hearth::testing::ProcStat;
+
 mod support;
 use support::*;
 
@@ -157,29 +159,6 @@ fn build_js(worker: &Path, out: &Path, engine: Option<&str>) {
     );
 }
 
-/// A process's counters from `/proc/PID/stat`: CPU seconds and page faults.
-#[derive(Clone, Copy, Default)]
-struct ProcStat {
-    cpu_s: f64,
-    faults: u64,
-}
-
-fn proc_stat(pid: u32) -> ProcStat {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) in parentheses.
-    let rest = text.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    // After ')': state(0) ppid pgrp session tty tpgid flags minflt(7)
-    // cminflt majflt(9) cmajflt utime(11) stime(12).
-    // SAFETY: sysconf reads a constant of the C library; no memory is shared.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    ProcStat {
-        cpu_s: (num(11) + num(12)) as f64 / ticks,
-        faults: num(7) + num(9),
-    }
-}
-
 /// TLB-shootdown interrupts so far, summed over CPUs.
 fn tlb_shootdowns() -> u64 {
     let text = std::fs::read_to_string("/proc/interrupts").unwrap_or_default();
@@ -221,7 +200,7 @@ fn wrk_ms(v: &str) -> f64 {
 }
 
 fn drive(addr: SocketAddr, host: &str, pid: u32, connections: u64, seconds: u64) -> Row {
-    let before = proc_stat(pid);
+    let before = ProcStat::of(pid).unwrap_or_default();
     let tlb0 = tlb_shootdowns();
     let out = Command::new("wrk")
         .args(["-t1", "--latency", "-c"])
@@ -234,7 +213,7 @@ fn drive(addr: SocketAddr, host: &str, pid: u32, connections: u64, seconds: u64)
         .output()
         .expect("run wrk");
     let tlb = tlb_shootdowns() - tlb0;
-    let after = proc_stat(pid);
+    let after = ProcStat::of(pid).unwrap_or_default();
     let text = String::from_utf8_lossy(&out.stdout);
     let mut row = Row {
         rps: f64::NAN,
@@ -265,8 +244,8 @@ fn drive(addr: SocketAddr, host: &str, pid: u32, connections: u64, seconds: u64)
         }
     }
     let n = row.requests;
-    row.cpu_us_per_req = (after.cpu_s - before.cpu_s) * 1e6 / n;
-    row.faults_per_req = (after.faults - before.faults) as f64 / n;
+    row.cpu_us_per_req = after.cpu.saturating_sub(before.cpu).as_secs_f64() * 1e6 / n;
+    row.faults_per_req = after.faults.saturating_sub(before.faults) as f64 / n;
     row.tlb_per_req = tlb as f64 / n;
     row
 }

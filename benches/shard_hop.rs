@@ -38,6 +38,8 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use hearth::testing::ProcStat;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
@@ -242,13 +244,7 @@ impl Row {
 
 /// User plus system CPU time of process `pid` so far (Linux `/proc`).
 fn cpu_of(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which is in parentheses.
-    let rest = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    // Clock ticks of USER_HZ, which Linux fixes at 100 for user space.
-    Some(Duration::from_millis(ticks * 10))
+    ProcStat::of(pid).map(|s| s.cpu)
 }
 
 /// Context switches (voluntary and not) of every thread of process `pid`

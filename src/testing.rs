@@ -42,8 +42,10 @@ mod garage;
 pub use garage::{Garage, GarageError};
 mod js;
 mod ports;
+mod proc_stat;
 pub use js::{JsBuildError, NpmError, build_js, hono_sample, js_module_sample, js_toolchain};
 pub use ports::{tcp_port, tcp_port_block, udp_port};
+pub use proc_stat::ProcStat;
 mod rollout;
 pub use rollout::{
     HEALTH_EVERY, Load, Outcome, POOL_SLACK, REQUEST_TIMEOUT, Record, Rollout, RolloutError,

@@ -578,7 +578,8 @@ fn a_failed_request_answers_500_and_retires_the_instance(node: &ServeNode, origi
 /// while the origin still holds the rest. A body the Worker never reads is
 /// not a fetch still running: it is dropped at the request's end and the
 /// instance serves on; nor is one aborted after its first piece, whose
-/// next read rejects with the abort.
+/// next read rejects with the abort. A body the Worker stopped reading
+/// costs no CPU while the Worker waits on something else.
 fn fetched_bodies_stream_and_one_left_unread_is_dropped(node: &ServeNode, origin: &Origin) {
     let before = json(node, "fail", "/", "")["served"].as_u64();
     let v = json(
@@ -595,6 +596,26 @@ fn fetched_bodies_stream_and_one_left_unread_is_dropped(node: &ServeNode, origin
         json(node, "fail", "/", "")["served"].as_u64(),
         before.map(|n| n + 2),
         "an unread body does not retire the instance"
+    );
+
+    // A body the Worker stopped reading, its next piece already at the
+    // host, is not waited on: a 500 ms timer after it costs next to no CPU
+    // (a loop that polled the body's readiness would spin all along).
+    let cpu = hearth::testing::ProcStat::of(node.pid()).expect("the node's /proc stat");
+    let v = json(
+        node,
+        "fail",
+        &format!("/read-one-then-wait?url={}/big", origin.url),
+        "",
+    );
+    let spent = hearth::testing::ProcStat::of(node.pid())
+        .expect("the node's /proc stat")
+        .cpu
+        .saturating_sub(cpu.cpu);
+    assert!(v["read"].as_u64() > Some(0), "{v}");
+    assert!(
+        spent < Duration::from_millis(250),
+        "the node spent {spent:?} of CPU while its Worker waited 500 ms"
     );
 
     // An abort after the head errors the body: the next read rejects, and

@@ -78,6 +78,11 @@ impl ServeNode {
     }
 
     /// What the node has logged so far.
+    /// The node process's id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

@@ -432,14 +432,21 @@ fn settle(
     }
 }
 
-/// Runs `f` with the pollables of every fetch in flight.
+/// Runs `f` with the pollables of every fetch somebody waits for.
 pub(crate) fn with_pollables<R>(f: impl FnOnce(&[&Pollable]) -> R) -> R {
     IN_FLIGHT.with(|list| {
         let mut list = list.borrow_mut();
         for p in list.iter_mut() {
             p.subscribe();
         }
-        let polls: Vec<&Pollable> = list.iter().filter_map(|p| p.pollable.as_ref()).collect();
+        // Only those somebody waits for: a body the Worker stopped reading
+        // keeps the pollable of its last read, ready while data waits, and
+        // blocking on it would spin.
+        let polls: Vec<&Pollable> = list
+            .iter()
+            .filter(|p| p.waiter.is_some())
+            .filter_map(|p| p.pollable.as_ref())
+            .collect();
         f(&polls)
     })
 }

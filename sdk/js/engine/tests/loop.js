@@ -22,6 +22,8 @@
 //   GET /fetch2?url=U    two fetches of U at once (U gets ?n=1, ?n=2)
 //   GET /fetch-status?url=U  fetch(U)'s status, its body never read:
 //                        {status, served}
+//   GET /read-one-then-wait?url=U  reads one piece of fetch(U)'s body,
+//                        then waits 500 ms on a timer: {read, served}
 //   GET /proxy?url=U     answers fetch(U) itself (its body streams through)
 //   GET /fetch-abort-body?url=U  fetch(U) aborted after its body's first
 //                        read: {first, aborted, error}
@@ -171,6 +173,15 @@ export default {
         // The body is never read.
         const r = await fetch(query(url, 'url'));
         return json({ status: r.status, served });
+      }
+      case '/read-one-then-wait': {
+        // One piece of a large body read, the rest left at the host, then
+        // a 500 ms wait on a timer.
+        const r = await fetch(query(url, 'url'));
+        const reader = r.body.getReader();
+        const first = await reader.read();
+        await new Promise((resolve) => setTimeout(resolve, 500));
+        return json({ read: first.value.length, served });
       }
       case '/proxy':
         return fetch(query(url, 'url'));
