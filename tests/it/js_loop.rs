@@ -521,24 +521,10 @@ fn large_bodies_stream_both_ways(node: &ServeNode, origin: &Origin) {
 /// fetch aborted by its signal does not.
 fn a_failed_request_answers_500_and_retires_the_instance(node: &ServeNode, origin: &Origin) {
     // An aborted fetch is not one still running: the instance stays.
-    let before = json(node, "fail", "/", "")["served"].as_u64();
-    let v = json(
-        node,
-        "fail",
-        &format!("/fetch-abort?url={}", origin.url),
-        "",
-    );
+    let v = keeps_its_instance(node, &format!("/fetch-abort?url={}", origin.url));
     assert_eq!(
         v,
         serde_json::json!({"aborted": true, "error": "AbortError"})
-    );
-    // Idle again before the next request, so the next one is served by it
-    // unless it was retired.
-    std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(
-        json(node, "fail", "/", "")["served"].as_u64(),
-        before.map(|n| n + 2),
-        "the same instance"
     );
 
     for route in ["/throw", "/reject", "/not-response", "/never"] {
@@ -581,22 +567,8 @@ fn a_failed_request_answers_500_and_retires_the_instance(node: &ServeNode, origi
 /// next read rejects with the abort. A body the Worker stopped reading
 /// costs no CPU while the Worker waits on something else.
 fn fetched_bodies_stream_and_one_left_unread_is_dropped(node: &ServeNode, origin: &Origin) {
-    let before = json(node, "fail", "/", "")["served"].as_u64();
-    let v = json(
-        node,
-        "fail",
-        &format!("/fetch-status?url={}/big", origin.url),
-        "",
-    );
+    let v = keeps_its_instance(node, &format!("/fetch-status?url={}/big", origin.url));
     assert_eq!(v["status"], 200, "{v}");
-    // Idle again before the next request, so the next one is served by it
-    // unless it was retired.
-    std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(
-        json(node, "fail", "/", "")["served"].as_u64(),
-        before.map(|n| n + 2),
-        "an unread body does not retire the instance"
-    );
 
     // A body the Worker stopped reading, its next piece already at the
     // host, is not waited on: a 500 ms timer after it costs next to no CPU
@@ -620,22 +592,10 @@ fn fetched_bodies_stream_and_one_left_unread_is_dropped(node: &ServeNode, origin
 
     // An abort after the head errors the body: the next read rejects, and
     // the instance serves on.
-    let before = json(node, "fail", "/", "")["served"].as_u64();
-    let v = json(
-        node,
-        "fail",
-        &format!("/fetch-abort-body?url={}/drip", origin.url),
-        "",
-    );
+    let v = keeps_its_instance(node, &format!("/fetch-abort-body?url={}/drip", origin.url));
     assert_eq!(
         v,
         serde_json::json!({"first": "first piece\n", "aborted": true, "error": "AbortError"})
-    );
-    std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(
-        json(node, "fail", "/", "")["served"].as_u64(),
-        before.map(|n| n + 2),
-        "an aborted body does not retire the instance"
     );
 
     // Last: it lets every /drip send its rest.
@@ -667,6 +627,22 @@ fn fetched_bodies_stream_and_one_left_unread_is_dropped(node: &ServeNode, origin
         text.ends_with("\r\n\r\nfirst piece\nsecond piece\n"),
         "{text}"
     );
+}
+
+/// `GET path` on `fail` (answered 200 with JSON), checked to leave the
+/// instance that served it serving the next request: the JSON.
+fn keeps_its_instance(node: &ServeNode, path: &str) -> serde_json::Value {
+    let before = json(node, "fail", "/", "")["served"].as_u64();
+    let v = json(node, "fail", path, "");
+    // Idle again before the next request, so the next one is served by it
+    // unless it was retired.
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        json(node, "fail", "/", "")["served"].as_u64(),
+        before.map(|n| n + 2),
+        "{path} retired its instance: {v}"
+    );
+    v
 }
 
 /// Waits (10 s at most) until the node's log holds `line`.
