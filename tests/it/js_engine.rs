@@ -474,7 +474,8 @@ fn a_runaway_top_level_is_cut_at_the_build_s_limits() {
 }
 
 /// A Worker whose Response body is a `ReadableStream`: `/events` enqueues
-/// an event every 20 ms from a timer, three in all; `/strings` enqueues a
+/// an event every 20 ms from a timer, three in all; `/forever` one every
+/// 10 ms without end; `/strings` enqueues a
 /// string (not bytes); `/breaks` errors the stream after one chunk; anything
 /// else answers how many requests this instance served.
 const STREAMS: &str = r#"
@@ -496,6 +497,11 @@ export default {
         },
       });
       return new Response(body, { headers: { 'content-type': 'text/event-stream', 'content-length': '999' } });
+    }
+    if (path === '/forever') {
+      return new Response(new ReadableStream({
+        start(c) { setInterval(() => c.enqueue(enc.encode('tick\n')), 10); },
+      }));
     }
     if (path === '/strings') {
       return new Response(new ReadableStream({ start(c) { c.enqueue('text'); c.close(); } }));
@@ -568,4 +574,54 @@ async fn a_streamed_body_is_sent_as_the_worker_makes_it() {
         let (_, served) = send(&rt, "streams", "/", &[], None).await;
         assert_eq!(served, b"1", "{path}: a new instance serves the next");
     }
+}
+
+/// A stream that never ends is cut at the request's wall-clock deadline
+/// like any request: the answer already sent ends short, the instance is
+/// discarded, and the next request gets a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_without_end_is_cut_at_the_wall_deadline() {
+    let component = build_js(STREAMS).expect("builds");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = Runtime::new(
+        RuntimeConfig::new(dir.path())
+            .artifact_key([7; 32])
+            .plan_limits(
+                Plan::Free,
+                PlanLimits {
+                    request_wall: Duration::from_millis(500),
+                    ..PlanLimits::default_for(Plan::Free)
+                },
+            ),
+    )
+    .expect("runtime");
+    deploy(&rt, "streams", Lifecycle::Auto, component).await;
+    let before = rt.stats();
+    let req = http::Request::get("http://streams.localhost/forever")
+        .body(body::empty())
+        .expect("request");
+    let resp = rt.serve("streams", req).await;
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let mut ticks = 0;
+    let ended = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(frame) = body.frame().await {
+            match frame {
+                Ok(f) => ticks += f.data_ref().map_or(0, |d| d.len()),
+                Err(_) => return,
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream outlived the wall deadline");
+    assert!(ticks > 0, "some ticks arrived before the cut");
+    settle(&rt).await;
+    assert_eq!(
+        rt.stats().wall_kills,
+        before.wall_kills + 1,
+        "{:?}",
+        rt.stats()
+    );
+    let (status, served) = send(&rt, "streams", "/", &[], None).await;
+    assert_eq!((status, &served[..]), (200, &b"1"[..]), "a new instance");
 }
