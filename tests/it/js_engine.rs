@@ -28,6 +28,23 @@ fn runtime(dir: &tempfile::TempDir) -> Runtime {
     .expect("runtime")
 }
 
+/// A runtime whose free plan's wall-clock deadline per request is `wall`
+/// (its other limits the plan's own).
+fn runtime_with_wall(dir: &tempfile::TempDir, wall: Duration) -> Runtime {
+    Runtime::new(
+        RuntimeConfig::new(dir.path())
+            .artifact_key([7; 32])
+            .plan_limits(
+                Plan::Free,
+                PlanLimits {
+                    request_wall: wall,
+                    ..PlanLimits::default_for(Plan::Free)
+                },
+            ),
+    )
+    .expect("runtime")
+}
+
 /// Deploys `component` as `id` with `lifecycle`; returns what was chosen.
 async fn deploy(rt: &Runtime, id: &str, lifecycle: Lifecycle, component: Vec<u8>) -> Lifecycle {
     let report = rt
@@ -393,18 +410,7 @@ async fn the_wall_deadline_and_a_caller_that_leaves_end_a_request_and_its_instan
     let source = js_module_sample().expect("the sample's source");
     let component = build_js(&source).expect("the sample builds");
     let dir = tempfile::tempdir().expect("tempdir");
-    let rt = Runtime::new(
-        RuntimeConfig::new(dir.path())
-            .artifact_key([7; 32])
-            .plan_limits(
-                Plan::Free,
-                PlanLimits {
-                    request_wall: Duration::from_millis(500),
-                    ..PlanLimits::default_for(Plan::Free)
-                },
-            ),
-    )
-    .expect("runtime");
+    let rt = runtime_with_wall(&dir, Duration::from_millis(500));
     deploy(&rt, "echo", Lifecycle::Auto, component).await;
     assert_eq!(json(&rt, "echo", "/", &[]).await["served"], 1);
 
@@ -583,18 +589,7 @@ async fn a_streamed_body_is_sent_as_the_worker_makes_it() {
 async fn a_stream_without_end_is_cut_at_the_wall_deadline() {
     let component = build_js(STREAMS).expect("builds");
     let dir = tempfile::tempdir().expect("tempdir");
-    let rt = Runtime::new(
-        RuntimeConfig::new(dir.path())
-            .artifact_key([7; 32])
-            .plan_limits(
-                Plan::Free,
-                PlanLimits {
-                    request_wall: Duration::from_millis(500),
-                    ..PlanLimits::default_for(Plan::Free)
-                },
-            ),
-    )
-    .expect("runtime");
+    let rt = runtime_with_wall(&dir, Duration::from_millis(500));
     deploy(&rt, "streams", Lifecycle::Auto, component).await;
     let before = rt.stats();
     let req = http::Request::get("http://streams.localhost/forever")
