@@ -80,9 +80,10 @@ const RERANK_EVERY: u64 = 1024;
 /// top` entries (a *space-saving* sketch: a new name takes the place of the
 /// least busy one), halved at each re-ranking (every `RERANK_EVERY`
 /// requests) so the ranking follows current traffic. A Worker that leaves
-/// the top N loses its series (its later requests count under `_other`);
-/// each series only ever grows while it exists, so every counter stays
-/// monotonic.
+/// the top N loses its series once a busier Worker needs the slot (its
+/// later requests count under `_other`); while slots are free, an idle
+/// Worker keeps its series. Each series only ever grows while it exists,
+/// so every counter stays monotonic.
 #[derive(Clone, Debug)]
 pub struct WorkerMetrics(Arc<Mutex<WorkerTable>>);
 
@@ -213,8 +214,11 @@ impl WorkerTable {
         }
     }
 
-    /// Ranks the Workers by traffic since the last ranking (halved since):
-    /// labelled Workers no longer among the top N lose their series.
+    /// Ranks the Workers by traffic since the last ranking (halved since).
+    /// A labelled Worker no longer among the top N loses its series only
+    /// when a ranked Worker needs the slot (or `top` shrank): with fewer
+    /// busy Workers than slots, an idle Worker keeps its series and its
+    /// counts, however long it idles.
     fn rerank(&mut self) {
         self.since_rerank = 0;
         let mut by_traffic: Vec<(&String, &u64)> = self.traffic.iter().collect();
@@ -224,8 +228,25 @@ impl WorkerTable {
             .take(self.top)
             .map(|(k, _)| k.clone())
             .collect();
-        let ranked = &self.ranked;
-        self.labelled.retain(|k, _| ranked.contains(k));
+        let waiting = self
+            .ranked
+            .iter()
+            .filter(|k| !self.labelled.contains_key(*k))
+            .count();
+        let over = (self.labelled.len() + waiting).saturating_sub(self.top);
+        if over > 0 {
+            // The stale series, least traffic first, give up their slots.
+            let mut stale: Vec<(u64, String)> = self
+                .labelled
+                .keys()
+                .filter(|k| !self.ranked.contains(*k))
+                .map(|k| (self.traffic.get(k).copied().unwrap_or(0), k.clone()))
+                .collect();
+            stale.sort();
+            for (_, k) in stale.into_iter().take(over) {
+                self.labelled.remove(&k);
+            }
+        }
         for n in self.traffic.values_mut() {
             *n /= 2;
         }
@@ -840,5 +861,48 @@ mod tests {
             [1_500_000_000, 250_000_000],
             "CPU to the label, the rest _other"
         );
+    }
+
+    #[test]
+    fn an_idle_worker_keeps_its_series_while_slots_are_free() {
+        // Three Workers, fifty slots: one serves, then idles for many
+        // rankings while another is busy. Its counts must stay.
+        let m = WorkerMetrics::new(DEFAULT_TOP_WORKERS);
+        for _ in 0..100 {
+            m.record("quiet", "warm");
+        }
+        m.record_cpu("quiet", std::time::Duration::from_millis(7));
+        for _ in 0..(50 * RERANK_EVERY) {
+            m.record("busy", "warm");
+        }
+        m.record("other", "cold");
+        let series = m.snapshot();
+        let quiet = series.iter().find(|(s, _)| s == "quiet").map(|(_, c)| *c);
+        assert_eq!(
+            quiet.map(|c| (c.requests, c.cpu_ns)),
+            Some((100, 7_000_000)),
+            "the idle Worker's series, counts intact: {series:?}"
+        );
+        let names: Vec<&str> = series.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(names, ["busy", "other", "quiet", OTHER_WORKERS]);
+    }
+
+    #[test]
+    fn a_stale_series_gives_way_when_a_busy_worker_needs_its_slot() {
+        let m = WorkerMetrics::new(2);
+        for _ in 0..RERANK_EVERY {
+            m.record("old-a", "warm");
+            m.record("old-b", "warm");
+        }
+        // Both idle now; "new" becomes busy and takes the slot of the one
+        // with less traffic, the other keeps its series.
+        for _ in 0..RERANK_EVERY {
+            m.record("old-b", "warm");
+        }
+        for _ in 0..(4 * RERANK_EVERY) {
+            m.record("new", "warm");
+        }
+        let names: Vec<String> = m.snapshot().into_iter().map(|(s, _)| s).collect();
+        assert_eq!(names, ["new", "old-b", OTHER_WORKERS]);
     }
 }
