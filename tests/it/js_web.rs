@@ -16,7 +16,7 @@ const WEB_TEST_JS: &str = include_str!("../../sdk/js/engine/tests/web.test.js");
 
 /// How many checks `web.test.js` holds: fewer passing means checks stopped
 /// running (a file that silently does less fails).
-const CHECKS: u64 = 82;
+const CHECKS: u64 = 86;
 
 /// Every check of `web.test.js` passes on the engine, and none went missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -34,11 +34,23 @@ async fn the_web_apis_pass_every_check_of_web_test_js() {
         .expect("request");
     let resp = rt.serve("web", req).await;
     let status = resp.status().as_u16();
+    let header = |name: &str| {
+        resp.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let (content_type, passed_header) = (header("content-type"), header("x-passed"));
     let bytes = resp.into_body().collect().await.expect("body").to_bytes();
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
     let v: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON answer");
     assert_eq!(v["failed"], serde_json::json!([]), "failed checks: {v:#}");
     let passed = v["passed"].as_u64().expect("passed is a number");
+    assert_eq!(
+        (content_type.as_deref(), passed_header),
+        (Some("application/json"), Some(passed.to_string())),
+        "headers the Worker set on its Response after making it"
+    );
     assert!(
         passed >= CHECKS,
         "only {passed} of {CHECKS} checks ran: {v:#}"

@@ -310,6 +310,20 @@ test('Response.json', async () => {
   eq(Response.json(1, { headers: { 'content-type': 'a/b' } }).headers.get('content-type'), 'a/b');
   throws(() => Response.json(1n), TypeError, 'a BigInt');
 });
+test('Response: headers asked for late are one object, and a clone has its own', async () => {
+  const r = new Response('x');
+  const c = r.clone();
+  ok(r.headers === r.headers, 'the same Headers each time');
+  r.headers.set('x-a', '1');
+  eq(c.headers.get('x-a'), null, 'the clone has its own headers');
+  eq(c.headers.get('content-type'), 'text/plain;charset=UTF-8');
+  eq([...new Response(null).headers].length, 0, 'no body, no headers');
+  eq(new Response(new Uint8Array(1)).headers.get('content-type'), null, 'bytes have no content-type');
+  eq(Response.json([1]).headers.get('content-type'), 'application/json');
+  eq(Response.json([1]).statusText, '');
+  eq(new Response(null, { statusText: 'Fine' }).clone().statusText, 'Fine');
+  eq(await c.text(), 'x');
+});
 test('Response.redirect', () => {
   const r = Response.redirect('http://a.test/b', 301);
   eq(r.status, 301);
@@ -1076,8 +1090,10 @@ export default {
         failed.push({ name, error: String(e && e.stack ? e.message + ' ' + e.stack.split('\n').slice(0, 2).join(' ') : e) });
       }
     }
-    return new Response(JSON.stringify({ passed, failed, total: checks.length }), {
-      headers: { 'content-type': 'application/json' },
-    });
+    // Headers set after the Response is made reach the client too.
+    const answer = new Response(JSON.stringify({ passed, failed, total: checks.length }));
+    answer.headers.set('content-type', 'application/json');
+    answer.headers.set('x-passed', String(passed));
+    return answer;
   },
 };

@@ -4,7 +4,11 @@
 // as given (a string, bytes or a ReadableStream) and turned into a stream
 // only when `body` is asked for. Request and Response are not subclasses
 // of a Body class: making one (twice per request) then runs one
-// constructor and one field initializer, not two.
+// constructor and one field initializer, not two. For the same reason a
+// Request from the host and a Response made without headers make their
+// Headers object only when `headers` is asked for (QuickJS spends about
+// 1.5 us making one): most Workers never ask, and the host reads the
+// header list straight from what was kept.
 
 // ---- Headers ----
 // RFC 9110 token characters (header names, methods).
@@ -514,7 +518,9 @@ class Request {
   #method = 'GET'; #url; #headers; #more = null; #body = null;
   constructor(input, init, url, headers, body) {
     if (input === INTERNAL) {
-      // From the host: (INTERNAL, method, url, Headers, Uint8Array or undefined).
+      // From the host: (INTERNAL, method, url, Headers or the host's
+      // [name, value, ...] (lower case, valid; made into immutable Headers
+      // when asked for), Uint8Array or undefined).
       this.#method = init; this.#url = url; this.#headers = headers;
       if (body !== undefined) this.#body = bodyOf(body);
       return;
@@ -525,7 +531,7 @@ class Request {
     if (input instanceof Request) {
       this.#url = input.#url; this.#method = input.#method;
       if (input.#more !== null) this.#more = { ...input.#more };
-      this.#headers = new Headers(input.#headers);
+      this.#headers = new Headers(input.headers);
     } else {
       this.#url = new URL(input).href;
       this.#headers = new Headers();
@@ -557,7 +563,13 @@ class Request {
   }
   get method() { return this.#method; }
   get url() { return this.#url; }
-  get headers() { return this.#headers; }
+  get headers() {
+    const h = this.#headers;
+    if (!Array.isArray(h)) return h;
+    const made = new Headers();
+    headersFill(made, h, IMMUTABLE);
+    return (this.#headers = made);
+  }
   get redirect() { return this.#more === null ? 'follow' : this.#more.redirect; }
   get signal() {
     const m = this.#more || (this.#more = requestMore());
@@ -567,7 +579,7 @@ class Request {
   get integrity() { return ''; }
   get keepalive() { return false; }
   clone() {
-    const r = new Request(INTERNAL, this.#method, this.#url, new Headers(this.#headers), undefined);
+    const r = new Request(INTERNAL, this.#method, this.#url, new Headers(this.headers), undefined);
     if (this.#more !== null) r.#more = { ...this.#more };
     r.#body = bodyClone(this.#body);
     return r;
@@ -580,13 +592,15 @@ tag(Request, 'Request');
 // ---- Response ----
 const NULL_BODY = (s) => s === 101 || s === 204 || s === 205 || s === 304;
 const REDIRECT_STATUS = (s) => s === 301 || s === 302 || s === 303 || s === 307 || s === 308;
-const responseMore = () => ({ type: 'default', url: '', redirected: false, ws: null, cf: undefined });
-let responseMake, responseBody;
+const responseMore = () => ({ statusText: '', type: 'default', url: '', redirected: false, ws: null, cf: undefined });
+let responseMake, responseBody, responsePairs;
 class Response {
-  #status = 200; #statusText = ''; #headers; #more = null; #body = null;
+  // #headers: a Headers object, or until `headers` is asked for, null (no
+  // headers) or a string (only a content-type, this one).
+  #status = 200; #headers = null; #more = null; #body = null;
   constructor(body, init) {
     if (body === INTERNAL) return;
-    let headers;
+    let headers = null;
     if (init != null) {
       if (typeof init !== 'object') throw new TypeError('Response init must be an object');
       const s = init.status;
@@ -603,33 +617,43 @@ class Response {
           const c = t.charCodeAt(i);
           if (c === 10 || c === 13 || c > 255 || (c < 32 && c !== 9)) throw new TypeError('Invalid statusText');
         }
-        this.#statusText = t;
+        (this.#more || (this.#more = responseMore())).statusText = t;
       }
-      headers = init.headers === undefined ? new Headers() : new Headers(init.headers);
+      if (init.headers !== undefined) headers = new Headers(init.headers);
       if (init.webSocket || init.cf !== undefined) {
-        const m = (this.#more = responseMore());
+        const m = this.#more || (this.#more = responseMore());
         if (init.webSocket) m.ws = init.webSocket;
         m.cf = init.cf;
       }
-    } else headers = new Headers();
+    }
     this.#headers = headers;
     if (body !== undefined && body !== null) {
       const st = this.#status;
       if (st === 204 || st === 205 || st === 304 || st === 101) throw new TypeError('Response with null body status (101, 204, 205, or 304) cannot have a body.');
+      let type = 'text/plain;charset=UTF-8';
       if (typeof body === 'string') {
         this.#body = { src: body, stream: null, flags: 0 };
-        headersDefault(headers, 'content-type', 'text/plain;charset=UTF-8');
       } else {
-        const [s, type] = extractBody(body);
-        this.#body = bodyOf(s);
-        if (type !== null) headersDefault(headers, 'content-type', type);
+        const e = extractBody(body);
+        this.#body = bodyOf(e[0]);
+        type = e[1];
+      }
+      if (type !== null) {
+        if (headers === null) this.#headers = type;
+        else headersDefault(headers, 'content-type', type);
       }
     }
   }
   get status() { return this.#status; }
-  get statusText() { return this.#statusText; }
+  get statusText() { return this.#more === null ? '' : this.#more.statusText; }
   get ok() { return this.#status >= 200 && this.#status <= 299; }
-  get headers() { return this.#headers; }
+  get headers() {
+    const h = this.#headers;
+    if (h !== null && typeof h === 'object') return h;
+    const made = new Headers();
+    if (h !== null) headersFill(made, ['content-type', h]);
+    return (this.#headers = made);
+  }
   get type() { return this.#more === null ? 'default' : this.#more.type; }
   get url() { return this.#more === null ? '' : this.#more.url; }
   get redirected() { return this.#more === null ? false : this.#more.redirected; }
@@ -637,7 +661,8 @@ class Response {
   get cf() { return this.#more === null ? undefined : this.#more.cf; }
   clone() {
     const r = new Response(INTERNAL);
-    r.#status = this.#status; r.#statusText = this.#statusText; r.#headers = new Headers(this.#headers);
+    const h = this.#headers;
+    r.#status = this.#status; r.#headers = h !== null && typeof h === 'object' ? new Headers(h) : h;
     if (this.#more !== null) {
       r.#more = { ...this.#more };
       if (this.#more.type === 'error') headersGuard(r.#headers, IMMUTABLE);
@@ -647,6 +672,11 @@ class Response {
   }
   static json(data, init) {
     const s = JSON.stringify(data);
+    if (init == null) {
+      const r = new Response(s);
+      r.#headers = 'application/json';
+      return r;
+    }
     const headers = new Headers(init == null ? undefined : init.headers);
     if (!headers.has('content-type')) headers.set('content-type', 'application/json');
     return new Response(s, init == null ? { headers } : { status: init.status, statusText: init.statusText, headers });
@@ -679,6 +709,14 @@ class Response {
       return r;
     };
     responseBody = (r) => r.#body;
+    // The header list for the host, [name, value, ...], without making a
+    // Headers object the Worker never asked for.
+    responsePairs = (r) => {
+      const h = r.#headers;
+      if (h === null) return [];
+      if (typeof h === 'string') return ['content-type', h];
+      return hostPairs(h);
+    };
   }
 }
 Object.defineProperties(Response.prototype, BODY_MEMBERS(responseBody));
@@ -714,12 +752,10 @@ const hostPairs = (h) => {
   headersFlat(h, out);
   return out;
 };
-const hostAnswer = (r, s) => [r.status, hostPairs(r.headers), s === null ? EMPTY : s];
+const hostAnswer = (r, s) => [r.status, responsePairs(r), s === null ? EMPTY : s];
 g.__hearth_web = {
   incoming(method, url, pairs, body) {
-    const h = new Headers();
-    headersFill(h, pairs, IMMUTABLE);
-    return new Request(INTERNAL, method, url, h, body);
+    return new Request(INTERNAL, method, url, pairs, body);
   },
   // Not async: the usual answer (a string or bytes) settles at once.
   outgoing(r) {
@@ -727,7 +763,7 @@ g.__hearth_web = {
       if (!(r instanceof Response)) throw new TypeError('The Worker did not return a Response');
       if (r.type === 'error') throw new TypeError('The Worker returned Response.error()');
       const b = responseBody(r);
-      if (b !== null && b.stream !== null) return Promise.resolve([r.status, hostPairs(r.headers), bodyPieces(b)]);
+      if (b !== null && b.stream !== null) return Promise.resolve([r.status, responsePairs(r), bodyPieces(b)]);
       const s = bodyHost(b);
       if (s !== null && typeof s === 'object' && typeof s.then === 'function') return s.then((b) => hostAnswer(r, b));
       return Promise.resolve(hostAnswer(r, s));
