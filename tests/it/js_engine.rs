@@ -620,3 +620,78 @@ async fn a_stream_without_end_is_cut_at_the_wall_deadline() {
     let (status, served) = send(&rt, "streams", "/", &[], None).await;
     assert_eq!((status, &served[..]), (200, &b"1"[..]), "a new instance");
 }
+
+/// Answers by path: `/big-header` a header over the host's 16 KiB header
+/// limit, `/body?n=N` N bytes of `x` (either side of the 8 KiB a response
+/// goes in one host call with), anything else how many requests this
+/// instance served.
+const ANSWERS: &str = r#"
+let served = 0;
+export default {
+  fetch(request) {
+    served += 1;
+    const url = new URL(request.url);
+    if (url.pathname === '/big-header') {
+      return new Response('x', { headers: { 'x-big': 'a'.repeat(20000) } });
+    }
+    if (url.pathname === '/body') {
+      const r = new Response('x'.repeat(Number(url.searchParams.get('n'))));
+      r.headers.set('x-set-late', 'yes');
+      return r;
+    }
+    return new Response(String(served));
+  },
+};
+"#;
+
+/// A response the host refuses (a header past its limit) answers the
+/// client 500 and retires the instance, as a throw does; the Worker stays
+/// on reused instances (it is not mistaken for one that never answers).
+/// Bodies either side of the one-call limit arrive whole, with their
+/// headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_the_host_refuses_is_a_500_and_retires_only_its_instance() {
+    let component = build_js(ANSWERS).expect("builds");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(&dir);
+    assert_eq!(
+        deploy(&rt, "answers", Lifecycle::Auto, component).await,
+        Lifecycle::Reuse
+    );
+    assert_eq!(
+        send(&rt, "answers", "/", &[], None).await,
+        (200, b"1".to_vec())
+    );
+    let before = rt.stats();
+    let (status, _) = send(&rt, "answers", "/big-header", &[], None).await;
+    assert_eq!(status, 500, "a refused response is an error for the client");
+    let after = rt.stats();
+    assert!(
+        after.traps > before.traps,
+        "its instance is retired: {after:?}"
+    );
+    assert_eq!(after.reuse_demotions, before.reuse_demotions, "{after:?}");
+    assert_eq!(
+        send(&rt, "answers", "/", &[], None).await,
+        (200, b"1".to_vec()),
+        "a new instance serves the next request"
+    );
+    assert_eq!(
+        send(&rt, "answers", "/", &[], None).await,
+        (200, b"2".to_vec()),
+        "and is reused"
+    );
+    for n in [0, 8192, 8193, 100_000] {
+        let req = http::Request::get(format!("http://answers.localhost/body?n={n}"))
+            .body(body::empty())
+            .expect("request");
+        let resp = rt.serve("answers", req).await;
+        assert_eq!(resp.status(), 200, "{n} bytes");
+        assert_eq!(resp.headers()["x-set-late"], "yes", "{n} bytes");
+        assert_eq!(resp.headers()["content-length"], n.to_string().as_str());
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        assert_eq!(bytes.len(), n, "{n} bytes arrive whole");
+        assert!(bytes.iter().all(|b| *b == b'x'));
+        settle(&rt).await;
+    }
+}

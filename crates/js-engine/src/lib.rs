@@ -248,6 +248,21 @@ impl Builder {
         // denied ([`NoNetwork`]): a Worker's start cannot reach the network.
         wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)
             .map_err(|e| BuildError::engine("link", e))?;
+        // `hearth:js/fast-http` reads a request and answers it: there is
+        // none at build time (the module's top level runs then), so its
+        // calls trap here; `hearth serve` links the real ones.
+        let mut fast_http = linker
+            .instance("hearth:js/fast-http")
+            .map_err(|e| BuildError::engine("link", e))?;
+        for name in ["request-head", "respond"] {
+            fast_http
+                .func_new(name, move |_, _, _, _| {
+                    Err(wasmtime::format_err!(
+                        "fast-http {name} called at build time: there is no request"
+                    ))
+                })
+                .map_err(|e| BuildError::engine("link", e))?;
+        }
         let init = component
             .get_export_index(None, INIT)
             .ok_or_else(|| BuildError::engine("link", format!("no `{INIT}` export")))?;

@@ -50,7 +50,22 @@ use hearth_sdk::{Guest, IncomingRequest, ResponseOutparam};
 /// The build-time export (`wit/world.wit`), merged by wit-component with
 /// the wasi:http/proxy world of the `wasi` crate.
 mod init {
-    wit_bindgen::generate!({ path: "wit", world: "init" });
+    wit_bindgen::generate!({
+        path: "wit",
+        world: "init",
+        // fast-http takes the very resources the `wasi` crate's bindings
+        // hand the handler: its WIT names WASI 0.2.10, the crate 0.2.12,
+        // one semver-compatible interface that wit-component imports once.
+        with: {
+            "wasi:http/types@0.2.10": hearth_sdk::wasi::http::types,
+            "wasi:io/streams@0.2.10": hearth_sdk::wasi::io::streams,
+            "wasi:io/error@0.2.10": hearth_sdk::wasi::io::error,
+            "wasi:io/poll@0.2.10": hearth_sdk::wasi::io::poll,
+            "wasi:clocks/monotonic-clock@0.2.10": hearth_sdk::wasi::clocks::monotonic_clock,
+            "hearth:js/fast-http": generate,
+        },
+    });
+    pub(crate) use hearth::js::fast_http;
 
     /// The `hearth-js-init` export.
     pub(crate) struct Init;

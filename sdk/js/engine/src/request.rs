@@ -5,8 +5,9 @@
 //!
 //! ## The model
 //!
-//! 1. The request (method, URL, headers; the body read whole unless GET or
-//!    HEAD, up to its `content-length` when it declares one) is read in
+//! 1. The request (method, URL, headers in one host call,
+//!    `hearth:js/fast-http`'s `request-head`; the body read whole unless GET
+//!    or HEAD, up to its `content-length` when it declares one) is read in
 //!    Rust; one JS call makes the `Request`. A body that cannot be read
 //!    whole (cut short, malformed chunks) is answered **400** without
 //!    running the Worker. `env`
@@ -16,13 +17,16 @@
 //!    runs jobs, timers and outgoing fetches until its promise settles, then
 //!    until the `Response` is taken apart (`__hearth_web.outgoing`).
 //! 3. The answer is sent: status, headers (hop-by-hop ones left out) and
-//!    the body, written through `wasi:http`'s streams in 4 KiB writes. A
-//!    whole body (a string, bytes, a form) goes with its `content-length`;
+//!    the body. A whole body (a string, bytes, a form) goes with its
+//!    `content-length`: up to 8 KiB in one host call with the status and
+//!    headers (`fast-http`'s `respond`), a larger one through `wasi:http`'s
+//!    streams in 4 KiB writes;
 //!    a body made by a `ReadableStream` goes chunk by chunk as the event
 //!    loop makes them (server-sent events, a long answer), its status and
 //!    headers first. A stream that errors, yields something that is not
 //!    bytes or can never end cuts the answer short and is the request's
-//!    failure. A thrown error, a rejected promise, a value that is not a
+//!    failure; so is a response the host refuses (a header past its
+//!    limits), the client answered with an error. A thrown error, a rejected promise, a value that is not a
 //!    `Response` or a promise that can never settle (nothing left that could
 //!    settle it) answers **500** `Internal Server Error`, the reason on
 //!    stderr.
@@ -39,7 +43,6 @@
 //!
 //! Module state persists between requests, as on workerd.
 
-use hearth_sdk::wasi::http::types::Scheme;
 use hearth_sdk::{IncomingRequest, ResponseOutparam, StreamError};
 use rquickjs::function::This;
 use rquickjs::promise::PromiseState;
@@ -47,7 +50,40 @@ use rquickjs::{Array, ArrayBuffer, Ctx, Function, Object, TypedArray, Value};
 
 use crate::engine::{self, Engine};
 use crate::event_loop::{self, Ran};
+use crate::init::fast_http;
 use crate::{env, fetch, timers};
+
+/// The largest body [`fast_http::respond`] takes: the host's
+/// `OUTGOING_BODY_BYTES` (runtime/src/host.rs), what one outgoing body
+/// buffers. A larger body goes through wasi:http's streams.
+const FAST_BODY_BYTES: usize = 8 * 1024;
+
+/// A request's method, URL and headers (names lower case and valid, values
+/// as UTF-8), read in one host call (`request-head`, whose format is in
+/// `sdk/js/wit/world.wit`) instead of about seven wasi:http calls.
+struct Head {
+    method: String,
+    url: String,
+    headers: Vec<(String, String)>,
+}
+
+impl Head {
+    fn read(request: &IncomingRequest) -> Head {
+        let head = fast_http::request_head(request);
+        let mut lines = head.split('\n');
+        let method = lines.next().unwrap_or("GET").to_string();
+        let url = lines.next().unwrap_or("http://localhost/").to_string();
+        let mut headers = Vec::new();
+        while let (Some(name), Some(value)) = (lines.next(), lines.next()) {
+            headers.push((name.to_string(), value.to_string()));
+        }
+        Head {
+            method,
+            url,
+            headers,
+        }
+    }
+}
 
 /// What the Worker answered.
 struct Answer<'js> {
@@ -114,7 +150,7 @@ fn answer<'js>(
     e: &Engine,
     method: &str,
     url: &str,
-    headers: &[(String, Vec<u8>)],
+    headers: &[(String, String)],
     body: Option<Vec<u8>>,
 ) -> Result<Answer<'js>, String> {
     let go = || -> rquickjs::Result<Result<Answer<'js>, String>> {
@@ -125,7 +161,7 @@ fn answer<'js>(
         let pairs = Array::new(ctx.clone())?;
         for (i, (k, v)) in headers.iter().enumerate() {
             pairs.set(2 * i, k.as_str())?;
-            pairs.set(2 * i + 1, String::from_utf8_lossy(v).as_ref())?;
+            pairs.set(2 * i + 1, v.as_str())?;
         }
         let request: Function = e.request.clone().restore(ctx)?;
         let req: Value = request.call((method, url, pairs, body))?;
@@ -161,11 +197,14 @@ fn answer<'js>(
     go().unwrap_or_else(|err| Err(event_loop::error_text(ctx, err)))
 }
 
-/// Sends `a` through `out`: a whole body with its `content-length`, a
-/// stream's chunks as the event loop makes them. A stream that fails (it
-/// errors, a chunk is not bytes, it can never end) or cannot be written
-/// is the request's failure, with the answer cut short: its status and
-/// headers are already sent.
+/// Sends `a` through `out`: a whole body with its `content-length` (in one
+/// host call, `respond`, when it is at most [`FAST_BODY_BYTES`]), a
+/// stream's chunks as the event loop makes them. A response the host
+/// refuses (a header it does not take, a head too large) is the request's
+/// failure, the client answered with an error; so is a stream that fails
+/// (it errors, a chunk is not bytes, it can never end) or cannot be
+/// written, with the answer cut short: its status and headers are already
+/// sent.
 fn send<'js>(ctx: &Ctx<'js>, out: ResponseOutparam, a: Answer<'js>) -> Result<(), String> {
     let mut hs: Vec<(&str, &[u8])> = a
         .headers
@@ -183,10 +222,12 @@ fn send<'js>(ctx: &Ctx<'js>, out: ResponseOutparam, a: Answer<'js>) -> Result<()
         AnswerBody::Whole(body) => {
             let len = body.len().to_string();
             hs.push(("content-length", len.as_bytes()));
-            if let Err(e) = hearth_sdk::respond(out, a.status, &hs, &body) {
-                event_loop::log(&format!("sending the Worker's response failed: {e}"));
-            }
-            return Ok(());
+            let sent = if body.len() <= FAST_BODY_BYTES {
+                respond_at_once(out, a.status, &hs, &body)
+            } else {
+                hearth_sdk::respond(out, a.status, &hs, &body).map_err(|e| e.to_string())
+            };
+            return sent.map_err(|e| format!("it could not be sent: {e}"));
         }
         AnswerBody::Stream(next) => next,
     };
@@ -206,6 +247,32 @@ fn send<'js>(ctx: &Ctx<'js>, out: ResponseOutparam, a: Answer<'js>) -> Result<()
     response
         .finish()
         .map_err(|e| format!("ending the response body failed: {e}"))
+}
+
+/// Answers through `out` in one host call (`respond`): the header lines
+/// (name and value on alternate lines, joined by `\n`, which no valid name
+/// or value holds), then the body, in one list. On an error (a header the
+/// host refuses) `out` is used up without a response, and hearth answers
+/// the client with an error.
+fn respond_at_once(
+    out: ResponseOutparam,
+    status: u16,
+    headers: &[(&str, &[u8])],
+    body: &[u8],
+) -> Result<(), String> {
+    let head: usize = headers.iter().map(|(n, v)| n.len() + v.len() + 2).sum();
+    let mut list = Vec::with_capacity(head + body.len());
+    for (name, value) in headers {
+        if !list.is_empty() {
+            list.push(b'\n');
+        }
+        list.extend_from_slice(name.as_bytes());
+        list.push(b'\n');
+        list.extend_from_slice(value);
+    }
+    let head_length = u32::try_from(list.len()).map_err(|_| "a head over 4 GiB".to_string())?;
+    list.extend_from_slice(body);
+    fast_http::respond(out, status, head_length, &list)
 }
 
 /// Answers 500 `Internal Server Error` (the reason is in the log).
@@ -232,7 +299,7 @@ fn serve(
     e: &Engine,
     method: &str,
     url: &str,
-    headers: &[(String, Vec<u8>)],
+    headers: &[(String, String)],
     body: Option<Vec<u8>>,
     out: ResponseOutparam,
 ) -> End {
@@ -242,7 +309,7 @@ fn serve(
             Ok(a) => match send(&ctx, out, a) {
                 Ok(()) => None,
                 Err(why) => {
-                    event_loop::log(&format!("the Worker's response body failed: {why}"));
+                    event_loop::log(&format!("the Worker's response failed: {why}"));
                     Some(why)
                 }
             },
@@ -282,14 +349,14 @@ fn finish(ctx: &Ctx<'_>) {
 
 /// The request's `content-length`, unless it has none, it is not a number
 /// or the body is chunked (framed by its chunks, whatever a length says).
-fn declared_length(headers: &[(String, Vec<u8>)]) -> Option<usize> {
+fn declared_length(headers: &[(String, String)]) -> Option<usize> {
     let mut length = None;
     for (name, value) in headers {
         if name.eq_ignore_ascii_case("transfer-encoding") {
             return None;
         }
         if name.eq_ignore_ascii_case("content-length") {
-            length = std::str::from_utf8(value).ok()?.trim().parse().ok();
+            length = value.trim().parse().ok();
         }
     }
     length
@@ -315,15 +382,11 @@ fn read_body(request: &IncomingRequest, declared: Option<usize>) -> Option<Vec<u
 
 /// Serves `request` through `out`.
 pub(crate) fn handle(request: IncomingRequest, out: ResponseOutparam) {
-    let method = hearth_sdk::worker::method_name(&request.method());
-    let path = hearth_sdk::path(&request);
-    let authority = request.authority().unwrap_or_else(|| "localhost".into());
-    let scheme = match request.scheme() {
-        Some(Scheme::Https) => "https",
-        _ => "http",
-    };
-    let url = format!("{scheme}://{authority}{path}");
-    let headers = hearth_sdk::headers(&request);
+    let Head {
+        method,
+        url,
+        headers,
+    } = Head::read(&request);
     let body = if method == "GET" || method == "HEAD" {
         None
     } else {
