@@ -62,6 +62,20 @@ async fn deploy(rt: &Runtime, id: &str, lifecycle: Lifecycle, component: Vec<u8>
     report.meta.lifecycle.chosen
 }
 
+/// `source` built and deployed as `id` on [`runtime`] with the `auto`
+/// lifecycle, which must pick reuse (the runtime's directory is returned
+/// to keep it alive).
+async fn reused(source: &str, id: &str) -> (tempfile::TempDir, Runtime) {
+    let component = build_js(source).expect("builds");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(&dir);
+    assert_eq!(
+        deploy(&rt, id, Lifecycle::Auto, component).await,
+        Lifecycle::Reuse
+    );
+    (dir, rt)
+}
+
 /// Waits until no invocation is running, so the next request finds the
 /// instance that served the last one idle.
 async fn settle(rt: &Runtime) {
@@ -532,10 +546,7 @@ export default {
 /// answer short after its status, and retires the instance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_body_is_sent_as_the_worker_makes_it() {
-    let component = build_js(STREAMS).expect("builds");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rt = runtime(&dir);
-    deploy(&rt, "streams", Lifecycle::Auto, component).await;
+    let (_dir, rt) = reused(STREAMS, "streams").await;
 
     let req = http::Request::get("http://streams.localhost/events")
         .body(body::empty())
@@ -651,13 +662,7 @@ export default {
 /// headers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_the_host_refuses_is_a_500_and_retires_only_its_instance() {
-    let component = build_js(ANSWERS).expect("builds");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rt = runtime(&dir);
-    assert_eq!(
-        deploy(&rt, "answers", Lifecycle::Auto, component).await,
-        Lifecycle::Reuse
-    );
+    let (_dir, rt) = reused(ANSWERS, "answers").await;
     assert_eq!(
         send(&rt, "answers", "/", &[], None).await,
         (200, b"1".to_vec())
