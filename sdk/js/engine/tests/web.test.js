@@ -62,6 +62,8 @@ test('Headers: invalid names and values throw TypeError', () => {
   throws(() => new Headers({ 'a b': 'x' }), TypeError, 'space in name');
   throws(() => new Headers({ 'a': 'x\ny' }), TypeError, 'LF in value');
   throws(() => new Headers({ 'a': 'x\0y' }), TypeError, 'NUL in value');
+  throws(() => new Headers().set('a', 'x\ry'), TypeError, 'CR in value');
+  throws(() => new Headers().append('a', 'x\r\ny'), TypeError, 'CRLF in value');
   throws(() => new Headers().get('a b'), TypeError, 'get with bad name');
   throws(() => new Headers([['a', 'b', 'c']]), TypeError, 'pair of three');
 });
