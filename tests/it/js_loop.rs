@@ -629,9 +629,32 @@ fn fetched_bodies_stream_and_one_left_unread_is_dropped(node: &ServeNode, origin
     );
 }
 
+/// Waits until the node runs no invocation (`hearth_in_flight 0` in its
+/// unauthenticated `/metrics`).
+fn idle(node: &ServeNode) {
+    let admin = node.admin.trim_start_matches("http://");
+    let mut last = String::new();
+    for _ in 0..1000 {
+        let mut s = std::net::TcpStream::connect(admin).expect("connect to the admin API");
+        write!(s, "GET /metrics HTTP/1.0\r\nHost: {admin}\r\n\r\n").expect("write");
+        last.clear();
+        s.read_to_string(&mut last).expect("read /metrics");
+        if last.lines().any(|l| l == "hearth_in_flight 0") {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the node never became idle: {last}");
+}
+
 /// `GET path` on `fail` (answered 200 with JSON), checked to leave the
 /// instance that served it serving the next request: the JSON.
 fn keeps_its_instance(node: &ServeNode, path: &str) -> serde_json::Value {
+    // A client has its answer before the instance has finished the
+    // request (the end-of-request work, a body left unread dropped): wait
+    // until that instance is idle, or it would come back into the pool
+    // after the requests below and serve the last one.
+    idle(node);
     let before = json(node, "fail", "/", "")["served"].as_u64();
     let v = json(node, "fail", path, "");
     // Idle again before the next request, so the next one is served by it
