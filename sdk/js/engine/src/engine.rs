@@ -53,6 +53,32 @@ thread_local! {
     static INSTANCE_STARTED: Cell<bool> = const { Cell::new(false) };
 }
 
+/// Bytes of allocation the cycle collector lets pass between two runs
+/// beyond what QuickJS gives it (half the heap it left).
+const GC_SLACK: usize = 4 << 20;
+
+thread_local! {
+    /// The GC threshold [`widen_gc_threshold`] last set (0: none yet).
+    static GC_THRESHOLD: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Lets the cycle collector run less often: after each run QuickJS sets
+/// its next threshold to 1.5 times the heap it left; this raises it to
+/// that heap plus [`GC_SLACK`]. A changed threshold says a run happened.
+pub(crate) fn widen_gc_threshold(ctx: &Ctx<'_>) {
+    // SAFETY: `ctx` is a live context; its runtime lives as long.
+    let rt = unsafe { rquickjs::qjs::JS_GetRuntime(ctx.as_raw().as_ptr()) };
+    // SAFETY: `rt` is a live runtime.
+    let now = unsafe { rquickjs::qjs::JS_GetGCThreshold(rt) } as usize;
+    if now == GC_THRESHOLD.with(Cell::get) {
+        return;
+    }
+    let widened = now / 3 * 2 + GC_SLACK;
+    // SAFETY: as above.
+    unsafe { rquickjs::qjs::JS_SetGCThreshold(rt, widened as _) };
+    GC_THRESHOLD.with(|t| t.set(widened));
+}
+
 /// Why a Worker did not start; the kinds are `wit/world.wit`'s.
 pub(crate) struct StartError {
     /// 0 syntax error, 1 no `fetch`, 2 a throw at the top level, 3 the

@@ -345,6 +345,7 @@ fn finish(ctx: &Ctx<'_>) {
     }
     fetch::drop_unread();
     event_loop::report_unhandled(ctx);
+    engine::widen_gc_threshold(ctx);
 }
 
 /// The request's `content-length`, unless it has none, it is not a number
