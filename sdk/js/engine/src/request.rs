@@ -36,7 +36,9 @@
 //!    did not clear are cancelled (none of their callbacks, nor promises
 //!    waiting on them, run in a later request), the bodies of fetches it
 //!    did not read are dropped (a later read rejects), each promise
-//!    rejection no handler took is one line on stderr. If the request failed (step 3) or
+//!    rejection no handler took is one line on stderr, and the cycle
+//!    collector's next run is put off by a slack of heap
+//!    ([`engine::widen_gc_threshold`]). If the request failed (step 3) or
 //!    left an outgoing fetch running, the instance **traps** after
 //!    answering, and hearth retires it: a broken request's state, or a
 //!    half-finished request's I/O, must not reach the next one.
