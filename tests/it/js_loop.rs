@@ -632,13 +632,9 @@ fn fetched_bodies_stream_and_one_left_unread_is_dropped(node: &ServeNode, origin
 /// Waits until the node runs no invocation (`hearth_in_flight 0` in its
 /// unauthenticated `/metrics`).
 fn idle(node: &ServeNode) {
-    let admin = node.admin.trim_start_matches("http://");
     let mut last = String::new();
     for _ in 0..1000 {
-        let mut s = std::net::TcpStream::connect(admin).expect("connect to the admin API");
-        write!(s, "GET /metrics HTTP/1.0\r\nHost: {admin}\r\n\r\n").expect("write");
-        last.clear();
-        s.read_to_string(&mut last).expect("read /metrics");
+        last = node.metrics();
         if last.lines().any(|l| l == "hearth_in_flight 0") {
             return;
         }

@@ -77,12 +77,24 @@ impl ServeNode {
         node
     }
 
-    /// What the node has logged so far.
     /// The node process's id.
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
+    /// The node's `/metrics` (the admin API serves it without a token).
+    pub(crate) fn metrics(&self) -> String {
+        use std::io::{Read, Write};
+        let addr = self.admin.trim_start_matches("http://");
+        let mut s = std::net::TcpStream::connect(addr).expect("connect to the admin API");
+        // HTTP/1.0: the body comes as is and the connection ends with it.
+        write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("write");
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).expect("read /metrics");
+        answer
+    }
+
+    /// What the node has logged so far.
     pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

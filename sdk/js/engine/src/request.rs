@@ -61,23 +61,23 @@ use crate::{env, fetch, timers};
 const FAST_BODY_BYTES: usize = 8 * 1024;
 
 /// A request's method, URL and headers (names lower case and valid, values
-/// as UTF-8), read in one host call (`request-head`, whose format is in
-/// `sdk/js/wit/world.wit`) instead of about seven wasi:http calls.
-struct Head {
-    method: String,
-    url: String,
-    headers: Vec<(String, String)>,
+/// as UTF-8), taken from the text `request-head` answers in one host call
+/// (instead of about seven wasi:http calls; its format is in
+/// `sdk/js/wit/world.wit`), without copying it.
+struct Head<'a> {
+    method: &'a str,
+    url: &'a str,
+    headers: Vec<(&'a str, &'a str)>,
 }
 
-impl Head {
-    fn read(request: &IncomingRequest) -> Head {
-        let head = fast_http::request_head(request);
+impl<'a> Head<'a> {
+    fn parse(head: &'a str) -> Head<'a> {
         let mut lines = head.split('\n');
-        let method = lines.next().unwrap_or("GET").to_string();
-        let url = lines.next().unwrap_or("http://localhost/").to_string();
+        let method = lines.next().unwrap_or("GET");
+        let url = lines.next().unwrap_or("http://localhost/");
         let mut headers = Vec::new();
         while let (Some(name), Some(value)) = (lines.next(), lines.next()) {
-            headers.push((name.to_string(), value.to_string()));
+            headers.push((name, value));
         }
         Head {
             method,
@@ -152,7 +152,7 @@ fn answer<'js>(
     e: &Engine,
     method: &str,
     url: &str,
-    headers: &[(String, String)],
+    headers: &[(&str, &str)],
     body: Option<Vec<u8>>,
 ) -> Result<Answer<'js>, String> {
     let go = || -> rquickjs::Result<Result<Answer<'js>, String>> {
@@ -162,8 +162,8 @@ fn answer<'js>(
         };
         let pairs = Array::new(ctx.clone())?;
         for (i, (k, v)) in headers.iter().enumerate() {
-            pairs.set(2 * i, k.as_str())?;
-            pairs.set(2 * i + 1, v.as_str())?;
+            pairs.set(2 * i, *k)?;
+            pairs.set(2 * i + 1, *v)?;
         }
         let request: Function = e.request.clone().restore(ctx)?;
         let req: Value = request.call((method, url, pairs, body))?;
@@ -301,7 +301,7 @@ fn serve(
     e: &Engine,
     method: &str,
     url: &str,
-    headers: &[(String, String)],
+    headers: &[(&str, &str)],
     body: Option<Vec<u8>>,
     out: ResponseOutparam,
 ) -> End {
@@ -352,7 +352,7 @@ fn finish(ctx: &Ctx<'_>) {
 
 /// The request's `content-length`, unless it has none, it is not a number
 /// or the body is chunked (framed by its chunks, whatever a length says).
-fn declared_length(headers: &[(String, String)]) -> Option<usize> {
+fn declared_length(headers: &[(&str, &str)]) -> Option<usize> {
     let mut length = None;
     for (name, value) in headers {
         if name.eq_ignore_ascii_case("transfer-encoding") {
@@ -385,11 +385,12 @@ fn read_body(request: &IncomingRequest, declared: Option<usize>) -> Option<Vec<u
 
 /// Serves `request` through `out`.
 pub(crate) fn handle(request: IncomingRequest, out: ResponseOutparam) {
+    let head = fast_http::request_head(&request);
     let Head {
         method,
         url,
         headers,
-    } = Head::read(&request);
+    } = Head::parse(&head);
     let body = if method == "GET" || method == "HEAD" {
         None
     } else {
@@ -418,7 +419,7 @@ pub(crate) fn handle(request: IncomingRequest, out: ResponseOutparam) {
     let mut out = Some(out);
     let end = engine::with(|e| {
         let out = out.take().ok_or("the response outparam was used")?;
-        Ok(serve(e, &method, &url, &headers, body, out))
+        Ok(serve(e, method, url, &headers, body, out))
     });
     match end {
         Ok(End {
