@@ -289,13 +289,18 @@ fn main() {
     // The Python sample's reference host: `wasmtime serve` on the same
     // component (workerd cannot run a Python Worker offline: see the module
     // docs). It compiles the component while the rest is set up.
-    let python = hearth_sample_workers::path("python").expect("the python sample");
-    let reference = match find_wasmtime_cli() {
-        Ok(cli) => {
+    let python = hearth_sample_workers::path("python")
+        .ok_or_else(|| hearth_sample_workers::skipped("python").unwrap_or("no python sample"));
+    let reference = match (python, find_wasmtime_cli()) {
+        (Ok(python), Ok(cli)) => {
             let addr = free_addr();
-            Some((addr, wasmtime_serve(&cli, addr, python)))
+            Some((python, addr, wasmtime_serve(&cli, addr, python)))
         }
-        Err(why) => {
+        (Err(why), _) => {
+            eprintln!("{why}: skipping the Python table");
+            None
+        }
+        (_, Err(why)) => {
             eprintln!("{why}: skipping the Python table");
             None
         }
@@ -321,7 +326,7 @@ fn main() {
         ("hearth, fresh", "python-fresh.localhost"),
         ("hearth, reuse", "python-reuse.localhost"),
     ];
-    if reference.is_some() {
+    if let Some((python, _, _)) = &reference {
         deploy(&store, "python-fresh", "fresh", python);
         deploy(&store, "python-reuse", "reuse", python);
     }
@@ -370,7 +375,7 @@ fn main() {
     };
     settings.table("JSON-echo JS Worker", workerd(w_addr), &hearth_hosts, true);
     settings.table("Hono app, GET /", workerd(w_hono), &hono_hosts, true);
-    if let Some((addr, wasmtime)) = &reference {
+    if let Some((_, addr, wasmtime)) = &reference {
         wait_ready(*addr, "localhost", Duration::from_secs(180));
         for (_, host) in &python_hosts {
             wait_ready(listen, host, Duration::from_secs(180));

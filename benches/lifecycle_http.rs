@@ -30,6 +30,13 @@ fn main() {
     let only = std::env::var("HEARTH_BENCH_SAMPLES").ok();
     let samples: Vec<&str> = ["hello", "js", "python", "big"]
         .into_iter()
+        .filter(|s| match hearth_sample_workers::skipped(s) {
+            Some(why) => {
+                eprintln!("no {s} row: {why}");
+                false
+            }
+            None => true,
+        })
         .filter(|s| {
             only.as_deref()
                 .is_none_or(|o| o.split(',').any(|x| x == *s))

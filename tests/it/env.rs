@@ -308,6 +308,10 @@ fn vars_secrets_and_logs_on_a_real_node() {
 /// top level (and its `os.environ`) on the build machine.
 #[test]
 fn a_python_worker_reads_its_vars_and_secrets_in_os_environ() {
+    if let Some(why) = hearth_sample_workers::skipped("python") {
+        eprintln!("skipping: {why}");
+        return;
+    }
     let dir = tempfile::tempdir().expect("tempdir");
     let node = Node::start(dir.path());
     node.deploy(

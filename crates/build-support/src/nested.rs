@@ -1,8 +1,7 @@
 //! The nested cargo build of a guest workspace for `wasm32-wasip2`, shared
-//! by the build scripts that compile guests into components (the sample
-//! Workers, `sample-workers/build.rs`; the JS engine,
-//! `crates/js-engine/build.rs`), which include it with
-//! `#[path = ...] mod nested_cargo;`.
+//! by everything that compiles guests into components: the sample Workers'
+//! build script (`sample-workers/build.rs`) and `cargo xtask engine`, which
+//! rebuilds the prebuilt JS engine.
 //!
 //! [`build`] makes sure the active toolchain has the `wasm32-wasip2`
 //! standard library (installing it with `rustup target add` if not:
@@ -12,26 +11,21 @@
 //! rebuilds are incremental) and with the outer cargo's environment that
 //! would leak into or break the nested build removed.
 
-#![allow(dead_code)] // each build script uses its own part of it
-
 use std::env;
 use std::ffi::OsString;
-use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::Error;
+
 /// The guest target.
-pub(crate) const TARGET: &str = "wasm32-wasip2";
+pub const TARGET: &str = "wasm32-wasip2";
 
 /// Builds the guest workspace in `dir` (its `Cargo.toml`) for [`TARGET`]
 /// into `target_dir`, with `envs` set for the nested cargo (after the outer
 /// cargo's variables are removed).
-pub(crate) fn build(
-    dir: &Path,
-    target_dir: &Path,
-    envs: &[(&str, &OsString)],
-) -> Result<(), String> {
+pub fn build(dir: &Path, target_dir: &Path, envs: &[(&str, &OsString)]) -> Result<(), Error> {
     let rustc = env::var_os("RUSTC").unwrap_or_else(|| OsString::from("rustc"));
     ensure_target(&rustc)?;
 
@@ -62,19 +56,21 @@ pub(crate) fn build(
             "the nested guest build failed ({status}); run it by hand to see why:\n  \
              cd {} && cargo build --release --target {TARGET}",
             dir.display()
-        ));
+        )
+        .into());
     }
     Ok(())
 }
 
-pub(crate) fn env_var(name: &str) -> Result<OsString, String> {
-    env::var_os(name).ok_or_else(|| format!("{name} is not set (not run by cargo?)"))
+/// The environment variable `name`, which cargo sets for a build script.
+pub fn env_var(name: &str) -> Result<OsString, Error> {
+    env::var_os(name).ok_or_else(|| Error::new(format!("{name} is not set (not run by cargo?)")))
 }
 
 /// Makes sure the standard library for [`TARGET`] is installed in the sysroot
 /// of `rustc` (the compiler cargo uses here, and so the nested build too),
 /// installing it with rustup if missing.
-pub(crate) fn ensure_target(rustc: &OsString) -> Result<(), String> {
+pub fn ensure_target(rustc: &OsString) -> Result<(), Error> {
     let sysroot = sysroot(rustc)?;
     let target_lib = sysroot.join("lib").join("rustlib").join(TARGET);
     if target_lib.join("lib").is_dir() {
@@ -116,10 +112,11 @@ pub(crate) fn ensure_target(rustc: &OsString) -> Result<(), String> {
         "the Rust standard library for {TARGET} is not installed in {} and installing it \
          failed. Install it with:\n  {hint}\nthen build again.",
         sysroot.display()
-    ))
+    )
+    .into())
 }
 
-fn sysroot(rustc: &OsString) -> Result<PathBuf, String> {
+fn sysroot(rustc: &OsString) -> Result<PathBuf, Error> {
     let output = Command::new(rustc)
         .arg("--print")
         .arg("sysroot")
@@ -130,7 +127,8 @@ fn sysroot(rustc: &OsString) -> Result<PathBuf, String> {
             "`{} --print sysroot` failed: {}",
             Path::new(rustc).display(),
             String::from_utf8_lossy(&output.stderr)
-        ));
+        )
+        .into());
     }
     let text = String::from_utf8(output.stdout).map_err(|e| format!("sysroot not UTF-8: {e}"))?;
     Ok(PathBuf::from(text.trim()))
@@ -178,26 +176,4 @@ fn sanitize_env(cmd: &mut Command) {
             cmd.env_remove(key);
         }
     }
-}
-
-pub(crate) fn copy_if_changed(from: &Path, to: &Path) -> Result<(), String> {
-    let bytes = fs::read(from).map_err(|e| {
-        format!(
-            "the guest build succeeded but {} is missing: {e}",
-            from.display()
-        )
-    })?;
-    write_if_changed(to, &bytes)
-}
-
-/// Writes `bytes` to `path` unless it already holds them (keeping its mtime,
-/// so unchanged components do not trigger rebuilds). Writes go to a temporary
-/// file renamed into place, so a reader never sees a partial component.
-pub(crate) fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    if fs::read(path).is_ok_and(|old| old == bytes) {
-        return Ok(());
-    }
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    fs::write(&tmp, bytes).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
-    fs::rename(&tmp, path).map_err(|e| format!("renaming into {}: {e}", path.display()))
 }
