@@ -146,7 +146,7 @@ pub async fn handle(
             };
             #[derive(serde::Deserialize)]
             struct Split {
-                split: Vec<hearth_runtime::versions::Share>,
+                split: Vec<hearth_runtime::meta::Share>,
             }
             let split: Split = match serde_json::from_slice(&body) {
                 Ok(s) => s,

@@ -160,7 +160,7 @@ pub fn request_host<B>(req: &http::Request<B>) -> Option<String> {
 pub async fn front_door(node: Node, mut req: http::Request<Body>) -> http::Response<Body> {
     // Only the host sets `x-hearth-*` request headers (a nested callee's
     // trust level, its caller, its depth): a client's are forgeries.
-    hearth_runtime::outgoing::strip_host_headers(req.headers_mut());
+    hearth_runtime::flow::strip_host_headers(req.headers_mut());
     let mut resp = match request_host(&req).as_deref().and_then(script_id_from_host) {
         Some(id) => node.handle(&id, req).await,
         None => hearth_runtime::body::text_response(

@@ -48,7 +48,7 @@ use futures::future::BoxFuture;
 use hearth_runtime::Bindings;
 use hearth_runtime::bindings::CallKind;
 use hearth_runtime::body::Body;
-use hearth_runtime::outgoing::{Flow, Invoker, NestedCall};
+use hearth_runtime::flow::{Flow, Invoker, NestedCall};
 use hearth_runtime::tail::{TraceSink, Tracing};
 use hearth_sharding::context_stack::{
     ContextFrame, ContextStack, LimitOverrides, NestedCpu, OutboundWorkerConfig, TailWorkerConfig,

@@ -45,7 +45,7 @@
 //! are all refused with the
 //! wasi:http error code `HTTP-request-denied`, which the guest reads as the
 //! error of its request. How the host carries the call (the context stack,
-//! limits, the depth limit) is in [`crate::outgoing`].
+//! limits, the depth limit) is in [`crate::flow`] and [`crate::outgoing`].
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -37,7 +37,7 @@
 //! every epoch tick, so siblings running at once stop together when it is
 //! spent), and its own limit is at most what the budget has left when it
 //! starts. A call that crosses a shard hop carries the flow ID and what is
-//! left ([`crate::outgoing::Flow::nested_cpu`], the context stack on the
+//! left ([`crate::flow::Flow::nested_cpu`], the context stack on the
 //! wire); the receiving node starts its budget for the flow from that once
 //! and draws every later arrival of the flow from it. So a flow's nested
 //! invocations use at most the budget on each node they run on. When the
@@ -84,7 +84,7 @@ impl FlowCpu {
     }
 
     /// Marks the budget spent: another node of the flow found it spent
-    /// there ([`crate::FLOW_CPU_SPENT`]), so calls from here stop too.
+    /// there ([`crate::flow::FLOW_CPU_SPENT`]), so calls from here stop too.
     pub fn spend_all(&self) {
         self.left_ns.store(0, Ordering::Relaxed);
     }
@@ -240,6 +240,11 @@ pub fn thread_cpu_time() -> Duration {
     }
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
+
+/// Told the script ID and handler CPU time of each invocation as it ends
+/// ([`Runtime::observe_cpu`](crate::Runtime::observe_cpu)); runs on the
+/// invocation's task, so it must be quick.
+pub type CpuObserver = Arc<dyn Fn(&str, Duration) + Send + Sync>;
 
 /// The CPU one instance has used against a budget, shared between the
 /// future that runs it and its store's epoch callback.

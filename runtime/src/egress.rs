@@ -100,7 +100,6 @@ use serde::Serialize;
 use wasmtime_wasi_http::{Error, WasiBody};
 
 use crate::body::Body;
-use crate::stats::Stats;
 
 /// Most entries in one Worker's allow-list.
 pub const MAX_ALLOWED_HOSTS: usize = 64;
@@ -427,7 +426,8 @@ impl SubrequestOutcome {
     }
 }
 
-/// Live fetch counters by outcome (part of [`crate::stats::Stats`]).
+/// Live fetch counters by outcome: the node's client counts into them, and
+/// the node's [`crate::stats::Stats`] holds them and reads them.
 #[derive(Debug, Default)]
 pub(crate) struct SubrequestCounters([AtomicU64; 7]);
 
@@ -600,12 +600,14 @@ pub fn tls_client_config(
 pub(crate) struct Egress {
     client: Client<Connector, Body>,
     cfg: EgressConfig,
-    stats: Arc<Stats>,
+    /// Where fetches are counted by outcome (the node's stats hold it).
+    counts: Arc<SubrequestCounters>,
 }
 
 impl Egress {
-    /// A client configured by `cfg` (no connection is made yet).
-    pub(crate) fn new(cfg: EgressConfig, stats: Arc<Stats>) -> Self {
+    /// A client configured by `cfg` (no connection is made yet), counting
+    /// into `counts`.
+    pub(crate) fn new(cfg: EgressConfig, counts: Arc<SubrequestCounters>) -> Self {
         let mut http = HttpConnector::new_with_resolver(Resolver {
             allow_private: cfg.allow_private_addresses,
             timeout: cfg.connect_timeout,
@@ -625,7 +627,11 @@ impl Egress {
             .pool_max_idle_per_host(32)
             .http1_max_buf_size(MAX_READ_BUFFER)
             .build(connector);
-        Egress { client, cfg, stats }
+        Egress {
+            client,
+            cfg,
+            counts,
+        }
     }
 
     /// Sends `req` (an allowed origin's absolute URL) and returns its
@@ -680,7 +686,7 @@ impl Egress {
                 inner: incoming,
                 left: cap,
                 cap,
-                stats: self.stats.clone(),
+                counts: self.counts.clone(),
             }
             .boxed_unsync()
         }))
@@ -693,7 +699,7 @@ struct Capped {
     left: u64,
     cap: u64,
     /// Where the `too_large` outcome is counted.
-    stats: Arc<Stats>,
+    counts: Arc<SubrequestCounters>,
 }
 
 impl http_body::Body for Capped {
@@ -710,7 +716,7 @@ impl http_body::Body for Capped {
                 if let Some(data) = frame.data_ref() {
                     let len = data.len() as u64;
                     if len > this.left {
-                        this.stats.subrequests.bump(SubrequestOutcome::TooLarge);
+                        this.counts.bump(SubrequestOutcome::TooLarge);
                         return Poll::Ready(Some(Err(Error::HttpResponseBodySize(Some(this.cap)))));
                     }
                     this.left -= len;

@@ -31,6 +31,12 @@
 //!   against the node-wide cap for as long as the instance lives: however
 //!   the in-flight instances use the host, together they stay within the
 //!   cap.
+//!
+//! These bounds are constants of [`crate::limits`].
+//!
+//! [`OUTGOING_BODY_BYTES`]: crate::limits::OUTGOING_BODY_BYTES
+//! [`OUTGOING_BODY_CHUNK`]: crate::limits::OUTGOING_BODY_CHUNK
+//! [`OUTGOING_BODY_BUFFER_CHUNKS`]: crate::limits::OUTGOING_BODY_BUFFER_CHUNKS
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,6 +46,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::cpu::CpuMeter;
+use crate::limits::{FIELD_SIZE_LIMIT, HOST_RESERVE, MAX_RESOURCES, TABLE_ELEMENT_BYTES};
 use crate::outgoing::Outbound;
 
 /// The `T` of every instance's `Store<T>`.
@@ -58,37 +65,6 @@ pub(crate) struct Host {
     pub(crate) memory: MemoryLimiter,
     pub(crate) meter: Arc<CpuMeter>,
 }
-
-/// Resources (WASI and wasi:http handles) one instance may hold at once.
-pub(crate) const MAX_RESOURCES: usize = 1024;
-
-/// Bytes a header map a Worker builds may hold (in memory, which is about
-/// twice its wire size).
-pub(crate) const FIELD_SIZE_LIMIT: usize = 16 * 1024;
-
-/// Largest write a guest may make to an outgoing body at once (what
-/// `check-write` grants): the `blocking-write-and-flush` limit of
-/// wasi:io, and the SDK's chunk.
-pub(crate) const OUTGOING_BODY_CHUNK: usize = 4096;
-
-/// Chunks an outgoing body buffers before `check-write` says wait
-/// (wasmtime-wasi-http keeps one more, so a body holds at most
-/// [`OUTGOING_BODY_BYTES`]).
-pub(crate) const OUTGOING_BODY_BUFFER_CHUNKS: usize = 1;
-
-/// The most bytes one outgoing body holds while nobody reads it.
-pub(crate) const OUTGOING_BODY_BYTES: usize =
-    (OUTGOING_BODY_BUFFER_CHUNKS + 1) * OUTGOING_BODY_CHUNK;
-
-/// The most host memory an instance's resources can take (every resource
-/// an outgoing request with a full header map and a full body buffer):
-/// 1024 × (16 KiB + 8 KiB) = 24 MiB, reserved against the node-wide cap
-/// per live instance.
-pub(crate) const HOST_RESERVE: u64 =
-    (MAX_RESOURCES * (FIELD_SIZE_LIMIT + OUTGOING_BODY_BYTES)) as u64;
-
-/// What one table element is counted as against the memory limit.
-pub(crate) const TABLE_ELEMENT_BYTES: usize = 16;
 
 /// The node-wide cap on memory held by live instances (linear memories and
 /// tables of every instance of every Worker), shared by all their limiters.

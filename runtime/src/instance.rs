@@ -98,7 +98,7 @@ impl Instance {
         node_memory: Arc<crate::host::NodeMemory>,
     ) -> Result<(Instance, std::time::Duration), RuntimeError> {
         let script_id = &*io.script_id;
-        if !node_memory.try_take(crate::host::HOST_RESERVE) {
+        if !node_memory.try_take(crate::limits::HOST_RESERVE) {
             return Err(RuntimeError::MemoryExceeded {
                 script_id: script_id.into(),
                 limit: limits.memory,

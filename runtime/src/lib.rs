@@ -71,12 +71,14 @@ pub mod epoch;
 pub mod error;
 pub mod eviction;
 mod fast_http;
+pub mod flow;
 mod host;
 mod instance;
 pub mod lifecycle;
 pub mod limits;
 pub mod live_tail;
 pub mod manifest;
+pub mod meta;
 pub mod misses;
 pub mod outgoing;
 pub mod pre_slot;
@@ -95,20 +97,22 @@ mod worker;
 pub use bindings::Bindings;
 pub use body::{Body, BoxError};
 pub use config::{ReusePolicy, RuntimeConfig};
+pub use cpu::CpuObserver;
 pub use epoch::EPOCH_TICK;
-pub use error::{
-    CompileError, ConfigError, DeployError, RuntimeError, StoreError, ValidationError,
+pub use error::{CompileError, ConfigError, RuntimeError, StoreError};
+pub use flow::{
+    FLOW_CPU_SPENT, Flow, Invoker, NestedCall, REQUEST_ID_HEADER, UNKNOWN_SCRIPT_HEADER,
 };
 pub use lifecycle::{Lifecycle, LifecycleChoice};
 pub use limits::{Plan, PlanLimits};
 pub use manifest::{Manifest, ManifestError};
-pub use outgoing::{Flow, Invoker, NestedCall};
+pub use meta::ScriptMeta;
 pub use runtime::{
-    CpuObserver, DeployReport, FLOW_CPU_SPENT, Prewarm, REQUEST_ID_HEADER, REVALIDATE_MS, Runtime,
-    Served, UNKNOWN_SCRIPT_HEADER, decorate, error_response,
+    DeployError, DeployReport, Prewarm, REVALIDATE_MS, Runtime, Served, decorate, error_response,
 };
 pub use s3_store::{S3Settings, S3Store};
-pub use script_store::{DirStore, ScriptMeta, ScriptStore};
+pub use script_store::{DirStore, ScriptStore};
 pub use stats::StatsSnapshot;
 pub use timing::{Start, Timing};
+pub use validate::ValidationError;
 pub use worker::INIT_INTERFACE;

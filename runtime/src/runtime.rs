@@ -2,7 +2,6 @@
 //! residency, counters.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -14,21 +13,25 @@ use wasmtime::component::{Component, Linker};
 use crate::artifact::{ArtifactCache, Lookup, Precompiled};
 use crate::body::{self, Body};
 use crate::config::RuntimeConfig;
+use crate::cpu::CpuObserver;
 use crate::engine::{build_engine, build_linker};
 use crate::epoch::EpochTicker;
 use crate::error::StoreError;
-use crate::error::{CompileError, ConfigError, DeployError, RuntimeError};
+use crate::error::{CompileError, ConfigError, RuntimeError};
 use crate::eviction::{Evicted, EvictionCause, IDLE_SWEEP_EVERY, IdleRule, IdleSweeper, Residency};
+use crate::flow::{FLOW_CPU_SPENT, REQUEST_ID_HEADER, UNKNOWN_SCRIPT_HEADER, request_id};
 use crate::host::Host;
 use crate::lifecycle::{self, Lifecycle};
+use crate::limits::Plan;
 use crate::manifest::Manifest;
+use crate::meta::{ScriptMeta, Share};
 use crate::misses::{Found, Lookups, UNKNOWN_WARN_EVERY, WarnEvery};
-use crate::script_store::{DirStore, ScriptMeta, ScriptStore};
+use crate::script_store::{DirStore, ScriptStore};
 use crate::secrets::SecretError;
 use crate::stats::{Stats, StatsSnapshot};
 use crate::timing::{CodeSource, SERVER_TIMING_HEADER, START_HEADER, Start, Timing};
-use crate::validate::{compressed_size, valid_script_id, validate_component};
-use crate::versions::{Share, VersionError, VersionList};
+use crate::validate::{ValidationError, compressed_size, valid_script_id, validate_component};
+use crate::versions::{VersionError, VersionList};
 use crate::worker::{NodeShared, Worker, link};
 
 /// Source sizes [`Runtime::can_host`] remembers before it starts over.
@@ -39,6 +42,58 @@ const MAX_CACHED_SIZES: usize = 100_000;
 /// has). A backstop: a deploy through a node announces itself to every
 /// member at once ([`Runtime::revalidate`]).
 pub const REVALIDATE_MS: u64 = 1000;
+
+/// Why a deploy was refused. The old version (if any) keeps serving.
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    /// The script ID cannot be routed to (it must be a DNS label).
+    #[error(
+        "invalid script ID {0:?}: use 1-63 lowercase letters, digits and '-', not starting or ending with '-'"
+    )]
+    InvalidScriptId(String),
+    /// The script is over its plan's size limit (measured gzip-compressed).
+    #[error(
+        "script too large for the {plan} plan: {compressed} bytes gzip-compressed ({raw} bytes raw), limit is {limit} bytes compressed"
+    )]
+    TooLarge {
+        /// The plan whose limit applies.
+        plan: Plan,
+        /// Size after gzip (level 6), the measure the limit uses.
+        compressed: u64,
+        /// Size as uploaded.
+        raw: u64,
+        /// The plan's limit on the compressed size.
+        limit: u64,
+    },
+    /// The script is over its plan's limit on the uncompressed size.
+    #[error(
+        "script too large for the {plan} plan: {raw} bytes uncompressed, limit is {limit} bytes uncompressed"
+    )]
+    TooLargeUncompressed {
+        /// The plan whose limit applies.
+        plan: Plan,
+        /// Size as uploaded.
+        raw: u64,
+        /// The plan's limit on the uncompressed size.
+        limit: u64,
+    },
+    /// The bytes are not a valid Worker component.
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// The component is well-formed but wasmtime could not compile or link it.
+    #[error("component does not compile or link: {0}")]
+    Compile(String),
+    /// The script store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The bindings are invalid ([`crate::bindings`]).
+    #[error(transparent)]
+    Bindings(#[from] crate::bindings::BindingsError),
+    /// The vars are invalid, or collide with the Worker's secrets
+    /// ([`crate::secrets`]).
+    #[error(transparent)]
+    Env(#[from] crate::secrets::EnvError),
+}
 
 /// What a successful deploy reports.
 #[derive(Debug, Clone, Serialize)]
@@ -93,11 +148,6 @@ pub enum Prewarm {
     /// the busy window (memory pressure drops prewarms first).
     NoRoom,
 }
-
-/// Told the script ID and handler CPU time of each invocation as it ends
-/// ([`Runtime::observe_cpu`]); runs on the invocation's task, so it must
-/// be quick.
-pub type CpuObserver = Arc<dyn Fn(&str, Duration) + Send + Sync>;
 
 /// A served request: the response and how it was produced.
 pub struct Served {
@@ -256,9 +306,9 @@ impl Runtime {
     }
 
     /// Installs what carries this node's nested Worker calls (the node
-    /// does, see [`crate::outgoing`]); replaces any earlier one. Until then
+    /// does, see [`crate::flow`]); replaces any earlier one. Until then
     /// every nested call is denied.
-    pub fn set_invoker(&self, invoker: Arc<dyn crate::outgoing::Invoker>) {
+    pub fn set_invoker(&self, invoker: Arc<dyn crate::flow::Invoker>) {
         *self
             .inner
             .node
@@ -1376,7 +1426,7 @@ impl Runtime {
         // A user Worker runs only as a nested call: a request without a
         // flow is a client's (at any front door, or forwarded to this
         // home), and never reaches it. The one check for every path.
-        if primary.meta.dispatch_only && req.extensions().get::<crate::outgoing::Flow>().is_none() {
+        if primary.meta.dispatch_only && req.extensions().get::<crate::flow::Flow>().is_none() {
             Stats::bump(&inner.stats.dispatch_only_refused);
             return Err(RuntimeError::DispatchOnly(script_id.into()));
         }
@@ -1447,22 +1497,6 @@ pub fn decorate(headers: &mut http::HeaderMap, start: Start, timing: &Timing) {
     }
 }
 
-/// The header that carries the ID of a failed request, as in the log.
-pub const REQUEST_ID_HEADER: &str = "x-hearth-request-id";
-
-/// The header on the 404 for a script ID no Worker is deployed under
-/// (value `unknown-script`). A Worker's own answers never carry it with
-/// [`START_HEADER`] absent (every served response has that), so a node that
-/// forwarded a request can tell its home's "not deployed" apart and
-/// remember the name ([`Runtime::remember_missing`]).
-pub const UNKNOWN_SCRIPT_HEADER: &str = "x-hearth-error";
-
-/// The value of [`UNKNOWN_SCRIPT_HEADER`] on a nested invocation stopped or
-/// refused because its flow's CPU budget for nested calls is spent on the
-/// node that ran it ([`crate::cpu`]): the caller's node then spends its own
-/// budget of the flow too, so the guest's next calls fail at once.
-pub const FLOW_CPU_SPENT: &str = "flow-cpu-spent";
-
 /// The response a client sees for `err`: its status, the short
 /// [`RuntimeError::public_message`] and a request ID (also in the
 /// `x-hearth-request-id` header). The full error, with any backtrace or
@@ -1517,24 +1551,4 @@ fn unix_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-/// A node-unique, hard-to-guess ID for a failed request: 64 bits of
-/// (time, counter) mixed through blake3, as 16 hex digits.
-pub(crate) fn request_id() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let t = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let mut h = blake3::Hasher::new();
-    h.update(&n.to_le_bytes());
-    h.update(&t.to_le_bytes());
-    h.update(&std::process::id().to_le_bytes());
-    let bytes = h.finalize();
-    bytes.as_bytes()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }

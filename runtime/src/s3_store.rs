@@ -47,7 +47,8 @@ use object_store::{
 use serde::Deserialize;
 
 use crate::error::StoreError;
-use crate::script_store::{ScriptMeta, ScriptStore};
+use crate::meta::ScriptMeta;
+use crate::script_store::ScriptStore;
 
 /// How to reach an S3-compatible store. Every field is optional; what is
 /// not given comes from the standard environment variables

@@ -44,8 +44,9 @@ use std::collections::BTreeMap;
 
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
-use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
+
+use crate::meta::{ScriptMeta, Sealed};
 
 /// Most vars and secrets one Worker has, together.
 pub const MAX_ENTRIES: usize = 64;
@@ -205,18 +206,6 @@ pub fn check_vars<'a>(
     Ok(())
 }
 
-/// A secret's value as stored: hex of nonce and ciphertext. Its `Debug`
-/// shows nothing of it.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Sealed(String);
-
-impl std::fmt::Debug for Sealed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Sealed(..)")
-    }
-}
-
 /// Why a sealed secret did not open.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -334,10 +323,7 @@ pub(crate) struct WorkerEnv {
 impl WorkerEnv {
     /// The environment of a Worker: `meta`'s vars, and its secrets opened
     /// with `key`.
-    pub(crate) fn open(
-        meta: &crate::script_store::ScriptMeta,
-        key: &SecretsKey,
-    ) -> Result<Self, OpenError> {
+    pub(crate) fn open(meta: &ScriptMeta, key: &SecretsKey) -> Result<Self, OpenError> {
         let mut pairs = vec![(
             "HEARTH_SCRIPT_ID".to_string(),
             Zeroizing::new(meta.script_id.clone()),
@@ -423,7 +409,7 @@ mod tests {
     fn the_environment_names_the_bindings_never_their_targets() {
         let key = SecretsKey::derive(&[7; 32]);
         let mut bindings = crate::bindings::Bindings::default();
-        let meta = |bindings: crate::bindings::Bindings| crate::script_store::ScriptMeta {
+        let meta = |bindings: crate::bindings::Bindings| ScriptMeta {
             script_id: "app".into(),
             plan: crate::Plan::Free,
             size: 0,

@@ -45,8 +45,9 @@ pub struct Stats {
     pub(crate) store_reads: AtomicU64,
     pub(crate) unknown_scripts: AtomicU64,
     pub(crate) unknown_cached: AtomicU64,
-    /// Fetches of origins by outcome ([`crate::egress`]).
-    pub(crate) subrequests: crate::egress::SubrequestCounters,
+    /// Fetches of origins by outcome ([`crate::egress`]); shared with the
+    /// node's client for origins, which counts into it.
+    pub(crate) subrequests: std::sync::Arc<crate::egress::SubrequestCounters>,
     pub(crate) dispatch_only_refused: AtomicU64,
     pub(crate) nested_cpu_refused: AtomicU64,
 }

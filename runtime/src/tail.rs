@@ -357,7 +357,7 @@ impl LogPipe {
         self.request
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert_with(crate::runtime::request_id)
+            .get_or_insert_with(crate::flow::request_id)
             .clone()
     }
 
@@ -546,7 +546,7 @@ pub(crate) struct TailDelivery {
     pub(crate) collector: Arc<Collector>,
     pub(crate) entry: String,
     pub(crate) tails: Vec<String>,
-    pub(crate) invoker: Option<Arc<dyn crate::outgoing::Invoker>>,
+    pub(crate) invoker: Option<Arc<dyn crate::flow::Invoker>>,
     pub(crate) limits: crate::limits::PlanLimits,
     pub(crate) stats: Arc<crate::stats::Stats>,
 }
@@ -644,7 +644,7 @@ impl TailDelivery {
                 .header(http::header::CONTENT_TYPE, "application/json")
                 .body(crate::body::full(json.clone()));
             let Ok(req) = req else { continue };
-            let call = crate::outgoing::NestedCall {
+            let call = crate::flow::NestedCall {
                 caller: self.entry.clone(),
                 target: tail.clone(),
                 kind: crate::bindings::CallKind::Tail,

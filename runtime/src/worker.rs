@@ -20,8 +20,8 @@ use crate::error::{CompileError, RuntimeError};
 use crate::host::{Host, NodeMemory};
 use crate::instance::{Instance, OnDone};
 use crate::limits::PlanLimits;
+use crate::meta::ScriptMeta;
 use crate::pre_slot::{self, PreSlotBudget};
-use crate::script_store::ScriptMeta;
 use crate::slow_client::{self, Cancel, CancelOnDrop};
 use crate::stats::Stats;
 
@@ -51,11 +51,11 @@ pub(crate) struct NodeShared {
     pub(crate) egress: Arc<crate::egress::Egress>,
     /// Seals and opens Worker secrets ([`crate::secrets`]).
     pub(crate) secrets_key: crate::secrets::SecretsKey,
-    /// Carries this node's nested calls ([`crate::outgoing`]), once installed.
-    pub(crate) invoker: std::sync::RwLock<Option<Arc<dyn crate::outgoing::Invoker>>>,
+    /// Carries this node's nested calls ([`crate::flow::Invoker`]), once installed.
+    pub(crate) invoker: std::sync::RwLock<Option<Arc<dyn crate::flow::Invoker>>>,
     /// Told each invocation's handler CPU time, once installed
     /// ([`crate::Runtime::observe_cpu`]).
-    pub(crate) cpu_observer: std::sync::OnceLock<crate::runtime::CpuObserver>,
+    pub(crate) cpu_observer: std::sync::OnceLock<crate::cpu::CpuObserver>,
     /// Who watches this node's requests live ([`crate::live_tail`]).
     pub(crate) live: Arc<crate::live_tail::LiveTail>,
 }
@@ -72,7 +72,7 @@ impl NodeShared {
             subrequests: cfg.max_concurrent_subrequests,
             egress: Arc::new(crate::egress::Egress::new(
                 cfg.egress.clone(),
-                stats.clone(),
+                stats.subrequests.clone(),
             )),
             flow_pools: Arc::default(),
             stats,
@@ -380,7 +380,7 @@ impl Worker {
         // request is a flow's entry. Limits only tighten.
         let flow = parts
             .extensions
-            .get::<crate::outgoing::Flow>()
+            .get::<crate::flow::Flow>()
             .cloned()
             .unwrap_or_default();
         let mut limits = flow.tighten(self.limits, Instant::now());
@@ -602,9 +602,9 @@ impl Worker {
     /// ([`crate::live_tail`]).
     fn trace_level(
         &self,
-        flow: &crate::outgoing::Flow,
+        flow: &crate::flow::Flow,
         extensions: &mut http::Extensions,
-        invoker: &Option<Arc<dyn crate::outgoing::Invoker>>,
+        invoker: &Option<Arc<dyn crate::flow::Invoker>>,
         limits: PlanLimits,
         request: &http::request::Parts,
     ) -> Option<crate::tail::Level> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hearth::cluster::ClusterConfig;
-use hearth::runtime::outgoing::MAX_DEPTH;
+use hearth::runtime::limits::MAX_DEPTH;
 use hearth::runtime::{Manifest, Plan};
 use hearth::sharding::admission::OverloadConfig;
 use hearth::testing::TestCluster;

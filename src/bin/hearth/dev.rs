@@ -297,7 +297,7 @@ async fn serve(
     let handler = move |mut req: http::Request<Body>, _peer| {
         let (node, name) = (node.clone(), name.clone());
         async move {
-            hearth::runtime::outgoing::strip_host_headers(req.headers_mut());
+            hearth::runtime::flow::strip_host_headers(req.headers_mut());
             let line = format!("{} {}", req.method(), req.uri());
             let t = Instant::now();
             let resp = node.handle(&name, req).await;
