@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use hearth_runtime::body::Body;
-use hearth_runtime::pre_slot::ByteBudget;
+use hearth_runtime::instances::pre_slot::ByteBudget;
 
 use crate::node::{NODE_HEADER, Node};
 
@@ -24,7 +24,7 @@ use crate::node::{NODE_HEADER, Node};
 /// no Worker can be named ([`valid_script_id`]) names none either, so junk
 /// in a Host header never costs a shard hop.
 ///
-/// [`valid_script_id`]: hearth_runtime::validate::valid_script_id
+/// [`valid_script_id`]: hearth_runtime::store::validate::valid_script_id
 pub fn script_id_from_host(host: &str) -> Option<String> {
     if host.starts_with('[') {
         return None; // an IPv6 literal
@@ -35,7 +35,7 @@ pub fn script_id_from_host(host: &str) -> Option<String> {
     }
     let (label, rest) = host.split_once('.')?;
     let id = label.to_ascii_lowercase();
-    (!rest.is_empty() && hearth_runtime::validate::valid_script_id(&id)).then_some(id)
+    (!rest.is_empty() && hearth_runtime::store::validate::valid_script_id(&id)).then_some(id)
 }
 
 /// The listeners of one node.

@@ -2,11 +2,11 @@
 //! while compiling, while serving, or in the configuration, each with a
 //! message a user can act on.
 //!
-//! An error that belongs to one concept lives next to it (a refused deploy
-//! is [`crate::DeployError`], malformed bytes a
-//! [`crate::validate::ValidationError`], bad bindings a
-//! [`crate::bindings::BindingsError`]); this module imports nothing of the
-//! crate, so every part can use it.
+//! An error that belongs to one concept lives next to it (a refused deploy is
+//! [`crate::DeployError`], malformed bytes a
+//! [`crate::store::validate::ValidationError`], bad bindings a
+//! [`crate::outbound::bindings::BindingsError`]); this module imports nothing
+//! of the crate, so every part can use it.
 
 use std::time::Duration;
 
@@ -88,7 +88,7 @@ pub enum RuntimeError {
     #[error("no Worker is deployed as {0:?}")]
     UnknownScript(String),
     /// A client addressed a user Worker deployed `dispatch_only`: it is
-    /// served only through a dispatch namespace ([`crate::manifest`]).
+    /// served only through a dispatch namespace ([`crate::store::manifest`]).
     #[error(
         "no Worker is served at {0:?}: it is a user Worker, reachable only through its platform's dispatch namespace"
     )]
@@ -117,8 +117,8 @@ pub enum RuntimeError {
         /// The per-request limit.
         budget: Duration,
     },
-    /// A nested invocation was stopped because its flow's CPU budget for
-    /// nested invocations on this node ran out ([`crate::cpu::FlowCpu`]).
+    /// A nested invocation was stopped because its flow's CPU budget for nested
+    /// invocations on this node ran out ([`crate::instances::cpu::FlowCpu`]).
     #[error(
         "Worker {script_id} was stopped after {used:?} of CPU: its flow's CPU budget for nested calls ({flow_budget:?} on this node) is spent; the instance was discarded"
     )]
@@ -200,7 +200,7 @@ pub enum RuntimeError {
         idle: Duration,
     },
     /// The request body bytes buffered before a slot, on the request's
-    /// connection or listener, are at their bound ([`crate::pre_slot`]):
+    /// connection or listener, are at their bound ([`crate::instances::pre_slot`]):
     /// this request is refused; the others go on.
     #[error(
         "request refused before Worker {script_id} ran: {scope} already holds {cap} bytes of request bodies waiting for a slot; retry shortly"

@@ -3,20 +3,21 @@
 //!
 //! # The model
 //!
-//! A flow starts with a request from a client and grows whenever a
-//! Worker calls one of its [bindings](crate::bindings): the dispatch Worker
-//! calls a user Worker, which makes a subrequest through the outbound
-//! Worker, and so on. Each level of a flow is one invocation, possibly on
-//! another node (it is routed like any request: warm here, else its home,
-//! else lazily here). Three things hold for every level:
+//! A flow starts with a request from a client and grows whenever a Worker calls
+//! one of its [bindings](crate::outbound::bindings): the dispatch Worker calls
+//! a user Worker, which makes a subrequest through the outbound Worker, and so
+//! on. Each level of a flow is one invocation, possibly on another node (it is
+//! routed like any request: warm here, else its home, else lazily here). Three
+//! things hold for every level:
 //!
 //! * **Only the host builds levels.** The guest speaks plain wasi:http; the
 //!   host resolves the host name against the caller's deployed bindings
-//!   ([`crate::outgoing`]), strips every `x-hearth-*` header the guest set
-//!   ([`strip_host_headers`], which every front door applies to clients'
-//!   requests too), and sets its own ([`CALLER_HEADER`], [`DEPTH_HEADER`],
-//!   and the node's trust header). Trust, limits, tail and outbound Workers
-//!   come from deploys and the caller's level, never from the request.
+//!   ([`crate::outbound::outgoing`]), strips every `x-hearth-*` header the
+//!   guest set ([`strip_host_headers`], which every front door applies to
+//!   clients' requests too), and sets its own ([`CALLER_HEADER`],
+//!   [`DEPTH_HEADER`], and the node's trust header). Trust, limits, tail and
+//!   outbound Workers come from deploys and the caller's level, never from the
+//!   request.
 //! * **Limits only tighten.** A nested invocation runs under its own plan's
 //!   limits, tightened by its [`Flow`]: the CPU its caller had left when it
 //!   called (so along any chain no level gets more CPU than the entry
@@ -24,7 +25,7 @@
 //!   wall-clock **deadline**, set once by the entry Worker's wall limit and
 //!   carried to every node. A call that would pass the deadline fails in the
 //!   caller with `HTTP-response-timeout`. Every nested invocation of a flow
-//!   also draws from one CPU budget per node ([`crate::cpu`]).
+//!   also draws from one CPU budget per node ([`crate::instances::cpu`]).
 //! * **Depth is bounded.** A flow is at most
 //!   [`MAX_DEPTH`](crate::limits::MAX_DEPTH) levels deep
 //!   (the entry Worker is level 1): a call beyond that (a loop of bindings,
@@ -48,7 +49,7 @@
 //! under) and, for a name no Worker is deployed under or a flow whose
 //! nested CPU is spent, [`UNKNOWN_SCRIPT_HEADER`]. A served response also
 //! carries `x-hearth-start` ([`crate::timing::START_HEADER`]) and its
-//! version ([`crate::versions::VERSION_HEADER`]).
+//! version ([`crate::store::versions::VERSION_HEADER`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -56,9 +57,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::future::BoxFuture;
 
-use crate::bindings::{Bindings, CallKind};
 use crate::body::Body;
 use crate::limits::PlanLimits;
+use crate::outbound::bindings::{Bindings, CallKind};
 
 /// Prefix of the headers only the host sets on a nested request; a
 /// guest's own are removed.
@@ -99,10 +100,10 @@ pub struct Flow {
     pub deadline: Option<Instant>,
     /// The outbound Worker that this level's subrequests to hosts outside
     /// `.internal` go to (none: to the origin if the Worker's allow-list
-    /// has it, else denied; see [`crate::egress`]).
+    /// has it, else denied; see [`crate::outbound::egress`]).
     pub outbound: Option<String>,
-    /// The flow's CPU budget for nested invocations ([`crate::cpu`]).
-    pub nested_cpu: Option<crate::cpu::NestedCpu>,
+    /// The flow's CPU budget for nested invocations ([`crate::instances::cpu`]).
+    pub nested_cpu: Option<crate::instances::cpu::NestedCpu>,
 }
 
 impl Flow {
@@ -144,8 +145,8 @@ pub struct NestedCall {
     /// The caller's request extensions (the node's context stack is there).
     pub caller_extensions: http::Extensions,
     /// The flow's CPU budget for nested invocations, for the callee
-    /// ([`crate::cpu`]).
-    pub nested_cpu: Option<crate::cpu::NestedCpu>,
+    /// ([`crate::instances::cpu`]).
+    pub nested_cpu: Option<crate::instances::cpu::NestedCpu>,
 }
 
 /// Carries nested calls for the runtime; the node implements it.
@@ -176,9 +177,9 @@ pub const REQUEST_ID_HEADER: &str = "x-hearth-request-id";
 pub const UNKNOWN_SCRIPT_HEADER: &str = "x-hearth-error";
 
 /// The value of [`UNKNOWN_SCRIPT_HEADER`] on a nested invocation stopped or
-/// refused because its flow's CPU budget for nested calls is spent on the
-/// node that ran it ([`crate::cpu`]): the caller's node then spends its own
-/// budget of the flow too, so the guest's next calls fail at once.
+/// refused because its flow's CPU budget for nested calls is spent on the node
+/// that ran it ([`crate::instances::cpu`]): the caller's node then spends its
+/// own budget of the flow too, so the guest's next calls fail at once.
 pub const FLOW_CPU_SPENT: &str = "flow-cpu-spent";
 
 /// A node-unique, hard-to-guess ID for a failed request: 64 bits of

@@ -2,9 +2,9 @@
 //! has whatever its plan.
 //!
 //! Sizes are checked at deploy, where they can be known; CPU and memory are
-//! enforced while the Worker runs. CPU always means CPU time on the thread
-//! that runs the Worker (see [`crate::cpu`]), never wall time, so a Worker
-//! that waits on I/O is not charged for the wait.
+//! enforced while the Worker runs. CPU always means CPU time on the thread that
+//! runs the Worker (see [`crate::instances::cpu`]), never wall time, so a
+//! Worker that waits on I/O is not charged for the wait.
 //!
 //! The fixed bounds are here too: how deep a flow may nest
 //! ([`MAX_DEPTH`]), and what host memory one instance can make the node
@@ -69,7 +69,7 @@ pub struct PlanLimits {
     #[serde(with = "millis")]
     pub request_cpu: Duration,
     /// Linear memory one instance may hold, in bytes (tables and the host
-    /// resources it creates are counted too, see `crate::host`).
+    /// resources it creates are counted too, see `crate::instances::host`).
     pub memory: u64,
     /// Wall-clock time one request may take from the moment it is handed to
     /// an instance until the Worker returns: it bounds a client that is too
@@ -78,7 +78,7 @@ pub struct PlanLimits {
     #[serde(default = "default_request_wall", with = "millis")]
     pub request_wall: Duration,
     /// Origins one request may fetch (each level of a flow counts its
-    /// own; calls to bindings are not counted, see [`crate::egress`]).
+    /// own; calls to bindings are not counted, see [`crate::outbound::egress`]).
     #[serde(default = "default_subrequests")]
     pub subrequests: u32,
 }

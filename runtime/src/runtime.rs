@@ -10,29 +10,31 @@ use tokio::sync::OnceCell;
 use wasmtime::Engine;
 use wasmtime::component::{Component, Linker};
 
-use crate::artifact::{ArtifactCache, Lookup, Precompiled};
 use crate::body::{self, Body};
 use crate::config::RuntimeConfig;
-use crate::cpu::CpuObserver;
-use crate::engine::{build_engine, build_linker};
-use crate::epoch::EpochTicker;
 use crate::error::StoreError;
 use crate::error::{CompileError, ConfigError, RuntimeError};
 use crate::eviction::{Evicted, EvictionCause, IDLE_SWEEP_EVERY, IdleRule, IdleSweeper, Residency};
 use crate::flow::{FLOW_CPU_SPENT, REQUEST_ID_HEADER, UNKNOWN_SCRIPT_HEADER, request_id};
-use crate::host::Host;
-use crate::lifecycle::{self, Lifecycle};
+use crate::instances::cpu::CpuObserver;
+use crate::instances::engine::{build_engine, build_linker};
+use crate::instances::epoch::EpochTicker;
+use crate::instances::host::Host;
+use crate::instances::lifecycle::{self, Lifecycle};
+use crate::instances::worker::{NodeShared, Worker, link};
 use crate::limits::Plan;
-use crate::manifest::Manifest;
-use crate::meta::{ScriptMeta, Share};
-use crate::misses::{Found, Lookups, UNKNOWN_WARN_EVERY, WarnEvery};
-use crate::script_store::{DirStore, ScriptStore};
-use crate::secrets::SecretError;
 use crate::stats::{Stats, StatsSnapshot};
+use crate::store::artifact::{ArtifactCache, Lookup, Precompiled};
+use crate::store::manifest::Manifest;
+use crate::store::meta::{ScriptMeta, Share};
+use crate::store::misses::{Found, Lookups, UNKNOWN_WARN_EVERY, WarnEvery};
+use crate::store::script_store::{DirStore, ScriptStore};
+use crate::store::secrets::SecretError;
+use crate::store::validate::{
+    ValidationError, compressed_size, valid_script_id, validate_component,
+};
+use crate::store::versions::{VersionError, VersionList};
 use crate::timing::{CodeSource, SERVER_TIMING_HEADER, START_HEADER, Start, Timing};
-use crate::validate::{ValidationError, compressed_size, valid_script_id, validate_component};
-use crate::versions::{VersionError, VersionList};
-use crate::worker::{NodeShared, Worker, link};
 
 /// Source sizes [`Runtime::can_host`] remembers before it starts over.
 const MAX_CACHED_SIZES: usize = 100_000;
@@ -86,13 +88,13 @@ pub enum DeployError {
     /// The script store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The bindings are invalid ([`crate::bindings`]).
+    /// The bindings are invalid ([`crate::outbound::bindings`]).
     #[error(transparent)]
-    Bindings(#[from] crate::bindings::BindingsError),
+    Bindings(#[from] crate::outbound::bindings::BindingsError),
     /// The vars are invalid, or collide with the Worker's secrets
-    /// ([`crate::secrets`]).
+    /// ([`crate::store::secrets`]).
     #[error(transparent)]
-    Env(#[from] crate::secrets::EnvError),
+    Env(#[from] crate::store::secrets::EnvError),
 }
 
 /// What a successful deploy reports.
@@ -208,8 +210,8 @@ struct Inner {
     node: Arc<NodeShared>,
     epoch: Instant,
     idle: IdleRule,
-    /// Per-version counts of the scripts with a split ([`crate::versions`]).
-    versions: crate::versions::VersionCounters,
+    /// Per-version counts of the scripts with a split ([`crate::store::versions`]).
+    versions: crate::store::versions::VersionCounters,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -266,7 +268,7 @@ impl Runtime {
         let artifacts = ArtifactCache::new(dir, config.artifact_key, &engine)
             .map_err(|e| ConfigError::Engine(format!("cannot open artifact cache: {e}")))?;
         let stats = Arc::new(Stats::default());
-        let store = Arc::new(crate::script_store::Counted {
+        let store = Arc::new(crate::store::script_store::Counted {
             inner: store,
             stats: stats.clone(),
         });
@@ -345,7 +347,7 @@ impl Runtime {
 
     /// Validates, compiles and stores `source` as `script_id` with the
     /// settings of `manifest` (a [`Manifest`], or just a [`crate::Plan`]),
-    /// as its next numbered version ([`crate::versions`]), which replaces
+    /// as its next numbered version ([`crate::store::versions`]), which replaces
     /// the current deployment atomically (at 100%, ending any split; the
     /// earlier versions stay on record). Runs the CPU-heavy parts on
     /// the blocking pool. A store that shares artifacts gets the compiled
@@ -380,7 +382,7 @@ impl Runtime {
             Some(old) => old.secrets,
             None => Default::default(),
         };
-        crate::secrets::check_vars(&checked.vars, secrets.keys())?;
+        crate::store::secrets::check_vars(&checked.vars, secrets.keys())?;
         let meta = ScriptMeta {
             script_id: script_id.into(),
             plan: checked.plan,
@@ -412,7 +414,7 @@ impl Runtime {
 
     /// Seals `value` as secret `name` of `script_id` and stores it with the
     /// script's metadata, replacing a secret of that name, as a new
-    /// version ([`crate::versions`]; refused during a split); the warm copy
+    /// version ([`crate::store::versions`]; refused during a split); the warm copy
     /// here is dropped, so its next request sees it. Returns the new
     /// metadata (announce its [`ScriptMeta::revision`] to the other
     /// members, as a deploy does).
@@ -422,7 +424,7 @@ impl Runtime {
         name: &str,
         value: &str,
     ) -> Result<ScriptMeta, SecretError> {
-        use crate::secrets::{EnvError, MAX_ENTRIES, MAX_VALUE_BYTES, check_name};
+        use crate::store::secrets::{EnvError, MAX_ENTRIES, MAX_VALUE_BYTES, check_name};
         check_name("secret", name)?;
         if value.len() > MAX_VALUE_BYTES {
             return Err(EnvError::ValueTooLarge {
@@ -483,7 +485,7 @@ impl Runtime {
     async fn change_secrets(
         &self,
         script_id: &str,
-        change: impl FnOnce(&mut ScriptMeta) -> Result<bool, crate::secrets::EnvError>,
+        change: impl FnOnce(&mut ScriptMeta) -> Result<bool, crate::store::secrets::EnvError>,
     ) -> Result<(ScriptMeta, bool), SecretError> {
         let name_lock = self.deploy_lock(script_id);
         let _serial = name_lock.lock().await;
@@ -499,7 +501,7 @@ impl Runtime {
         let changed = change(&mut meta)?;
         if changed {
             // A secret is part of what a version runs: a change is a new
-            // version ([`crate::versions`]).
+            // version ([`crate::store::versions`]).
             let version = self.next_version(Some(&meta)).await?;
             meta.version = version;
             meta.latest_version = version;
@@ -530,7 +532,7 @@ impl Runtime {
     }
 
     /// The versions of `script_id`, its current deployment, and this
-    /// node's counts per version of its split ([`crate::versions`]).
+    /// node's counts per version of its split ([`crate::store::versions`]).
     pub async fn versions(&self, script_id: &str) -> Result<VersionList, VersionError> {
         let current = self
             .inner
@@ -548,14 +550,14 @@ impl Runtime {
         }
         Ok(VersionList {
             script_id: script_id.into(),
-            deployment: crate::versions::deployment_of(&current),
+            deployment: crate::store::versions::deployment_of(&current),
             versions,
             counts: self.inner.versions.of(script_id),
         })
     }
 
     /// Makes `shares` the current deployment of `script_id`: one version
-    /// at 100% (a rollback) or a split ([`crate::versions`]). Every version
+    /// at 100% (a rollback) or a split ([`crate::store::versions`]). Every version
     /// must be recorded; the first one's metadata becomes current. The
     /// warm copy here is dropped; returns the new current deployment
     /// (announce its [`ScriptMeta::revision`] to the other members, as a
@@ -565,7 +567,7 @@ impl Runtime {
         script_id: &str,
         shares: &[Share],
     ) -> Result<ScriptMeta, VersionError> {
-        crate::versions::check_split(shares)?;
+        crate::store::versions::check_split(shares)?;
         let name_lock = self.deploy_lock(script_id);
         let _serial = name_lock.lock().await;
         let current = self
@@ -697,7 +699,7 @@ impl Runtime {
         validate_component(&source)?;
         let bindings = manifest.bindings.clone();
         bindings.validate()?;
-        crate::secrets::check_vars(&manifest.vars, [])?;
+        crate::store::secrets::check_vars(&manifest.vars, [])?;
         let hash = blake3::hash(&source).to_hex().to_string();
         let t = Instant::now();
         let (component, code_source) = self
@@ -751,7 +753,7 @@ impl Runtime {
         };
         let path = self.inner.artifacts.path(hash);
         let written = tokio::task::spawn_blocking(move || {
-            crate::script_store::write_atomic(&path, &bytes).map(|_| ())
+            crate::store::script_store::write_atomic(&path, &bytes).map(|_| ())
         })
         .await;
         matches!(written, Ok(Ok(())))
@@ -760,7 +762,7 @@ impl Runtime {
     /// Makes sure the current version of `script_id` has an artifact for
     /// this engine, in the local cache and (for a store that shares
     /// artifacts) in the store, so a node on this engine loads it on its
-    /// first request instead of compiling ([`crate::artifact`]). Nothing is
+    /// first request instead of compiling ([`crate::store::artifact`]). Nothing is
     /// made resident. The compile runs on the blocking pool.
     pub async fn precompile(&self, script_id: &str) -> Result<Precompiled, RuntimeError> {
         let inner = &self.inner;
@@ -883,7 +885,7 @@ impl Runtime {
 
     /// Whether `script_id` is in this node's negative cache: its store had
     /// no Worker under it within the TTL and no deploy of it was seen since
-    /// ([`crate::misses`]). A router asks this before a shard hop: the
+    /// ([`crate::store::misses`]). A router asks this before a shard hop: the
     /// answer here is the same 404, without the hop.
     pub fn is_known_missing(&self, script_id: &str) -> bool {
         self.inner.lookups.is_known_missing(script_id)
@@ -963,8 +965,8 @@ impl Runtime {
     }
 
     /// This node's live-tail hub: subscribe to watch a Worker's requests
-    /// as they finish ([`crate::live_tail`]).
-    pub fn live_tail(&self) -> &Arc<crate::live_tail::LiveTail> {
+    /// as they finish ([`crate::outbound::live_tail`]).
+    pub fn live_tail(&self) -> &Arc<crate::outbound::live_tail::LiveTail> {
         &self.inner.node.live
     }
 
@@ -978,8 +980,8 @@ impl Runtime {
     }
 
     /// This node's per-version request and error counts of the scripts
-    /// in a split, by script ID ([`crate::versions`]).
-    pub fn version_counts(&self) -> Vec<(String, Vec<crate::versions::VersionCount>)> {
+    /// in a split, by script ID ([`crate::store::versions`]).
+    pub fn version_counts(&self) -> Vec<(String, Vec<crate::store::versions::VersionCount>)> {
         self.inner.versions.snapshot()
     }
 
@@ -1023,7 +1025,7 @@ impl Runtime {
         if !meta.lifecycle.reuses() {
             reuse.max_requests_per_instance = 1;
         }
-        let env = crate::secrets::WorkerEnv::open(&meta, &self.inner.node.secrets_key)
+        let env = crate::store::secrets::WorkerEnv::open(&meta, &self.inner.node.secrets_key)
             .map_err(|e| e.to_string())?;
         Worker::new(
             &self.inner.engine,
@@ -1206,7 +1208,7 @@ impl Runtime {
     /// The metadata of `script_id` as the store has it (`None`: no Worker
     /// is deployed under that name): from the negative cache, or one store
     /// read (counted in `store_reads`) shared by every concurrent lookup
-    /// of the name ([`crate::misses`]).
+    /// of the name ([`crate::store::misses`]).
     async fn store_meta(
         &self,
         script_id: &str,
@@ -1431,9 +1433,9 @@ impl Runtime {
             return Err(RuntimeError::DispatchOnly(script_id.into()));
         }
         // During a split the request's key picks the version
-        // ([`crate::versions`]).
+        // ([`crate::store::versions`]).
         let split = !primary.meta.split.is_empty();
-        let version = crate::versions::choose(&primary.meta, req.headers());
+        let version = crate::store::versions::choose(&primary.meta, req.headers());
         let worker = if version == primary.meta.number() {
             primary.clone()
         } else {
@@ -1460,7 +1462,7 @@ impl Runtime {
         }
         let (mut response, started) = served?;
         response.headers_mut().insert(
-            crate::versions::VERSION_HEADER,
+            crate::store::versions::VERSION_HEADER,
             http::HeaderValue::from(version),
         );
         if let Some(s) = started {

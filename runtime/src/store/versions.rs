@@ -4,7 +4,7 @@
 //! 3… per script, never reused), the source hash, and the plan, bindings,
 //! vars, sealed secrets, lifecycle and deploy time as deployed: a
 //! [`ScriptMeta`] with [`ScriptMeta::version`] set, kept in the store
-//! under `versions/<id>/<n>.json` ([`crate::script_store`]). Every deploy
+//! under `versions/<id>/<n>.json` ([`crate::store::script_store`]). Every deploy
 //! makes one, and so does every secret change (as on Cloudflare: a secret
 //! is part of what a version runs, so rolling back also rolls back a
 //! secret). Sources are content-addressed, so versions with the same code
@@ -59,7 +59,7 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
-use crate::meta::{ScriptMeta, Share};
+use crate::store::meta::{ScriptMeta, Share};
 
 /// The response header naming the version that served a request.
 pub const VERSION_HEADER: &str = "x-hearth-version";

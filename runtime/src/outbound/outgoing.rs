@@ -2,12 +2,13 @@
 //! (`Outbound`'s `send_request`), through which every request a guest
 //! makes passes, and which turns it into a nested invocation (a Worker
 //! calling a Worker, one more level of its [flow](crate::flow)), a fetch
-//! of an allowed origin ([`crate::egress`]), or denies it.
+//! of an allowed origin ([`crate::outbound::egress`]), or denies it.
 //!
 //! # The model
 //!
-//! The guest speaks plain wasi:http. For each request the hook resolves
-//! the host name against the caller's deployed [bindings](crate::bindings):
+//! The guest speaks plain wasi:http. For each request the hook resolves the
+//! host name against the caller's deployed
+//! [bindings](crate::outbound::bindings):
 //!
 //! * **A binding is a level.** The hook builds the callee's level as
 //!   [`crate::flow`] describes (its `x-hearth-*` headers, its depth, the
@@ -17,10 +18,10 @@
 //!   Every level holds an instance slot only while it runs, so a refused
 //!   loop leaves nothing behind. A runtime with no invoker (used on its
 //!   own, without a node) denies every nested call.
-//! * **Origins are not levels.** A request to a host outside `.internal`
-//!   with no outbound Worker in force is fetched by the node if the
-//!   Worker's allow-list has it, and denied otherwise ([`crate::egress`]).
-//!   It holds a subrequest slot like a nested call.
+//! * **Origins are not levels.** A request to a host outside `.internal` with
+//!   no outbound Worker in force is fetched by the node if the Worker's
+//!   allow-list has it, and denied otherwise ([`crate::outbound::egress`]). It
+//!   holds a subrequest slot like a nested call.
 //! * **Fan-out is bounded.** One invocation has at most
 //!   `RuntimeConfig::max_concurrent_subrequests` (6) subrequests in flight:
 //!   a call holds one of its slots from the moment it is made until the
@@ -32,9 +33,9 @@
 //!   it cannot take every instance slot of a Worker it calls (an outbound
 //!   Worker shared by many tenants) or of the node.
 //! * **Nested CPU is bounded per flow.** Every nested invocation of a flow
-//!   draws from one CPU budget per node ([`crate::cpu::FlowCpu`], twice the
-//!   entry's per-request CPU limit); once it is spent, further calls fail
-//!   with an `internal-error` that says so.
+//!   draws from one CPU budget per node ([`crate::instances::cpu::FlowCpu`],
+//!   twice the entry's per-request CPU limit); once it is spent, further calls
+//!   fail with an `internal-error` that says so.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -43,14 +44,14 @@ use std::time::{Duration, Instant};
 use http_body_util::BodyExt;
 use wasmtime_wasi_http::{RequestOptions, WasiBody, WasiHttpHooks};
 
-use crate::bindings::{Bindings, CallKind, Resolved, resolve};
-use crate::cpu::CpuMeter;
-use crate::egress::{AllowList, Egress, SubrequestOutcome};
 use crate::flow::{
     CALLER_HEADER, DEPTH_HEADER, FLOW_CPU_SPENT, Flow, Invoker, NestedCall, UNKNOWN_SCRIPT_HEADER,
     strip_host_headers,
 };
+use crate::instances::cpu::CpuMeter;
 use crate::limits::MAX_DEPTH;
+use crate::outbound::bindings::{Bindings, CallKind, Resolved, resolve};
+use crate::outbound::egress::{AllowList, Egress, SubrequestOutcome};
 use crate::stats::Stats;
 
 /// What the host knows about the request an instance is serving, for its
@@ -58,7 +59,7 @@ use crate::stats::Stats;
 pub(crate) struct Caller {
     pub(crate) script_id: Arc<str>,
     pub(crate) bindings: Arc<Bindings>,
-    /// The origins the Worker may fetch ([`crate::egress`]).
+    /// The origins the Worker may fetch ([`crate::outbound::egress`]).
     pub(crate) allowed: Arc<AllowList>,
     /// The node's client for them.
     pub(crate) egress: Arc<Egress>,
@@ -71,13 +72,14 @@ pub(crate) struct Caller {
     pub(crate) extensions: http::Extensions,
     pub(crate) meter: Arc<CpuMeter>,
     pub(crate) invoker: Option<Arc<dyn Invoker>>,
-    /// The request's trace events, if its flow is traced ([`crate::tail`]).
-    pub(crate) trace: Option<Arc<crate::tail::TraceBuffer>>,
+    /// The request's trace events, if its flow is traced
+    /// ([`crate::outbound::tail`]).
+    pub(crate) trace: Option<Arc<crate::outbound::tail::TraceBuffer>>,
     pub(crate) stats: Arc<crate::stats::Stats>,
     /// This invocation's subrequest slots (see the module docs).
     pub(crate) subrequests: Arc<tokio::sync::Semaphore>,
-    /// Its flow's CPU budget for nested invocations ([`crate::cpu`]).
-    pub(crate) flow_cpu: crate::cpu::FlowCpuHandle,
+    /// Its flow's CPU budget for nested invocations ([`crate::instances::cpu`]).
+    pub(crate) flow_cpu: crate::instances::cpu::FlowCpuHandle,
 }
 
 /// The wasi:http hooks of an instance: outgoing requests are nested calls
@@ -209,7 +211,7 @@ impl Caller {
             deadline: self.deadline,
             caller_bindings: self.bindings.clone(),
             caller_extensions: self.extensions.clone(),
-            nested_cpu: Some(crate::cpu::NestedCpu {
+            nested_cpu: Some(crate::instances::cpu::NestedCpu {
                 flow_id,
                 left: flow_cpu.left(),
             }),
@@ -263,7 +265,7 @@ impl Caller {
 
     /// A request to a host outside `.internal` with no outbound Worker in
     /// force: fetched from the origin if the Worker's allow-list has it,
-    /// within the plan's fetches per request ([`crate::egress`]); counted
+    /// within the plan's fetches per request ([`crate::outbound::egress`]); counted
     /// by outcome either way.
     async fn fetch(
         &self,

@@ -47,7 +47,7 @@ use lru::LruCache;
 use tokio::sync::OnceCell;
 
 use crate::error::StoreError;
-use crate::meta::ScriptMeta;
+use crate::store::meta::ScriptMeta;
 
 /// How long a name the store did not have is answered 404 without reading
 /// the store again (unless a deploy of it is seen first).

@@ -1,5 +1,5 @@
 //! Egress: a Worker's requests to origins on the network (any host that is
-//! not one of its [bindings](crate::bindings)), denied unless its deploy
+//! not one of its [bindings](crate::outbound::bindings)), denied unless its deploy
 //! allows the origin, and sent by the node with SSRF protection and limits.
 //!
 //! # The model
@@ -22,7 +22,8 @@
 //!
 //! Where an outgoing request goes, in order:
 //!
-//! 1. a host in `.internal` is a binding, or denied ([`crate::bindings`]);
+//! 1. a host in `.internal` is a binding, or denied
+//!    ([`crate::outbound::bindings`]);
 //! 2. a subrequest of a user Worker that was dispatched to through an
 //!    outbound Worker goes to that outbound Worker (which may itself fetch
 //!    origins on *its* allow-list);
@@ -64,7 +65,7 @@
 //! Fetches per request are counted per invocation (each level of a flow has
 //! its own count); calls to bindings are not counted, they are bounded by
 //! the flow's depth. A fetch holds one of its invocation's subrequest slots
-//! like a nested call ([`crate::outgoing`]), until its response body ends
+//! like a nested call ([`crate::outbound::outgoing`]), until its response body ends
 //! or is dropped. A body that turns out larger than the cap while it
 //! streams (no or a false `content-length`) fails the guest's read and is
 //! counted as `too_large` besides the `ok` of its response head.
@@ -78,7 +79,7 @@
 //! and the response size cap, never the size of the body.
 //!
 //! Every fetch is a `subrequest` trace event for the flow's tail Workers
-//! ([`crate::tail`]), with its URL and status or error.
+//! ([`crate::outbound::tail`]), with its URL and status or error.
 
 use std::fmt;
 use std::future::Future;

@@ -3,12 +3,12 @@
 //! Each instance gets a full WASI 0.2 context (clocks, random, cli with an
 //! environment holding `HEARTH_SCRIPT_ID`, the names of its bindings
 //! (`HEARTH_SERVICES`, `HEARTH_DISPATCH`, if any) and the Worker's vars and
-//! secrets, a filesystem with no preopens, sockets denied), the same vars
-//! and secrets through `wasi:config/store` ([`crate::secrets`]), stdout and
-//! stderr that go to the node's log and any trace ([`crate::tail`]), and a
-//! wasi:http context whose outgoing requests reach only the Worker's
-//! bindings ([`crate::outgoing`]), plus the two meters that enforce its
-//! limits: a [`MemoryLimiter`] and a [`CpuMeter`].
+//! secrets, a filesystem with no preopens, sockets denied), the same vars and
+//! secrets through `wasi:config/store` ([`crate::store::secrets`]), stdout and
+//! stderr that go to the node's log and any trace ([`crate::outbound::tail`]),
+//! and a wasi:http context whose outgoing requests reach only the Worker's
+//! bindings ([`crate::outbound::outgoing`]), plus the two meters that enforce
+//! its limits: a [`MemoryLimiter`] and a [`CpuMeter`].
 //!
 //! Host memory a Worker can make the node allocate is held to its limit:
 //!
@@ -45,20 +45,20 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use crate::cpu::CpuMeter;
+use crate::instances::cpu::CpuMeter;
 use crate::limits::{FIELD_SIZE_LIMIT, HOST_RESERVE, MAX_RESOURCES, TABLE_ELEMENT_BYTES};
-use crate::outgoing::Outbound;
+use crate::outbound::outgoing::Outbound;
 
 /// The `T` of every instance's `Store<T>`.
 pub(crate) struct Host {
     wasi: WasiCtx,
     http: WasiHttpCtx,
     table: ResourceTable,
-    /// Where outgoing requests go: set per request ([`crate::outgoing`]).
+    /// Where outgoing requests go: set per request ([`crate::outbound::outgoing`]).
     pub(crate) hooks: Outbound,
     /// The instance's stdout and stderr: the node's log, and trace events
-    /// while a traced request runs ([`crate::tail`]).
-    logs: [crate::tail::LogPipe; 2],
+    /// while a traced request runs ([`crate::outbound::tail`]).
+    logs: [crate::outbound::tail::LogPipe; 2],
     /// What the Worker's instances share: its environment (read by
     /// `wasi:config/store` from here) and its node log.
     io: Arc<WorkerIo>,
@@ -108,9 +108,9 @@ pub(crate) struct WorkerIo {
     /// The Worker.
     pub(crate) script_id: Arc<str>,
     /// `HEARTH_SCRIPT_ID`, binding names, vars and opened secrets.
-    pub(crate) env: crate::secrets::WorkerEnv,
+    pub(crate) env: crate::store::secrets::WorkerEnv,
     /// Where its output lines go on this node.
-    pub(crate) log: Arc<crate::tail::WorkerLog>,
+    pub(crate) log: Arc<crate::outbound::tail::WorkerLog>,
 }
 
 impl Host {
@@ -119,7 +119,7 @@ impl Host {
     /// already hold this instance's [`HOST_RESERVE`] (given back when the
     /// host drops).
     pub(crate) fn new(io: &Arc<WorkerIo>, memory: u64, node: Arc<NodeMemory>) -> Self {
-        let (stdout, stderr) = crate::tail::LogPipe::pair(io.log.clone());
+        let (stdout, stderr) = crate::outbound::tail::LogPipe::pair(io.log.clone());
         let mut wasi = WasiCtxBuilder::new();
         for (name, value) in &io.env.pairs {
             wasi.env(name, value.as_str());
@@ -156,7 +156,7 @@ impl Host {
 impl Host {
     /// A request starts: the instance's output goes to `trace` too (or
     /// only to the node's log), tagged with a new request ID.
-    pub(crate) fn begin_request(&self, trace: Option<Arc<crate::tail::TraceBuffer>>) {
+    pub(crate) fn begin_request(&self, trace: Option<Arc<crate::outbound::tail::TraceBuffer>>) {
         for pipe in &self.logs {
             pipe.flush_line();
         }

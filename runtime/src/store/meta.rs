@@ -4,22 +4,23 @@
 //! ([`Share`], one version's part of a split; [`Sealed`], a secret as
 //! stored).
 //!
-//! A store ([`crate::script_store`], [`crate::s3_store`]) writes and reads
-//! these records as JSON; the concepts that give them meaning read them
-//! here: [`crate::versions`] (numbers, splits), [`crate::secrets`] (vars
-//! and sealed secrets), [`crate::misses`] (what a lookup found), and the
-//! runtime that loads a Worker from them. Fields added later have serde
-//! defaults, so metadata written by an older node still reads.
+//! A store ([`crate::store::script_store`], [`crate::store::s3_store`]) writes
+//! and reads these records as JSON; the concepts that give them meaning read
+//! them here: [`crate::store::versions`] (numbers, splits),
+//! [`crate::store::secrets`] (vars and sealed secrets),
+//! [`crate::store::misses`] (what a lookup found), and the runtime that loads a
+//! Worker from them. Fields added later have serde defaults, so metadata
+//! written by an older node still reads.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::bindings::Bindings;
 use crate::error::StoreError;
-use crate::lifecycle::LifecycleChoice;
+use crate::instances::lifecycle::LifecycleChoice;
 use crate::limits::Plan;
+use crate::outbound::bindings::Bindings;
 
 /// What is recorded about a deployed script.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,25 +38,25 @@ pub struct ScriptMeta {
     /// Unix time of the deploy, in milliseconds.
     pub deployed_at_ms: u64,
     /// Whether instances are reused, as decided at deploy
-    /// ([`crate::lifecycle`]).
+    /// ([`crate::instances::lifecycle`]).
     #[serde(default)]
     pub lifecycle: LifecycleChoice,
     /// The Workers it may call, and its outbound and tail Workers
-    /// ([`crate::bindings`]).
+    /// ([`crate::outbound::bindings`]).
     #[serde(default, skip_serializing_if = "Bindings::is_empty")]
     pub bindings: Bindings,
-    /// Its vars, in the clear ([`crate::secrets`]).
+    /// Its vars, in the clear ([`crate::store::secrets`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub vars: BTreeMap<String, String>,
-    /// Its secrets, sealed ([`crate::secrets`]); the admin API shows only
+    /// Its secrets, sealed ([`crate::store::secrets`]); the admin API shows only
     /// their names.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub secrets: BTreeMap<String, Sealed>,
     /// A user Worker, served only as a nested call, never as a flow's
-    /// entry ([`crate::manifest`]).
+    /// entry ([`crate::store::manifest`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dispatch_only: bool,
-    /// Its version number ([`crate::versions`]); 0 in metadata written
+    /// Its version number ([`crate::store::versions`]); 0 in metadata written
     /// before versions existed, which counts as version 1
     /// ([`ScriptMeta::number`]).
     #[serde(default)]
@@ -143,7 +144,7 @@ impl std::fmt::Display for Share {
 }
 
 /// A secret's value as stored: hex of nonce and ciphertext, sealed and
-/// opened by [`crate::secrets`]. Its `Debug` shows nothing of it.
+/// opened by [`crate::store::secrets`]. Its `Debug` shows nothing of it.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Sealed(pub(crate) String);

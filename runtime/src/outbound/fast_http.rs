@@ -301,7 +301,7 @@ mod tests {
         body: &[u8],
     ) -> Result<http::Response<wasmtime_wasi_http::p2::body::HyperOutgoingBody>, String> {
         // The hooks every instance has (wasi:http's forbidden headers).
-        let mut hooks = crate::outgoing::Outbound::default();
+        let mut hooks = crate::outbound::outgoing::Outbound::default();
         build_response(&mut hooks, status, headers, Bytes::copy_from_slice(body))
     }
 

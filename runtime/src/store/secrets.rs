@@ -46,7 +46,7 @@ use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use zeroize::Zeroizing;
 
-use crate::meta::{ScriptMeta, Sealed};
+use crate::store::meta::{ScriptMeta, Sealed};
 
 /// Most vars and secrets one Worker has, together.
 pub const MAX_ENTRIES: usize = 64;
@@ -131,7 +131,7 @@ pub enum SecretError {
     #[error("no Worker named {0:?} is deployed")]
     UnknownScript(String),
     /// The script is being rolled out gradually: there is no one version to
-    /// change ([`crate::versions`]).
+    /// change ([`crate::store::versions`]).
     #[error(
         "{0} is being rolled out gradually (a split of several versions): end the split \
          (`hearth versions deploy {0} N@100%`, or `hearth rollback {0}`) before changing a secret"
@@ -408,8 +408,8 @@ mod tests {
     #[test]
     fn the_environment_names_the_bindings_never_their_targets() {
         let key = SecretsKey::derive(&[7; 32]);
-        let mut bindings = crate::bindings::Bindings::default();
-        let meta = |bindings: crate::bindings::Bindings| ScriptMeta {
+        let mut bindings = crate::outbound::bindings::Bindings::default();
+        let meta = |bindings: crate::outbound::bindings::Bindings| ScriptMeta {
             script_id: "app".into(),
             plan: crate::Plan::Free,
             size: 0,

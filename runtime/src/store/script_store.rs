@@ -1,6 +1,6 @@
 //! Where Worker sources live: the [`ScriptStore`] trait and its default, a
 //! local directory content-addressed by blake3. For nodes that share no
-//! disk, [`crate::s3_store::S3Store`] keeps the same layout in an
+//! disk, [`crate::store::s3_store::S3Store`] keeps the same layout in an
 //! S3-compatible bucket.
 //!
 //! The trait is async: a store may be across the network. Nothing on a
@@ -17,7 +17,7 @@
 //! ```
 //!
 //! Every deploy (and every secret change) is a new numbered version
-//! ([`crate::versions`]): a deploy writes the blob first, then the
+//! ([`crate::store::versions`]): a deploy writes the blob first, then the
 //! version's record, then replaces the current deployment with an atomic
 //! rename, so a reader sees either the old version or the new one, never a
 //! mix; a deploy that fails before the rename leaves the old version
@@ -40,7 +40,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::error::StoreError;
-use crate::meta::ScriptMeta;
+use crate::store::meta::ScriptMeta;
 
 /// A place to keep Worker sources. Implementations must make [`put`]
 /// atomic per script ID: a reader sees the old version or the new one.
@@ -79,7 +79,7 @@ pub trait ScriptStore: Send + Sync + 'static {
     /// The shared precompiled artifact `name`, for a store that keeps
     /// artifacts for every node (`None` if it has none, or keeps none).
     /// Whatever comes back is authenticated before use
-    /// ([`crate::artifact`]).
+    /// ([`crate::store::artifact`]).
     async fn get_artifact(&self, _name: &str) -> Result<Option<bytes::Bytes>, StoreError> {
         Ok(None)
     }
@@ -336,7 +336,7 @@ impl DirStore {
 
     /// [`ScriptStore::versions`] on the calling thread.
     pub fn versions_blocking(&self, script_id: &str) -> Result<Vec<ScriptMeta>, StoreError> {
-        if !crate::validate::valid_script_id(script_id) {
+        if !crate::store::validate::valid_script_id(script_id) {
             return Ok(Vec::new());
         }
         let dir = self.version_dir(script_id);
@@ -364,7 +364,7 @@ impl DirStore {
         script_id: &str,
         version: u64,
     ) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError> {
-        if !crate::validate::valid_script_id(script_id) {
+        if !crate::store::validate::valid_script_id(script_id) {
             return Ok(None);
         }
         let Some(meta) = Self::read_meta(&self.version_path(script_id, version))? else {
@@ -388,7 +388,7 @@ impl DirStore {
 
     /// [`ScriptStore::meta`] on the calling thread.
     pub fn meta_blocking(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError> {
-        if !crate::validate::valid_script_id(script_id) {
+        if !crate::store::validate::valid_script_id(script_id) {
             return Ok(None);
         }
         Self::read_meta(&self.meta_path(script_id))
@@ -490,9 +490,9 @@ impl ScriptStore for DirStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bindings::Bindings;
-    use crate::lifecycle::LifecycleChoice;
+    use crate::instances::lifecycle::LifecycleChoice;
     use crate::limits::Plan;
+    use crate::outbound::bindings::Bindings;
     use std::collections::BTreeMap;
 
     fn meta(id: &str, src: &[u8]) -> ScriptMeta {
@@ -536,7 +536,7 @@ mod tests {
 
     #[test]
     fn every_version_is_kept_and_the_current_deployment_can_point_back() {
-        use crate::meta::Share;
+        use crate::store::meta::Share;
         let dir = tempfile::tempdir().expect("tempdir");
         let store = DirStore::open(dir.path()).expect("open");
         let v = |n: u64, src: &[u8]| ScriptMeta {
