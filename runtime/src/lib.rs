@@ -105,9 +105,10 @@ pub use instances::lifecycle::{Lifecycle, LifecycleChoice};
 pub use instances::worker::INIT_INTERFACE;
 pub use limits::{Plan, PlanLimits};
 pub use outbound::bindings::Bindings;
-pub use runtime::{
-    DeployError, DeployReport, Prewarm, REVALIDATE_MS, Runtime, Served, decorate, error_response,
-};
+pub use runtime::Runtime;
+pub use runtime::deploy::{DeployError, DeployReport};
+pub use runtime::residency::REVALIDATE_MS;
+pub use runtime::serve::{Prewarm, Served, decorate, error_response};
 pub use stats::StatsSnapshot;
 pub use store::manifest::{Manifest, ManifestError};
 pub use store::meta::ScriptMeta;
