@@ -10,9 +10,9 @@
 //! replacement and the value to write there; a file that sets an old key
 //! and its new one is refused.
 //!
-//! The renamed keys are one table per struct (`renamed!`) in the
-//! `Deserialize` impls of [`NodeConfig`] and [`ClientLimits`] below, which
-//! parse the struct as written (`serde(remote = "Self")`) and then move
+//! The renamed keys are one table per struct (`renamed_keys!`), which
+//! makes the `Deserialize` impls of [`NodeConfig`] and [`ClientLimits`]:
+//! they parse the struct as written (`serde(remote = "Self")`), then move
 //! each old key's value into its replacement ([`move_renamed`]). The plans' times go through [`plan_duration`].
 //!
 //! Deleting this file next release also deletes the old keys' fields in
@@ -28,49 +28,43 @@ use serde::Deserialize;
 
 use super::{ClientLimits, NodeConfig};
 
-/// The table of a struct's renamed keys: `renamed!(section, c, old => new
-/// as Unit, ...)` takes each old key's number out of `c.old` and moves it
-/// into `c.new` ([`move_renamed`]), the field names being the keys' names
-/// and `Unit` the [`Unit`] the old name carried.
-macro_rules! renamed {
-    ($section:literal, $c:ident, $($old:ident => $new:ident as $unit:ident),+ $(,)?) => {
-        move_renamed(
-            $section,
-            [$((stringify!($old), $c.$old.take(), stringify!($new), Unit::$unit(&mut $c.$new))),+],
-        )
+/// A struct's renamed keys, as a table: `renamed_keys!(Struct, "section",
+/// old => new as Unit, ...)` implements `Deserialize` for `Struct` as the
+/// struct written (its `remote = "Self"` derive) with each old key's number
+/// taken out of field `old` and moved into field `new` ([`move_renamed`]),
+/// the fields being named as the keys and `Unit` the [`Unit`] the old
+/// name carried.
+macro_rules! renamed_keys {
+    ($ty:ident, $section:literal, $($old:ident => $new:ident as $unit:ident),+ $(,)?) => {
+        impl<'de> Deserialize<'de> for $ty {
+            /// As written, with its deprecated keys moved into their
+            /// replacements.
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let mut c = $ty::deserialize(d)?;
+                move_renamed(
+                    $section,
+                    [$((stringify!($old), c.$old.take(), stringify!($new), Unit::$unit(&mut c.$new))),+],
+                )
+                .map_err(serde::de::Error::custom)?;
+                Ok(c)
+            }
+        }
     };
 }
 
-impl<'de> Deserialize<'de> for NodeConfig {
-    /// The file as written, with its deprecated top-level keys moved into
-    /// their replacements (the sections do their own).
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut c = NodeConfig::deserialize(d)?;
-        renamed!("", c,
-            memory_budget_mb => memory_budget as Mib,
-            idle_timeout_s => idle_timeout as Secs,
-        )
-        .map_err(serde::de::Error::custom)?;
-        Ok(c)
-    }
-}
+// The top level (the sections do their own).
+renamed_keys!(NodeConfig, "",
+    memory_budget_mb => memory_budget as Mib,
+    idle_timeout_s => idle_timeout as Secs,
+);
 
-impl<'de> Deserialize<'de> for ClientLimits {
-    /// The section as written, with its deprecated keys moved into their
-    /// replacements.
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut c = ClientLimits::deserialize(d)?;
-        renamed!("limits", c,
-            write_timeout_s => write_timeout as Secs,
-            drain_timeout_s => drain_timeout as Secs,
-            body_idle_timeout_s => body_idle_timeout as Secs,
-            slot_wait_ms => slot_wait as Millis,
-            instance_memory_mb => instance_memory as Mib,
-        )
-        .map_err(serde::de::Error::custom)?;
-        Ok(c)
-    }
-}
+renamed_keys!(ClientLimits, "limits",
+    write_timeout_s => write_timeout as Secs,
+    drain_timeout_s => drain_timeout as Secs,
+    body_idle_timeout_s => body_idle_timeout as Secs,
+    slot_wait_ms => slot_wait as Millis,
+    instance_memory_mb => instance_memory as Mib,
+);
 
 /// One renamed key: its old name, the number it was set to there (taken
 /// out of the struct), its new name, and the new key's field in the unit
