@@ -35,6 +35,7 @@ mod js_loop;
 mod js_web;
 mod nested;
 mod otlp;
+mod redirects;
 mod rolling_upgrade;
 mod routes;
 mod s3;
