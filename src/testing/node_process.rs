@@ -259,11 +259,8 @@ impl Process {
     pub fn wait_exit(&mut self, limit: Duration) -> Result<ExitStatus, ProcessError> {
         let t = Instant::now();
         loop {
-            if let Some(status) = self.try_exit()? {
+            if let Some(status) = self.exited_within(t, limit)? {
                 return Ok(status);
-            }
-            if t.elapsed() > limit {
-                return Err(self.timeout(format!("{} did not exit within {limit:?}", self.name)));
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -274,13 +271,26 @@ impl Process {
     pub async fn wait_exit_async(&mut self, limit: Duration) -> Result<ExitStatus, ProcessError> {
         let t = Instant::now();
         loop {
-            if let Some(status) = self.try_exit()? {
+            if let Some(status) = self.exited_within(t, limit)? {
                 return Ok(status);
             }
-            if t.elapsed() > limit {
-                return Err(self.timeout(format!("{} did not exit within {limit:?}", self.name)));
-            }
             tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// One look of a wait that began at `t`: its status if it has exited,
+    /// `None` to look again, an error once `limit` has passed.
+    fn exited_within(
+        &mut self,
+        t: Instant,
+        limit: Duration,
+    ) -> Result<Option<ExitStatus>, ProcessError> {
+        match self.try_exit()? {
+            Some(status) => Ok(Some(status)),
+            None if t.elapsed() > limit => {
+                Err(self.timeout(format!("{} did not exit within {limit:?}", self.name)))
+            }
+            None => Ok(None),
         }
     }
 
@@ -418,6 +428,14 @@ impl Hearth {
             status: done.status,
             output: done.output(),
         })
+    }
+
+    /// `hearth pki --dir DIR NODES…`: a development cluster's certificates,
+    /// which must be made; its stdout.
+    pub fn pki(&self, dir: &Path, nodes: &[&str]) -> Result<String, ProcessError> {
+        let mut args: Vec<&OsStr> = vec!["pki".as_ref(), "--dir".as_ref(), dir.as_os_str()];
+        args.extend(nodes.iter().map(OsStr::new));
+        self.ok(args)
     }
 
     /// `hearth deploy --store STORE --name NAME EXTRA… WASM`: a Worker

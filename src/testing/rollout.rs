@@ -283,9 +283,8 @@ impl Rollout {
         let hearth = Hearth::new(binary);
         let ids: Vec<String> = (1..=nodes).map(|i| format!("node-{i}")).collect();
         let pki = d.join("pki");
-        let mut args = vec!["pki".into(), "--dir".into(), pki.clone().into_os_string()];
-        args.extend(ids.iter().map(Into::into));
-        hearth.ok(&args)?;
+        let names: Vec<&str> = ids.iter().map(String::as_str).collect();
+        hearth.pki(&pki, &names)?;
         let config = d.join("hearth.toml");
         let (mut serve_nodes, mut seeds) = (Vec::new(), Vec::new());
         for id in &ids {

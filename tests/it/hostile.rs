@@ -431,17 +431,18 @@ fn json_logs_are_one_object_per_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     let hello = hearth_sample_workers::path("hello").expect("sample built");
     let store = dir.path().join("store");
+    let (store, hello) = (store.to_str().expect("utf8"), hello.to_str().expect("utf8"));
     let out = hearth()
         .run(
             [
-                "--log-format".as_ref(),
-                "json".as_ref(),
-                "deploy".as_ref(),
-                "--name".as_ref(),
-                "hello".as_ref(),
-                "--store".as_ref(),
-                store.as_os_str(),
-                hello.as_os_str(),
+                "--log-format",
+                "json",
+                "deploy",
+                "--name",
+                "hello",
+                "--store",
+                store,
+                hello,
             ],
             "",
         )

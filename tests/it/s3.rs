@@ -451,10 +451,7 @@ mod processes {
         let path = dir.join("node.toml");
         std::fs::write(&path, config).expect("write config");
         let out = hearth()
-            .run(
-                ["serve".as_ref(), "--config".as_ref(), path.as_os_str()],
-                "",
-            )
+            .run(["serve", "--config", path.to_str().expect("utf8")], "")
             .expect("hearth serve");
         assert!(!out.success(), "it started");
         out.stderr
@@ -503,14 +500,7 @@ mod processes {
         let d = dir.path();
         let pki = d.join("pki");
         hearth()
-            .ok([
-                "pki".as_ref(),
-                "--dir".as_ref(),
-                pki.as_os_str(),
-                "node-1".as_ref(),
-                "node-2".as_ref(),
-                "node-3".as_ref(),
-            ])
+            .pki(&pki, &["node-1", "node-2", "node-3"])
             .unwrap_or_else(|e| panic!("{e}"));
         let ports: Vec<Ports> = (0..3)
             .map(|_| Ports {

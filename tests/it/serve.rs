@@ -49,13 +49,7 @@ fn two_serve_processes_shard_and_drain() {
     let pki = d.join("pki");
     let store = d.join("store");
     hearth()
-        .ok([
-            "pki".as_ref(),
-            "--dir".as_ref(),
-            pki.as_os_str(),
-            "node-1".as_ref(),
-            "node-2".as_ref(),
-        ])
+        .pki(&pki, &["node-1", "node-2"])
         .unwrap_or_else(|e| panic!("{e}"));
     let hello = hearth_sample_workers::path("hello").expect("hello built");
     // Each node's RPC and gossip ports.
@@ -154,13 +148,13 @@ fn hearth_cluster_keeps_serving_when_nobody_reads_its_stdout() {
     let base = hearth::testing::tcp_port_block(4).expect("four free ports");
     let log = dir.path().join("cluster.log");
     let mut cmd = hearth().command([
-        "cluster".as_ref(),
-        "--nodes".as_ref(),
-        "1".as_ref(),
-        "--base-port".as_ref(),
-        base.to_string().as_ref(),
-        "--store".as_ref(),
-        store.as_os_str(),
+        "cluster",
+        "--nodes",
+        "1",
+        "--base-port",
+        &base.to_string(),
+        "--store",
+        store.to_str().expect("utf8"),
     ]);
     cmd.stdout(Stdio::piped())
         .stderr(std::fs::File::create(&log).expect("log file"));
@@ -206,7 +200,7 @@ fn a_node_id_from_an_unusable_hostname_is_refused_at_start() {
     let cfg = dir.path().join("hearth.toml");
     std::fs::write(&cfg, "node_id = \"$HOSTNAME\"\n").expect("write config");
     let serve = |hostname: Option<&str>| {
-        let mut c = hearth().command(["serve".as_ref(), "--config".as_ref(), cfg.as_os_str()]);
+        let mut c = hearth().command(["serve", "--config", cfg.to_str().expect("utf8")]);
         match hostname {
             Some(h) => c.env("HOSTNAME", h),
             None => c.env_remove("HOSTNAME"),
@@ -342,9 +336,8 @@ async fn the_admin_api_serves_https_with_the_nodes_own_certificate() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let pki = d.join("pki");
-    let pki_dir = pki.to_str().expect("utf8");
     hearth()
-        .ok(["pki", "--dir", pki_dir, "node-1"])
+        .pki(&pki, &["node-1"])
         .unwrap_or_else(|e| panic!("{e}"));
     let token = "an-admin-token-of-at-least-32-bytes-0123456789";
     let cfg = d.join("node-1.toml");
@@ -429,12 +422,7 @@ async fn the_admin_api_serves_https_with_the_nodes_own_certificate() {
     // A client that does not trust the node's CA is refused by the handshake.
     let other = tempfile::tempdir().expect("tempdir");
     hearth()
-        .ok([
-            "pki",
-            "--dir",
-            other.path().to_str().expect("utf8"),
-            "node-1",
-        ])
+        .pki(other.path(), &["node-1"])
         .unwrap_or_else(|e| panic!("{e}"));
     let stranger = AdminClient::with_ca(
         &url,
