@@ -33,11 +33,11 @@
 //! use std::time::Duration;
 //! use hearth::testing::{Hearth, NodeProcess, Signal};
 //! # let hello = std::path::Path::new("hello.wasm");
-//! let dir = tempfile::tempdir()?;
+//! let dir = tempfile::tempdir().expect("a temporary directory");
 //! let hearth = Hearth::new("target/release/hearth");
 //! let mut node = NodeProcess::standalone(&hearth, dir.path(), "a-token-of-32-bytes-or-more-0123", "")?;
 //! node.deploy("hello", hello, &[])?;
-//! let r = node.get("hello.localhost", "/")?;
+//! let r = node.get("hello.localhost", "/").expect("an answer");
 //! assert_eq!(r.status, 200);
 //! assert!(node.stop(Signal::Term, Duration::from_secs(10))?.success());
 //! # Ok(()) }
@@ -96,15 +96,6 @@ pub enum ProcessError {
     /// The process had already exited (or was never started).
     #[error("{0} is not running")]
     NotRunning(String),
-}
-
-impl From<std::io::Error> for ProcessError {
-    fn from(source: std::io::Error) -> Self {
-        ProcessError::Io {
-            what: "I/O".into(),
-            source,
-        }
-    }
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ProcessError {
@@ -583,11 +574,6 @@ impl ServeCommand {
     pub fn soft_nofile(mut self, n: u64) -> ServeCommand {
         self.soft_nofile = Some(n);
         self
-    }
-
-    /// Its log file.
-    pub fn log(&self) -> &Path {
-        &self.log
     }
 
     /// Logs to a new file `path` instead (a restart's own log).
