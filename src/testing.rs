@@ -46,14 +46,16 @@ pub use garage::{Garage, GarageError};
 mod js;
 mod node_process;
 pub use node_process::{
-    Finished, Hearth, HttpRequest, NodeProcess, Process, ProcessError, START_TIMEOUT, ServeCommand,
-    Signal, listening, run,
+    Finished, Hearth, NodeProcess, Process, ProcessError, START_TIMEOUT, ServeCommand, Signal,
+    listening, run,
 };
 mod ports;
 mod proc_stat;
+mod raw_http;
 pub use js::{JsBuildError, NpmError, build_js, hono_sample, js_module_sample, js_toolchain};
 pub use ports::{tcp_port, tcp_port_block, udp_port};
 pub use proc_stat::ProcStat;
+pub use raw_http::HttpRequest;
 mod rollout;
 pub use rollout::{
     HEALTH_EVERY, Load, Outcome, POOL_SLACK, REQUEST_TIMEOUT, Record, Rollout, RolloutError,
