@@ -184,11 +184,20 @@ fn hearth_cluster_keeps_serving_when_nobody_reads_its_stdout() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let log = std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(
-        log.contains("could not print to stdout"),
-        "the lost output is not reported:\n{log}"
-    );
+    // The cluster serves a moment before it prints its addresses (and
+    // logs that it could not): wait for that line rather than race it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("could not print to stdout") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the lost output is not reported:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// `node_id = "$HOSTNAME"` with no such variable, or with a hostname that
