@@ -40,8 +40,21 @@ mod rolling_upgrade;
 mod routes;
 mod s3;
 mod serve;
-mod serve_node;
 mod tail;
 mod tail_bounds;
 mod unknown_names;
 mod versions;
+
+/// The `hearth` binary under test.
+const BIN: &str = env!("CARGO_BIN_EXE_hearth");
+
+/// The `hearth` binary under test, for the process harness
+/// (`hearth::testing::NodeProcess` and the commands a user types).
+fn hearth() -> hearth::testing::Hearth {
+    hearth::testing::Hearth::new(BIN)
+}
+
+/// A port on 127.0.0.1 that was free a moment ago.
+fn free_port() -> u16 {
+    hearth::testing::tcp_port().expect("a free port")
+}
