@@ -378,8 +378,7 @@ fn every_referenced_secret_and_configmap_exists() {
 #[test]
 fn the_dockerfile_builds_as_its_doc_says() {
     let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).expect("Dockerfile");
-    let doc =
-        std::fs::read_to_string(root().join("docs/container.md")).expect("docs/container.md");
+    let doc = std::fs::read_to_string(root().join("docs/container.md")).expect("docs/container.md");
     let build = dockerfile
         .lines()
         .find_map(|l| l.trim().strip_prefix("RUN cargo build "))
