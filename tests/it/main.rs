@@ -9,7 +9,9 @@
 //!
 //! Every test therefore shares its process with the others: it must not set
 //! process-wide state (environment variables, the working directory, signal
-//! handlers, rlimits; start a child process for those), bind fixed ports, or
+//! handlers, rlimits; start a child process for those), bind fixed ports (the
+//! docs' console examples alone use 8000-9999, one document at a time: see
+//! `docs.rs`), or
 //! count the process's own threads, files or children. Each module is one
 //! former file, named as before; run one with
 //! `cargo test --release --test it serve::` (or one test with
@@ -21,6 +23,7 @@ mod cluster;
 mod demo;
 mod deploy_manifests;
 mod dev;
+mod docs;
 mod egress;
 mod env;
 mod front_door;
