@@ -830,6 +830,11 @@ mod tests {
             None,
         )
         .expect("spawn sh");
+        // A signal sent before the shell ran `echo` would end it silently.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !p.log().contains("started") && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let status = p
             .stop(Signal::Term, Duration::from_secs(10))
             .expect("exits");

@@ -26,7 +26,7 @@
 //!   a request the guest itself addressed to `.internal`: a redirect from
 //!   an origin (or from the outbound Worker that fetched for it) whose
 //!   `Location` leads into `.internal` reaches the guest without that
-//!   header ([`guard_redirect`]), counted as `redirects_into_bindings`. So
+//!   header (`guard_redirect`), counted as `redirects_into_bindings`. So
 //!   no guest, whatever language and whatever redirect code it runs (the JS
 //!   engine follows redirects; a Rust or Python guest may), can be sent by
 //!   an origin into its own bindings. A redirect from origin to origin is
