@@ -43,7 +43,7 @@ pub use garage::{Garage, GarageError};
 mod js;
 mod ports;
 mod proc_stat;
-pub use js::{JsBuildError, NpmError, build_js, hono_sample, js_module_sample, js_toolchain};
+pub use js::{JsBuildError, NpmError, build_js, hono_sample, js_echo, js_toolchain};
 pub use ports::{tcp_port, tcp_port_block, udp_port};
 pub use proc_stat::ProcStat;
 mod rollout;
