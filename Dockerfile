@@ -5,15 +5,14 @@
 #
 # The builder compiles the release binary (the sample Workers, which the
 # binary lists with `hearth samples`, need the wasm32-wasip2 target, Node.js
-# and Python; the JS engine it carries, QuickJS's C, needs clang, wasi-libc
-# and llvm-ar); the final image holds only the binary. CI checks that the
+# and Python; the JS engine it carries ships prebuilt, so no C toolchain);
+# the final image holds only the binary. CI checks that the
 # build command below is the README's ("Operating hearth").
 
 FROM rust:1.95-bookworm AS builder
 RUN rustup target add wasm32-wasip2 \
  && apt-get update \
  && apt-get install -y --no-install-recommends nodejs npm python3-venv python3-pip \
-      clang wasi-libc llvm \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

@@ -271,27 +271,31 @@ fn main() {
         workerd_config(w_addr, w_hono),
     )
     .expect("write config");
-    let w_proc = Proc(
+    let w_proc = Process::spawn(
         Command::new(&workerd)
             .arg("serve")
             .arg(dir.path().join("config.capnp"))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start workerd"),
-    );
+            .stderr(Stdio::null()),
+    )
+    .expect("start workerd");
     wait_ready(w_addr, "localhost", Duration::from_secs(60));
 
     // The Python sample's reference host: `wasmtime serve` on the same
     // component (workerd cannot run a Python Worker offline: see the module
     // docs). It compiles the component while the rest is set up.
-    let python = hearth_sample_workers::path("python").expect("the python sample");
-    let reference = match find_wasmtime_cli() {
-        Ok(cli) => {
+    let python = hearth_sample_workers::path("python")
+        .ok_or_else(|| hearth_sample_workers::skipped("python").unwrap_or("no python sample"));
+    let reference = match (python, find_wasmtime_cli()) {
+        (Ok(python), Ok(cli)) => {
             let addr = free_addr();
-            Some((addr, wasmtime_serve(&cli, addr, python)))
+            Some((python, addr, wasmtime_serve(&cli, addr, python)))
         }
-        Err(why) => {
+        (Err(why), _) => {
+            eprintln!("{why}: skipping the Python table");
+            None
+        }
+        (_, Err(why)) => {
             eprintln!("{why}: skipping the Python table");
             None
         }
@@ -311,26 +315,12 @@ fn main() {
         ("hearth, fresh", "python-fresh.localhost"),
         ("hearth, reuse", "python-reuse.localhost"),
     ];
-    if reference.is_some() {
+    if let Some((python, _, _)) = &reference {
         deploy(&store, "python-fresh", "fresh", python);
         deploy(&store, "python-reuse", "reuse", python);
     }
-    let (listen, admin) = (free_addr(), free_addr());
-    let h_proc = Proc(
-        Command::new(bin())
-            .arg("serve")
-            .arg("--listen")
-            .arg(listen.to_string())
-            .arg("--admin")
-            .arg(admin.to_string())
-            .arg("--store")
-            .arg(&store)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start hearth serve"),
-    );
+    let h_proc = serve(&store);
+    let listen = h_proc.http();
     let hearth_hosts = [
         ("hearth QuickJS, reuse", "js-reuse.localhost"),
         ("hearth QuickJS, fresh", "js-fresh.localhost"),
@@ -345,7 +335,7 @@ fn main() {
     wait_ready(w_hono, "localhost", Duration::from_secs(60));
 
     let settings = Settings {
-        hearth: h_proc.0.id(),
+        hearth: h_proc.pid(),
         listen,
         connections,
         seconds,
@@ -354,11 +344,11 @@ fn main() {
     let workerd = |addr| Reference {
         name: "workerd",
         addr,
-        pid: w_proc.0.id(),
+        pid: w_proc.pid(),
     };
     settings.table("JSON-echo JS Worker", workerd(w_addr), &hearth_hosts, true);
     settings.table("Hono app, GET /", workerd(w_hono), &hono_hosts, true);
-    if let Some((addr, wasmtime)) = &reference {
+    if let Some((_, addr, wasmtime)) = &reference {
         wait_ready(*addr, "localhost", Duration::from_secs(180));
         for (_, host) in &python_hosts {
             wait_ready(listen, host, Duration::from_secs(180));
@@ -366,7 +356,7 @@ fn main() {
         let reference = Reference {
             name: "wasmtime serve",
             addr: *addr,
-            pid: wasmtime.0.id(),
+            pid: wasmtime.pid(),
         };
         settings.table(
             "Python sample (componentize-py), JSON echo, against wasmtime serve -Scli",

@@ -16,7 +16,6 @@
 //! Settings: `HEARTH_BENCH_CONNECTIONS` (32), `HEARTH_BENCH_SECONDS` (10),
 //! `HEARTH_BENCH_SAMPLES` (comma-separated subset).
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 mod support;
@@ -30,6 +29,13 @@ fn main() {
     let only = std::env::var("HEARTH_BENCH_SAMPLES").ok();
     let samples: Vec<&str> = ["hello", "js", "python", "big"]
         .into_iter()
+        .filter(|s| match hearth_sample_workers::skipped(s) {
+            Some(why) => {
+                eprintln!("no {s} row: {why}");
+                false
+            }
+            None => true,
+        })
         .filter(|s| {
             only.as_deref()
                 .is_none_or(|o| o.split(',').any(|x| x == *s))
@@ -47,22 +53,8 @@ fn main() {
             deploy(&store, &format!("{sample}-{lifecycle}"), lifecycle, file);
         }
     }
-    let (listen, admin) = (free_addr(), free_addr());
-    let _hearth = Proc(
-        Command::new(bin())
-            .arg("serve")
-            .arg("--listen")
-            .arg(listen.to_string())
-            .arg("--admin")
-            .arg(admin.to_string())
-            .arg("--store")
-            .arg(&store)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start hearth serve"),
-    );
+    let node = serve(&store);
+    let listen = node.http();
 
     println!(
         "\n## Warm requests/s, autocannon -c {connections} -d {seconds}, hearth vs wasmtime serve\n"

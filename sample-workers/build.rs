@@ -4,8 +4,12 @@
 //! 1. Make sure the active toolchain has the `wasm32-wasip2` standard library
 //!    and run a nested `cargo build --release --target wasm32-wasip2` of the
 //!    guest workspace `workers/`, with its own stable target dir
-//!    `workers/target` ([`nested_cargo`], shared with the JS engine's build).
-//! 2. Build the JS and Python samples with their own toolchains.
+//!    `workers/target` (`hearth_build_support::nested`, shared with
+//!    `cargo xtask engine`).
+//! 2. Build the JS and Python samples with their own toolchains. Python is
+//!    optional: on a machine without `python3` and its `venv` module the
+//!    sample is skipped with a warning (its tests say so and pass), unless
+//!    `HEARTH_REQUIRE_PYTHON=1` (CI) makes that an error.
 //! 3. Copy each component to `workers/target/hearth-samples/<name>.wasm` and
 //!    write `$OUT_DIR/paths.rs` (the names and absolute paths) for `src/lib.rs`.
 
@@ -14,10 +18,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-#[path = "nested_cargo.rs"]
-mod nested_cargo;
-
-use nested_cargo::{TARGET, copy_if_changed, env_var, write_if_changed};
+use hearth_build_support::Error;
+use hearth_build_support::files::{Digest, copy_if_changed, write_if_changed};
+use hearth_build_support::nested::{self, TARGET, env_var};
 
 /// The sample Workers: each is the crate `workers/<name>`, whose component is
 /// `<name with - as _>.wasm` in the guest target dir.
@@ -56,8 +59,12 @@ struct Foreign {
     /// The build command: program and arguments; the output path is
     /// appended.
     command: &'static [&'static str],
-    /// The tool that must be on PATH, and what to install if it is not.
-    needs: (&'static str, &'static str),
+    /// A command that succeeds when the toolchain is there, and what to
+    /// install if it does not.
+    needs: (&'static [&'static str], &'static str),
+    /// For a sample that is skipped where its toolchain is missing: the
+    /// environment variable that, set to `1`, makes it required instead.
+    optional: Option<&'static str>,
 }
 
 /// The JavaScript (componentize-js, a fetch-event Worker) and Python
@@ -77,9 +84,10 @@ const FOREIGN: &[Foreign] = &[
         ],
         command: &["node", "build.mjs"],
         needs: (
-            "node",
+            &["node", "--version"],
             "Node.js 18 or newer with npm (e.g. apt-get install -y nodejs npm)",
         ),
+        optional: None,
     },
     Foreign {
         name: "python",
@@ -87,9 +95,10 @@ const FOREIGN: &[Foreign] = &[
         inputs: &["app.py", "build.sh", "../wit"],
         command: &["bash", "build.sh"],
         needs: (
-            "python3",
+            &["python3", "-c", "import venv, ensurepip"],
             "Python 3.9 or newer with venv and pip (e.g. apt-get install -y python3-venv python3-pip)",
         ),
+        optional: Some("HEARTH_REQUIRE_PYTHON"),
     },
 ];
 
@@ -99,7 +108,15 @@ fn main() {
     }
 }
 
-fn run() -> Result<(), String> {
+/// What becomes of a foreign sample.
+enum Outcome {
+    /// Its toolchain is there: built (or up to date).
+    Built,
+    /// Skipped: its toolchain is missing and it is optional; why.
+    Skipped(String),
+}
+
+fn run() -> Result<(), Error> {
     let manifest_dir = PathBuf::from(env_var("CARGO_MANIFEST_DIR")?);
     let out_dir = PathBuf::from(env_var("OUT_DIR")?);
     let workers_dir = manifest_dir.join("workers");
@@ -108,8 +125,12 @@ fn run() -> Result<(), String> {
     let samples_dir = guest_target.join("hearth-samples");
 
     rerun_if_changed(&workers_dir, &sdk_dir)?;
+    let toolchains = FOREIGN
+        .iter()
+        .map(toolchain)
+        .collect::<Result<Vec<_>, _>>()?;
 
-    nested_cargo::build(&workers_dir, &guest_target, &[])?;
+    nested::build(&workers_dir, &guest_target, &[])?;
 
     fs::create_dir_all(&samples_dir)
         .map_err(|e| format!("creating {}: {e}", samples_dir.display()))?;
@@ -124,11 +145,20 @@ fn run() -> Result<(), String> {
         entries.push((*name, dest));
     }
 
-    for guest in FOREIGN {
+    let mut skipped = Vec::new();
+    for (guest, toolchain) in FOREIGN.iter().zip(toolchains) {
         let dest = samples_dir.join(format!("{}.wasm", guest.name));
-        build_foreign(guest, &manifest_dir.join(guest.dir), &dest)?;
-        println!("cargo:rerun-if-changed={}", dest.display());
-        entries.push((guest.name, dest));
+        match toolchain {
+            Outcome::Built => {
+                build_foreign(guest, &manifest_dir.join(guest.dir), &dest)?;
+                println!("cargo:rerun-if-changed={}", dest.display());
+                entries.push((guest.name, dest));
+            }
+            Outcome::Skipped(why) => {
+                println!("cargo:warning={why}");
+                skipped.push((guest.name, why));
+            }
+        }
     }
 
     let mut code = String::new();
@@ -147,6 +177,12 @@ fn run() -> Result<(), String> {
         code.push_str(&format!("    ({name:?}, {path:?}),\n"));
     }
     code.push_str("];\n\n");
+    code.push_str("/// (name, why) for each sample Worker this build skipped.\n");
+    code.push_str("const SKIPPED: &[(&str, &str)] = &[\n");
+    for (name, why) in &skipped {
+        code.push_str(&format!("    ({name:?}, {why:?}),\n"));
+    }
+    code.push_str("];\n\n");
     let dir = samples_dir
         .to_str()
         .ok_or_else(|| format!("non-UTF-8 path {}", samples_dir.display()))?;
@@ -158,9 +194,8 @@ fn run() -> Result<(), String> {
 
 /// Tells cargo to rerun this script when a guest source, manifest, lock file
 /// or the SDK changes (never watching `workers/target`).
-fn rerun_if_changed(workers_dir: &Path, sdk_dir: &Path) -> Result<(), String> {
+fn rerun_if_changed(workers_dir: &Path, sdk_dir: &Path) -> Result<(), Error> {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=nested_cargo.rs");
     for file in ["Cargo.toml", "Cargo.lock"] {
         println!(
             "cargo:rerun-if-changed={}",
@@ -170,7 +205,7 @@ fn rerun_if_changed(workers_dir: &Path, sdk_dir: &Path) -> Result<(), String> {
     for name in WORKERS {
         let dir = workers_dir.join(name);
         if !dir.is_dir() {
-            return Err(format!("missing guest crate {}", dir.display()));
+            return Err(format!("missing guest crate {}", dir.display()).into());
         }
         // The whole crate directory (sources, manifest, build script, and
         // any file added later); the guest target dir is outside it.
@@ -193,24 +228,16 @@ fn rerun_if_changed(workers_dir: &Path, sdk_dir: &Path) -> Result<(), String> {
 /// `dest` was built from the same inputs (a blake3 of them is kept beside
 /// it: these builds take tens of seconds and run only when an input
 /// changes).
-fn build_foreign(guest: &Foreign, dir: &Path, dest: &Path) -> Result<(), String> {
-    let mut hasher = blake3::Hasher::new();
+fn build_foreign(guest: &Foreign, dir: &Path, dest: &Path) -> Result<(), Error> {
+    let mut digest = Digest::new(dir);
     for input in guest.inputs {
-        let path = dir.join(input);
-        println!("cargo:rerun-if-changed={}", path.display());
-        hash_tree(&mut hasher, &path)?;
+        println!("cargo:rerun-if-changed={}", dir.join(input).display());
+        digest.add(input)?;
     }
-    let digest = hasher.finalize().to_hex().to_string();
+    let digest = digest.hex();
     let stamp = dest.with_extension("inputs");
     if dest.is_file() && fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == digest) {
         return Ok(());
-    }
-    let (tool, install) = guest.needs;
-    if Command::new(tool).arg("--version").output().is_err() {
-        return Err(format!(
-            "building the {} sample Worker needs `{tool}`, which is not on PATH: install {install}",
-            guest.name
-        ));
     }
     let tmp = dest.with_extension(format!("tmp{}.wasm", std::process::id()));
     let mut cmd = Command::new(guest.command[0]);
@@ -228,30 +255,41 @@ fn build_foreign(guest: &Foreign, dir: &Path, dest: &Path) -> Result<(), String>
             guest.name,
             dir.display(),
             guest.command.join(" ")
-        ));
+        )
+        .into());
     }
     fs::rename(&tmp, dest).map_err(|e| format!("renaming into {}: {e}", dest.display()))?;
-    fs::write(&stamp, &digest).map_err(|e| format!("writing {}: {e}", stamp.display()))
+    fs::write(&stamp, &digest).map_err(|e| format!("writing {}: {e}", stamp.display()))?;
+    Ok(())
 }
 
-/// Feeds the paths and contents of every file under `path` (a file or a
-/// directory), in sorted order, into `hasher`.
-fn hash_tree(hasher: &mut blake3::Hasher, path: &Path) -> Result<(), String> {
-    let meta = fs::metadata(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    if meta.is_dir() {
-        let mut children: Vec<PathBuf> = fs::read_dir(path)
-            .map_err(|e| format!("reading {}: {e}", path.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .collect();
-        children.sort();
-        for child in children {
-            hash_tree(hasher, &child)?;
-        }
-    } else {
-        let bytes = fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-        hasher.update(path.to_string_lossy().as_bytes());
-        hasher.update(&(bytes.len() as u64).to_le_bytes());
-        hasher.update(&bytes);
+/// Checks that `guest`'s toolchain is there, before any build starts (so a
+/// missing one is named in the build's first seconds, not after the Rust
+/// guests compiled): `Built` when it is, `Skipped` for an optional sample
+/// without one, an error naming what to install for a required one.
+fn toolchain(guest: &Foreign) -> Result<Outcome, Error> {
+    let (probe, install) = guest.needs;
+    let present = Command::new(probe[0])
+        .args(&probe[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if present {
+        return Ok(Outcome::Built);
     }
-    Ok(())
+    let why = format!(
+        "building the {} sample Worker needs `{}`, which failed or is not on PATH: install {install}",
+        guest.name,
+        probe.join(" ")
+    );
+    if let Some(require) = guest.optional {
+        println!("cargo:rerun-if-env-changed={require}");
+        if std::env::var(require).as_deref() != Ok("1") {
+            return Ok(Outcome::Skipped(format!(
+                "{why} (skipped, with the tests that use it; {require}=1 makes it required)"
+            )));
+        }
+    }
+    Err(why.into())
 }

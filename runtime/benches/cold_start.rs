@@ -161,6 +161,10 @@ async fn main() {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (sample, id, class) in samples {
+        if let Some(why) = hearth_sample_workers::skipped(sample) {
+            eprintln!("no {sample} row: {why}");
+            continue;
+        }
         let bytes = hearth_sample_workers::bytes(sample).expect("sample");
         let report = rt
             .deploy(id, Plan::Paid, bytes.clone())

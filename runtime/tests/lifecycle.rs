@@ -228,6 +228,10 @@ fn fresh_js_faults_per_request(rt: &Runtime, warm: usize, n: usize) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_worker_serves_a_thousand_requests_on_a_reused_instance() {
+    if let Some(why) = hearth_sample_workers::skipped("python") {
+        eprintln!("skipping: {why}");
+        return;
+    }
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = thousand_in_a_row(&dir, "python", "python", Lifecycle::Reuse).await;
     // Reused: far fewer instances than requests (one, plus at most a few

@@ -59,9 +59,11 @@
 //! `js` and `python` are built by Node (`node build.mjs`, pinned
 //! `package-lock.json`, `npm ci` on first build) and Python (`build.sh`,
 //! which installs componentize-py into a venv under `~/.cache/hearth`); the
-//! build stops with a message naming what to install if `node`/`npm` or
-//! `python3` is missing, and skips the rebuild while a blake3 stamp of
-//! their inputs (`<name>.inputs`) matches.
+//! build stops with a message naming what to install if `node`/`npm` is
+//! missing, and skips the rebuild while a blake3 stamp of their inputs
+//! (`<name>.inputs`) matches. Python is optional: without `python3` and its
+//! `venv` module, `python` is not built (the build warns; [`skipped`] says
+//! why, and its tests skip) unless `HEARTH_REQUIRE_PYTHON=1`.
 //!
 //! ## Startup work (`slow-start`)
 //!
@@ -133,6 +135,19 @@ pub fn bytes(name: &str) -> std::io::Result<Vec<u8>> {
             ),
         )),
     }
+}
+
+/// Why the sample Worker `name` was not built, if this build skipped it.
+///
+/// Only an optional sample is ever skipped: `python`, on a machine without
+/// `python3` and its `venv` module (`HEARTH_REQUIRE_PYTHON=1` makes that a
+/// build error instead, as in CI). A test that needs it returns early,
+/// printing the reason, when this is `Some`.
+pub fn skipped(name: &str) -> Option<&'static str> {
+    SKIPPED
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, why)| *why)
 }
 
 /// The directory holding every sample component, as `<name>.wasm`:

@@ -13,23 +13,16 @@
 //!   something that is not a component print why and leave the last good
 //!   version answering; Ctrl-C exits cleanly.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_hearth");
+use hearth::testing::{HttpRequest, Process, Signal, TestResponse};
 
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use crate::BIN;
 
 /// Everything the process printed, stdout and stderr, as it arrives.
 #[derive(Clone, Default)]
@@ -68,28 +61,23 @@ impl Output {
     }
 }
 
-fn get(addr: SocketAddr) -> String {
+fn get(addr: SocketAddr) -> TestResponse {
     get_path(addr, "/x")
 }
 
-fn get_path(addr: SocketAddr, path: &str) -> String {
-    let mut s =
-        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: anything\r\nConnection: close\r\n\r\n"
-    )
-    .expect("write");
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).expect("read");
-    buf
+fn get_path(addr: SocketAddr, path: &str) -> TestResponse {
+    HttpRequest::get("anything", path)
+        .send(addr)
+        .expect("an answer")
 }
 
 /// Touches `file` (its modification time, not its content) until the
 /// answer passes `check`, for at most a few seconds.
-fn touch_until(file: &Path, addr: SocketAddr, check: impl Fn(&str) -> bool) -> String {
+fn touch_until(
+    file: &Path,
+    addr: SocketAddr,
+    check: impl Fn(&TestResponse) -> bool,
+) -> TestResponse {
     let f = std::fs::OpenOptions::new()
         .append(true)
         .open(file)
@@ -105,17 +93,18 @@ fn touch_until(file: &Path, addr: SocketAddr, check: impl Fn(&str) -> bool) -> S
     }
 }
 
-/// GETs `/` until the answer contains `needle`, for at most `limit`.
-fn get_until(addr: SocketAddr, needle: &str, limit: Duration, out: &Output) -> String {
+/// GETs `/` until the answer's body contains `needle`, for at most
+/// `limit`.
+fn get_until(addr: SocketAddr, needle: &str, limit: Duration, out: &Output) -> TestResponse {
     let deadline = Instant::now() + limit;
     loop {
         let resp = get_path(addr, "/");
-        if resp.contains(needle) {
+        if resp.text().contains(needle) {
             return resp;
         }
         assert!(
             Instant::now() < deadline,
-            "no {needle:?} within {limit:?}: {resp}\noutput:\n{}",
+            "no {needle:?} within {limit:?}: {resp:?}\noutput:\n{}",
             out.text()
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -124,7 +113,7 @@ fn get_until(addr: SocketAddr, needle: &str, limit: Duration, out: &Output) -> S
 
 /// A running `hearth dev` and what it prints.
 struct Dev {
-    proc: Proc,
+    proc: Process,
     out: Output,
     addr: SocketAddr,
 }
@@ -132,9 +121,9 @@ struct Dev {
 impl Dev {
     /// Starts `hearth dev ARGS --listen …` in `cwd`, with the JS samples'
     /// esbuild when it is installed (as `hearth build`'s tests use it), and
-    /// waits until it says it is ready.
+    /// waits until it serves and watches.
     fn start(args: &[&str], cwd: &Path) -> Dev {
-        let port = super::serve_node::free_port();
+        let port = crate::free_port();
         let mut cmd = Command::new(BIN);
         cmd.arg("dev")
             .args(args)
@@ -152,18 +141,16 @@ impl Dev {
             Some(modules) => cmd.env("HEARTH_JS_NODE_MODULES", modules),
             None => cmd.env_remove("HEARTH_JS_NODE_MODULES"),
         };
-        let mut child = cmd.spawn().expect("start hearth dev");
+        let mut proc = Process::spawn(&mut cmd).expect("start hearth dev");
         let out = Output::default();
-        out.collect(child.stdout.take().expect("stdout"));
-        out.collect(child.stderr.take().expect("stderr"));
-        let dev = Dev {
-            proc: Proc(child),
+        out.collect(proc.take_stdout().expect("stdout"));
+        out.collect(proc.take_stderr().expect("stderr"));
+        out.wait_for("Ctrl-C to stop", Duration::from_secs(120));
+        Dev {
+            proc,
             out,
             addr: ([127, 0, 0, 1], port).into(),
-        };
-        dev.out
-            .wait_for("hearth dev: ready, serving", Duration::from_secs(120));
-        dev
+        }
     }
 
     /// The builds started so far (`building …` lines: one per build).
@@ -175,14 +162,14 @@ impl Dev {
             .count()
     }
 
-    /// Waits a few seconds, then checks that no build started since the
-    /// `expected`-th: the last build's own output did not start another.
+    /// Waits a few seconds, then checks that `expected` builds started in
+    /// all: the last build's own output did not start another.
     fn no_more_builds(&self, expected: usize) {
         std::thread::sleep(Duration::from_secs(3));
         assert_eq!(
             self.builds(),
             expected,
-            "builds after one edit; output:\n{}",
+            "builds; output:\n{}",
             self.out.text()
         );
     }
@@ -217,7 +204,7 @@ fn dev_builds_a_js_module_serves_it_and_rebuilds_once_per_edit() {
         dev.out.text()
     );
     let resp = get_until(dev.addr, "one", Duration::from_secs(5), &dev.out);
-    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert_eq!(resp.status, 200, "{resp:?}");
     assert_eq!(dev.builds(), 1, "{}", dev.out.text());
     // The build's output is not in the module's folder.
     assert_eq!(entries(dir.path()), [module.clone()]);
@@ -241,7 +228,7 @@ fn dev_builds_a_js_module_serves_it_and_rebuilds_once_per_edit() {
     dev.out
         .wait_for("worker.js does not build", Duration::from_secs(1));
     dev.out.wait_for("worker.js:2:", Duration::from_secs(1));
-    assert!(get_path(dev.addr, "/").contains("two"));
+    assert!(get_path(dev.addr, "/").text().contains("two"));
 
     // Mended: served again.
     std::fs::write(&module, worker("three")).expect("mend worker");
@@ -292,7 +279,7 @@ fn dev_rebuilds_redeploys_and_keeps_the_last_good_version() {
         d = dir.path().display(),
     );
     let store = dir.path().join("store");
-    let dev = Dev::start(
+    let mut dev = Dev::start(
         &[
             "--build",
             &build,
@@ -304,24 +291,25 @@ fn dev_rebuilds_redeploys_and_keeps_the_last_good_version() {
         ],
         dir.path(),
     );
-    let (out, addr) = (&dev.out, dev.addr);
+    let (out, addr) = (dev.out.clone(), dev.addr);
 
     let text = out.text();
     assert!(text.contains("GREETING, API_TOKEN"), "{text}");
     assert!(!text.contains("s3cret"), "a value was printed:\n{text}");
     // `.dev.vars` reach the Worker as vars.
-    let resp = get_path(addr, "/GREETING");
+    let resp = get_path(addr, "/GREETING").text();
     assert!(resp.contains("env=hi config=hi"), "{resp}");
-    let resp = get_path(addr, "/API_TOKEN");
+    let resp = get_path(addr, "/API_TOKEN").text();
     assert!(resp.contains("env=s3cret"), "{resp}");
     // Each request is printed with its status and timing.
     out.wait_for("GET /GREETING -> 200 in ", Duration::from_secs(2));
 
     // A change of the sources rebuilds: `echo` answers now.
-    std::fs::copy(&echo, &next).expect("copy echo");
-    let resp = touch_until(&next, addr, |r| r.contains("x-echo-served"));
-    assert!(resp.contains("x-echo-served"), "{resp}");
-    assert!(!resp.contains("env="), "{resp}");
+    std::fs::copy(echo, &next).expect("copy echo");
+    let served_by_echo = |r: &TestResponse| r.headers.contains_key("x-echo-served");
+    let resp = touch_until(&next, addr, served_by_echo);
+    assert!(served_by_echo(&resp), "{resp:?}");
+    assert!(!resp.text().contains("env="), "{resp:?}");
 
     // A failed build: the error is shown, `echo` still answers.
     std::fs::write(dir.path().join("FAIL"), "").expect("fail marker");
@@ -335,7 +323,7 @@ fn dev_rebuilds_redeploys_and_keeps_the_last_good_version() {
         text.contains("still serving the last good version"),
         "{text}"
     );
-    assert!(get(addr).contains("x-echo-served"));
+    assert!(served_by_echo(&get(addr)));
 
     // A build that writes no component: the deploy's error, `echo` answers.
     std::fs::remove_file(dir.path().join("FAIL")).expect("unmark");
@@ -344,20 +332,12 @@ fn dev_rebuilds_redeploys_and_keeps_the_last_good_version() {
         out.text().contains("deploy of hello failed")
     });
     out.wait_for("deploy of hello failed", Duration::from_secs(1));
-    assert!(get(addr).contains("x-echo-served"));
+    assert!(served_by_echo(&get(addr)));
 
     // Ctrl-C stops it cleanly.
-    let mut proc = dev.proc;
-    let pid = i32::try_from(proc.0.id()).expect("pid");
-    // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let status = loop {
-        if let Some(s) = proc.0.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "still running after Ctrl-C");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "{status}; output:\n{}", dev.out.text());
+    let status = dev
+        .proc
+        .stop(Signal::Int, Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("still running after Ctrl-C: {e}"));
+    assert!(status.success(), "{status}; output:\n{}", out.text());
 }

@@ -3,9 +3,8 @@
 //! `hearth build` does after bundling) and served by a runtime with the
 //! default lifecycle, which reuses its instances; what crosses between a
 //! client and the Worker (a request's head and body, the answer's status,
-//! headers and bytes); the build's errors for a
-//! module that does not start; what a snapshot must not share between
-//! instances; and the CPU, memory and wall-clock limits and a caller that
+//! headers and bytes); the build's errors for a module that does not
+//! start; what a snapshot must not share between instances; and the CPU, memory and wall-clock limits and a caller that
 //! leaves ending a request and retiring its instance.
 
 use std::time::Duration;
@@ -78,6 +77,17 @@ async fn reused(source: &str, id: &str) -> (tempfile::TempDir, Runtime) {
     (dir, rt)
 }
 
+/// `source` built and deployed as `id` with the `auto` lifecycle on
+/// [`runtime_with_wall`] (the runtime's directory is returned to keep it
+/// alive).
+async fn with_wall(source: &str, id: &str, wall: Duration) -> (tempfile::TempDir, Runtime) {
+    let component = build_js(source).expect("builds");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime_with_wall(&dir, wall);
+    deploy(&rt, id, Lifecycle::Auto, component).await;
+    (dir, rt)
+}
+
 /// Waits until no invocation is running, so the next request finds the
 /// instance that served the last one idle.
 async fn settle(rt: &Runtime) {
@@ -109,8 +119,20 @@ async fn send(
     let req = req
         .body(body::full(body.unwrap_or("").to_string()))
         .expect("request");
+    let (status, _, bytes) = exchange(rt, id, req).await;
+    (status, bytes)
+}
+
+/// Serves `req` with `id`, waits until its invocation has ended, and
+/// returns the whole response.
+async fn exchange(
+    rt: &Runtime,
+    id: &str,
+    req: http::Request<body::Body>,
+) -> (u16, http::HeaderMap, Vec<u8>) {
     let resp = rt.serve(id, req).await;
     let status = resp.status().as_u16();
+    let head = resp.headers().clone();
     let bytes = resp
         .into_body()
         .collect()
@@ -119,7 +141,7 @@ async fn send(
         .to_bytes()
         .to_vec();
     settle(rt).await;
-    (status, bytes)
+    (status, head, bytes)
 }
 
 /// A request that must answer 200 with JSON.
@@ -139,14 +161,8 @@ async fn json(rt: &Runtime, id: &str, path: &str, headers: &[(&str, &str)]) -> s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_json_echo_worker_is_served_by_one_reused_instance() {
     let source = js_echo().expect("the echo Worker's source");
-    let component = build_js(&source).expect("the echo Worker builds");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rt = runtime(&dir);
-    assert_eq!(
-        deploy(&rt, "echo", Lifecycle::Auto, component).await,
-        Lifecycle::Reuse,
-        "auto reuses the engine's instances"
-    );
+    // `auto` reuses the engine's instances.
+    let (_dir, rt) = reused(&source, "echo").await;
 
     for i in 1..=20u64 {
         let (status, bytes, path, sent) = if i % 2 == 0 {
@@ -386,27 +402,6 @@ async fn send_raw(
     exchange(rt, "echo", req.body(body::empty()).expect("request")).await
 }
 
-/// Serves `req` with `id`, waits until its invocation has ended, and
-/// returns the whole response.
-async fn exchange(
-    rt: &Runtime,
-    id: &str,
-    req: http::Request<body::Body>,
-) -> (u16, http::HeaderMap, Vec<u8>) {
-    let resp = rt.serve(id, req).await;
-    let status = resp.status().as_u16();
-    let head = resp.headers().clone();
-    let bytes = resp
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes()
-        .to_vec();
-    settle(rt).await;
-    (status, head, bytes)
-}
-
 /// A module that does not start is a build error with QuickJS's message:
 /// a syntax error (with its line), no default export, a default export
 /// without `fetch`, a throw at the top level (with its line).
@@ -582,10 +577,7 @@ fn a_top_level_secure_random_differs_between_builds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wall_deadline_and_a_caller_that_leaves_end_a_request_and_its_instance() {
     let source = js_echo().expect("the echo Worker's source");
-    let component = build_js(&source).expect("the echo Worker builds");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rt = runtime_with_wall(&dir, Duration::from_millis(500));
-    deploy(&rt, "echo", Lifecycle::Auto, component).await;
+    let (_dir, rt) = with_wall(&source, "echo", Duration::from_millis(500)).await;
     assert_eq!(json(&rt, "echo", "/", &[]).await["served"], 1);
 
     // A 10 s timer, and timers left behind: the 500 ms deadline ends it.
@@ -758,10 +750,7 @@ async fn a_streamed_body_is_sent_as_the_worker_makes_it() {
 /// discarded, and the next request gets a new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_without_end_is_cut_at_the_wall_deadline() {
-    let component = build_js(STREAMS).expect("builds");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rt = runtime_with_wall(&dir, Duration::from_millis(500));
-    deploy(&rt, "streams", Lifecycle::Auto, component).await;
+    let (_dir, rt) = with_wall(STREAMS, "streams", Duration::from_millis(500)).await;
     let before = rt.stats();
     let req = http::Request::get("http://streams.localhost/forever")
         .body(body::empty())

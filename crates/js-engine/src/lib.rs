@@ -6,10 +6,11 @@
 //!
 //! - **The engine** ([`ENGINE`]) is one guest component, `sdk/js/engine`:
 //!   Rust embedding QuickJS-NG (rquickjs), with hearth's web APIs and
-//!   request glue in it. This crate's build script compiles it for
-//!   `wasm32-wasip2` with a nested cargo (it needs clang, wasi-libc and
-//!   llvm-ar: `apt-get install -y clang wasi-libc llvm`), and the crate
-//!   embeds it. It serves no Worker by itself.
+//!   request glue in it. It ships prebuilt (`prebuilt/engine.wasm`, built
+//!   by `cargo xtask engine`, which needs clang; users need no C
+//!   toolchain), and this crate embeds it; the build script stops the build
+//!   if the engine's sources changed since it was built
+//!   (`hearth_build_support::engine`). It serves no Worker by itself.
 //! - **A Worker's build** ([`build`], [`Builder`]) is a snapshot, made with
 //!   Wizer: the engine is instantiated in-process (wasmtime, WASI without
 //!   files, network or environment; its clocks read 0 and its insecure
@@ -56,9 +57,10 @@ use wasmtime_wasi_http::{
 };
 use wasmtime_wizer::{ComponentContext, ComponentInstanceState, Wizer};
 
-/// The engine component (`sdk/js/engine`, built by this crate's build
-/// script), before any Worker: [`build`] snapshots it with one.
-pub const ENGINE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/engine.wasm"));
+/// The engine component (`sdk/js/engine`, committed prebuilt and checked
+/// against its sources by this crate's build script), before any Worker:
+/// [`build`] snapshots it with one.
+pub const ENGINE: &[u8] = include_bytes!("../prebuilt/engine.wasm");
 
 /// The engine's build-time export (`sdk/js/engine/wit/world.wit`); the
 /// snapshot keeps it, refusing a second call.

@@ -4,9 +4,10 @@
 //! cluster` does), builds and deploys the Worker, and serves it on
 //! `--listen`: every request there goes to this Worker, whatever its Host,
 //! and prints a line with its method, path, status, time to the response
-//! head and the node's `server-timing`. Once it serves it prints `hearth
-//! dev: ready, serving NAME on http://ADDR/`. Ctrl-C stops the node and
-//! exits.
+//! head and the node's `server-timing`. Once it serves (the first build
+//! and deploy done, the files watched) it prints `hearth dev: serving NAME
+//! on http://ADDR/ …`, the line a script waits for. Ctrl-C stops the node
+//! and exits.
 //!
 //! What FILE is decides how a version is made:
 //!
@@ -136,7 +137,7 @@ pub(crate) async fn run(args: DevArgs) -> anyhow::Result<()> {
             .context("FILE has no name to serve it under: say --name")?
             .to_ascii_lowercase(),
     };
-    if !hearth::runtime::validate::valid_script_id(&name) {
+    if !hearth::runtime::store::validate::valid_script_id(&name) {
         bail!("{name:?} is not a script ID (a DNS label): say --name");
     }
     let is_js = file
@@ -232,13 +233,12 @@ pub(crate) async fn run(args: DevArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let server = tokio::spawn(serve(listener, dev.node.clone(), name.clone(), stop_rx));
-    crate::say(&format!("watching {}", watched.describe()));
     crate::say(&format!(
-        "hearth dev: ready, serving {name} on http://{addr}/ (admin http://{}, token {}); \
-         Ctrl-C to stop",
+        "hearth dev: serving {name} on http://{addr}/ (admin http://{}, token {})",
         cluster.node(0).admin_addr,
         cluster.token()
     ));
+    crate::say(&format!("watching {}; Ctrl-C to stop", watched.describe()));
 
     loop {
         tokio::select! {
@@ -573,12 +573,14 @@ async fn serve(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let limits = hearth::listener::ServeLimits::default();
-    let budget =
-        hearth::runtime::pre_slot::ByteBudget::new(limits.max_pre_slot_bytes, "hearth dev");
+    let budget = hearth::runtime::instances::pre_slot::ByteBudget::new(
+        limits.max_pre_slot_bytes,
+        "hearth dev",
+    );
     let handler = move |mut req: http::Request<Body>, _peer| {
         let (node, name) = (node.clone(), name.clone());
         async move {
-            hearth::runtime::outgoing::strip_host_headers(req.headers_mut());
+            hearth::runtime::flow::strip_host_headers(req.headers_mut());
             let line = format!("{} {}", req.method(), req.uri());
             let t = Instant::now();
             let resp = node.handle(&name, req).await;
@@ -623,7 +625,7 @@ fn dev_vars(file: &Path, manifest: &mut Manifest) -> anyhow::Result<()> {
         keys.join(", ")
     ));
     manifest.vars.extend(vars);
-    hearth::runtime::secrets::check_vars(&manifest.vars, [])
+    hearth::runtime::store::secrets::check_vars(&manifest.vars, [])
         .with_context(|| format!("in {}", path.display()))?;
     Ok(())
 }
