@@ -52,7 +52,7 @@ pub use node_process::{
 mod ports;
 mod proc_stat;
 mod raw_http;
-pub use js::{JsBuildError, NpmError, build_js, hono_sample, js_module_sample, js_toolchain};
+pub use js::{JsBuildError, NpmError, build_js, hono_sample, js_echo, js_toolchain};
 pub use ports::{tcp_port, tcp_port_block, udp_port};
 pub use proc_stat::ProcStat;
 pub use raw_http::HttpRequest;

@@ -6,13 +6,12 @@
 //! entries), a service binding called with `env.AUTH.fetch(request)` and a
 //! dispatch namespace's user Worker with `env.USERS.get(name).fetch(…)`;
 //! and the build's errors (no Node.js, a syntax error, no default export,
-//! no `fetch`), which stop before componentize-js and so take a second.
+//! no `fetch`, a missing import), each named in a second or two.
 //!
-//! Componentizing takes 30-60 s, so the file builds one component, once.
-//! The toolchain is the JS samples' `node_modules` (cargo's build of the
-//! samples installs it, with the same pinned esbuild and componentize-js as
-//! `sdk/js`) through `HEARTH_JS_NODE_MODULES`; without it `hearth build`
-//! installs its own into a cache under the target dir.
+//! esbuild is the JS samples' `node_modules` (cargo's build of the samples
+//! installs it, at the version `sdk/js` pins) through
+//! `HEARTH_JS_NODE_MODULES`; without it `hearth build` installs its own
+//! into a cache under the target dir.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -108,9 +107,29 @@ fn build_errors_say_what_is_wrong() {
     .expect("write worker");
     let mut cmd = hearth(&["build", "worker.js"], dir.path());
     cmd.env("PATH", dir.path());
+    let started = std::time::Instant::now();
     let (ok, out) = run(cmd);
     assert!(!ok, "{out}");
     assert!(out.contains("needs Node.js"), "{out}");
+    assert!(out.contains("apt-get install -y nodejs npm"), "{out}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{out}");
+
+    // Node but no npm, and esbuild not installed yet: npm is named too.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin dir");
+    let node = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("node"))
+        .find(|p| p.is_file())
+        .expect("node on PATH");
+    std::os::unix::fs::symlink(node, bin.join("node")).expect("link node");
+    let mut cmd = hearth(&["build", "worker.js"], dir.path());
+    cmd.env("PATH", &bin)
+        .env("HEARTH_CACHE_DIR", dir.path().join("cache"))
+        .env_remove("HEARTH_JS_NODE_MODULES");
+    let (ok, out) = run(cmd);
+    assert!(!ok, "{out}");
+    assert!(out.contains("could not run npm"), "{out}");
+    assert!(out.contains("apt-get install -y nodejs npm"), "{out}");
 }
 
 /// This file's node: a [`NodeProcess`] and the commands a user types at it.
