@@ -66,7 +66,7 @@ fn get(addr: SocketAddr) -> TestResponse {
 }
 
 fn get_path(addr: SocketAddr, path: &str) -> TestResponse {
-    HttpRequest::get("anything", path)
+    HttpRequest::get("localhost", path)
         .send(addr)
         .expect("an answer")
 }
@@ -207,7 +207,7 @@ fn dev_builds_a_js_module_serves_it_and_rebuilds_once_per_edit() {
     assert_eq!(resp.status, 200, "{resp:?}");
     assert_eq!(dev.builds(), 1, "{}", dev.out.text());
     // The build's output is not in the module's folder.
-    assert_eq!(entries(dir.path()), [module.clone()]);
+    assert_eq!(entries(dir.path()), std::slice::from_ref(&module));
 
     // One edit: one build, and the new version answers.
     std::fs::write(&module, worker("two")).expect("edit worker");
@@ -303,6 +303,20 @@ fn dev_rebuilds_redeploys_and_keeps_the_last_good_version() {
     assert!(resp.contains("env=s3cret"), "{resp}");
     // Each request is printed with its status and timing.
     out.wait_for("GET /GREETING -> 200 in ", Duration::from_secs(2));
+    // A name some other site's DNS could point here (DNS rebinding) is
+    // refused; loopback names and addresses are served.
+    let rebound = HttpRequest::get("evil.example", "/GREETING")
+        .send(addr)
+        .expect("an answer");
+    assert_eq!(rebound.status, 403, "{rebound:?}");
+    assert!(rebound.text().contains("DNS rebinding"), "{rebound:?}");
+    assert!(!rebound.text().contains("env=hi"), "{rebound:?}");
+    for host in ["app.localhost", "127.0.0.1"] {
+        let served = HttpRequest::get(host, "/GREETING")
+            .send(addr)
+            .expect("an answer");
+        assert!(served.text().contains("env=hi"), "{host}: {served:?}");
+    }
 
     // A change of the sources rebuilds: `echo` answers now.
     std::fs::copy(echo, &next).expect("copy echo");

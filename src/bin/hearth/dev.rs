@@ -2,8 +2,9 @@
 //!
 //! It starts one local node (a one-node [`LoopbackCluster`], as `hearth
 //! cluster` does), builds and deploys the Worker, and serves it on
-//! `--listen`: every request there goes to this Worker, whatever its Host,
-//! and prints a line with its method, path, status, time to the response
+//! `--listen`: every request there for a loopback name (`localhost`, a
+//! name under it, an IP address: see [`loopback_host`]) goes to this
+//! Worker, and it prints a line with its method, path, status, time to the response
 //! head and the node's `server-timing`. Once it serves (the first build
 //! and deploy done, the files watched) it prints `hearth dev: serving NAME
 //! on http://ADDR/ …`, the line a script waits for. Ctrl-C stops the node
@@ -583,7 +584,20 @@ async fn serve(
             hearth::runtime::flow::strip_host_headers(req.headers_mut());
             let line = format!("{} {}", req.method(), req.uri());
             let t = Instant::now();
-            let resp = node.handle(&name, req).await;
+            let host = hearth::front_door::request_host(&req);
+            let resp = if loopback_host(host.as_deref()) {
+                node.handle(&name, req).await
+            } else {
+                hearth::runtime::body::text_response(
+                    http::StatusCode::FORBIDDEN,
+                    format!(
+                        "hearth dev answers requests for localhost, *.localhost and IP addresses only, \
+                         not for {:?}: a web page elsewhere could otherwise reach this Worker by DNS \
+                         rebinding\n",
+                        host.unwrap_or_default()
+                    ),
+                )
+            };
             let timing = resp
                 .headers()
                 .get(SERVER_TIMING_HEADER)
@@ -602,6 +616,33 @@ async fn serve(
         let _ = stop.wait_for(|s| *s).await;
     };
     hearth::listener::serve(listener, limits, budget, handler, stopped, None, None).await;
+}
+
+/// Whether a request's host (`Host`, or the target's authority) is one a
+/// browser uses only for this machine: `localhost`, a name under it, or an
+/// IP literal (an address, not a name some other site's DNS can point
+/// here). A request without a host is no browser's. Anything else is
+/// refused, as Vite's dev server refuses it: a page on `evil.example` whose
+/// name its DNS rebinds to 127.0.0.1 sends `Host: evil.example`.
+fn loopback_host(host: Option<&str>) -> bool {
+    let Some(host) = host else {
+        return true;
+    };
+    if let Some(v6) = host.strip_prefix('[') {
+        return v6
+            .split(']')
+            .next()
+            .is_some_and(|a| a.parse::<std::net::Ipv6Addr>().is_ok());
+    }
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    if name.parse::<std::net::Ipv4Addr>().is_ok() {
+        return true;
+    }
+    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    name == "localhost" || name.ends_with(".localhost")
 }
 
 /// Reads `.dev.vars` beside FILE, if there is one, into the manifest's
@@ -668,5 +709,34 @@ mod tests {
         assert_eq!(got, [("API_KEY", "abc=d"), ("NAME", "x y"), ("Q", "z")]);
         assert!(parse_dev_vars("JUSTAKEY\n").is_err());
         assert!(parse_dev_vars("=v\n").is_err());
+    }
+
+    #[test]
+    fn only_loopback_names_and_addresses_reach_the_worker() {
+        for ok in [
+            None,
+            Some("localhost"),
+            Some("localhost:8787"),
+            Some("LOCALHOST."),
+            Some("app.localhost:8787"),
+            Some("a.b.localhost"),
+            Some("127.0.0.1:8787"),
+            Some("192.168.1.20"),
+            Some("[::1]:8787"),
+            Some("[::1]"),
+        ] {
+            assert!(loopback_host(ok), "{ok:?} refused");
+        }
+        for refused in [
+            "evil.example",
+            "evil.example:8787",
+            "localhost.evil.example",
+            "evillocalhost",
+            "127.0.0.1.nip.io",
+            "[not-an-address]",
+            "",
+        ] {
+            assert!(!loopback_host(Some(refused)), "{refused:?} accepted");
+        }
     }
 }
