@@ -10,7 +10,7 @@
 //! | PUT    | `/v1/scripts/{id}/secrets/{name}` | set secret `name` of `id` to the body (UTF-8), and tell every member |
 //! | GET    | `/v1/scripts/{id}/secrets`    | the names of `id`'s secrets (never a value) |
 //! | DELETE | `/v1/scripts/{id}/secrets/{name}` | delete secret `name` of `id`, and tell every member |
-//! | GET    | `/v1/scripts/{id}/versions`   | `id`'s versions, its current deployment, and this node's per-version counts during a split ([`hearth_runtime::versions`]) |
+//! | GET    | `/v1/scripts/{id}/versions`   | `id`'s versions, its current deployment, and this node's per-version counts during a split ([`hearth_runtime::store::versions`]) |
 //! | PUT    | `/v1/scripts/{id}/deployment` | make the body (JSON `{"split":[{"version":7,"percent":10},{"version":6,"percent":90}]}`) `id`'s deployment, and tell every member |
 //! | POST   | `/v1/scripts/{id}/rollback?version=N` | roll `id` back to version `N` (default: the one before the current) at 100%, and tell every member |
 //! | GET    | `/v1/scripts/{id}/tail?status=5xx&sample=0.1&scope=cluster` | `id`'s requests as they finish on every member (`scope=node`: on this node only): server-sent events, one JSON event per `data:` line ([`crate::live_tail`]) |
@@ -20,18 +20,18 @@
 //! | GET    | `/healthz`, `/livez`          | `ok`: the process is alive     |
 //! | GET    | `/readyz`                     | `ready`, or 503 `not ready: <why>` ([`crate::node::NotReady`]): draining, store not answering, or not yet joined |
 //!
-//! A deploy's [bindings](hearth_runtime::bindings) are query parameters
+//! A deploy's [bindings](hearth_runtime::outbound::bindings) are query parameters
 //! too, each repeatable: `service=<name>:<script>`, `dispatch=<namespace>:<script>`
 //! (one user Worker per parameter), `tail=<script>`, and `outbound=<script>`
 //! once; so is the allow-list of origins, `allow_host=<scheme://host[:port]>`
-//! (repeatable, see [`hearth_runtime::egress`]; a bad entry is a 422 that
+//! (repeatable, see [`hearth_runtime::outbound::egress`]; a bad entry is a 422 that
 //! says why). The deploy report and `GET /v1/scripts` show them under
 //! `bindings`.
-//! Vars are `var=<NAME>=<value>`, repeatable ([`hearth_runtime::secrets`]).
+//! Vars are `var=<NAME>=<value>`, repeatable ([`hearth_runtime::store::secrets`]).
 //! No answer carries a secret's value: wherever a script's metadata is
 //! shown, its `secrets` are the list of their names.
 //! `dispatch_only=true` deploys a user Worker that clients cannot address
-//! directly ([`hearth_runtime::manifest`]).
+//! directly ([`hearth_runtime::store::manifest`]).
 //!
 //! A deploy answers once every other member of the cluster has dropped a
 //! stale copy (its `announced` field counts them, see
@@ -146,7 +146,7 @@ pub async fn handle(
             };
             #[derive(serde::Deserialize)]
             struct Split {
-                split: Vec<hearth_runtime::versions::Share>,
+                split: Vec<hearth_runtime::store::meta::Share>,
             }
             let split: Split = match serde_json::from_slice(&body) {
                 Ok(s) => s,
@@ -194,7 +194,7 @@ pub async fn handle(
             Err(e) => secret_error(&e),
         },
         Endpoint::PutSecret(id, name) => {
-            let limit = hearth_runtime::secrets::MAX_VALUE_BYTES;
+            let limit = hearth_runtime::store::secrets::MAX_VALUE_BYTES;
             let bytes = match read_limited(req.into_body(), limit).await {
                 Ok(b) => zeroize::Zeroizing::new(b),
                 Err(e) => {
@@ -205,7 +205,7 @@ pub async fn handle(
                 }
             };
             let Ok(value) = std::str::from_utf8(&bytes) else {
-                let e = hearth_runtime::secrets::EnvError::NotText { name };
+                let e = hearth_runtime::store::secrets::EnvError::NotText { name };
                 return text(StatusCode::BAD_REQUEST, format!("{e}\n"));
             };
             match node.put_secret(&id, &name, value).await {
@@ -272,8 +272,8 @@ pub async fn handle(
 }
 
 /// The answer for a secret that could not be put, deleted or listed.
-fn secret_error(e: &hearth_runtime::secrets::SecretError) -> http::Response<Body> {
-    use hearth_runtime::secrets::SecretError;
+fn secret_error(e: &hearth_runtime::store::secrets::SecretError) -> http::Response<Body> {
+    use hearth_runtime::store::secrets::SecretError;
     let status = match e {
         SecretError::Env(_) => StatusCode::BAD_REQUEST,
         SecretError::UnknownScript(_) => StatusCode::NOT_FOUND,
@@ -285,8 +285,8 @@ fn secret_error(e: &hearth_runtime::secrets::SecretError) -> http::Response<Body
 
 /// The answer for versions that could not be listed, or a rollback or
 /// split that could not be made.
-fn version_error(e: &hearth_runtime::versions::VersionError) -> http::Response<Body> {
-    use hearth_runtime::versions::VersionError;
+fn version_error(e: &hearth_runtime::store::versions::VersionError) -> http::Response<Body> {
+    use hearth_runtime::store::versions::VersionError;
     let status = match e {
         VersionError::UnknownScript(_) => StatusCode::NOT_FOUND,
         VersionError::NoSuchVersion { .. } | VersionError::NoEarlierVersion { .. } => {

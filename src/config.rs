@@ -666,7 +666,7 @@ pub struct PlanOverrides {
 }
 
 /// The `[egress]` section: how Workers' fetches of allowed origins are
-/// made ([`hearth_runtime::egress`]).
+/// made ([`hearth_runtime::outbound::egress`]).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EgressSection {
@@ -1433,7 +1433,7 @@ pub fn store_secret(store: &Path, name: &str) -> Result<[u8; 32], NodeConfigErro
     tmp.as_file().sync_all().map_err(create)?;
     match tmp.persist_noclobber(&path) {
         Ok(_) => {
-            hearth_runtime::script_store::sync_dir(store).map_err(create)?;
+            hearth_runtime::store::script_store::sync_dir(store).map_err(create)?;
             Ok(key)
         }
         // Another node created it first: use theirs (read once, no retry).
@@ -1484,7 +1484,7 @@ impl NodeStore {
     /// with the store's own message. Must run inside the node's Tokio
     /// runtime.
     pub async fn open(location: &str, file: &NodeConfig) -> Result<NodeStore, NodeConfigError> {
-        if !hearth_runtime::s3_store::is_s3_url(location) {
+        if !hearth_runtime::store::s3_store::is_s3_url(location) {
             let dir = PathBuf::from(location);
             let mut runtime = runtime_config(&dir)?;
             if let Some(hex) = &file.artifact_key {

@@ -276,7 +276,7 @@ fn make_dev_cert(store: &Path, dir: &Path) -> Result<(), HttpsError> {
     write(DEV_KEY_FILE, leaf_key.serialize_pem(), true)?;
     let made = tmp.keep();
     match std::fs::rename(&made, dir) {
-        Ok(()) => hearth_runtime::script_store::sync_dir(store).map_err(io_err(store)),
+        Ok(()) => hearth_runtime::store::script_store::sync_dir(store).map_err(io_err(store)),
         // Another node made one first (or an earlier, partial `tls/` is
         // there): keep what is in place.
         Err(_) if dir.join(DEV_KEY_FILE).exists() => {

@@ -12,7 +12,7 @@
 //! (or asked for thousands of names) exports at most N + 1 series per
 //! metric. Per-version series (`hearth_version_requests_total{script,
 //! version,outcome}`) exist only for Workers in a gradual rollout
-//! ([`hearth_runtime::versions`]).
+//! ([`hearth_runtime::store::versions`]).
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -500,7 +500,7 @@ impl Collector for RuntimeCollector {
                 None,
                 c.metric_type(),
             )?;
-            for o in hearth_runtime::egress::SubrequestOutcome::ALL {
+            for o in hearth_runtime::outbound::egress::SubrequestOutcome::ALL {
                 ConstCounter::new(s.subrequests.get(o))
                     .encode(fam.encode_family(&[("outcome", o.label())])?)?;
             }
@@ -532,7 +532,7 @@ impl Collector for RuntimeCollector {
         }
         // Per version, only for the scripts being rolled out (a split):
         // bounded by the scripts in a split times their versions
-        // ([`hearth_runtime::versions`]).
+        // ([`hearth_runtime::store::versions`]).
         let counts = self.0.version_counts();
         let c = ConstCounter::new(0u64);
         let mut fam = enc.encode_descriptor(

@@ -280,7 +280,7 @@ fn vars_secrets_and_logs_on_a_real_node() {
         .lines()
         .filter(|l| l.contains("chatty") && l.contains("xxxxxxxx"))
         .count();
-    let burst = hearth::runtime::tail::LOG_BURST_LINES as usize;
+    let burst = hearth::runtime::outbound::tail::LOG_BURST_LINES as usize;
     assert!(
         (burst..burst + 300).contains(&logged),
         "{logged} of 1000 lines logged"

@@ -1,6 +1,6 @@
 //! Nested Worker invocations on 3 real nodes (TestCluster): service-binding
 //! chains, dynamic dispatch through an outbound Worker, the depth limit, and
-//! the security rules of `hearth::invoker` / `hearth_runtime::outgoing`. The
+//! the security rules of `hearth::invoker` / `hearth_runtime::outbound::outgoing`. The
 //! Workers are named so that their homes differ, and the nodes that served
 //! each level are checked from `x-hearth-node` as the samples report it.
 
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hearth::cluster::ClusterConfig;
-use hearth::runtime::outgoing::MAX_DEPTH;
+use hearth::runtime::limits::MAX_DEPTH;
 use hearth::runtime::{Manifest, Plan};
 use hearth::sharding::admission::OverloadConfig;
 use hearth::testing::TestCluster;

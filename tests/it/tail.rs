@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use hearth::cluster::ClusterConfig;
 use hearth::runtime::Plan;
-use hearth::runtime::live_tail::StatusFilter;
+use hearth::runtime::outbound::live_tail::StatusFilter;
 use hearth::sharding::admission::OverloadConfig;
 use hearth::testing::TestCluster;
 use hearth_admin_client::{AdminClient, RequestEvent, TailItem, TailQuery, TailStream};

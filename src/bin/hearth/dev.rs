@@ -78,7 +78,7 @@ pub(crate) async fn run(args: DevArgs) -> anyhow::Result<()> {
             .context("FILE has no name to serve it under: say --name")?
             .to_ascii_lowercase(),
     };
-    if !hearth::runtime::validate::valid_script_id(&name) {
+    if !hearth::runtime::store::validate::valid_script_id(&name) {
         bail!("{name:?} is not a script ID (a DNS label): say --name");
     }
     let mut manifest = crate::deploy::read_manifest(args.manifest.as_deref(), &file)?;
@@ -292,12 +292,14 @@ async fn serve(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let limits = hearth::listener::ServeLimits::default();
-    let budget =
-        hearth::runtime::pre_slot::ByteBudget::new(limits.max_pre_slot_bytes, "hearth dev");
+    let budget = hearth::runtime::instances::pre_slot::ByteBudget::new(
+        limits.max_pre_slot_bytes,
+        "hearth dev",
+    );
     let handler = move |mut req: http::Request<Body>, _peer| {
         let (node, name) = (node.clone(), name.clone());
         async move {
-            hearth::runtime::outgoing::strip_host_headers(req.headers_mut());
+            hearth::runtime::flow::strip_host_headers(req.headers_mut());
             let line = format!("{} {}", req.method(), req.uri());
             let t = Instant::now();
             let resp = node.handle(&name, req).await;
@@ -342,7 +344,7 @@ fn dev_vars(file: &Path, manifest: &mut Manifest) -> anyhow::Result<()> {
         keys.join(", ")
     ));
     manifest.vars.extend(vars);
-    hearth::runtime::secrets::check_vars(&manifest.vars, [])
+    hearth::runtime::store::secrets::check_vars(&manifest.vars, [])
         .with_context(|| format!("in {}", path.display()))?;
     Ok(())
 }

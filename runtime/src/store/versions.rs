@@ -4,7 +4,7 @@
 //! 3… per script, never reused), the source hash, and the plan, bindings,
 //! vars, sealed secrets, lifecycle and deploy time as deployed: a
 //! [`ScriptMeta`] with [`ScriptMeta::version`] set, kept in the store
-//! under `versions/<id>/<n>.json` ([`crate::script_store`]). Every deploy
+//! under `versions/<id>/<n>.json` ([`crate::store::script_store`]). Every deploy
 //! makes one, and so does every secret change (as on Cloudflare: a secret
 //! is part of what a version runs, so rolling back also rolls back a
 //! secret). Sources are content-addressed, so versions with the same code
@@ -57,9 +57,9 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::script_store::ScriptMeta;
+use crate::store::meta::{ScriptMeta, Share};
 
 /// The response header naming the version that served a request.
 pub const VERSION_HEADER: &str = "x-hearth-version";
@@ -71,21 +71,7 @@ pub const VERSION_KEY_HEADER: &str = "hearth-version-key";
 /// a split beyond that is served but not counted.
 pub const MAX_COUNTED_SCRIPTS: usize = 10_000;
 
-/// One version's share of a split deployment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Share {
-    /// The version.
-    pub version: u64,
-    /// Its percentage of the requests (1–100).
-    pub percent: u8,
-}
-
-impl std::fmt::Display for Share {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}@{}%", self.version, self.percent)
-    }
-}
-
+// Parsing belongs with the split's other checks and its error.
 impl std::str::FromStr for Share {
     type Err = VersionError;
 

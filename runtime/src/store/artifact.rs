@@ -54,7 +54,7 @@ use std::sync::{Arc, Mutex};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
-use crate::script_store::write_atomic;
+use crate::store::script_store::write_atomic;
 
 const MAC_LEN: usize = 32;
 const MAGIC: &[u8; 8] = b"HEARTHM1";
@@ -194,11 +194,11 @@ impl ArtifactCache {
 
     /// Loads the artifact for source `hash` if one exists and authenticates.
     /// A `hash` that is not a source hash
-    /// ([`is_source_hash`](crate::script_store::is_source_hash)) is
+    /// ([`is_source_hash`](crate::store::meta::is_source_hash)) is
     /// refused without touching a file: it would name a path outside the
     /// cache.
     pub fn load(&self, engine: &Engine, hash: &str) -> Lookup {
-        if !crate::script_store::is_source_hash(hash) {
+        if !crate::store::meta::is_source_hash(hash) {
             return Lookup::Rejected(format!("{hash:?} is not a source hash"));
         }
         let path = self.path(hash);
@@ -247,7 +247,7 @@ impl ArtifactCache {
     /// a `hash` that is not a source hash is refused, as in
     /// [`ArtifactCache::load`].
     pub fn store(&self, hash: &str, component: &Component) -> Result<(), ArtifactWriteError> {
-        if !crate::script_store::is_source_hash(hash) {
+        if !crate::store::meta::is_source_hash(hash) {
             return Err(ArtifactWriteError::Write(
                 crate::error::StoreError::BadHash {
                     path: self.dir.clone(),
@@ -289,7 +289,7 @@ impl ArtifactCache {
             else {
                 continue;
             };
-            if !crate::script_store::is_source_hash(hash) {
+            if !crate::store::meta::is_source_hash(hash) {
                 continue;
             }
             if engine == self.engine_id {

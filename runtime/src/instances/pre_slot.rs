@@ -1,13 +1,13 @@
 //! Bounds on the request body bytes that wait for a slot.
 //!
-//! A request reads the first bytes of its body before it takes an instance
-//! slot (up to [`buffer_before_slot`](crate::RuntimeConfig::buffer_before_slot),
-//! see [`crate::slow_client`]), so a slow client holds no instance while it
-//! trickles in. Those bytes are held in memory until the slot is taken. One
+//! A request reads the first bytes of its body before it takes an instance slot
+//! (up to [`buffer_before_slot`](crate::RuntimeConfig::buffer_before_slot), see
+//! [`crate::instances::slow_client`]), so a slow client holds no instance while
+//! it trickles in. Those bytes are held in memory until the slot is taken. One
 //! request holds at most that much, but an HTTP/2 connection carries many
-//! requests at once, and a listener many connections: without a bound of
-//! their own, a client opening every stream it may and sending a little of
-//! each body holds memory the node's other limits do not see.
+//! requests at once, and a listener many connections: without a bound of their
+//! own, a client opening every stream it may and sending a little of each body
+//! holds memory the node's other limits do not see.
 //!
 //! So a front door puts a [`PreSlotBudget`] in each request's extensions:
 //! the byte budgets of its connection and of its listener. Every body byte

@@ -22,7 +22,7 @@
 //! Each invocation has its own CPU limit, and a nested call's limit is at
 //! most what its caller had left; but siblings do not share one: a Worker
 //! calling its binding a thousand times (six at a time, see
-//! [`crate::outgoing`]) would get a thousand callee limits. So every flow
+//! [`crate::outbound::outgoing`]) would get a thousand callee limits. So every flow
 //! (one client request and all the nested invocations it causes) has one
 //! budget for the CPU of its **nested** invocations, a [`FlowCpu`]: at
 //! most [`NESTED_CPU_FACTOR`] times the entry Worker's per-request CPU
@@ -37,7 +37,7 @@
 //! every epoch tick, so siblings running at once stop together when it is
 //! spent), and its own limit is at most what the budget has left when it
 //! starts. A call that crosses a shard hop carries the flow ID and what is
-//! left ([`crate::outgoing::Flow::nested_cpu`], the context stack on the
+//! left ([`crate::flow::Flow::nested_cpu`], the context stack on the
 //! wire); the receiving node starts its budget for the flow from that once
 //! and draws every later arrival of the flow from it. So a flow's nested
 //! invocations use at most the budget on each node they run on. When the
@@ -84,7 +84,7 @@ impl FlowCpu {
     }
 
     /// Marks the budget spent: another node of the flow found it spent
-    /// there ([`crate::FLOW_CPU_SPENT`]), so calls from here stop too.
+    /// there ([`crate::flow::FLOW_CPU_SPENT`]), so calls from here stop too.
     pub fn spend_all(&self) {
         self.left_ns.store(0, Ordering::Relaxed);
     }
@@ -241,6 +241,11 @@ pub fn thread_cpu_time() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// Told the script ID and handler CPU time of each invocation as it ends
+/// ([`Runtime::observe_cpu`](crate::Runtime::observe_cpu)); runs on the
+/// invocation's task, so it must be quick.
+pub type CpuObserver = Arc<dyn Fn(&str, Duration) + Send + Sync>;
+
 /// The CPU one instance has used against a budget, shared between the
 /// future that runs it and its store's epoch callback.
 #[derive(Debug, Default)]
@@ -250,8 +255,8 @@ pub struct CpuMeter {
     poll_start_ns: AtomicU64,
     budget_ns: AtomicU64,
     /// The epoch ticker that must be awake while this meter's guest runs
-    /// ([`crate::epoch`]); set when the instance starts.
-    ticker: std::sync::OnceLock<std::sync::Arc<crate::epoch::Ticker>>,
+    /// ([`crate::instances::epoch`]); set when the instance starts.
+    ticker: std::sync::OnceLock<std::sync::Arc<crate::instances::epoch::Ticker>>,
     /// The flow budget this phase also draws from (a nested invocation's),
     /// and how much of `used` it has been charged.
     flow: Mutex<Option<(Arc<FlowCpu>, u64)>>,
@@ -275,7 +280,7 @@ impl CpuMeter {
     /// Ties this meter to `engine`'s epoch ticker, which then stays awake
     /// while the meter's guest runs.
     pub(crate) fn attach_ticker(&self, engine: &wasmtime::Engine) {
-        if let Some(t) = crate::epoch::Ticker::of(engine) {
+        if let Some(t) = crate::instances::epoch::Ticker::of(engine) {
             let _ = self.ticker.set(t);
         }
     }
@@ -334,14 +339,14 @@ impl CpuMeter {
         Duration::from_nanos(self.budget_ns.load(Ordering::Relaxed))
     }
 
-    /// What an epoch tick does while a guest runs ([`crate::instance`]'s
-    /// deadline callback): the check of [`CpuMeter::check`], then whether
-    /// the guest should yield to the executor. It yields only once the poll
-    /// in progress has run for at least [`EPOCH_TICK`](crate::epoch::EPOCH_TICK)
-    /// of CPU: a poll is still never longer than about two ticks, but a
-    /// short request that merely straddles a tick (a quarter of those
-    /// taking 250 µs) is not suspended, rescheduled and polled again for
-    /// nothing.
+    /// What an epoch tick does while a guest runs
+    /// ([`crate::instances::instance`]'s deadline callback): the check of
+    /// [`CpuMeter::check`], then whether the guest should yield to the
+    /// executor. It yields only once the poll in progress has run for at least
+    /// [`EPOCH_TICK`](crate::instances::epoch::EPOCH_TICK) of CPU: a poll is
+    /// still never longer than about two ticks, but a short request that merely
+    /// straddles a tick (a quarter of those taking 250 µs) is not suspended,
+    /// rescheduled and polled again for nothing.
     pub(crate) fn tick(&self) -> Result<bool, CpuExceeded> {
         // Read before `check`, which reads the clock itself: the poll ran
         // at least this long.
@@ -351,7 +356,7 @@ impl CpuMeter {
             return Ok(true);
         }
         let ran = (thread_cpu_time().as_nanos() as u64).saturating_sub(start);
-        Ok(ran >= crate::epoch::EPOCH_TICK.as_nanos() as u64)
+        Ok(ran >= crate::instances::epoch::EPOCH_TICK.as_nanos() as u64)
     }
 
     /// `Err` once the phase is over budget; called from the epoch callback.
@@ -401,7 +406,8 @@ impl<F: Future> Future for Metered<F> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.get_mut();
         // The epoch ticker stays awake while this poll runs guest code.
-        let _running = crate::epoch::Running::start(this.meter.ticker.get().map(|t| &**t));
+        let _running =
+            crate::instances::epoch::Running::start(this.meter.ticker.get().map(|t| &**t));
         let start = (thread_cpu_time().as_nanos() as u64).max(1);
         this.meter.poll_start_ns.store(start, Ordering::Relaxed);
         let out = this.inner.as_mut().poll(cx);
@@ -454,7 +460,7 @@ mod tests {
         let (early, late) = Metered::new(
             async move {
                 let early = m.tick().expect("within budget");
-                spin(crate::epoch::EPOCH_TICK);
+                spin(crate::instances::epoch::EPOCH_TICK);
                 (early, m.tick().expect("within budget"))
             },
             meter.clone(),

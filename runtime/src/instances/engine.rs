@@ -3,7 +3,7 @@
 //!
 //! One engine per runtime, with async support, epoch interruption, the
 //! pooling allocator and copy-on-write memory images. The epoch is advanced
-//! by the engine's [ticker](crate::epoch) while guests run; each store's
+//! by the engine's [ticker](crate::instances::epoch) while guests run; each store's
 //! deadline callback then checks its CPU meter.
 
 use wasmtime::component::Linker;
@@ -11,7 +11,7 @@ use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAlloc
 
 use crate::config::RuntimeConfig;
 use crate::error::ConfigError;
-use crate::host::Host;
+use crate::instances::host::Host;
 
 /// Bytes of a pooled linear memory (and table) reset in place rather than
 /// returned to the kernel when an instance ends.
@@ -54,19 +54,21 @@ pub(crate) fn build_engine(cfg: &RuntimeConfig) -> Result<Engine, ConfigError> {
 }
 
 /// Builds the linker: all of WASI 0.2 plus wasi:http, and hearth's
-/// `hearth:js/fast-http` for JS Workers built with `hearth build`. Real Workers (Rust
-/// std, componentize-js, componentize-py, wstd) import `wasi:cli/*` and mix
-/// 0.2.x patch versions; wasmtime matches those by semver.
+/// `hearth:js/fast-http` for JS Workers built with `hearth build`. Real Workers
+/// (Rust std, componentize-js, componentize-py, wstd) import `wasi:cli/*` and
+/// mix 0.2.x patch versions; wasmtime matches those by semver.
 pub(crate) fn build_linker(engine: &Engine) -> Result<Linker<Host>, ConfigError> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)
         .map_err(|e| ConfigError::Engine(e.to_string()))?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
         .map_err(|e| ConfigError::Engine(e.to_string()))?;
-    // A Worker's vars and secrets, also in its environment (crate::secrets).
+    // A Worker's vars and secrets, also in its environment (crate::store::secrets).
     wasmtime_wasi_config::add_to_linker(&mut linker, Host::config)
         .map_err(|e| ConfigError::Engine(e.to_string()))?;
-    // What the JS shim reads a request and answers with (crate::fast_http).
-    crate::fast_http::add_to_linker(&mut linker).map_err(|e| ConfigError::Engine(e.to_string()))?;
+    // What the JS shim reads a request and answers with
+    // (crate::outbound::fast_http).
+    crate::outbound::fast_http::add_to_linker(&mut linker)
+        .map_err(|e| ConfigError::Engine(e.to_string()))?;
     Ok(linker)
 }

@@ -1,41 +1,27 @@
 //! A Worker's outgoing requests: the runtime's wasi:http hook
 //! (`Outbound`'s `send_request`), through which every request a guest
 //! makes passes, and which turns it into a nested invocation (a Worker
-//! calling a Worker), a fetch of an allowed origin ([`crate::egress`]), or
-//! denies it.
+//! calling a Worker, one more level of its [flow](crate::flow)), a fetch
+//! of an allowed origin ([`crate::outbound::egress`]), or denies it.
 //!
 //! # The model
 //!
-//! A *flow* starts with a request from a client and grows whenever a
-//! Worker calls one of its [bindings](crate::bindings): the dispatch Worker
-//! calls a user Worker, which makes a subrequest through the outbound
-//! Worker, and so on. Each level of a flow is one invocation, possibly on
-//! another node (it is routed like any request: warm here, else its home,
-//! else lazily here). Three things hold for every level:
+//! The guest speaks plain wasi:http. For each request the hook resolves the
+//! host name against the caller's deployed
+//! [bindings](crate::outbound::bindings):
 //!
-//! * **Only the host builds levels.** The guest speaks plain wasi:http; the
-//!   host resolves the host name against the caller's deployed bindings,
-//!   strips every `x-hearth-*` header the guest set, and sets its own
-//!   ([`CALLER_HEADER`], [`DEPTH_HEADER`], and the node's trust header).
-//!   Trust, limits, tail and outbound Workers come from deploys and the
-//!   caller's level, never from the request.
-//! * **Limits only tighten.** A nested invocation runs under its own plan's
-//!   limits, tightened by its [`Flow`]: the CPU its caller had left when it
-//!   called (so along any chain no level gets more CPU than the entry
-//!   Worker's limit), any limit override of a level above it, and the flow's
-//!   wall-clock **deadline**, set once by the entry Worker's wall limit and
-//!   carried to every node. A call that would pass the deadline fails in the
-//!   caller with `HTTP-response-timeout`.
-//! * **Depth is bounded.** A flow is at most [`MAX_DEPTH`] levels deep
-//!   (the entry Worker is level 1): a call beyond that (a loop of bindings,
-//!   A → B → A → …) fails in the caller with the wasi:http error code
-//!   `loop-detected`, logged with the chain's depth. Every level holds an
-//!   instance slot only while it runs, so a refused loop leaves nothing
-//!   behind.
-//! * **Origins are not levels.** A request to a host outside `.internal`
-//!   with no outbound Worker in force is fetched by the node if the
-//!   Worker's allow-list has it, and denied otherwise ([`crate::egress`]).
-//!   It holds a subrequest slot like a nested call.
+//! * **A binding is a level.** The hook builds the callee's level as
+//!   [`crate::flow`] describes (its `x-hearth-*` headers, its depth, the
+//!   CPU and deadline it inherits) and hands a [`NestedCall`] to the node's
+//!   [`Invoker`]; a call past [`MAX_DEPTH`] fails in the caller with the
+//!   wasi:http error code `loop-detected`, logged with the chain's depth.
+//!   Every level holds an instance slot only while it runs, so a refused
+//!   loop leaves nothing behind. A runtime with no invoker (used on its
+//!   own, without a node) denies every nested call.
+//! * **Origins are not levels.** A request to a host outside `.internal` with
+//!   no outbound Worker in force is fetched by the node if the Worker's
+//!   allow-list has it, and denied otherwise ([`crate::outbound::egress`]). It
+//!   holds a subrequest slot like a nested call.
 //! * **Fan-out is bounded.** One invocation has at most
 //!   `RuntimeConfig::max_concurrent_subrequests` (6) subrequests in flight:
 //!   a call holds one of its slots from the moment it is made until the
@@ -47,148 +33,33 @@
 //!   it cannot take every instance slot of a Worker it calls (an outbound
 //!   Worker shared by many tenants) or of the node.
 //! * **Nested CPU is bounded per flow.** Every nested invocation of a flow
-//!   draws from one CPU budget per node ([`crate::cpu::FlowCpu`], twice the
-//!   entry's per-request CPU limit); once it is spent, further calls fail
-//!   with an `internal-error` that says so.
-//!
-//! # The node's part
-//!
-//! The runtime does not know about rings or RPC. It calls an [`Invoker`]
-//! that the node installs ([`crate::Runtime::set_invoker`]), with a
-//! [`NestedCall`] describing the call and the caller's request extensions,
-//! where the node keeps its context stack. The node pushes the callee's
-//! frame, routes the request, and tells the callee's runtime its [`Flow`]
-//! through the callee request's extensions. A runtime with no invoker (used
-//! on its own, without a node) denies every nested call.
+//!   draws from one CPU budget per node ([`crate::instances::cpu::FlowCpu`],
+//!   twice the entry's per-request CPU limit); once it is spent, further calls
+//!   fail with an `internal-error` that says so.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use http_body_util::BodyExt;
 use wasmtime_wasi_http::{RequestOptions, WasiBody, WasiHttpHooks};
 
-use crate::bindings::{Bindings, CallKind, Resolved, resolve};
-use crate::body::Body;
-use crate::cpu::CpuMeter;
-use crate::egress::{AllowList, Egress, SubrequestOutcome};
-use crate::limits::PlanLimits;
+use crate::flow::{
+    CALLER_HEADER, DEPTH_HEADER, FLOW_CPU_SPENT, Flow, Invoker, NestedCall, UNKNOWN_SCRIPT_HEADER,
+    strip_host_headers,
+};
+use crate::instances::cpu::CpuMeter;
+use crate::limits::MAX_DEPTH;
+use crate::outbound::bindings::{Bindings, CallKind, Resolved, resolve};
+use crate::outbound::egress::{AllowList, Egress, SubrequestOutcome};
 use crate::stats::Stats;
-
-/// Most levels a flow may have (the entry Worker is level 1).
-pub const MAX_DEPTH: usize = 16;
-
-/// Prefix of the headers only the host sets on a nested request; a
-/// guest's own are removed.
-pub const HOST_HEADER_PREFIX: &str = "x-hearth-";
-/// Removes every [`HOST_HEADER_PREFIX`] header from `headers`: only the
-/// host may set them, so whatever a client or a guest sent is dropped
-/// before a Worker sees the request (at every front door, and on every
-/// nested call).
-pub fn strip_host_headers(headers: &mut http::HeaderMap) {
-    let forged: Vec<_> = headers
-        .keys()
-        .filter(|k| k.as_str().starts_with(HOST_HEADER_PREFIX))
-        .cloned()
-        .collect();
-    for k in forged {
-        headers.remove(&k);
-    }
-}
-
-/// Header naming the calling Worker, set by the host.
-pub const CALLER_HEADER: &str = "x-hearth-caller";
-/// Header with the callee's level in its flow (1 is the entry Worker), set
-/// by the host.
-pub const DEPTH_HEADER: &str = "x-hearth-depth";
-
-/// Where an invocation sits in its flow: what the node tells the runtime
-/// through the request's extensions. The default is a flow's entry (a
-/// request from a client).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Flow {
-    /// Levels above this one (0 for the entry Worker).
-    pub depth: usize,
-    /// CPU this level may use at most (tightens its plan's limit).
-    pub cpu: Option<Duration>,
-    /// Memory its instance may use at most (tightens its plan's limit).
-    pub memory: Option<u64>,
-    /// The flow's wall-clock deadline.
-    pub deadline: Option<Instant>,
-    /// The outbound Worker that this level's subrequests to hosts outside
-    /// `.internal` go to (none: to the origin if the Worker's allow-list
-    /// has it, else denied; see [`crate::egress`]).
-    pub outbound: Option<String>,
-    /// The flow's CPU budget for nested invocations ([`crate::cpu`]).
-    pub nested_cpu: Option<crate::cpu::NestedCpu>,
-}
-
-impl Flow {
-    /// `plan` tightened by this flow at `now`: never looser than `plan`.
-    pub fn tighten(&self, plan: PlanLimits, now: Instant) -> PlanLimits {
-        let mut l = plan;
-        if let Some(cpu) = self.cpu {
-            l.request_cpu = l.request_cpu.min(cpu.max(Duration::from_millis(1)));
-        }
-        if let Some(mem) = self.memory {
-            l.memory = l.memory.min(mem);
-        }
-        if let Some(deadline) = self.deadline {
-            let left = deadline.saturating_duration_since(now);
-            l.request_wall = l.request_wall.min(left.max(Duration::from_millis(1)));
-        }
-        l
-    }
-}
-
-/// One call of a Worker to a Worker, as handed to the [`Invoker`].
-#[derive(Debug)]
-pub struct NestedCall {
-    /// The calling Worker.
-    pub caller: String,
-    /// The Worker to invoke.
-    pub target: String,
-    /// How the caller reached it.
-    pub kind: CallKind,
-    /// The callee's level in the flow (the entry Worker is 1).
-    pub depth: usize,
-    /// CPU the caller had left when it called.
-    pub cpu_left: Duration,
-    /// The flow's deadline.
-    pub deadline: Instant,
-    /// The caller's deployed bindings (its outbound and tail Workers are
-    /// the node's business).
-    pub caller_bindings: Arc<Bindings>,
-    /// The caller's request extensions (the node's context stack is there).
-    pub caller_extensions: http::Extensions,
-    /// The flow's CPU budget for nested invocations, for the callee
-    /// ([`crate::cpu`]).
-    pub nested_cpu: Option<crate::cpu::NestedCpu>,
-}
-
-/// Carries nested calls for the runtime; the node implements it.
-pub trait Invoker: Send + Sync + 'static {
-    /// The node's ID, stamped on the trace events of its Workers.
-    fn node_id(&self) -> String {
-        String::new()
-    }
-
-    /// Invokes `call.target` with `req` and returns its response (a failure
-    /// of the callee is a response with an error status, as for a client).
-    fn invoke(
-        &self,
-        call: NestedCall,
-        req: http::Request<Body>,
-    ) -> BoxFuture<'static, http::Response<Body>>;
-}
 
 /// What the host knows about the request an instance is serving, for its
 /// outgoing requests.
 pub(crate) struct Caller {
     pub(crate) script_id: Arc<str>,
     pub(crate) bindings: Arc<Bindings>,
-    /// The origins the Worker may fetch ([`crate::egress`]).
+    /// The origins the Worker may fetch ([`crate::outbound::egress`]).
     pub(crate) allowed: Arc<AllowList>,
     /// The node's client for them.
     pub(crate) egress: Arc<Egress>,
@@ -201,13 +72,14 @@ pub(crate) struct Caller {
     pub(crate) extensions: http::Extensions,
     pub(crate) meter: Arc<CpuMeter>,
     pub(crate) invoker: Option<Arc<dyn Invoker>>,
-    /// The request's trace events, if its flow is traced ([`crate::tail`]).
-    pub(crate) trace: Option<Arc<crate::tail::TraceBuffer>>,
+    /// The request's trace events, if its flow is traced
+    /// ([`crate::outbound::tail`]).
+    pub(crate) trace: Option<Arc<crate::outbound::tail::TraceBuffer>>,
     pub(crate) stats: Arc<crate::stats::Stats>,
     /// This invocation's subrequest slots (see the module docs).
     pub(crate) subrequests: Arc<tokio::sync::Semaphore>,
-    /// Its flow's CPU budget for nested invocations ([`crate::cpu`]).
-    pub(crate) flow_cpu: crate::cpu::FlowCpuHandle,
+    /// Its flow's CPU budget for nested invocations ([`crate::instances::cpu`]).
+    pub(crate) flow_cpu: crate::instances::cpu::FlowCpuHandle,
 }
 
 /// The wasi:http hooks of an instance: outgoing requests are nested calls
@@ -224,13 +96,13 @@ type SendResult = wasmtime_wasi_http::Result<(
 
 impl WasiHttpHooks for Outbound {
     // Outgoing bodies (subrequests' and the response's) buffer little, so
-    // the host reserve bounds what a guest can park in them (crate::host).
+    // the host reserve bounds what a guest can park in them (crate::limits).
     fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
-        crate::host::OUTGOING_BODY_BUFFER_CHUNKS
+        crate::limits::OUTGOING_BODY_BUFFER_CHUNKS
     }
 
     fn p2_outgoing_body_chunk_size(&mut self) -> usize {
-        crate::host::OUTGOING_BODY_CHUNK
+        crate::limits::OUTGOING_BODY_CHUNK
     }
 
     fn send_request(
@@ -339,7 +211,7 @@ impl Caller {
             deadline: self.deadline,
             caller_bindings: self.bindings.clone(),
             caller_extensions: self.extensions.clone(),
-            nested_cpu: Some(crate::cpu::NestedCpu {
+            nested_cpu: Some(crate::instances::cpu::NestedCpu {
                 flow_id,
                 left: flow_cpu.left(),
             }),
@@ -351,8 +223,8 @@ impl Caller {
         // The flow's budget is spent where the callee ran: spent here too.
         let h = response.headers();
         if !h.contains_key(crate::timing::START_HEADER)
-            && h.get(crate::UNKNOWN_SCRIPT_HEADER)
-                .is_some_and(|v| v == crate::FLOW_CPU_SPENT)
+            && h.get(UNKNOWN_SCRIPT_HEADER)
+                .is_some_and(|v| v == FLOW_CPU_SPENT)
         {
             flow_cpu.spend_all();
         }
@@ -393,7 +265,7 @@ impl Caller {
 
     /// A request to a host outside `.internal` with no outbound Worker in
     /// force: fetched from the origin if the Worker's allow-list has it,
-    /// within the plan's fetches per request ([`crate::egress`]); counted
+    /// within the plan's fetches per request ([`crate::outbound::egress`]); counted
     /// by outcome either way.
     async fn fetch(
         &self,
@@ -447,34 +319,5 @@ impl Caller {
                 Err(refused.error)
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_flow_only_tightens_the_plan() {
-        let plan = PlanLimits::default_for(crate::Plan::Free);
-        let now = Instant::now();
-        let loose = Flow {
-            cpu: Some(plan.request_cpu * 10),
-            memory: Some(plan.memory * 10),
-            deadline: Some(now + plan.request_wall * 10),
-            ..Flow::default()
-        };
-        assert_eq!(loose.tighten(plan, now), plan);
-        let tight = Flow {
-            cpu: Some(Duration::from_millis(5)),
-            memory: Some(1 << 20),
-            deadline: Some(now + Duration::from_secs(2)),
-            ..Flow::default()
-        };
-        let l = tight.tighten(plan, now);
-        assert_eq!(l.request_cpu, Duration::from_millis(5));
-        assert_eq!(l.memory, 1 << 20);
-        assert_eq!(l.request_wall, Duration::from_secs(2));
-        assert_eq!(Flow::default().tighten(plan, now), plan);
     }
 }

@@ -1,7 +1,7 @@
 //! A loaded Worker: the one-time work (compiled component, linked
 //! [`ProxyPre`], init export lookup) separated from the per-request work,
 //! plus its pool of idle instances and the [`ReusePolicy`] that governs it
-//! (one request per instance when its [lifecycle](crate::lifecycle) is
+//! (one request per instance when its [lifecycle](crate::instances::lifecycle) is
 //! fresh).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,13 +17,13 @@ use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use crate::body::Body;
 use crate::config::{ReusePolicy, RuntimeConfig};
 use crate::error::{CompileError, RuntimeError};
-use crate::host::{Host, NodeMemory};
-use crate::instance::{Instance, OnDone};
+use crate::instances::host::{Host, NodeMemory};
+use crate::instances::instance::{Instance, OnDone};
+use crate::instances::pre_slot::{self, PreSlotBudget};
+use crate::instances::slow_client::{self, Cancel, CancelOnDrop};
 use crate::limits::PlanLimits;
-use crate::pre_slot::{self, PreSlotBudget};
-use crate::script_store::ScriptMeta;
-use crate::slow_client::{self, Cancel, CancelOnDrop};
 use crate::stats::Stats;
+use crate::store::meta::ScriptMeta;
 
 /// The share of its memory limit above which a reused instance is retired
 /// after a request instead of serving another: it still answered this
@@ -33,7 +33,7 @@ use crate::stats::Stats;
 pub(crate) const RETIRE_AT_MEMORY: f64 = 0.75;
 
 /// What every Worker on a node shares: the node-wide instance slots and
-/// memory cap, and the slow-client settings ([`crate::slow_client`]).
+/// memory cap, and the slow-client settings ([`crate::instances::slow_client`]).
 pub(crate) struct NodeShared {
     /// One permit per instance that may serve at once on the node.
     pub(crate) slots: Arc<Semaphore>,
@@ -42,22 +42,25 @@ pub(crate) struct NodeShared {
     pub(crate) slot_wait: Duration,
     pub(crate) body_idle: Duration,
     pub(crate) buffer_before_slot: usize,
-    /// Subrequests one invocation may have in flight ([`crate::outgoing`]).
+    /// Subrequests one invocation may have in flight
+    /// ([`crate::outbound::outgoing`]).
     pub(crate) subrequests: usize,
-    /// Each flow's CPU budget for nested invocations here ([`crate::cpu`]).
-    pub(crate) flow_pools: Arc<crate::cpu::FlowPools>,
+    /// Each flow's CPU budget for nested invocations here
+    /// ([`crate::instances::cpu`]).
+    pub(crate) flow_pools: Arc<crate::instances::cpu::FlowPools>,
     pub(crate) stats: Arc<Stats>,
-    /// The node's client for Workers' fetches of origins ([`crate::egress`]).
-    pub(crate) egress: Arc<crate::egress::Egress>,
-    /// Seals and opens Worker secrets ([`crate::secrets`]).
-    pub(crate) secrets_key: crate::secrets::SecretsKey,
-    /// Carries this node's nested calls ([`crate::outgoing`]), once installed.
-    pub(crate) invoker: std::sync::RwLock<Option<Arc<dyn crate::outgoing::Invoker>>>,
+    /// The node's client for Workers' fetches of origins
+    /// ([`crate::outbound::egress`]).
+    pub(crate) egress: Arc<crate::outbound::egress::Egress>,
+    /// Seals and opens Worker secrets ([`crate::store::secrets`]).
+    pub(crate) secrets_key: crate::store::secrets::SecretsKey,
+    /// Carries this node's nested calls ([`crate::flow::Invoker`]), once installed.
+    pub(crate) invoker: std::sync::RwLock<Option<Arc<dyn crate::flow::Invoker>>>,
     /// Told each invocation's handler CPU time, once installed
     /// ([`crate::Runtime::observe_cpu`]).
-    pub(crate) cpu_observer: std::sync::OnceLock<crate::runtime::CpuObserver>,
-    /// Who watches this node's requests live ([`crate::live_tail`]).
-    pub(crate) live: Arc<crate::live_tail::LiveTail>,
+    pub(crate) cpu_observer: std::sync::OnceLock<crate::instances::cpu::CpuObserver>,
+    /// Who watches this node's requests live ([`crate::outbound::live_tail`]).
+    pub(crate) live: Arc<crate::outbound::live_tail::LiveTail>,
 }
 
 impl NodeShared {
@@ -70,13 +73,13 @@ impl NodeShared {
             body_idle: cfg.body_idle_timeout,
             buffer_before_slot: cfg.buffer_before_slot,
             subrequests: cfg.max_concurrent_subrequests,
-            egress: Arc::new(crate::egress::Egress::new(
+            egress: Arc::new(crate::outbound::egress::Egress::new(
                 cfg.egress.clone(),
-                stats.clone(),
+                stats.subrequests.clone(),
             )),
             flow_pools: Arc::default(),
             stats,
-            secrets_key: crate::secrets::SecretsKey::derive(&cfg.artifact_key),
+            secrets_key: crate::store::secrets::SecretsKey::derive(&cfg.artifact_key),
             invoker: std::sync::RwLock::new(None),
             cpu_observer: std::sync::OnceLock::new(),
             live: Arc::default(),
@@ -86,11 +89,11 @@ impl NodeShared {
 
 /// The allow-list of `meta`'s deploy (checked then); a list this release
 /// can no longer read allows nothing, and says so.
-fn allow_list(meta: &ScriptMeta) -> crate::egress::AllowList {
-    crate::egress::AllowList::parse(&meta.bindings.allowed_hosts).unwrap_or_else(|e| {
+fn allow_list(meta: &ScriptMeta) -> crate::outbound::egress::AllowList {
+    crate::outbound::egress::AllowList::parse(&meta.bindings.allowed_hosts).unwrap_or_else(|e| {
         tracing::warn!(script = %meta.script_id, error = %e,
             "stored allow-list refused: the Worker may fetch no origin until redeployed");
-        crate::egress::AllowList::default()
+        crate::outbound::egress::AllowList::default()
     })
 }
 
@@ -122,18 +125,18 @@ pub(crate) struct Worker {
     pub(crate) limits: PlanLimits,
     script_id: Arc<str>,
     /// Its environment and node log, shared by its instances.
-    io: Arc<crate::host::WorkerIo>,
+    io: Arc<crate::instances::host::WorkerIo>,
     /// The Worker's bindings, shared with every request's hooks.
-    bindings: Arc<crate::bindings::Bindings>,
+    bindings: Arc<crate::outbound::bindings::Bindings>,
     /// The origins it may fetch, parsed from its bindings' allowed hosts.
-    allowed: Arc<crate::egress::AllowList>,
+    allowed: Arc<crate::outbound::egress::AllowList>,
     engine: Engine,
     pre: ProxyPre<Host>,
     init: Option<ComponentExportIndex>,
     code_bytes: u64,
     reuse: ReusePolicy,
     /// Set once a reused instance failed to answer: fresh instances only
-    /// from then on (see [`crate::lifecycle`]).
+    /// from then on (see [`crate::instances::lifecycle`]).
     demoted: AtomicBool,
     /// Set when a prewarm loaded this Worker; the first request to find it
     /// takes it and reports `prewarmed` ([`crate::Start::Prewarmed`]).
@@ -143,7 +146,7 @@ pub(crate) struct Worker {
     instance_bytes: Arc<AtomicU64>,
     stats: Arc<Stats>,
     node: Arc<NodeShared>,
-    /// During a split ([`crate::versions`]), the script's other versions,
+    /// During a split ([`crate::store::versions`]), the script's other versions,
     /// loaded on first use and dropped with this one (the current version).
     pub(crate) alts: Mutex<std::collections::HashMap<u64, Arc<tokio::sync::OnceCell<Arc<Worker>>>>>,
 }
@@ -165,7 +168,7 @@ impl Worker {
         linker: &Linker<Host>,
         component: &Component,
         meta: ScriptMeta,
-        env: crate::secrets::WorkerEnv,
+        env: crate::store::secrets::WorkerEnv,
         limits: PlanLimits,
         reuse: ReusePolicy,
         node: Arc<NodeShared>,
@@ -183,10 +186,10 @@ impl Worker {
         let code_bytes = (range.end as usize).saturating_sub(range.start as usize) as u64;
         let script_id: Arc<str> = meta.script_id.as_str().into();
         Ok(Worker {
-            io: Arc::new(crate::host::WorkerIo {
+            io: Arc::new(crate::instances::host::WorkerIo {
                 script_id: script_id.clone(),
                 env,
-                log: crate::tail::WorkerLog::new(script_id.clone()),
+                log: crate::outbound::tail::WorkerLog::new(script_id.clone()),
             }),
             script_id,
             bindings: Arc::new(meta.bindings.clone()),
@@ -366,10 +369,10 @@ impl Worker {
     }
 
     /// Serves `req` on an idle instance or a new one, returning the response
-    /// once its head is ready (the body keeps streaming from the instance)
-    /// and the startup figures if a new instance was started. The request
-    /// takes a slot only once its body has arrived or its first bytes have
-    /// (see [`crate::slow_client`]); dropping the future, or the response
+    /// once its head is ready (the body keeps streaming from the instance) and
+    /// the startup figures if a new instance was started. The request takes a
+    /// slot only once its body has arrived or its first bytes have (see
+    /// [`crate::instances::slow_client`]); dropping the future, or the response
     /// body before its end, cancels the invocation.
     pub(crate) async fn serve(
         self: &Arc<Self>,
@@ -380,18 +383,19 @@ impl Worker {
         // request is a flow's entry. Limits only tighten.
         let flow = parts
             .extensions
-            .get::<crate::outgoing::Flow>()
+            .get::<crate::flow::Flow>()
             .cloned()
             .unwrap_or_default();
         let mut limits = flow.tighten(self.limits, Instant::now());
         let deadline = flow
             .deadline
             .unwrap_or_else(|| Instant::now() + limits.request_wall);
-        // A nested invocation runs on its flow's CPU budget ([`crate::cpu`]).
+        // A nested invocation runs on its flow's CPU budget
+        // ([`crate::instances::cpu`]).
         let pools = self.node.flow_pools.clone();
         let flow_cpu = match flow.nested_cpu {
             Some(n) => {
-                let handle = crate::cpu::FlowCpuHandle::nested(pools, n, deadline);
+                let handle = crate::instances::cpu::FlowCpuHandle::nested(pools, n, deadline);
                 let pool = handle.pool().1;
                 if pool.left().is_zero() {
                     // Spent: refused before it takes a slot, with a clear
@@ -406,7 +410,9 @@ impl Worker {
                 limits.request_cpu = limits.request_cpu.min(pool.left());
                 handle
             }
-            None => crate::cpu::FlowCpuHandle::entry(pools, limits.request_cpu, deadline),
+            None => {
+                crate::instances::cpu::FlowCpuHandle::entry(pools, limits.request_cpu, deadline)
+            }
         };
         let mut extensions = parts.extensions.clone();
         let invoker = self
@@ -435,8 +441,8 @@ impl Worker {
         // An instance that served before (not one just started, nor one a
         // prewarm parked unused) is a reused one.
         let reused = inst.served > 0;
-        let hooks = crate::outgoing::Outbound {
-            caller: Some(Arc::new(crate::outgoing::Caller {
+        let hooks = crate::outbound::outgoing::Outbound {
+            caller: Some(Arc::new(crate::outbound::outgoing::Caller {
                 script_id: self.script_id.clone(),
                 bindings: self.bindings.clone(),
                 allowed: self.allowed.clone(),
@@ -505,7 +511,7 @@ impl Worker {
                 let b = crate::body::boxed(b);
                 let b = CancelOnDrop::new(b, guard, length).boxed_unsync();
                 match hold {
-                    Some(done) => crate::tail::HoldEnd {
+                    Some(done) => crate::outbound::tail::HoldEnd {
                         inner: b,
                         done: Some(done),
                     }
@@ -522,7 +528,7 @@ impl Worker {
     /// while it trickles in), and bounds every later read by the node's
     /// `body_idle`. With a `budget` (the front door's), the bytes read are
     /// charged to it until the returned charge settles
-    /// ([`crate::pre_slot`]); a request over it is refused.
+    /// ([`crate::instances::pre_slot`]); a request over it is refused.
     async fn read_body_prefix(
         &self,
         body: Body,
@@ -568,7 +574,11 @@ impl Worker {
     /// What happens when an invocation ends: a healthy instance goes back
     /// to the idle pool, a failed one is discarded and counted by why;
     /// either way the request's `slots` are given back.
-    fn on_done(self: &Arc<Self>, slots: Slots, meter: Arc<crate::cpu::CpuMeter>) -> OnDone {
+    fn on_done(
+        self: &Arc<Self>,
+        slots: Slots,
+        meter: Arc<crate::instances::cpu::CpuMeter>,
+    ) -> OnDone {
         let me = self.clone();
         Box::new(move |r| {
             // Read before the instance goes back: its next request resets it.
@@ -595,20 +605,22 @@ impl Worker {
     }
 
     /// The trace level of a request: traced if its flow is (the node put a
-    /// [`crate::tail::Tracing`] in it), or if it enters a flow as a Worker
-    /// with tail Workers, in which case this node collects the flow and the
-    /// sink goes into `extensions` for the nested calls to find. Recorded
+    /// [`crate::outbound::tail::Tracing`] in it), or if it enters a flow as a
+    /// Worker with tail Workers, in which case this node collects the flow and
+    /// the sink goes into `extensions` for the nested calls to find. Recorded
     /// too (without a sink) while someone watches the Worker live
-    /// ([`crate::live_tail`]).
+    /// ([`crate::outbound::live_tail`]).
     fn trace_level(
         &self,
-        flow: &crate::outgoing::Flow,
+        flow: &crate::flow::Flow,
         extensions: &mut http::Extensions,
-        invoker: &Option<Arc<dyn crate::outgoing::Invoker>>,
+        invoker: &Option<Arc<dyn crate::flow::Invoker>>,
         limits: PlanLimits,
         request: &http::request::Parts,
-    ) -> Option<crate::tail::Level> {
-        use crate::tail::{Collector, Level, LiveRequest, TailDelivery, TraceBuffer, Tracing};
+    ) -> Option<crate::outbound::tail::Level> {
+        use crate::outbound::tail::{
+            Collector, Level, LiveRequest, TailDelivery, TraceBuffer, Tracing,
+        };
         let live = self.node.live.wants(&self.script_id).then(|| LiveRequest {
             hub: self.node.live.clone(),
             method: request.method.to_string(),
@@ -650,7 +662,7 @@ impl Worker {
     /// instances from now on.
     fn finished_without_response(
         &self,
-        j: Result<crate::instance::InvokeOutcome, tokio::task::JoinError>,
+        j: Result<crate::instances::instance::InvokeOutcome, tokio::task::JoinError>,
         reused: bool,
     ) -> RuntimeError {
         match j {
@@ -678,12 +690,12 @@ impl Worker {
 
 /// A traced level reports once its invocation has ended (`ended`, or when
 /// `task` finishes); the response body ends only after that (see
-/// `crate::tail`), so the returned receiver holds it.
+/// `crate::outbound::tail`), so the returned receiver holds it.
 fn finish_when_ended(
-    level: crate::tail::Level,
+    level: crate::outbound::tail::Level,
     status: Option<u16>,
-    ended: Option<Result<crate::instance::InvokeOutcome, tokio::task::JoinError>>,
-    task: tokio::task::JoinHandle<crate::instance::InvokeOutcome>,
+    ended: Option<Result<crate::instances::instance::InvokeOutcome, tokio::task::JoinError>>,
+    task: tokio::task::JoinHandle<crate::instances::instance::InvokeOutcome>,
 ) -> tokio::sync::oneshot::Receiver<()> {
     let (done, hold) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
@@ -703,7 +715,10 @@ fn finish_when_ended(
 
 /// Reports a traced level that failed without a response (before its
 /// error goes back), and returns the error.
-async fn finish_failed(level: Option<crate::tail::Level>, e: RuntimeError) -> RuntimeError {
+async fn finish_failed(
+    level: Option<crate::outbound::tail::Level>,
+    e: RuntimeError,
+) -> RuntimeError {
     if let Some(mut level) = level {
         level.node_status = Some(e.status().as_u16());
         level

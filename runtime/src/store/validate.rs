@@ -5,8 +5,6 @@
 
 use std::io::Write;
 
-use crate::error::ValidationError;
-
 /// The interface a Worker must export to serve HTTP (any 0.2.x version).
 pub const HANDLER_EXPORT: &str = "wasi:http/incoming-handler@0.2";
 
@@ -77,6 +75,28 @@ pub fn valid_script_id(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// Why bytes are not a Worker: a wasi:http proxy component.
+#[derive(Debug, thiserror::Error)]
+pub enum ValidationError {
+    /// Not WebAssembly at all.
+    #[error("not a WebAssembly binary (missing the \\0asm magic header)")]
+    NotWasm,
+    /// A core module was given where a component is needed.
+    #[error(
+        "this is a core WebAssembly module, not a component: build the Worker for wasm32-wasip2 (or wrap it with `wasm-tools component new`)"
+    )]
+    CoreModule,
+    /// The binary does not parse.
+    #[error("malformed component: {0}")]
+    Malformed(String),
+    /// The component does not export the HTTP handler.
+    #[error(
+        "component does not export wasi:http/incoming-handler@0.2.x, so it cannot serve HTTP; its exports are: [{}]",
+        .0.join(", ")
+    )]
+    MissingHandler(Vec<String>),
 }
 
 #[cfg(test)]

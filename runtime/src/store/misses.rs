@@ -32,7 +32,7 @@
 //!
 //! In a cluster the node a request arrives at learns the miss too: when
 //! its home answers "not deployed" (a 404 with
-//! [`crate::UNKNOWN_SCRIPT_HEADER`]), the forwarding node remembers the name
+//! [`crate::flow::UNKNOWN_SCRIPT_HEADER`]), the forwarding node remembers the name
 //! ([`crate::Runtime::remember_missing`]), and the router consults this
 //! cache before the next hop ([`crate::Runtime::is_known_missing`]): a
 //! known-unknown name is a 404 where it arrives, with no shard hop. Deploy
@@ -47,7 +47,7 @@ use lru::LruCache;
 use tokio::sync::OnceCell;
 
 use crate::error::StoreError;
-use crate::script_store::ScriptMeta;
+use crate::store::meta::ScriptMeta;
 
 /// How long a name the store did not have is answered 404 without reading
 /// the store again (unless a deploy of it is seen first).

@@ -1,5 +1,5 @@
 //! Egress: a Worker's requests to origins on the network (any host that is
-//! not one of its [bindings](crate::bindings)), denied unless its deploy
+//! not one of its [bindings](crate::outbound::bindings)), denied unless its deploy
 //! allows the origin, and sent by the node with SSRF protection and limits.
 //!
 //! # The model
@@ -22,7 +22,8 @@
 //!
 //! Where an outgoing request goes, in order:
 //!
-//! 1. a host in `.internal` is a binding, or denied ([`crate::bindings`]);
+//! 1. a host in `.internal` is a binding, or denied
+//!    ([`crate::outbound::bindings`]);
 //! 2. a subrequest of a user Worker that was dispatched to through an
 //!    outbound Worker goes to that outbound Worker (which may itself fetch
 //!    origins on *its* allow-list);
@@ -64,7 +65,7 @@
 //! Fetches per request are counted per invocation (each level of a flow has
 //! its own count); calls to bindings are not counted, they are bounded by
 //! the flow's depth. A fetch holds one of its invocation's subrequest slots
-//! like a nested call ([`crate::outgoing`]), until its response body ends
+//! like a nested call ([`crate::outbound::outgoing`]), until its response body ends
 //! or is dropped. A body that turns out larger than the cap while it
 //! streams (no or a false `content-length`) fails the guest's read and is
 //! counted as `too_large` besides the `ok` of its response head.
@@ -78,7 +79,7 @@
 //! and the response size cap, never the size of the body.
 //!
 //! Every fetch is a `subrequest` trace event for the flow's tail Workers
-//! ([`crate::tail`]), with its URL and status or error.
+//! ([`crate::outbound::tail`]), with its URL and status or error.
 
 use std::fmt;
 use std::future::Future;
@@ -100,7 +101,6 @@ use serde::Serialize;
 use wasmtime_wasi_http::{Error, WasiBody};
 
 use crate::body::Body;
-use crate::stats::Stats;
 
 /// Most entries in one Worker's allow-list.
 pub const MAX_ALLOWED_HOSTS: usize = 64;
@@ -427,7 +427,8 @@ impl SubrequestOutcome {
     }
 }
 
-/// Live fetch counters by outcome (part of [`crate::stats::Stats`]).
+/// Live fetch counters by outcome: the node's client counts into them, and
+/// the node's [`crate::stats::Stats`] holds them and reads them.
 #[derive(Debug, Default)]
 pub(crate) struct SubrequestCounters([AtomicU64; 7]);
 
@@ -600,12 +601,14 @@ pub fn tls_client_config(
 pub(crate) struct Egress {
     client: Client<Connector, Body>,
     cfg: EgressConfig,
-    stats: Arc<Stats>,
+    /// Where fetches are counted by outcome (the node's stats hold it).
+    counts: Arc<SubrequestCounters>,
 }
 
 impl Egress {
-    /// A client configured by `cfg` (no connection is made yet).
-    pub(crate) fn new(cfg: EgressConfig, stats: Arc<Stats>) -> Self {
+    /// A client configured by `cfg` (no connection is made yet), counting
+    /// into `counts`.
+    pub(crate) fn new(cfg: EgressConfig, counts: Arc<SubrequestCounters>) -> Self {
         let mut http = HttpConnector::new_with_resolver(Resolver {
             allow_private: cfg.allow_private_addresses,
             timeout: cfg.connect_timeout,
@@ -625,7 +628,11 @@ impl Egress {
             .pool_max_idle_per_host(32)
             .http1_max_buf_size(MAX_READ_BUFFER)
             .build(connector);
-        Egress { client, cfg, stats }
+        Egress {
+            client,
+            cfg,
+            counts,
+        }
     }
 
     /// Sends `req` (an allowed origin's absolute URL) and returns its
@@ -680,7 +687,7 @@ impl Egress {
                 inner: incoming,
                 left: cap,
                 cap,
-                stats: self.stats.clone(),
+                counts: self.counts.clone(),
             }
             .boxed_unsync()
         }))
@@ -693,7 +700,7 @@ struct Capped {
     left: u64,
     cap: u64,
     /// Where the `too_large` outcome is counted.
-    stats: Arc<Stats>,
+    counts: Arc<SubrequestCounters>,
 }
 
 impl http_body::Body for Capped {
@@ -710,7 +717,7 @@ impl http_body::Body for Capped {
                 if let Some(data) = frame.data_ref() {
                     let len = data.len() as u64;
                     if len > this.left {
-                        this.stats.subrequests.bump(SubrequestOutcome::TooLarge);
+                        this.counts.bump(SubrequestOutcome::TooLarge);
                         return Poll::Ready(Some(Err(Error::HttpResponseBodySize(Some(this.cap)))));
                     }
                     this.left -= len;

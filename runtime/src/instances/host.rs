@@ -3,12 +3,12 @@
 //! Each instance gets a full WASI 0.2 context (clocks, random, cli with an
 //! environment holding `HEARTH_SCRIPT_ID`, the names of its bindings
 //! (`HEARTH_SERVICES`, `HEARTH_DISPATCH`, if any) and the Worker's vars and
-//! secrets, a filesystem with no preopens, sockets denied), the same vars
-//! and secrets through `wasi:config/store` ([`crate::secrets`]), stdout and
-//! stderr that go to the node's log and any trace ([`crate::tail`]), and a
-//! wasi:http context whose outgoing requests reach only the Worker's
-//! bindings ([`crate::outgoing`]), plus the two meters that enforce its
-//! limits: a [`MemoryLimiter`] and a [`CpuMeter`].
+//! secrets, a filesystem with no preopens, sockets denied), the same vars and
+//! secrets through `wasi:config/store` ([`crate::store::secrets`]), stdout and
+//! stderr that go to the node's log and any trace ([`crate::outbound::tail`]),
+//! and a wasi:http context whose outgoing requests reach only the Worker's
+//! bindings ([`crate::outbound::outgoing`]), plus the two meters that enforce
+//! its limits: a [`MemoryLimiter`] and a [`CpuMeter`].
 //!
 //! Host memory a Worker can make the node allocate is held to its limit:
 //!
@@ -31,6 +31,12 @@
 //!   against the node-wide cap for as long as the instance lives: however
 //!   the in-flight instances use the host, together they stay within the
 //!   cap.
+//!
+//! These bounds are constants of [`crate::limits`].
+//!
+//! [`OUTGOING_BODY_BYTES`]: crate::limits::OUTGOING_BODY_BYTES
+//! [`OUTGOING_BODY_CHUNK`]: crate::limits::OUTGOING_BODY_CHUNK
+//! [`OUTGOING_BODY_BUFFER_CHUNKS`]: crate::limits::OUTGOING_BODY_BUFFER_CHUNKS
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,56 +45,26 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use crate::cpu::CpuMeter;
-use crate::outgoing::Outbound;
+use crate::instances::cpu::CpuMeter;
+use crate::limits::{FIELD_SIZE_LIMIT, HOST_RESERVE, MAX_RESOURCES, TABLE_ELEMENT_BYTES};
+use crate::outbound::outgoing::Outbound;
 
 /// The `T` of every instance's `Store<T>`.
 pub(crate) struct Host {
     wasi: WasiCtx,
     http: WasiHttpCtx,
     table: ResourceTable,
-    /// Where outgoing requests go: set per request ([`crate::outgoing`]).
+    /// Where outgoing requests go: set per request ([`crate::outbound::outgoing`]).
     pub(crate) hooks: Outbound,
     /// The instance's stdout and stderr: the node's log, and trace events
-    /// while a traced request runs ([`crate::tail`]).
-    logs: [crate::tail::LogPipe; 2],
+    /// while a traced request runs ([`crate::outbound::tail`]).
+    logs: [crate::outbound::tail::LogPipe; 2],
     /// What the Worker's instances share: its environment (read by
     /// `wasi:config/store` from here) and its node log.
     io: Arc<WorkerIo>,
     pub(crate) memory: MemoryLimiter,
     pub(crate) meter: Arc<CpuMeter>,
 }
-
-/// Resources (WASI and wasi:http handles) one instance may hold at once.
-pub(crate) const MAX_RESOURCES: usize = 1024;
-
-/// Bytes a header map a Worker builds may hold (in memory, which is about
-/// twice its wire size).
-pub(crate) const FIELD_SIZE_LIMIT: usize = 16 * 1024;
-
-/// Largest write a guest may make to an outgoing body at once (what
-/// `check-write` grants): the `blocking-write-and-flush` limit of
-/// wasi:io, and the SDK's chunk.
-pub(crate) const OUTGOING_BODY_CHUNK: usize = 4096;
-
-/// Chunks an outgoing body buffers before `check-write` says wait
-/// (wasmtime-wasi-http keeps one more, so a body holds at most
-/// [`OUTGOING_BODY_BYTES`]).
-pub(crate) const OUTGOING_BODY_BUFFER_CHUNKS: usize = 1;
-
-/// The most bytes one outgoing body holds while nobody reads it.
-pub(crate) const OUTGOING_BODY_BYTES: usize =
-    (OUTGOING_BODY_BUFFER_CHUNKS + 1) * OUTGOING_BODY_CHUNK;
-
-/// The most host memory an instance's resources can take (every resource
-/// an outgoing request with a full header map and a full body buffer):
-/// 1024 × (16 KiB + 8 KiB) = 24 MiB, reserved against the node-wide cap
-/// per live instance.
-pub(crate) const HOST_RESERVE: u64 =
-    (MAX_RESOURCES * (FIELD_SIZE_LIMIT + OUTGOING_BODY_BYTES)) as u64;
-
-/// What one table element is counted as against the memory limit.
-pub(crate) const TABLE_ELEMENT_BYTES: usize = 16;
 
 /// The node-wide cap on memory held by live instances (linear memories and
 /// tables of every instance of every Worker), shared by all their limiters.
@@ -132,9 +108,9 @@ pub(crate) struct WorkerIo {
     /// The Worker.
     pub(crate) script_id: Arc<str>,
     /// `HEARTH_SCRIPT_ID`, binding names, vars and opened secrets.
-    pub(crate) env: crate::secrets::WorkerEnv,
+    pub(crate) env: crate::store::secrets::WorkerEnv,
     /// Where its output lines go on this node.
-    pub(crate) log: Arc<crate::tail::WorkerLog>,
+    pub(crate) log: Arc<crate::outbound::tail::WorkerLog>,
 }
 
 impl Host {
@@ -143,7 +119,7 @@ impl Host {
     /// already hold this instance's [`HOST_RESERVE`] (given back when the
     /// host drops).
     pub(crate) fn new(io: &Arc<WorkerIo>, memory: u64, node: Arc<NodeMemory>) -> Self {
-        let (stdout, stderr) = crate::tail::LogPipe::pair(io.log.clone());
+        let (stdout, stderr) = crate::outbound::tail::LogPipe::pair(io.log.clone());
         let mut wasi = WasiCtxBuilder::new();
         for (name, value) in &io.env.pairs {
             wasi.env(name, value.as_str());
@@ -180,7 +156,7 @@ impl Host {
 impl Host {
     /// A request starts: the instance's output goes to `trace` too (or
     /// only to the node's log), tagged with a new request ID.
-    pub(crate) fn begin_request(&self, trace: Option<Arc<crate::tail::TraceBuffer>>) {
+    pub(crate) fn begin_request(&self, trace: Option<Arc<crate::outbound::tail::TraceBuffer>>) {
         for pipe in &self.logs {
             pipe.flush_line();
         }

@@ -3,9 +3,9 @@
 //!
 //! # The model
 //!
-//! A Worker deployed with tail Workers ([`crate::bindings`]) that serves a
-//! client's request starts a *traced flow*. Every level of the flow, on
-//! whatever node it runs, records its **trace events** ([`TraceEvent`]):
+//! A Worker deployed with tail Workers ([`crate::outbound::bindings`]) that
+//! serves a client's request starts a *traced flow*. Every level of the flow,
+//! on whatever node it runs, records its **trace events** ([`TraceEvent`]):
 //!
 //! * `log`: each line the Worker writes to stdout or stderr (so `println!`,
 //!   `console.log` and `print` all count; at most [`MAX_EVENTS`] events per
@@ -35,11 +35,11 @@
 //! after that (a level still running when the entry ended) is refused with
 //! [`ReportError::FlowDelivered`], and counted (`tail_late_reports`).
 //!
-//! While someone watches a Worker live ([`crate::live_tail`], `hearth
+//! While someone watches a Worker live ([`crate::outbound::live_tail`], `hearth
 //! tail`), each of its invocations on the node records the same events
 //! even if its flow is not traced (a level with no sink, whose response
 //! end is not held), and the finished level becomes one
-//! [`crate::live_tail::RequestEvent`] for the watchers.
+//! [`crate::outbound::live_tail::RequestEvent`] for the watchers.
 
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -357,7 +357,7 @@ impl LogPipe {
         self.request
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert_with(crate::runtime::request_id)
+            .get_or_insert_with(crate::flow::request_id)
             .clone()
     }
 
@@ -522,7 +522,7 @@ pub(crate) struct Level {
     /// for live watchers.
     pub(crate) sink: Option<Tracing>,
     /// Set while someone watches the Worker live
-    /// ([`crate::live_tail`]): the request becomes one event for them.
+    /// ([`crate::outbound::live_tail`]): the request becomes one event for them.
     pub(crate) live: Option<LiveRequest>,
     /// The status the node answers with when the level failed before the
     /// Worker answered.
@@ -536,7 +536,7 @@ pub(crate) struct Level {
 
 /// What the live tail needs of a request besides its events.
 pub(crate) struct LiveRequest {
-    pub(crate) hub: Arc<crate::live_tail::LiveTail>,
+    pub(crate) hub: Arc<crate::outbound::live_tail::LiveTail>,
     pub(crate) method: String,
     pub(crate) url: String,
 }
@@ -546,7 +546,7 @@ pub(crate) struct TailDelivery {
     pub(crate) collector: Arc<Collector>,
     pub(crate) entry: String,
     pub(crate) tails: Vec<String>,
-    pub(crate) invoker: Option<Arc<dyn crate::outgoing::Invoker>>,
+    pub(crate) invoker: Option<Arc<dyn crate::flow::Invoker>>,
     pub(crate) limits: crate::limits::PlanLimits,
     pub(crate) stats: Arc<crate::stats::Stats>,
 }
@@ -584,7 +584,7 @@ impl Level {
         }
         if let Some(live) = self.live {
             let status = status.or(self.node_status).unwrap_or(500);
-            live.hub.publish(crate::live_tail::RequestEvent {
+            live.hub.publish(crate::outbound::live_tail::RequestEvent {
                 script_id: self.buffer.script_id.clone(),
                 node: self.node.clone(),
                 timestamp_unix_ms: now_ms(),
@@ -644,14 +644,14 @@ impl TailDelivery {
                 .header(http::header::CONTENT_TYPE, "application/json")
                 .body(crate::body::full(json.clone()));
             let Ok(req) = req else { continue };
-            let call = crate::outgoing::NestedCall {
+            let call = crate::flow::NestedCall {
                 caller: self.entry.clone(),
                 target: tail.clone(),
-                kind: crate::bindings::CallKind::Tail,
+                kind: crate::outbound::bindings::CallKind::Tail,
                 depth: 2,
                 cpu_left: self.limits.request_cpu,
                 deadline: std::time::Instant::now() + self.limits.request_wall,
-                caller_bindings: Arc::new(crate::bindings::Bindings::default()),
+                caller_bindings: Arc::new(crate::outbound::bindings::Bindings::default()),
                 caller_extensions: http::Extensions::new(),
                 nested_cpu: None,
             };

@@ -4,8 +4,8 @@
 //!
 //! wasmtime checks a store's epoch deadline at function entries and loop
 //! back-edges; hearth sets each store's deadline one tick ahead, and its
-//! deadline callback checks the Worker's [CPU meter](crate::cpu). Something
-//! must advance the epoch: one thread per engine bumps it every
+//! deadline callback checks the Worker's [CPU meter](crate::instances::cpu).
+//! Something must advance the epoch: one thread per engine bumps it every
 //! [`EPOCH_TICK`] (never one bump per request).
 //!
 //! A ticker that ticks forever wakes its thread a thousand times a second

@@ -19,9 +19,9 @@ use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 
 use crate::body::Body;
-use crate::cpu::{CpuExceeded, Metered};
 use crate::error::RuntimeError;
-use crate::host::Host;
+use crate::instances::cpu::{CpuExceeded, Metered};
+use crate::instances::host::Host;
 use crate::limits::PlanLimits;
 
 /// The response channel of one invocation.
@@ -92,13 +92,13 @@ impl Instance {
         engine: &Engine,
         pre: &ProxyPre<Host>,
         init: Option<&ComponentExportIndex>,
-        io: &Arc<crate::host::WorkerIo>,
+        io: &Arc<crate::instances::host::WorkerIo>,
         limits: &PlanLimits,
         counter: Arc<AtomicU64>,
-        node_memory: Arc<crate::host::NodeMemory>,
+        node_memory: Arc<crate::instances::host::NodeMemory>,
     ) -> Result<(Instance, std::time::Duration), RuntimeError> {
         let script_id = &*io.script_id;
-        if !node_memory.try_take(crate::host::HOST_RESERVE) {
+        if !node_memory.try_take(crate::limits::HOST_RESERVE) {
             return Err(RuntimeError::MemoryExceeded {
                 script_id: script_id.into(),
                 limit: limits.memory,
@@ -164,7 +164,7 @@ impl Instance {
         script_id: Arc<str>,
         req: http::Request<Body>,
         limits: PlanLimits,
-        hooks: crate::outgoing::Outbound,
+        hooks: crate::outbound::outgoing::Outbound,
         on_done: OnDone,
     ) -> Result<(tokio::task::JoinHandle<InvokeOutcome>, ResponseRx), RuntimeError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -210,7 +210,7 @@ impl Instance {
             match result {
                 Ok(()) => {
                     // An idle instance keeps nothing of its last flow.
-                    self.store.data_mut().hooks = crate::outgoing::Outbound::default();
+                    self.store.data_mut().hooks = crate::outbound::outgoing::Outbound::default();
                     self.store.data().end_request();
                     self.served += 1;
                     self.idle_since = Instant::now();
@@ -242,7 +242,7 @@ impl Instance {
     }
 
     /// The instance's CPU meter (its budget is set per request).
-    pub(crate) fn meter(&self) -> Arc<crate::cpu::CpuMeter> {
+    pub(crate) fn meter(&self) -> Arc<crate::instances::cpu::CpuMeter> {
         self.store.data().meter.clone()
     }
 

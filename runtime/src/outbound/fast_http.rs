@@ -25,11 +25,11 @@
 //!   replaces: each header through [`FieldMap::append`] (what
 //!   `fields.from-list` does: invalid or forbidden names and values refused,
 //!   at most one `content-length`, the map held to
-//!   [`FIELD_SIZE_LIMIT`](crate::host::FIELD_SIZE_LIMIT)), the status as
+//!   [`FIELD_SIZE_LIMIT`](crate::limits::FIELD_SIZE_LIMIT)), the status as
 //!   `set-status-code` takes it (100–999), a declared `content-length` that
 //!   must be the body's (`outgoing-body` refuses a body of another length).
 //!   The body may be at most
-//!   [`OUTGOING_BODY_BYTES`](crate::host::OUTGOING_BODY_BYTES), what one
+//!   [`OUTGOING_BODY_BYTES`](crate::limits::OUTGOING_BODY_BYTES), what one
 //!   outgoing body buffers on the wasi:http path: a guest can never park
 //!   more of its memory in the host's response than that path allows; the
 //!   shim writes a larger body through wasi:http's streams as before.
@@ -55,7 +55,7 @@ use wasmtime_wasi_http::p2::types::{
 };
 use wasmtime_wasi_http::{FieldMap, WasiHttpCtxView};
 
-use crate::host::{FIELD_SIZE_LIMIT, OUTGOING_BODY_BYTES};
+use crate::limits::{FIELD_SIZE_LIMIT, OUTGOING_BODY_BYTES};
 
 /// The longest header lines `respond` copies: 256 KiB, the largest
 /// response head browsers accept. (The header map's own limit,
@@ -301,7 +301,7 @@ mod tests {
         body: &[u8],
     ) -> Result<http::Response<wasmtime_wasi_http::p2::body::HyperOutgoingBody>, String> {
         // The hooks every instance has (wasi:http's forbidden headers).
-        let mut hooks = crate::outgoing::Outbound::default();
+        let mut hooks = crate::outbound::outgoing::Outbound::default();
         build_response(&mut hooks, status, headers, Bytes::copy_from_slice(body))
     }
 

@@ -9,7 +9,7 @@
 //! and gets a [`Subscription`]: a bounded queue of [`RequestEvent`]s.
 //! While a script has a subscriber, each of its invocations on this node
 //! records the same trace events a tail Worker would get (logs,
-//! subrequests, exception, outcome: [`crate::tail`]), whether or not a
+//! subrequests, exception, outcome: [`crate::outbound::tail`]), whether or not a
 //! tail Worker is attached, and when the invocation ends the request
 //! becomes one [`RequestEvent`] (method, URL, status, outcome, CPU and
 //! wall time, those events) offered to each subscriber. A request that

@@ -44,8 +44,9 @@ use std::collections::BTreeMap;
 
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
-use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
+
+use crate::store::meta::{ScriptMeta, Sealed};
 
 /// Most vars and secrets one Worker has, together.
 pub const MAX_ENTRIES: usize = 64;
@@ -130,7 +131,7 @@ pub enum SecretError {
     #[error("no Worker named {0:?} is deployed")]
     UnknownScript(String),
     /// The script is being rolled out gradually: there is no one version to
-    /// change ([`crate::versions`]).
+    /// change ([`crate::store::versions`]).
     #[error(
         "{0} is being rolled out gradually (a split of several versions): end the split \
          (`hearth versions deploy {0} N@100%`, or `hearth rollback {0}`) before changing a secret"
@@ -203,18 +204,6 @@ pub fn check_vars<'a>(
         return Err(EnvError::TooMany { count });
     }
     Ok(())
-}
-
-/// A secret's value as stored: hex of nonce and ciphertext. Its `Debug`
-/// shows nothing of it.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Sealed(String);
-
-impl std::fmt::Debug for Sealed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Sealed(..)")
-    }
 }
 
 /// Why a sealed secret did not open.
@@ -334,10 +323,7 @@ pub(crate) struct WorkerEnv {
 impl WorkerEnv {
     /// The environment of a Worker: `meta`'s vars, and its secrets opened
     /// with `key`.
-    pub(crate) fn open(
-        meta: &crate::script_store::ScriptMeta,
-        key: &SecretsKey,
-    ) -> Result<Self, OpenError> {
+    pub(crate) fn open(meta: &ScriptMeta, key: &SecretsKey) -> Result<Self, OpenError> {
         let mut pairs = vec![(
             "HEARTH_SCRIPT_ID".to_string(),
             Zeroizing::new(meta.script_id.clone()),
@@ -422,8 +408,8 @@ mod tests {
     #[test]
     fn the_environment_names_the_bindings_never_their_targets() {
         let key = SecretsKey::derive(&[7; 32]);
-        let mut bindings = crate::bindings::Bindings::default();
-        let meta = |bindings: crate::bindings::Bindings| crate::script_store::ScriptMeta {
+        let mut bindings = crate::outbound::bindings::Bindings::default();
+        let meta = |bindings: crate::outbound::bindings::Bindings| ScriptMeta {
             script_id: "app".into(),
             plan: crate::Plan::Free,
             size: 0,

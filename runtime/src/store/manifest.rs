@@ -1,6 +1,6 @@
 //! A Worker's [`Manifest`]: the settings a deploy carries besides the
-//! component itself (its plan, its [lifecycle](crate::lifecycle), its
-//! [bindings](crate::bindings)).
+//! component itself (its plan, its [lifecycle](crate::instances::lifecycle), its
+//! [bindings](crate::outbound::bindings)).
 //!
 //! On disk a manifest is a TOML file beside the `.wasm` (`hello.wasm` →
 //! `hello.toml`), read by `hearth deploy`; flags override it. The admin API
@@ -14,20 +14,20 @@
 //! assert_eq!(m.lifecycle, Lifecycle::Fresh);
 //! ```
 //!
-//! Bindings (see [`crate::bindings`]):
+//! Bindings (see [`crate::outbound::bindings`]):
 //!
 //! ```toml
 //! outbound = "egress"            # intercepts the dispatched user Workers' subrequests
 //! tail = ["traces"]              # receive each flow's trace events
 //! allowed_hosts = ["https://api.example.com", "http://*.example.com:8080"]
-//!                                # origins it may fetch (crate::egress)
+//!                                # origins it may fetch (crate::outbound::egress)
 //! [services]                     # http://auth.internal/ -> Worker auth-worker
 //! auth = "auth-worker"
 //! [dispatch]                     # http://user-a.users.dispatch.internal/
 //! users = ["user-a", "user-b"]
 //! ```
 //!
-//! Vars (see [`crate::secrets`]; secrets are never in a manifest):
+//! Vars (see [`crate::store::secrets`]; secrets are never in a manifest):
 //!
 //! ```toml
 //! [vars]
@@ -47,9 +47,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::bindings::Bindings;
-use crate::lifecycle::Lifecycle;
+use crate::instances::lifecycle::Lifecycle;
 use crate::limits::Plan;
+use crate::outbound::bindings::Bindings;
 
 /// The deploy-time settings of a Worker.
 ///
@@ -69,7 +69,7 @@ pub struct Manifest {
     #[serde(flatten)]
     pub bindings: Bindings,
     /// Its vars: names and values its instances read from their
-    /// environment ([`crate::secrets`]).
+    /// environment ([`crate::store::secrets`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub vars: BTreeMap<String, String>,
     /// A user Worker: served only as a nested call (through a dispatch

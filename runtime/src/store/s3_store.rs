@@ -12,7 +12,7 @@
 //! ```
 //!
 //! A deploy uploads the blob, then the artifact, then the version's record
-//! ([`crate::versions`]), then the metadata object:
+//! ([`crate::store::versions`]), then the metadata object:
 //! an S3 `PUT` replaces an object atomically, so a reader sees the old
 //! metadata or the new one, and the new metadata is only written once its
 //! blob is in place. A deploy that fails part way leaves the old version
@@ -23,7 +23,7 @@
 //! serves every node of the same build (the engine fingerprint is in the
 //! name). The bucket is not trusted with native code: every node keeps its
 //! own on-disk artifact cache and loads an artifact only if its MAC checks
-//! under the cluster's artifact key ([`crate::artifact`]); one tampered with
+//! under the cluster's artifact key ([`crate::store::artifact`]); one tampered with
 //! in the bucket is refused, recompiled and uploaded again.
 //!
 //! Every call has a short timeout and few retries ([`S3Settings`]), so an
@@ -47,7 +47,8 @@ use object_store::{
 use serde::Deserialize;
 
 use crate::error::StoreError;
-use crate::script_store::{ScriptMeta, ScriptStore};
+use crate::store::meta::ScriptMeta;
+use crate::store::script_store::ScriptStore;
 
 /// How to reach an S3-compatible store. Every field is optional; what is
 /// not given comes from the standard environment variables
@@ -371,7 +372,7 @@ impl ScriptStore for S3Store {
     }
 
     async fn versions(&self, script_id: &str) -> Result<Vec<ScriptMeta>, StoreError> {
-        if !crate::validate::valid_script_id(script_id) {
+        if !crate::store::validate::valid_script_id(script_id) {
             return Ok(Vec::new());
         }
         let mut out = self.read_all(self.key(&["versions", script_id])).await?;
@@ -384,7 +385,7 @@ impl ScriptStore for S3Store {
         script_id: &str,
         version: u64,
     ) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError> {
-        if !crate::validate::valid_script_id(script_id) {
+        if !crate::store::validate::valid_script_id(script_id) {
             return Ok(None);
         }
         let key = self.key(&["versions", script_id, &format!("{version}.json")]);
@@ -398,7 +399,7 @@ impl ScriptStore for S3Store {
     }
 
     async fn meta(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError> {
-        if !crate::validate::valid_script_id(script_id) {
+        if !crate::store::validate::valid_script_id(script_id) {
             return Ok(None);
         }
         let key = self.key(&["scripts", &format!("{script_id}.json")]);

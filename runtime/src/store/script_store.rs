@@ -1,6 +1,6 @@
 //! Where Worker sources live: the [`ScriptStore`] trait and its default, a
 //! local directory content-addressed by blake3. For nodes that share no
-//! disk, [`crate::s3_store::S3Store`] keeps the same layout in an
+//! disk, [`crate::store::s3_store::S3Store`] keeps the same layout in an
 //! S3-compatible bucket.
 //!
 //! The trait is async: a store may be across the network. Nothing on a
@@ -17,7 +17,7 @@
 //! ```
 //!
 //! Every deploy (and every secret change) is a new numbered version
-//! ([`crate::versions`]): a deploy writes the blob first, then the
+//! ([`crate::store::versions`]): a deploy writes the blob first, then the
 //! version's record, then replaces the current deployment with an atomic
 //! rename, so a reader sees either the old version or the new one, never a
 //! mix; a deploy that fails before the rename leaves the old version
@@ -39,121 +39,8 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
-use std::collections::BTreeMap;
-
-use crate::bindings::Bindings;
 use crate::error::StoreError;
-use crate::lifecycle::LifecycleChoice;
-use crate::limits::Plan;
-use crate::secrets::Sealed;
-
-/// What is recorded about a deployed script.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ScriptMeta {
-    /// The script ID (a DNS label).
-    pub script_id: String,
-    /// The plan whose limits apply.
-    pub plan: Plan,
-    /// Size of the source in bytes.
-    pub size: u64,
-    /// Size gzip-compressed (level 6), the measure the size limit uses.
-    pub compressed_size: u64,
-    /// blake3 of the source, hex.
-    pub hash: String,
-    /// Unix time of the deploy, in milliseconds.
-    pub deployed_at_ms: u64,
-    /// Whether instances are reused, as decided at deploy
-    /// ([`crate::lifecycle`]).
-    #[serde(default)]
-    pub lifecycle: LifecycleChoice,
-    /// The Workers it may call, and its outbound and tail Workers
-    /// ([`crate::bindings`]).
-    #[serde(default, skip_serializing_if = "Bindings::is_empty")]
-    pub bindings: Bindings,
-    /// Its vars, in the clear ([`crate::secrets`]).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub vars: BTreeMap<String, String>,
-    /// Its secrets, sealed ([`crate::secrets`]); the admin API shows only
-    /// their names.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub secrets: BTreeMap<String, Sealed>,
-    /// A user Worker, served only as a nested call, never as a flow's
-    /// entry ([`crate::manifest`]).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub dispatch_only: bool,
-    /// Its version number ([`crate::versions`]); 0 in metadata written
-    /// before versions existed, which counts as version 1
-    /// ([`ScriptMeta::number`]).
-    #[serde(default)]
-    pub version: u64,
-    /// The highest version number given to this script so far (in the
-    /// current deployment: the next deploy is one more, even after a
-    /// rollback).
-    #[serde(default)]
-    pub latest_version: u64,
-    /// In the current deployment, the versions that share the traffic
-    /// and their percentages (empty: this version takes it all). This
-    /// version is one of them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub split: Vec<crate::versions::Share>,
-}
-
-/// Whether `hash` is a source hash as a deploy writes it: blake3, 64
-/// lowercase hex digits. Metadata comes from a directory or bucket that
-/// others can write, and its hash names files (the source's blob, its
-/// artifact), so nothing else may be joined into a path.
-pub fn is_source_hash(hash: &str) -> bool {
-    hash.len() == 64 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
-
-impl ScriptMeta {
-    /// What a node compares to tell whether its warm copy is current: the
-    /// source hash, and a digest of the vars and secrets when there are
-    /// any (so changing them takes effect like a redeploy). What a deploy
-    /// or a secret change announces to the other members.
-    /// The version number and the split are part of it, so a rollback or
-    /// a new split is announced and picked up like a deploy.
-    pub fn revision(&self) -> String {
-        let mut rev = self.hash.clone();
-        if !(self.vars.is_empty() && self.secrets.is_empty()) {
-            let mut h = blake3::Hasher::new();
-            // Serializing maps of strings cannot fail.
-            h.update(&serde_json::to_vec(&(&self.vars, &self.secrets)).unwrap_or_default());
-            rev = format!("{rev}+{}", &h.finalize().to_hex()[..16]);
-        }
-        if self.version > 0 {
-            rev = format!("{rev}@v{}", self.version);
-        }
-        for s in &self.split {
-            rev = format!("{rev}/{}:{}", s.version, s.percent);
-        }
-        rev
-    }
-
-    /// Its version number: [`ScriptMeta::version`], and 1 for metadata
-    /// written before versions existed.
-    pub fn number(&self) -> u64 {
-        self.version.max(1)
-    }
-
-    /// Parses metadata read from `path` (a file or an object key), refusing
-    /// a hash that is not [`is_source_hash`] with [`StoreError::BadHash`].
-    pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<ScriptMeta, StoreError> {
-        let meta: ScriptMeta = serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
-        if !is_source_hash(&meta.hash) {
-            return Err(StoreError::BadHash {
-                path: path.to_path_buf(),
-                hash: meta.hash.chars().take(80).collect(),
-            });
-        }
-        Ok(meta)
-    }
-}
+use crate::store::meta::ScriptMeta;
 
 /// A place to keep Worker sources. Implementations must make [`put`]
 /// atomic per script ID: a reader sees the old version or the new one.
@@ -192,7 +79,7 @@ pub trait ScriptStore: Send + Sync + 'static {
     /// The shared precompiled artifact `name`, for a store that keeps
     /// artifacts for every node (`None` if it has none, or keeps none).
     /// Whatever comes back is authenticated before use
-    /// ([`crate::artifact`]).
+    /// ([`crate::store::artifact`]).
     async fn get_artifact(&self, _name: &str) -> Result<Option<bytes::Bytes>, StoreError> {
         Ok(None)
     }
@@ -449,7 +336,7 @@ impl DirStore {
 
     /// [`ScriptStore::versions`] on the calling thread.
     pub fn versions_blocking(&self, script_id: &str) -> Result<Vec<ScriptMeta>, StoreError> {
-        if !crate::validate::valid_script_id(script_id) {
+        if !crate::store::validate::valid_script_id(script_id) {
             return Ok(Vec::new());
         }
         let dir = self.version_dir(script_id);
@@ -477,7 +364,7 @@ impl DirStore {
         script_id: &str,
         version: u64,
     ) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError> {
-        if !crate::validate::valid_script_id(script_id) {
+        if !crate::store::validate::valid_script_id(script_id) {
             return Ok(None);
         }
         let Some(meta) = Self::read_meta(&self.version_path(script_id, version))? else {
@@ -501,7 +388,7 @@ impl DirStore {
 
     /// [`ScriptStore::meta`] on the calling thread.
     pub fn meta_blocking(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError> {
-        if !crate::validate::valid_script_id(script_id) {
+        if !crate::store::validate::valid_script_id(script_id) {
             return Ok(None);
         }
         Self::read_meta(&self.meta_path(script_id))
@@ -603,6 +490,10 @@ impl ScriptStore for DirStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::instances::lifecycle::LifecycleChoice;
+    use crate::limits::Plan;
+    use crate::outbound::bindings::Bindings;
+    use std::collections::BTreeMap;
 
     fn meta(id: &str, src: &[u8]) -> ScriptMeta {
         ScriptMeta {
@@ -645,7 +536,7 @@ mod tests {
 
     #[test]
     fn every_version_is_kept_and_the_current_deployment_can_point_back() {
-        use crate::versions::Share;
+        use crate::store::meta::Share;
         let dir = tempfile::tempdir().expect("tempdir");
         let store = DirStore::open(dir.path()).expect("open");
         let v = |n: u64, src: &[u8]| ScriptMeta {

@@ -15,14 +15,14 @@
 //!   this Worker starts;
 //! * **allowed hosts**: the origins on the network it may fetch
 //!   (`https://api.example.com`, `http://*.example.com:8080`; the model is
-//!   in [`crate::egress`]).
+//!   in [`crate::outbound::egress`]).
 //!
 //! These settings are stored with the script ([`crate::ScriptMeta`]) and
 //! can change only by a deploy: nothing a guest sends at run time adds to
 //! them.
 //!
 //! A user Worker itself is deployed with `dispatch_only = true`
-//! ([`crate::manifest`]): then it runs only as a nested call (through the
+//! ([`crate::store::manifest`]): then it runs only as a nested call (through the
 //! namespace of a dispatch Worker that lists it), and a client that
 //! addresses it directly by Host gets a 404 instead of running it as a
 //! flow's (trusted) entry, as on Workers for Platforms.
@@ -37,21 +37,21 @@
 //! |---|---|
 //! | `http://<binding>.internal/<path>` | the Worker of service binding `<binding>` |
 //! | `http://<worker>.<namespace>.dispatch.internal/<path>` | user Worker `<worker>` of dispatch namespace `<namespace>` |
-//! | any other host | the outbound Worker in force for this level of the flow, if any; else the origin if it is on the allow-list ([`crate::egress`]); else denied |
+//! | any other host | the outbound Worker in force for this level of the flow, if any; else the origin if it is on the allow-list ([`crate::outbound::egress`]); else denied |
 //!
-//! The scheme (`http`/`https`) and port are ignored. A name that is not one
-//! of the Worker's bindings, a Worker that is not in the namespace, and an
-//! external host with no outbound Worker in force and not on the allow-list
-//! are all refused with the
-//! wasi:http error code `HTTP-request-denied`, which the guest reads as the
-//! error of its request. How the host carries the call (the context stack,
-//! limits, the depth limit) is in [`crate::outgoing`].
+//! The scheme (`http`/`https`) and port are ignored. A name that is not one of
+//! the Worker's bindings, a Worker that is not in the namespace, and an
+//! external host with no outbound Worker in force and not on the allow-list are
+//! all refused with the wasi:http error code `HTTP-request-denied`, which the
+//! guest reads as the error of its request. How the host carries the call (the
+//! context stack, limits, the depth limit) is in [`crate::flow`] and
+//! [`crate::outbound::outgoing`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::validate::valid_script_id;
+use crate::store::validate::valid_script_id;
 
 /// The reserved domain under which a Worker names its bindings.
 pub const INTERNAL_DOMAIN: &str = "internal";
@@ -82,8 +82,8 @@ pub struct Bindings {
     /// Tail Workers of the flows this Worker starts.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tail: Vec<String>,
-    /// Origins on the network it may fetch ([`crate::egress`]), as written
-    /// at deploy.
+    /// Origins on the network it may fetch ([`crate::outbound::egress`]), as
+    /// written at deploy.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub allowed_hosts: Vec<String>,
 }
@@ -147,7 +147,7 @@ impl Bindings {
         for t in &self.tail {
             label("tail Worker", t)?;
         }
-        crate::egress::AllowList::parse(&self.allowed_hosts)
+        crate::outbound::egress::AllowList::parse(&self.allowed_hosts)
             .map_err(|e| BindingsError(e.to_string()))?;
         Ok(())
     }
