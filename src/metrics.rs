@@ -431,6 +431,11 @@ impl Collector for RuntimeCollector {
                 s.nested_too_deep,
             ),
             (
+                "hearth_loop_refused",
+                "Requests refused at the front door with 508: they had looped through hearth's egress more than max_loop_passes times (CDN-Loop)",
+                s.loop_refused,
+            ),
+            (
                 "hearth_nested_queued",
                 "Nested calls that waited for a subrequest slot of their invocation",
                 s.nested_queued,

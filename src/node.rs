@@ -784,7 +784,15 @@ impl Node {
     ///
     /// With span export on, the request gets its `hearth.request` span
     /// here ([`crate::telemetry`]).
+    ///
+    /// A request that has looped through hearth's egress more than
+    /// `max_loop_passes` times (its `CDN-Loop`) is answered 508 here,
+    /// before it is routed or takes a slot anywhere
+    /// ([`Runtime::admit_loop`]).
     pub async fn handle(&self, script_id: &str, req: http::Request<Body>) -> http::Response<Body> {
+        if let Err(e) = self.state.runtime.admit_loop(script_id, req.headers()) {
+            return error_response(&e);
+        }
         let traced = self
             .state
             .telemetry

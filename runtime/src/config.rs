@@ -89,6 +89,7 @@ pub struct RuntimeConfig {
     pub(crate) miss_ttl: Duration,
     pub(crate) miss_capacity: usize,
     pub(crate) max_concurrent_subrequests: usize,
+    pub(crate) max_loop_passes: usize,
     pub(crate) egress: crate::outbound::egress::EgressConfig,
 }
 
@@ -124,6 +125,7 @@ impl RuntimeConfig {
             miss_ttl: crate::store::misses::DEFAULT_MISS_TTL,
             miss_capacity: crate::store::misses::DEFAULT_MISS_CAPACITY,
             max_concurrent_subrequests: 6,
+            max_loop_passes: crate::limits::MAX_LOOP_PASSES,
             egress: crate::outbound::egress::EgressConfig::default(),
         }
     }
@@ -189,6 +191,17 @@ impl RuntimeConfig {
     /// client that trickles its body holds a connection, not an instance.
     pub fn buffer_before_slot(mut self, bytes: usize) -> Self {
         self.buffer_before_slot = bytes;
+        self
+    }
+
+    /// How many times a request may have passed through a hearth node's
+    /// egress (its `CDN-Loop` entries) and still be let in by the front
+    /// door (default [`crate::limits::MAX_LOOP_PASSES`], 8); past it the
+    /// request is answered 508 before it takes a slot ([`crate::flow`]).
+    /// At least 1: a Worker may always fetch another Worker's public name
+    /// once.
+    pub fn max_loop_passes(mut self, n: usize) -> Self {
+        self.max_loop_passes = n.max(1);
         self
     }
 

@@ -213,6 +213,21 @@ pub enum RuntimeError {
         /// Its size in bytes.
         cap: usize,
     },
+    /// The request came back through a front door more often than the
+    /// node allows: a Worker (or a chain of them) fetching a public name
+    /// that leads back to it ([`crate::flow`], loops through the front
+    /// door). Refused before it is routed or takes a slot.
+    #[error(
+        "loop detected: this request for Worker {script_id} has passed through hearth {passes} times (its CDN-Loop header); a request may pass at most {max} times"
+    )]
+    LoopDetected {
+        /// The Worker.
+        script_id: String,
+        /// hearth's entries in the request's `CDN-Loop`.
+        passes: usize,
+        /// The bound (`RuntimeConfig::max_loop_passes`).
+        max: usize,
+    },
     /// The request could not be handed to the Worker (e.g. a bad header).
     #[error("bad request for Worker {script_id}: {message}")]
     BadRequest {
@@ -230,6 +245,7 @@ impl RuntimeError {
         match self {
             RuntimeError::UnknownScript(_) | RuntimeError::DispatchOnly(_) => S::NOT_FOUND,
             RuntimeError::BadRequest { .. } => S::BAD_REQUEST,
+            RuntimeError::LoopDetected { .. } => S::LOOP_DETECTED,
             RuntimeError::ClientTimeout { .. } => S::REQUEST_TIMEOUT,
             RuntimeError::WallTimeExceeded { .. } => S::GATEWAY_TIMEOUT,
             RuntimeError::StartupCpuExceeded { .. }

@@ -50,6 +50,23 @@
 //! nested CPU is spent, [`UNKNOWN_SCRIPT_HEADER`]. A served response also
 //! carries `x-hearth-start` ([`crate::timing::START_HEADER`]) and its
 //! version ([`crate::store::versions::VERSION_HEADER`]).
+//!
+//! # Loops through the front door
+//!
+//! A Worker allowed to fetch a public name of the node (its own, or a
+//! Worker's that fetches it back) makes a flow that leaves through egress
+//! and comes back through the front door as a new client request: no
+//! depth above bounds it. So every request a Worker sends to an origin
+//! carries the [`CDN_LOOP_HEADER`] (RFC 8586) of the request it serves
+//! with one more `hearth` entry ([`LoopMark::next_pass`]), and a nested
+//! call carries it unchanged ([`LoopMark::carry`]); the guest's own
+//! `CDN-Loop` is replaced, never read, so it can neither drop nor forge
+//! entries. Other CDNs' entries stay, as RFC 8586 asks, so a loop through
+//! another CDN counts too. The front door refuses a request that has
+//! passed through it more than `RuntimeConfig::max_loop_passes` times
+//! (default [`MAX_LOOP_PASSES`](crate::limits::MAX_LOOP_PASSES)) with
+//! 508 Loop Detected, before it is routed or takes a slot
+//! ([`crate::Runtime::admit_loop`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -77,6 +94,92 @@ pub fn strip_host_headers(headers: &mut http::HeaderMap) {
     for k in forged {
         headers.remove(&k);
     }
+}
+
+/// The RFC 8586 header in which every CDN a request passes through leaves
+/// an entry; hearth's is [`CDN_LOOP_ID`] (see the module docs).
+pub const CDN_LOOP_HEADER: &str = "cdn-loop";
+/// hearth's `cdn-id` in [`CDN_LOOP_HEADER`]: one entry per pass of a
+/// request through egress.
+pub const CDN_LOOP_ID: &str = "hearth";
+
+/// The `CDN-Loop` entries of the request an invocation serves, as the host
+/// received them: what its outgoing requests carry on, whatever the guest
+/// set (see the module docs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoopMark {
+    /// Every `CDN-Loop` field line of the request, joined with `, `.
+    entries: Option<http::HeaderValue>,
+}
+
+impl LoopMark {
+    /// The mark of a request with `headers`.
+    pub fn of(headers: &http::HeaderMap) -> Self {
+        let mut lines = headers.get_all(CDN_LOOP_HEADER).iter();
+        let Some(first) = lines.next() else {
+            return LoopMark::default();
+        };
+        let mut joined = first.as_bytes().to_vec();
+        for line in lines {
+            joined.extend_from_slice(b", ");
+            joined.extend_from_slice(line.as_bytes());
+        }
+        LoopMark {
+            entries: Some(header_value(joined)),
+        }
+    }
+
+    /// How many times the request passed through a hearth node's egress:
+    /// its entries whose `cdn-id` is [`CDN_LOOP_ID`]. Commas split entries
+    /// even inside a quoted parameter: an entry hearth appended is never
+    /// hidden (a client that quotes one in only raises its own count).
+    pub fn passes(&self) -> usize {
+        self.entries.as_ref().map_or(0, |v| passes_in(v.as_bytes()))
+    }
+
+    /// Sets `headers`' `CDN-Loop` to this mark, replacing the guest's: for a
+    /// nested call, which stays inside the node's flow.
+    pub fn carry(&self, headers: &mut http::HeaderMap) {
+        headers.remove(CDN_LOOP_HEADER);
+        if let Some(v) = &self.entries {
+            headers.insert(CDN_LOOP_HEADER, v.clone());
+        }
+    }
+
+    /// Sets `headers`' `CDN-Loop` to this mark and one more [`CDN_LOOP_ID`]
+    /// entry, replacing the guest's: for a request leaving through egress.
+    pub fn next_pass(&self, headers: &mut http::HeaderMap) {
+        let mut joined = Vec::new();
+        if let Some(v) = &self.entries {
+            joined.extend_from_slice(v.as_bytes());
+            joined.extend_from_slice(b", ");
+        }
+        joined.extend_from_slice(CDN_LOOP_ID.as_bytes());
+        let value = header_value(joined);
+        headers.remove(CDN_LOOP_HEADER);
+        headers.insert(CDN_LOOP_HEADER, value);
+    }
+}
+
+/// hearth's entries in the `CDN-Loop` text `bytes` (see [`LoopMark::passes`]).
+fn passes_in(bytes: &[u8]) -> usize {
+    bytes
+        .split(|b| *b == b',')
+        .filter(|entry| {
+            let id = entry.split(|b| *b == b';').next().unwrap_or_default();
+            id.trim_ascii().eq_ignore_ascii_case(CDN_LOOP_ID.as_bytes())
+        })
+        .count()
+}
+
+/// `bytes` as a header value. Joined from valid values with `, ` and
+/// [`CDN_LOOP_ID`], they always are one; were they not, as many bare
+/// entries as they count keep the count (never less).
+fn header_value(bytes: Vec<u8>) -> http::HeaderValue {
+    http::HeaderValue::from_bytes(&bytes).unwrap_or_else(|_| {
+        let entries = vec![CDN_LOOP_ID; passes_in(&bytes).max(1)].join(", ");
+        http::HeaderValue::from_str(&entries).unwrap_or(http::HeaderValue::from_static(CDN_LOOP_ID))
+    })
 }
 
 /// Header naming the calling Worker, set by the host.
@@ -205,6 +308,42 @@ pub(crate) fn request_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn mark(lines: &[&str]) -> LoopMark {
+        let mut h = http::HeaderMap::new();
+        for l in lines {
+            h.append(
+                CDN_LOOP_HEADER,
+                http::HeaderValue::from_str(l).expect("value"),
+            );
+        }
+        LoopMark::of(&h)
+    }
+
+    #[test]
+    fn a_loop_mark_counts_hearths_entries_and_only_grows() {
+        assert_eq!(mark(&[]).passes(), 0);
+        assert_eq!(mark(&["edge-cdn; v=1"]).passes(), 0);
+        assert_eq!(mark(&["hearth", "x, HEARTH ;a=1"]).passes(), 2);
+        // A quoted comma cannot hide an entry hearth appended.
+        let m = mark(&["x; a=\"open"]);
+        let mut h = http::HeaderMap::new();
+        h.insert(CDN_LOOP_HEADER, http::HeaderValue::from_static("forged"));
+        m.next_pass(&mut h);
+        assert_eq!(h.get_all(CDN_LOOP_HEADER).iter().count(), 1);
+        assert_eq!(h[CDN_LOOP_HEADER], "x; a=\"open, hearth");
+        assert_eq!(LoopMark::of(&h).passes(), 1);
+        // A nested call carries the mark as it came, the guest's dropped.
+        let mut h = http::HeaderMap::new();
+        h.insert(CDN_LOOP_HEADER, http::HeaderValue::from_static("forged"));
+        mark(&[]).carry(&mut h);
+        assert!(h.get(CDN_LOOP_HEADER).is_none());
+        mark(&["a", "hearth"]).carry(&mut h);
+        assert_eq!(h[CDN_LOOP_HEADER], "a, hearth");
+        let mut h = http::HeaderMap::new();
+        mark(&[]).next_pass(&mut h);
+        assert_eq!(h[CDN_LOOP_HEADER], "hearth");
+    }
 
     #[test]
     fn a_flow_only_tightens_the_plan() {

@@ -7,7 +7,8 @@
 //! Worker that waits on I/O is not charged for the wait.
 //!
 //! The fixed bounds are here too: how deep a flow may nest
-//! ([`MAX_DEPTH`]), and what host memory one instance can make the node
+//! ([`MAX_DEPTH`]), how often a request may loop through the front door
+//! ([`MAX_LOOP_PASSES`], by default), and what host memory one instance can make the node
 //! allocate (`MAX_RESOURCES`, `FIELD_SIZE_LIMIT`, the outgoing body
 //! buffer, and their sum `HOST_RESERVE`; how the host enforces them is
 //! in the instance wing's `host`).
@@ -148,6 +149,12 @@ impl PlanLimits {
 /// Most levels a flow may have (the entry Worker is level 1): a call
 /// beyond it fails in the caller with `loop-detected` ([`crate::flow`]).
 pub const MAX_DEPTH: usize = 16;
+
+/// Default of `RuntimeConfig::max_loop_passes`: how many times a request
+/// may have left a hearth node's egress (its `CDN-Loop` entries,
+/// [`crate::flow::LoopMark`]) and still be let in by a front door; one more
+/// and it is refused with 508 before it takes a slot ([`crate::flow`]).
+pub const MAX_LOOP_PASSES: usize = 8;
 
 /// Resources (WASI and wasi:http handles) one instance may hold at once.
 pub(crate) const MAX_RESOURCES: usize = 1024;

@@ -39,6 +39,7 @@ pub struct Stats {
     pub(crate) nested_denied: AtomicU64,
     pub(crate) redirects_into_bindings: AtomicU64,
     pub(crate) nested_too_deep: AtomicU64,
+    pub(crate) loop_refused: AtomicU64,
     pub(crate) nested_queued: AtomicU64,
     pub(crate) tail_deliveries: AtomicU64,
     pub(crate) tail_failures: AtomicU64,
@@ -142,6 +143,9 @@ pub struct StatsSnapshot {
     pub redirects_into_bindings: u64,
     /// Nested calls refused at the depth limit (`loop-detected`).
     pub nested_too_deep: u64,
+    /// Requests refused at a front door with 508: they had passed through
+    /// hearth's egress more than `max_loop_passes` times ([`crate::flow`]).
+    pub loop_refused: u64,
     /// Nested calls that waited for one of their invocation's subrequest
     /// slots (`RuntimeConfig::max_concurrent_subrequests`).
     pub nested_queued: u64,
@@ -220,6 +224,7 @@ impl StatsSnapshot {
             nested_denied: g(&s.nested_denied),
             redirects_into_bindings: g(&s.redirects_into_bindings),
             nested_too_deep: g(&s.nested_too_deep),
+            loop_refused: g(&s.loop_refused),
             nested_queued: g(&s.nested_queued),
             tail_deliveries: g(&s.tail_deliveries),
             tail_failures: g(&s.tail_failures),

@@ -187,6 +187,9 @@ pub struct ClientLimits {
     pub unknown_script_ttl: Option<Duration>,
     /// Names the negative cache of unknown script IDs holds at most.
     pub unknown_script_cache: Option<usize>,
+    /// Times a request may have passed through hearth's egress (its
+    /// `CDN-Loop`) and still be let in; past it, 508 before any slot.
+    pub max_loop_passes: Option<usize>,
     // The keys these replace, read for this release only (see `legacy`,
     // which the next release deletes with these fields).
     pub(super) write_timeout_s: Option<u64>,
@@ -428,6 +431,9 @@ impl NodeConfig {
         if let Some(n) = c.unknown_script_cache {
             cfg = cfg.unknown_script_capacity(n);
         }
+        if let Some(n) = c.max_loop_passes {
+            cfg = cfg.max_loop_passes(n);
+        }
         for (plan, o) in [
             (Plan::Free, &self.plans.free),
             (Plan::Paid, &self.plans.paid),
@@ -527,6 +533,7 @@ mod tests {
         assert_eq!(c.limits.instance_memory, Some(ByteSize::gib(8)));
         assert_eq!(c.limits.slot_wait, Some(Duration::from_secs(2)));
         assert_eq!(c.limits.unknown_script_cache, Some(16384));
+        assert_eq!(c.limits.max_loop_passes, Some(8));
         let cluster = c.cluster.as_ref().expect("[cluster]");
         assert_eq!(
             cluster.rpc,
@@ -688,7 +695,7 @@ mod tests {
             "[limits]\nheader_read_timeout = \"3s\"\nh2_keep_alive = \"20s\"\n\
              max_pre_slot_bytes_per_connection = \"256KiB\"\nmax_pre_slot_bytes = \"8MiB\"\n\
              max_concurrent_subrequests = 3\nunknown_script_ttl = \"2s\"\n\
-             unknown_script_cache = 100\n",
+             unknown_script_cache = 100\nmax_loop_passes = 4\n",
         )
         .expect("config");
         let limits = c.serve_limits();
@@ -702,6 +709,7 @@ mod tests {
             "max_concurrent_subrequests: 3",
             "miss_ttl: 2s",
             "miss_capacity: 100",
+            "max_loop_passes: 4",
         ] {
             assert!(rt.contains(field), "{field} not in {rt}");
         }

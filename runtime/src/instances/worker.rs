@@ -450,6 +450,7 @@ impl Worker {
                 fetch_limit: limits.subrequests,
                 fetches: std::sync::atomic::AtomicU32::new(0),
                 flow,
+                mark: crate::flow::LoopMark::of(req.headers()),
                 deadline,
                 extensions,
                 meter: inst.meter(),
@@ -639,6 +640,7 @@ impl Worker {
                     invoker: invoker.clone(),
                     limits,
                     stats: self.stats.clone(),
+                    mark: crate::flow::LoopMark::of(&request.headers),
                 };
                 (Some(sink), Some(tails))
             }

@@ -41,7 +41,9 @@
 //! address that is loopback, private (RFC 1918, IPv6 ULA), link-local,
 //! shared (CGNAT, 100.64/10), unspecified, multicast, broadcast or reserved,
 //! and cloud metadata addresses (169.254.169.254, fd00:ec2::254) with them;
-//! an IP literal in the URL is checked the same way. It then connects to a
+//! an IP literal in the URL is checked the same way; `localhost` and the
+//! names under it (`api.localhost`) are loopback without asking DNS
+//! (RFC 6761 §6.3). It then connects to a
 //! checked address, never resolving the name a second time, so a DNS answer
 //! that changes between check and connect (rebinding) cannot slip through.
 //! Because redirects are not followed, a redirect to `127.0.0.1` reaches
@@ -530,15 +532,23 @@ impl tower_service::Service<Name> for Resolver {
         let (allow_private, timeout) = (self.allow_private, self.timeout);
         Box::pin(async move {
             let host = name.as_str().to_string();
-            let found = tokio::time::timeout(timeout, tokio::net::lookup_host((host.as_str(), 0)))
-                .await
-                .map_err(|_| ResolveError::Timeout { host: host.clone() })?
-                .map_err(|error| ResolveError::Lookup {
-                    host: host.clone(),
-                    error,
-                })?;
+            let found: Vec<SocketAddr> = match loopback_name(&host) {
+                true => vec![
+                    (Ipv4Addr::LOCALHOST, 0).into(),
+                    (Ipv6Addr::LOCALHOST, 0).into(),
+                ],
+                false => tokio::time::timeout(timeout, tokio::net::lookup_host((host.as_str(), 0)))
+                    .await
+                    .map_err(|_| ResolveError::Timeout { host: host.clone() })?
+                    .map_err(|error| ResolveError::Lookup {
+                        host: host.clone(),
+                        error,
+                    })?
+                    .collect(),
+            };
             let mut refused = None;
             let ok: Vec<SocketAddr> = found
+                .into_iter()
                 .filter(|a| match forbidden_address(a.ip()) {
                     Some(why) if !allow_private => {
                         refused = Some((a.ip(), why));
@@ -557,6 +567,19 @@ impl tower_service::Service<Name> for Resolver {
             }
         })
     }
+}
+
+/// Whether `host` is `localhost` or a name under it, which the resolver
+/// answers itself with the loopback addresses (RFC 6761 §6.3: such names
+/// never go to DNS, and always mean this machine), whatever the system's
+/// resolver would say. Loopback is then refused like any private address
+/// unless the node allows those.
+fn loopback_name(host: &str) -> bool {
+    let host = host.trim_end_matches('.');
+    let tail = host.len().saturating_sub("localhost".len());
+    host.get(tail..)
+        .is_some_and(|t| t.eq_ignore_ascii_case("localhost"))
+        && (tail == 0 || host.as_bytes().get(tail - 1) == Some(&b'.'))
 }
 
 type Connector = hyper_rustls::HttpsConnector<HttpConnector<Resolver>>;
@@ -852,6 +875,16 @@ mod tests {
             .map(|i| format!("https://h{i}.example.com"))
             .collect();
         assert!(AllowList::parse(&long).is_err());
+    }
+
+    #[test]
+    fn localhost_names_are_loopback_without_dns() {
+        for name in ["localhost", "LOCALHOST.", "loop.localhost", "a.b.Localhost"] {
+            assert!(loopback_name(name), "{name}");
+        }
+        for name in ["notlocalhost", "localhost.example.com", "local", ""] {
+            assert!(!loopback_name(name), "{name}");
+        }
     }
 
     #[test]

@@ -42,6 +42,12 @@
 //!   a Worker that fires a thousand calls at once runs them six at a time:
 //!   it cannot take every instance slot of a Worker it calls (an outbound
 //!   Worker shared by many tenants) or of the node.
+//! * **Every request carries the loop mark.** A nested call carries the
+//!   `CDN-Loop` of the request its caller serves; a fetch of an origin
+//!   carries it with one more `hearth` entry; the guest's own `CDN-Loop`
+//!   is replaced on both ([`LoopMark`]). So a Worker that fetches a public
+//!   name leading back to it is stopped at the front door after
+//!   `max_loop_passes` passes, whatever it sets ([`crate::flow`]).
 //! * **Nested CPU is bounded per flow.** Every nested invocation of a flow
 //!   draws from one CPU budget per node ([`crate::instances::cpu::FlowCpu`],
 //!   twice the entry's per-request CPU limit); once it is spent, further calls
@@ -55,8 +61,8 @@ use http_body_util::BodyExt;
 use wasmtime_wasi_http::{RequestOptions, WasiBody, WasiHttpHooks};
 
 use crate::flow::{
-    CALLER_HEADER, DEPTH_HEADER, FLOW_CPU_SPENT, Flow, Invoker, NestedCall, UNKNOWN_SCRIPT_HEADER,
-    strip_host_headers,
+    CALLER_HEADER, DEPTH_HEADER, FLOW_CPU_SPENT, Flow, Invoker, LoopMark, NestedCall,
+    UNKNOWN_SCRIPT_HEADER, strip_host_headers,
 };
 use crate::instances::cpu::CpuMeter;
 use crate::limits::MAX_DEPTH;
@@ -78,6 +84,9 @@ pub(crate) struct Caller {
     /// Fetches it has made (or tried).
     pub(crate) fetches: AtomicU32,
     pub(crate) flow: Flow,
+    /// The `CDN-Loop` entries of the request it serves: carried on by its
+    /// nested calls, one more on its fetches ([`crate::flow`]).
+    pub(crate) mark: LoopMark,
     pub(crate) deadline: Instant,
     pub(crate) extensions: http::Extensions,
     pub(crate) meter: Arc<CpuMeter>,
@@ -230,6 +239,7 @@ impl Caller {
         parts
             .headers
             .insert(DEPTH_HEADER, http::HeaderValue::from(depth));
+        self.mark.carry(&mut parts.headers);
         parts.extensions = http::Extensions::new();
         let body = crate::body::boxed(body);
         Stats::bump(&self.stats.nested_calls);
@@ -331,7 +341,9 @@ impl Caller {
                 return Err(e);
             }
         };
-        let request = request.map(crate::body::boxed);
+        let (mut parts, body) = request.into_parts();
+        self.mark.next_pass(&mut parts.headers);
+        let request = http::Request::from_parts(parts, crate::body::boxed(body));
         match self.egress.send(request, first_byte, self.deadline).await {
             Ok(response) => {
                 outcome(SubrequestOutcome::Ok);

@@ -549,6 +549,10 @@ pub(crate) struct TailDelivery {
     pub(crate) invoker: Option<Arc<dyn crate::flow::Invoker>>,
     pub(crate) limits: crate::limits::PlanLimits,
     pub(crate) stats: Arc<crate::stats::Stats>,
+    /// The entry request's `CDN-Loop` entries: a tail Worker's fetches
+    /// count on from them, so a tail Worker that fetches the Worker it
+    /// tails loops only as far as the front door lets it ([`crate::flow`]).
+    pub(crate) mark: crate::flow::LoopMark,
 }
 
 impl Level {
@@ -643,7 +647,8 @@ impl TailDelivery {
             let req = http::Request::post(format!("http://{tail}.internal/"))
                 .header(http::header::CONTENT_TYPE, "application/json")
                 .body(crate::body::full(json.clone()));
-            let Ok(req) = req else { continue };
+            let Ok(mut req) = req else { continue };
+            self.mark.carry(req.headers_mut());
             let call = crate::flow::NestedCall {
                 caller: self.entry.clone(),
                 target: tail.clone(),

@@ -169,6 +169,30 @@ impl Runtime {
         })
     }
 
+    /// Whether a front door lets in a client's request for `script_id`
+    /// with `headers`: refused ([`RuntimeError::LoopDetected`], counted as
+    /// `loop_refused`) if it has passed through hearth's egress more than
+    /// `RuntimeConfig::max_loop_passes` times (loops through the front
+    /// door, [`crate::flow`]). A front door asks before it routes the
+    /// request, so a refused one takes no slot anywhere.
+    pub fn admit_loop(
+        &self,
+        script_id: &str,
+        headers: &http::HeaderMap,
+    ) -> Result<(), RuntimeError> {
+        let passes = crate::flow::LoopMark::of(headers).passes();
+        let max = self.inner.config.max_loop_passes;
+        if passes <= max {
+            return Ok(());
+        }
+        Stats::bump(&self.inner.stats.loop_refused);
+        Err(RuntimeError::LoopDetected {
+            script_id: script_id.into(),
+            passes,
+            max,
+        })
+    }
+
     /// Serves `req` with Worker `script_id`, turning failures into responses
     /// with a clear body, and adds the `x-hearth-start` and `server-timing`
     /// headers.
@@ -195,8 +219,18 @@ pub fn decorate(headers: &mut http::HeaderMap, start: Start, timing: &Timing) {
 pub fn error_response(err: &RuntimeError) -> http::Response<Body> {
     /// Requests for unknown scripts are logged at most this often.
     static UNKNOWN: WarnEvery = WarnEvery::new(UNKNOWN_WARN_EVERY);
+    /// Loops refused at the front door, likewise (a client can send a
+    /// `CDN-Loop` past the bound at will).
+    static LOOPS: WarnEvery = WarnEvery::new(UNKNOWN_WARN_EVERY);
     let id = request_id();
     match err {
+        RuntimeError::LoopDetected { .. } => match LOOPS.allow() {
+            Some(suppressed) => tracing::warn!(request_id = %id, error = %err, suppressed,
+                "request refused at the front door: a loop (at most one such warning every {}s; \
+                 `suppressed` were not logged, all are counted in loop_refused)",
+                UNKNOWN_WARN_EVERY.as_secs()),
+            None => tracing::debug!(request_id = %id, error = %err, "request failed"),
+        },
         RuntimeError::UnknownScript(_) | RuntimeError::DispatchOnly(_) => match UNKNOWN.allow() {
             Some(suppressed) => tracing::warn!(request_id = %id, error = %err, suppressed,
                 "request for a script not deployed or not routable (at most one such warning \
