@@ -38,10 +38,15 @@
 //! the Worker sees the 3xx and decides.
 //!
 //! **SSRF protection.** The node resolves the host itself and refuses every
-//! address that is loopback, private (RFC 1918, IPv6 ULA), link-local,
-//! shared (CGNAT, 100.64/10), unspecified, multicast, broadcast or reserved,
-//! and cloud metadata addresses (169.254.169.254, fd00:ec2::254) with them;
-//! an IP literal in the URL is checked the same way. It then connects to a
+//! address that is loopback, private (RFC 1918, IPv6 ULA and site-local
+//! `fec0::/10`, local-use NAT64 `64:ff9b:1::/48`), link-local, shared
+//! (CGNAT, 100.64/10), unspecified, multicast, broadcast or reserved
+//! (IETF protocol assignments 192.0.0/24, benchmarking 198.18/15,
+//! documentation, discard-only), and cloud metadata addresses
+//! (169.254.169.254, fd00:ec2::254) with them; an IPv6 address that embeds
+//! a refused IPv4 address (IPv4-mapped, NAT64, 6to4, Teredo) is refused
+//! too ([`forbidden_address`]). An IP literal in the URL is checked the
+//! same way. It then connects to a
 //! checked address, never resolving the name a second time, so a DNS answer
 //! that changes between check and connect (rebinding) cannot slip through.
 //! Because redirects are not followed, a redirect to `127.0.0.1` reaches
@@ -290,38 +295,66 @@ impl AllowList {
 
 /// Why an address is refused as a destination (see the module docs), or
 /// `None` if it is a public unicast address.
+///
+/// An IPv6 address that carries an IPv4 address the network routes to
+/// (IPv4-mapped, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`, Teredo
+/// `2001::/32`, whose server and client addresses are both checked) is
+/// refused if that IPv4 address is.
 pub fn forbidden_address(ip: IpAddr) -> Option<&'static str> {
     match ip {
         IpAddr::V4(v4) => forbidden_v4(v4),
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return forbidden_v4(v4);
-            }
-            let s = v6.segments();
-            // NAT64 (64:ff9b::/96) embeds an IPv4 address.
-            if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-                let o = v6.octets();
-                return forbidden_v4(Ipv4Addr::new(o[12], o[13], o[14], o[15]));
-            }
-            if v6.is_loopback() {
-                Some("loopback")
-            } else if v6.is_unspecified() {
-                Some("unspecified")
-            } else if v6 == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254) {
-                Some("cloud metadata")
-            } else if s[0] & 0xfe00 == 0xfc00 {
-                Some("private (unique local)")
-            } else if s[0] & 0xffc0 == 0xfe80 {
-                Some("link-local")
-            } else if v6.is_multicast() {
-                Some("multicast")
-            } else if s[0] == 0 {
-                // Other addresses in ::/16 (IPv4-compatible, reserved).
-                Some("reserved")
-            } else {
-                None
-            }
-        }
+        IpAddr::V6(v6) => forbidden_v6(v6),
+    }
+}
+
+fn forbidden_v6(v6: Ipv6Addr) -> Option<&'static str> {
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return forbidden_v4(v4);
+    }
+    let s = v6.segments();
+    let o = v6.octets();
+    let v4_at = |i: usize| Ipv4Addr::new(o[i], o[i + 1], o[i + 2], o[i + 3]);
+    // NAT64 (64:ff9b::/96) embeds an IPv4 address in its last 32 bits.
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return forbidden_v4(v4_at(12));
+    }
+    // 6to4 (2002::/16): the IPv4 address follows the prefix.
+    if s[0] == 0x2002 {
+        return forbidden_v4(v4_at(2));
+    }
+    // Teredo (2001::/32): the server's IPv4 address, then the client's,
+    // inverted, in the last 32 bits.
+    if s[..2] == [0x2001, 0] {
+        let client = Ipv4Addr::from(!u32::from(v4_at(12)));
+        return forbidden_v4(v4_at(4)).or(forbidden_v4(client));
+    }
+    if v6.is_loopback() {
+        Some("loopback")
+    } else if v6.is_unspecified() {
+        Some("unspecified")
+    } else if v6 == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254) {
+        Some("cloud metadata")
+    } else if s[0] & 0xfe00 == 0xfc00 {
+        Some("private (unique local)")
+    } else if s[..3] == [0x64, 0xff9b, 1] {
+        // RFC 8215: NAT64 prefixes of a local network.
+        Some("private (local-use NAT64)")
+    } else if s[0] & 0xffc0 == 0xfec0 {
+        // Deprecated, but still private wherever it is used.
+        Some("private (site-local)")
+    } else if s[0] & 0xffc0 == 0xfe80 {
+        Some("link-local")
+    } else if v6.is_multicast() {
+        Some("multicast")
+    } else if s[0] == 0 {
+        // Other addresses in ::/16 (IPv4-compatible, reserved).
+        Some("reserved")
+    } else if s[..4] == [0x100, 0, 0, 0] {
+        Some("reserved (discard-only)")
+    } else if s[..2] == [0x2001, 0xdb8] {
+        Some("reserved (documentation)")
+    } else {
+        None
     }
 }
 
@@ -339,6 +372,15 @@ fn forbidden_v4(ip: Ipv4Addr) -> Option<&'static str> {
         Some("shared (CGNAT)")
     } else if o[0] == 0 {
         Some("unspecified")
+    } else if o[..3] == [192, 0, 0] {
+        // IETF protocol assignments (DS-Lite's B4/AFTR, NAT64 discovery).
+        Some("reserved (protocol assignments)")
+    } else if o[0] == 198 && o[1] & 0xfe == 18 {
+        Some("reserved (benchmarking)")
+    } else if ip.is_documentation() {
+        Some("reserved (documentation)")
+    } else if o[..3] == [192, 88, 99] {
+        Some("reserved (6to4 relay anycast)")
     } else if ip.is_multicast() {
         Some("multicast")
     } else if ip.is_broadcast() || o[0] >= 240 {
@@ -875,11 +917,47 @@ mod tests {
             "ff02::1",
             "::ffff:127.0.0.1",
             "64:ff9b::a00:1",
+            "192.0.0.1",
+            "192.0.0.170",
+            "198.18.0.1",
+            "198.19.255.255",
+            "192.0.2.1",
+            "198.51.100.1",
+            "203.0.113.1",
+            "192.88.99.1",
+            "64:ff9b:1::1",
+            "64:ff9b:1:ffff::808:808",
+            "fec0::1",
+            "feff::1",
+            "100::1",
+            "2001:db8::1",
+            // 6to4 of 127.0.0.1, 10.0.0.1, 192.168.1.1, 169.254.169.254.
+            "2002:7f00:1::1",
+            "2002:a00:1::",
+            "2002:c0a8:101:1::1",
+            "2002:a9fe:a9fe::1",
+            // Teredo: a private server (10.0.0.1), a loopback client
+            // (127.0.0.1 inverted is 80ff:fffe), a metadata client.
+            "2001:0:a00:1::808:808",
+            "2001:0:808:808:0:0:80ff:fffe",
+            "2001:0:808:808:8000:ffff:5601:5601",
         ] {
             let ip: IpAddr = a.parse().expect("ip");
             assert!(forbidden_address(ip).is_some(), "{a} must be refused");
         }
-        for a in ["93.184.216.34", "8.8.8.8", "2606:4700::1111", "100.128.0.1"] {
+        for a in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "2606:4700::1111",
+            "100.128.0.1",
+            "192.0.1.1",
+            "198.20.0.1",
+            "198.17.255.255",
+            "64:ff9b:2::1",
+            "2002:808:808::1",
+            "2001:0:808:808:0:0:f7f7:f7f7",
+            "2001:db9::1",
+        ] {
             let ip: IpAddr = a.parse().expect("ip");
             assert_eq!(forbidden_address(ip), None, "{a} is public");
         }
