@@ -9,8 +9,9 @@
 //! The fixed bounds are here too: how deep a flow may nest
 //! ([`MAX_DEPTH`]), and what host memory one instance can make the node
 //! allocate (`MAX_RESOURCES`, `FIELD_SIZE_LIMIT`, the outgoing body
-//! buffer, and their sum `HOST_RESERVE`; how the host enforces them is
-//! in the instance wing's `host`).
+//! buffer, and their sum `HOST_RESERVE`, and `MAX_RANDOM_BYTES` per
+//! `wasi:random` call; how the host enforces them is in the instance
+//! wing's `host`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -176,6 +177,14 @@ pub(crate) const OUTGOING_BODY_BYTES: usize =
 /// per live instance.
 pub(crate) const HOST_RESERVE: u64 =
     (MAX_RESOURCES * (FIELD_SIZE_LIMIT + OUTGOING_BODY_BYTES)) as u64;
+
+/// Most bytes one `wasi:random` call (`get-random-bytes`,
+/// `get-insecure-random-bytes`) may ask the host for: 64 KiB, the quota of
+/// Web Crypto's `getRandomValues`. A larger ask traps the guest. The host
+/// builds the whole answer before copying it into the guest, outside the
+/// instance's memory accounting and its CPU meter, so wasmtime-wasi's
+/// default (64 MiB per call) let one call take that much host memory.
+pub(crate) const MAX_RANDOM_BYTES: u64 = 64 * 1024;
 
 /// What one table element is counted as against the memory limit.
 pub(crate) const TABLE_ELEMENT_BYTES: usize = 16;
