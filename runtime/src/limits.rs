@@ -186,6 +186,27 @@ pub(crate) const HOST_RESERVE: u64 =
 /// default (64 MiB per call) let one call take that much host memory.
 pub(crate) const MAX_RANDOM_BYTES: u64 = 64 * 1024;
 
+/// Default open connections to origins per node, idle ones included
+/// (`[egress] max_connections`; [`crate::outbound::connections`]).
+pub const EGRESS_MAX_CONNECTIONS: usize = 1024;
+
+/// Default connections to origins one Worker may use at once on a node
+/// (`[egress] max_connections_per_worker`), so one Worker cannot take the
+/// node's whole cap.
+pub const EGRESS_MAX_CONNECTIONS_PER_WORKER: usize = 128;
+
+/// Default time an idle connection to an origin stays open for reuse
+/// (`[egress] idle_timeout`; hyper-util's own default is 90 s).
+pub const EGRESS_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Idle connections the egress pool keeps per origin (hyper-util's
+/// default was 32 per host, with no overall bound).
+pub const EGRESS_IDLE_PER_HOST: usize = 4;
+
+/// Default bound on one DNS lookup of an origin's host
+/// (`[egress] dns_timeout`).
+pub const EGRESS_DNS_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// What one table element is counted as against the memory limit.
 pub(crate) const TABLE_ELEMENT_BYTES: usize = 16;
 
