@@ -29,7 +29,7 @@
 //! sees the end of the stream, which the client treats as the origin
 //! closing an idle connection) and its permit goes to the fetch; if no
 //! connection is idle, the fetch waits for one to become idle or to close.
-//! Each close is counted (`hearth_egress_idle_closed`).
+//! Each close is counted (`hearth_egress_idle_closed_total`).
 //!
 //! **Waiting.** A fetch waits for a permit, its Worker's and then the
 //! node's, at most `[egress] connect_timeout` (and never past its
@@ -175,7 +175,11 @@ impl Connections {
             return Ok(p);
         }
         let started = tokio::time::Instant::now();
-        let until = started + self.wait;
+        let give_up = tokio::time::sleep_until(started + self.wait);
+        // One place in the semaphore's queue for the whole wait (first
+        // come, first served among waiting fetches).
+        let acquire = self.permits.clone().acquire_owned();
+        tokio::pin!(give_up, acquire);
         // The connection this fetch closed and waits for, if any: no other
         // is closed for it while that one is still closing.
         let mut closing: Option<Weak<Conn>> = None;
@@ -189,12 +193,12 @@ impl Connections {
             }
             let turned_idle = self.became_idle.notified();
             tokio::select! {
-                p = self.permits.clone().acquire_owned() => {
+                p = &mut acquire => {
                     return p.map_err(|_| NodeFull { cap: self.cap, waited: started.elapsed() });
                 }
                 _ = turned_idle => {}
                 _ = tokio::time::sleep(RECHECK) => {}
-                _ = tokio::time::sleep_until(until) => {
+                _ = &mut give_up => {
                     return Err(NodeFull { cap: self.cap, waited: self.wait });
                 }
             }

@@ -78,7 +78,7 @@
 //! | waiting for a connection under the caps, then TCP connect (10 s each) | `[egress] connect_timeout` | `connection-limit-reached`, `connection-timeout` | `connection_limit`, `timeout` |
 //! | open connections to origins per node (1024) | `[egress] max_connections` | `connection-limit-reached` after the wait | `connection_limit` |
 //! | connections one Worker uses at once, on a node (128) | `[egress] max_connections_per_worker` | `connection-limit-reached` after the wait | `connection_limit` |
-//! | idle connection kept (10 s, 4 per origin) | `[egress] idle_timeout` | closed (also when the node needs the room, `hearth_egress_idle_closed`) | |
+//! | idle connection kept (10 s, 4 per origin) | `[egress] idle_timeout` | closed (also when the node needs the room, `hearth_egress_idle_closed_total`) | |
 //! | request sent to response head (30 s) | `[egress] first_byte_timeout` | `HTTP-response-timeout` | `timeout` |
 //! | the request's wall deadline | `[plans.*] request_wall` | `HTTP-response-timeout` | `timeout` |
 //! | response body (32 MiB) | `[egress] max_response_size` | `HTTP-response-body-size` | `too_large` |
@@ -663,8 +663,9 @@ impl Resolver {
             )
         };
         let opts = builder.options_mut();
-        // Two tries of half the budget each; the lookup as a whole is
-        // bounded by `timeout` below whatever the name servers do.
+        // Each try at most half the budget, so a lost answer is asked
+        // again (hickory's `attempts` are retries); the lookup as a whole
+        // is bounded by `timeout` below whatever the name servers do.
         opts.timeout = cfg.dns_timeout / 2;
         opts.attempts = 2;
         opts.use_hosts_file = ResolveHosts::Always;
