@@ -570,6 +570,16 @@ mod tests {
             c.egress.extra_roots,
             vec![PathBuf::from("/etc/hearth/origin-ca.pem")]
         );
+        assert_eq!(c.egress.dns_timeout, Some(Duration::from_secs(5)));
+        assert_eq!(c.egress.dns_servers, Some(Vec::new()));
+        assert_eq!(
+            (
+                c.egress.max_connections,
+                c.egress.max_connections_per_worker
+            ),
+            (Some(1024), Some(128))
+        );
+        assert_eq!(c.egress.idle_timeout, Some(Duration::from_secs(10)));
         let telemetry = c.telemetry.as_ref().expect("[telemetry]");
         assert_eq!(telemetry.service_name.as_deref(), Some("hearth"));
         let free = &c.plans.free;
