@@ -480,6 +480,11 @@ impl Collector for RuntimeCollector {
                 "Nested calls refused because their flow's CPU budget for nested calls was spent",
                 s.nested_cpu_refused,
             ),
+            (
+                "hearth_egress_idle_closed",
+                "Idle connections to origins closed to make room under the node's connection cap",
+                s.subrequests.idle_closed,
+            ),
         ];
         for (name, help, v) in counters {
             let c = ConstCounter::new(v);
@@ -506,7 +511,7 @@ impl Collector for RuntimeCollector {
             let c = ConstCounter::new(0u64);
             let mut fam = enc.encode_descriptor(
                 "hearth_subrequests",
-                "Fetches of origins by Workers, by outcome (ok, denied, private_address, timeout, too_many, too_large, error)",
+                "Fetches of origins by Workers, by outcome (ok, denied, private_address, timeout, too_many, too_large, connection_limit, error)",
                 None,
                 c.metric_type(),
             )?;
@@ -535,6 +540,11 @@ impl Collector for RuntimeCollector {
                 "hearth_instance_bytes",
                 "Bytes live instances hold (linear memory and tables)",
                 s.instance_bytes as i64,
+            ),
+            (
+                "hearth_egress_connections",
+                "Connections to origins open now (at most [egress] max_connections)",
+                s.subrequests.open_connections as i64,
             ),
         ] {
             let g = ConstGauge::new(v);

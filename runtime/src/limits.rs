@@ -10,8 +10,9 @@
 //! ([`MAX_DEPTH`]), how often a request may loop through the front door
 //! ([`MAX_LOOP_PASSES`], by default), and what host memory one instance can make the node
 //! allocate (`MAX_RESOURCES`, `FIELD_SIZE_LIMIT`, the outgoing body
-//! buffer, and their sum `HOST_RESERVE`; how the host enforces them is
-//! in the instance wing's `host`).
+//! buffer, and their sum `HOST_RESERVE`, and `MAX_RANDOM_BYTES` per
+//! `wasi:random` call; how the host enforces them is in the instance
+//! wing's `host`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -183,6 +184,35 @@ pub(crate) const OUTGOING_BODY_BYTES: usize =
 /// per live instance.
 pub(crate) const HOST_RESERVE: u64 =
     (MAX_RESOURCES * (FIELD_SIZE_LIMIT + OUTGOING_BODY_BYTES)) as u64;
+
+/// Most bytes one `wasi:random` call (`get-random-bytes`,
+/// `get-insecure-random-bytes`) may ask the host for: 64 KiB, the quota of
+/// Web Crypto's `getRandomValues`. A larger ask traps the guest. The host
+/// builds the whole answer before copying it into the guest, outside the
+/// instance's memory accounting and its CPU meter, so wasmtime-wasi's
+/// default (64 MiB per call) let one call take that much host memory.
+pub(crate) const MAX_RANDOM_BYTES: u64 = 64 * 1024;
+
+/// Default open connections to origins per node, idle ones included
+/// (`[egress] max_connections`; [`crate::outbound::connections`]).
+pub const EGRESS_MAX_CONNECTIONS: usize = 1024;
+
+/// Default connections to origins one Worker may use at once on a node
+/// (`[egress] max_connections_per_worker`), so one Worker cannot take the
+/// node's whole cap.
+pub const EGRESS_MAX_CONNECTIONS_PER_WORKER: usize = 128;
+
+/// Default time an idle connection to an origin stays open for reuse
+/// (`[egress] idle_timeout`; hyper-util's own default is 90 s).
+pub const EGRESS_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Idle connections the egress pool keeps per origin (hyper-util's
+/// default was 32 per host, with no overall bound).
+pub const EGRESS_IDLE_PER_HOST: usize = 4;
+
+/// Default bound on one DNS lookup of an origin's host
+/// (`[egress] dns_timeout`).
+pub const EGRESS_DNS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What one table element is counted as against the memory limit.
 pub(crate) const TABLE_ELEMENT_BYTES: usize = 16;

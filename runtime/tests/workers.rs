@@ -292,6 +292,40 @@ async fn mem_hog_fails_its_allocation_and_trap_is_500() {
     assert_eq!((s.memory_kills, s.traps), (1, 2));
 }
 
+/// `wasi:random` answers at most 64 KiB per call (the host builds the answer
+/// in its own memory before the guest sees it; wasmtime-wasi's default let
+/// one call ask for 64 MiB): a larger ask traps that instance, and the
+/// Worker and the node go on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_asking_for_too_many_random_bytes_traps_and_the_node_serves_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = Runtime::new(config(&dir)).expect("runtime");
+    rt.deploy("mem", Plan::Free, sample("mem-hog"))
+        .await
+        .expect("deploy");
+    let random = |n: u64| {
+        let req = http::Request::get(format!("http://mem.localhost/?random={n}"))
+            .body(body::full(""))
+            .expect("request");
+        let rt = &rt;
+        async move { text(rt.serve("mem", req).await).await }
+    };
+    let (status, _, body) = random(64 * 1024).await;
+    assert_eq!((status.as_u16(), body.as_str()), (200, "65536"));
+    for over in [64 * 1024 + 1, 1 << 20, 32 << 20] {
+        let (status, _, body) = random(over).await;
+        assert_eq!(status, 500, "{over} bytes: {body}");
+        assert!(body.contains("it trapped"), "{body}");
+    }
+    assert_eq!(rt.stats().traps, 3);
+    let (status, _, body) = random(16).await;
+    assert_eq!((status.as_u16(), body.as_str()), (200, "16"));
+    rt.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
+    assert_eq!(call(&rt, "hello").await.0, 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reused_instance_near_its_memory_limit_is_retired_before_a_request_fails() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -66,9 +66,22 @@ pub struct EgressSection {
     /// Whether loopback, private, link-local and metadata addresses may be
     /// reached (default false).
     pub allow_private_addresses: Option<bool>,
-    /// DNS resolution, then TCP connect, each at most this long.
+    /// Waiting for a connection under the caps, then TCP connect, each at
+    /// most this long.
     #[serde(default, with = "humantime_serde")]
     pub connect_timeout: Option<Duration>,
+    /// One DNS lookup at most this long.
+    #[serde(default, with = "humantime_serde")]
+    pub dns_timeout: Option<Duration>,
+    /// Name servers to ask instead of those of `/etc/resolv.conf`.
+    pub dns_servers: Option<Vec<std::net::SocketAddr>>,
+    /// Open connections to origins per node.
+    pub max_connections: Option<usize>,
+    /// Connections one Worker may use at once on a node.
+    pub max_connections_per_worker: Option<usize>,
+    /// How long an idle connection stays open.
+    #[serde(default, with = "humantime_serde")]
+    pub idle_timeout: Option<Duration>,
     /// From sending a request until its response head.
     #[serde(default, with = "humantime_serde")]
     pub first_byte_timeout: Option<Duration>,
@@ -470,6 +483,21 @@ impl NodeConfig {
         if let Some(v) = e.connect_timeout {
             egress.connect_timeout = v;
         }
+        if let Some(v) = e.dns_timeout {
+            egress.dns_timeout = v;
+        }
+        if let Some(v) = &e.dns_servers {
+            egress.dns_servers = v.clone();
+        }
+        if let Some(v) = e.max_connections {
+            egress.max_connections = v;
+        }
+        if let Some(v) = e.max_connections_per_worker {
+            egress.max_connections_per_worker = v;
+        }
+        if let Some(v) = e.idle_timeout {
+            egress.idle_timeout = v;
+        }
         if let Some(v) = e.first_byte_timeout {
             egress.first_byte_timeout = v;
         }
@@ -549,6 +577,16 @@ mod tests {
             c.egress.extra_roots,
             vec![PathBuf::from("/etc/hearth/origin-ca.pem")]
         );
+        assert_eq!(c.egress.dns_timeout, Some(Duration::from_secs(5)));
+        assert_eq!(c.egress.dns_servers, Some(Vec::new()));
+        assert_eq!(
+            (
+                c.egress.max_connections,
+                c.egress.max_connections_per_worker
+            ),
+            (Some(1024), Some(128))
+        );
+        assert_eq!(c.egress.idle_timeout, Some(Duration::from_secs(10)));
         let telemetry = c.telemetry.as_ref().expect("[telemetry]");
         assert_eq!(telemetry.service_name.as_deref(), Some("hearth"));
         let free = &c.plans.free;
@@ -588,6 +626,8 @@ mod tests {
         let c: NodeConfig = toml::from_str(
             "[egress]\nallow_private_addresses = true\nconnect_timeout = \"2s\"\n\
              first_byte_timeout = \"5s\"\nmax_response_size = \"1MiB\"\n\
+             dns_timeout = \"1s\"\ndns_servers = [\"127.0.0.1:5353\"]\n\
+             max_connections = 64\nmax_connections_per_worker = 8\nidle_timeout = \"3s\"\n\
              [plans.free]\nsubrequests = 7\n",
         )
         .expect("[egress]");
@@ -597,6 +637,17 @@ mod tests {
         assert_eq!(e.connect_timeout, Duration::from_secs(2));
         assert_eq!(e.first_byte_timeout, Duration::from_secs(5));
         assert_eq!(e.max_response_size, 1 << 20);
+        assert_eq!(e.dns_timeout, Duration::from_secs(1));
+        assert_eq!(
+            e.dns_servers,
+            vec![
+                "127.0.0.1:5353"
+                    .parse::<std::net::SocketAddr>()
+                    .expect("addr")
+            ]
+        );
+        assert_eq!((e.max_connections, e.max_connections_per_worker), (64, 8));
+        assert_eq!(e.idle_timeout, Duration::from_secs(3));
         assert_eq!(cfg.limits(Plan::Free).subrequests, 7);
         assert_eq!(cfg.limits(Plan::Paid).subrequests, 1000);
         let default = NodeConfig::default().apply(RuntimeConfig::new("/tmp/hearth-egress-config"));

@@ -3,7 +3,12 @@
 //! origin this test starts on 127.0.0.1. Allowed, denied (not on the
 //! allow-list), private addresses refused by default (an IP literal and a
 //! name that resolves to 127.0.0.1), redirects not followed, the timeout,
-//! too many fetches in one request, and the response size cap.
+//! too many fetches in one request, and the response size cap. Host names
+//! other than `localhost` are resolved by a name server this test starts
+//! on 127.0.0.1 ([`TestDns`]), never by the network's: the node's
+//! `[egress] dns_servers` points at it. With it: the connection caps under
+//! 200 distinct host names, one Worker against another, and a lookup that
+//! times out.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -12,7 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hearth::cluster::ClusterConfig;
-use hearth::runtime::outbound::egress::EgressConfig;
+use hearth::runtime::outbound::egress::{EgressConfig, SubrequestCounts};
 use hearth::runtime::{Manifest, Plan};
 use hearth::testing::TestCluster;
 use http_body_util::Full;
@@ -425,4 +430,402 @@ async fn https_origins_are_verified_against_the_roots() {
         let got = fetch(&c, "tls", &format!("{url}/x"), 1).await;
         assert!(got.starts_with(expect), "trusted={trusted}: {got}");
     }
+}
+
+/// A name server on 127.0.0.1 (UDP) for the node's resolver: it answers
+/// every `A` question with 127.0.0.1 and every other question with no
+/// records, or, `silent`, never answers. Counts the questions it got.
+struct TestDns {
+    addr: SocketAddr,
+    questions: Arc<std::sync::atomic::AtomicUsize>,
+    names: Arc<Mutex<std::collections::HashSet<String>>>,
+}
+
+impl TestDns {
+    async fn start(silent: bool) -> TestDns {
+        use hickory_resolver::proto::op::{Message, MessageType, OpCode};
+        use hickory_resolver::proto::rr::rdata::A;
+        use hickory_resolver::proto::rr::{RData, Record, RecordType};
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
+            .await
+            .expect("bind dns");
+        let addr = socket.local_addr().expect("dns addr");
+        let questions = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let names: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
+        let (q, n) = (questions.clone(), names.clone());
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            loop {
+                let Ok((len, from)) = socket.recv_from(&mut buf).await else {
+                    return;
+                };
+                let Ok(query) = Message::from_vec(&buf[..len]) else {
+                    continue;
+                };
+                q.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                for question in &query.queries {
+                    n.lock().expect("names").insert(question.name().to_string());
+                }
+                if silent {
+                    continue;
+                }
+                let mut answer =
+                    Message::new(query.metadata.id, MessageType::Response, OpCode::Query);
+                answer.metadata.recursion_desired = query.metadata.recursion_desired;
+                answer.metadata.recursion_available = true;
+                for question in &query.queries {
+                    answer.add_query(question.clone());
+                    if question.query_type() == RecordType::A {
+                        answer.add_answer(Record::from_rdata(
+                            question.name().clone(),
+                            60,
+                            RData::A(A(std::net::Ipv4Addr::LOCALHOST)),
+                        ));
+                    }
+                }
+                let bytes = answer.to_vec().expect("encode dns answer");
+                let _ = socket.send_to(&bytes, from).await;
+            }
+        });
+        TestDns {
+            addr,
+            questions,
+            names,
+        }
+    }
+
+    fn questions(&self) -> usize {
+        self.questions.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The distinct names asked about.
+    fn names(&self) -> usize {
+        self.names.lock().expect("names").len()
+    }
+}
+
+/// The node's TCP connections to `port` on this host that are open now
+/// (ESTABLISHED, read from /proc/net/tcp: the client side of each has the
+/// origin's port as its remote port).
+fn connections_to(port: u16) -> usize {
+    let port = format!(":{port:04X}");
+    let open = |table: String| {
+        table
+            .lines()
+            .skip(1)
+            .filter(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                cols.len() > 3 && cols[2].ends_with(&port) && cols[3] == "01"
+            })
+            .count()
+    };
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .map(open)
+        .sum()
+}
+
+/// The most connections to `port` seen open while it runs (sampled every
+/// 2 ms on a thread of its own, and when stopped), read by [`Self::stop`].
+struct PeakConnections {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<usize>>,
+}
+
+impl PeakConnections {
+    fn watch(port: u16) -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut peak = 0;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(connections_to(port));
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            // Once more when stopped: a sampler starved by the node's
+            // threads still sees what was left open.
+            peak.max(connections_to(port))
+        });
+        PeakConnections {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn stop(mut self) -> usize {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread
+            .take()
+            .expect("watching")
+            .join()
+            .expect("sampler")
+    }
+}
+
+/// Node settings that resolve names through `dns`, with the connection
+/// caps given.
+fn with_dns(dns: &TestDns, node_cap: usize, worker_cap: usize) -> EgressConfig {
+    EgressConfig {
+        dns_servers: vec![dns.addr],
+        max_connections: node_cap,
+        max_connections_per_worker: worker_cap,
+        connect_timeout: Duration::from_secs(1),
+        first_byte_timeout: Duration::from_secs(10),
+        ..private_allowed()
+    }
+}
+
+/// A Worker fetches 200 distinct host names (all resolving to a new
+/// origin through `dns`), eight at a time, on a node with the caps given:
+/// the most connections to the origin seen open at once, and the node's
+/// counts after.
+async fn fetch_200_names(
+    dns: &TestDns,
+    node_cap: usize,
+    worker_cap: usize,
+) -> (usize, SubrequestCounts) {
+    let origin = Origin::start(None).await;
+    let port = origin.addr.port();
+    let (c, _dir) = node(with_dns(dns, node_cap, worker_cap)).await;
+    c.deploy_manifest(
+        "fetcher",
+        allowing(Plan::Free, &[format!("http://*.test:{port}")]),
+        sample("fetcher"),
+    )
+    .await
+    .expect("deploy");
+
+    let peak = PeakConnections::watch(port);
+    let names: Vec<String> = (0..200)
+        .map(|i| format!("http://h{i}.test:{port}/hello"))
+        .collect();
+    for batch in names.chunks(8) {
+        let outs =
+            futures::future::join_all(batch.iter().map(|url| fetch(&c, "fetcher", url, 1))).await;
+        for out in outs {
+            assert_eq!(out, "200 hello from origin\n");
+        }
+    }
+    let peak = peak.stop();
+    assert_eq!(origin.hits("/hello"), 200);
+    (peak, c.stats(0).runtime.subrequests)
+}
+
+/// Issue 42.4: a Worker that fetches 200 distinct host names (all
+/// resolving to the test's origin) leaves the node with at most its cap of
+/// open connections: each new name past the cap closes the connection idle
+/// the longest instead of adding one. The same fetches on a node whose
+/// caps are out of reach (the pool as it was: no overall bound) are the
+/// before: one open connection per name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_host_names_stay_within_the_node_connection_cap() {
+    let dns = TestDns::start(false).await;
+
+    let (before, s) = fetch_200_names(&dns, 100_000, 100_000).await;
+    eprintln!(
+        "200 host names, caps out of reach: {before} connections open at once, {} open after",
+        s.open_connections
+    );
+    assert!(
+        before > 16,
+        "{before} connections open at once without a cap"
+    );
+    assert!(s.open_connections > 16, "{s:?}");
+    assert_eq!((s.ok, s.idle_closed), (200, 0), "{s:?}");
+
+    let (peak, s) = fetch_200_names(&dns, 16, 8).await;
+    eprintln!(
+        "200 host names, max_connections = 16: {peak} connections open at once, {} open after, {} idle closed",
+        s.open_connections, s.idle_closed
+    );
+    assert!(dns.names() >= 200, "{} names asked", dns.names());
+    assert!(peak > 0 && peak <= 16, "{peak} connections open at once");
+    assert!(s.open_connections <= 16, "{s:?}");
+    assert!(s.idle_closed >= 200 - 16, "{s:?}");
+    assert_eq!((s.ok, s.connection_limit), (200, 0), "{s:?}");
+}
+
+/// Issue 42.4: one Worker uses at most its cap of connections at once
+/// (further fetches wait `connect_timeout`, then fail with
+/// `connection-limit-reached`), and another Worker's fetch goes through
+/// meanwhile; with the node's cap taken by busy connections, a fetch
+/// waits and fails the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_worker_cannot_take_the_nodes_connections() {
+    let dns = TestDns::start(false).await;
+    let origin = Origin::start(None).await;
+    let port = origin.addr.port();
+    let (c, _dir) = node(with_dns(&dns, 6, 4)).await;
+    for w in ["greedy", "polite", "late"] {
+        c.deploy_manifest(
+            w,
+            allowing(Plan::Free, &[format!("http://*.test:{port}")]),
+            sample("fetcher"),
+        )
+        .await
+        .expect("deploy");
+    }
+    let slow = |w: &'static str, i: usize| {
+        let c = &c;
+        async move { fetch(c, w, &format!("http://{w}{i}.test:{port}/slow"), 1).await }
+    };
+
+    // Six slow fetches of one Worker: four go, two wait 1 s and fail.
+    let greedy = futures::future::join_all((0..6).map(|i| slow("greedy", i)));
+    let polite = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let t = std::time::Instant::now();
+        let out = fetch(&c, "polite", &format!("http://p.test:{port}/hello"), 1).await;
+        (out, t.elapsed())
+    };
+    let (greedy, (polite, took)) = tokio::join!(greedy, polite);
+    assert_eq!(polite, "200 hello from origin\n");
+    assert!(took < Duration::from_millis(900), "{took:?}: it waited");
+    let limited = "error HTTP error: ErrorCode::ConnectionLimitReached\n";
+    assert_eq!(
+        greedy.iter().filter(|o| *o == "200 late\n").count(),
+        4,
+        "{greedy:?}"
+    );
+    assert_eq!(
+        greedy.iter().filter(|o| *o == limited).count(),
+        2,
+        "{greedy:?}"
+    );
+    assert_eq!(origin.hits("/slow"), 4);
+
+    // Four busy for greedy, two for polite: the node's six. A third
+    // Worker's fetch finds no idle connection to close, waits, fails.
+    let busy = futures::future::join_all(
+        (0..4)
+            .map(|i| slow("greedy", 10 + i))
+            .chain((0..2).map(|i| slow("polite", i))),
+    );
+    let late = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        fetch(&c, "late", &format!("http://l.test:{port}/hello"), 1).await
+    };
+    let (busy, late) = tokio::join!(busy, late);
+    assert!(busy.iter().all(|o| o == "200 late\n"), "{busy:?}");
+    assert_eq!(late, limited);
+    let s = c.stats(0).runtime.subrequests;
+    assert_eq!(s.connection_limit, 3, "{s:?}");
+    assert!(s.open_connections <= 6, "{s:?}");
+}
+
+/// The threads of this process named `name` (a runtime's workers and
+/// blocking pool, named by its builder).
+fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|c| c.trim_end() == name)
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Issue 42.4: DNS is asynchronous: lookups at a name server that never
+/// answers time out at `dns_timeout` with `DNS-timeout`, hold no thread
+/// while they wait (getaddrinfo ran on the blocking pool, one thread per
+/// stalled lookup, and kept it past the timeout), and stop asking once
+/// they gave up. The node runs on a runtime of its own here, whose threads
+/// (workers and blocking pool) carry a name the test counts.
+#[test]
+fn a_dns_lookup_that_times_out_holds_no_thread() {
+    const NAME: &str = "dns-stall-test";
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(NAME)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let silent = TestDns::start(true).await;
+        let origin = Origin::start(None).await;
+        let port = origin.addr.port();
+        let (c, _dir) = node(EgressConfig {
+            dns_timeout: Duration::from_millis(400),
+            ..with_dns(&silent, 64, 64)
+        })
+        .await;
+        let base = format!("http://{}", origin.addr);
+        c.deploy_manifest(
+            "fetcher",
+            allowing(Plan::Free, &[base.clone(), format!("http://*.test:{port}")]),
+            sample("fetcher"),
+        )
+        .await
+        .expect("deploy");
+        // Warm: sixteen instances up, and whatever threads they need.
+        let hello = format!("{base}/hello");
+        let warm =
+            futures::future::join_all((0..16).map(|_| fetch(&c, "fetcher", &hello, 1))).await;
+        assert!(
+            warm.iter().all(|o| o == "200 hello from origin\n"),
+            "{warm:?}"
+        );
+        let threads = threads_named(NAME);
+
+        // Sixteen requests, each with two lookups that stall.
+        let t = std::time::Instant::now();
+        let urls: Vec<String> = (0..16)
+            .map(|i| format!("http://t{i}.test:{port}/hello"))
+            .collect();
+        let stalled =
+            futures::future::join_all(urls.iter().map(|url| fetch(&c, "fetcher", url, 2)));
+        let sample = async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            threads_named(NAME)
+        };
+        let (outs, during) = tokio::join!(stalled, sample);
+        let took = t.elapsed();
+        let timed_out = "error HTTP error: ErrorCode::DnsTimeout\n".repeat(2);
+        assert!(outs.iter().all(|o| *o == timed_out), "{outs:?}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        assert!(
+            during <= threads + 2,
+            "{threads} threads before 16 stalled lookups, {during} while they stall"
+        );
+        // Nothing keeps asking once the lookups gave up.
+        let asked = silent.questions();
+        assert!(asked >= 32, "{asked} questions");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(silent.questions(), asked, "a lookup outlived its timeout");
+        assert_eq!(c.stats(0).runtime.subrequests.timeout, 32);
+        assert_eq!(origin.hits("/hello"), 16);
+    });
+}
+
+/// The SSRF check holds after the async resolver: a name that resolves
+/// to 127.0.0.1 is refused unless private addresses are allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_that_resolves_to_a_private_address_is_refused() {
+    let dns = TestDns::start(false).await;
+    let origin = Origin::start(None).await;
+    let port = origin.addr.port();
+    let (c, _dir) = node(EgressConfig {
+        allow_private_addresses: false,
+        ..with_dns(&dns, 16, 8)
+    })
+    .await;
+    c.deploy_manifest(
+        "fetcher",
+        allowing(Plan::Free, &[format!("http://*.test:{port}")]),
+        sample("fetcher"),
+    )
+    .await
+    .expect("deploy");
+    let out = fetch(&c, "fetcher", &format!("http://h1.test:{port}/hello"), 1).await;
+    assert_eq!(
+        out,
+        "error HTTP error: ErrorCode::DestinationIpProhibited\n"
+    );
+    assert!(dns.questions() >= 1);
+    assert_eq!(origin.hits("/hello"), 0);
+    assert_eq!(c.stats(0).runtime.subrequests.private_address, 1);
 }

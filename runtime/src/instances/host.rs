@@ -32,6 +32,9 @@
 //!   the in-flight instances use the host, together they stay within the
 //!   cap.
 //!
+//! * one `wasi:random` call may ask for [`MAX_RANDOM_BYTES`] (64 KiB; the
+//!   host builds the answer in its own memory first); a larger ask traps.
+//!
 //! These bounds are constants of [`crate::limits`].
 //!
 //! [`OUTGOING_BODY_BYTES`]: crate::limits::OUTGOING_BODY_BYTES
@@ -46,7 +49,9 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::instances::cpu::CpuMeter;
-use crate::limits::{FIELD_SIZE_LIMIT, HOST_RESERVE, MAX_RESOURCES, TABLE_ELEMENT_BYTES};
+use crate::limits::{
+    FIELD_SIZE_LIMIT, HOST_RESERVE, MAX_RANDOM_BYTES, MAX_RESOURCES, TABLE_ELEMENT_BYTES,
+};
 use crate::outbound::outgoing::Outbound;
 
 /// The `T` of every instance's `Store<T>`.
@@ -130,6 +135,7 @@ impl Host {
             .allow_ip_name_lookup(false)
             .allow_tcp(false)
             .allow_udp(false)
+            .max_random_size(MAX_RANDOM_BYTES)
             .build();
         let mut http = WasiHttpCtx::new();
         http.set_field_size_limit(FIELD_SIZE_LIMIT);

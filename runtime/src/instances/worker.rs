@@ -130,6 +130,8 @@ pub(crate) struct Worker {
     bindings: Arc<crate::outbound::bindings::Bindings>,
     /// The origins it may fetch, parsed from its bindings' allowed hosts.
     allowed: Arc<crate::outbound::egress::AllowList>,
+    /// The node's client for them, with this Worker's connection cap.
+    egress: crate::outbound::egress::WorkerEgress,
     engine: Engine,
     pre: ProxyPre<Host>,
     init: Option<ComponentExportIndex>,
@@ -191,6 +193,7 @@ impl Worker {
                 env,
                 log: crate::outbound::tail::WorkerLog::new(script_id.clone()),
             }),
+            egress: node.egress.for_worker(&script_id),
             script_id,
             bindings: Arc::new(meta.bindings.clone()),
             allowed: Arc::new(allow_list(&meta)),
@@ -446,7 +449,7 @@ impl Worker {
                 script_id: self.script_id.clone(),
                 bindings: self.bindings.clone(),
                 allowed: self.allowed.clone(),
-                egress: self.node.egress.clone(),
+                egress: self.egress.clone(),
                 fetch_limit: limits.subrequests,
                 fetches: std::sync::atomic::AtomicU32::new(0),
                 flow,

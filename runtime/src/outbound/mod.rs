@@ -13,7 +13,8 @@
 //!   ([`crate::flow`]), which the node carries wherever the callee runs;
 //! * an origin on the Worker's allow-list is fetched by the node's own
 //!   client, which refuses private addresses and caps what comes back
-//!   ([`egress`]), unless an outbound Worker intercepts it;
+//!   ([`egress`]) and bounds how many connections it holds open
+//!   ([`connections`]), unless an outbound Worker intercepts it;
 //! * anything else is denied.
 //!
 //! What a Worker writes to stdout and stderr, and how its requests went,
@@ -22,6 +23,7 @@
 //! Each of these ways is counted ([`crate::stats`]).
 
 pub mod bindings;
+pub(crate) mod connections;
 pub mod egress;
 pub(crate) mod fast_http;
 pub mod live_tail;

@@ -67,7 +67,7 @@ use crate::flow::{
 use crate::instances::cpu::CpuMeter;
 use crate::limits::MAX_DEPTH;
 use crate::outbound::bindings::{Bindings, CallKind, Resolved, resolve};
-use crate::outbound::egress::{AllowList, Egress, SubrequestOutcome};
+use crate::outbound::egress::{AllowList, SubrequestOutcome, WorkerEgress};
 use crate::stats::Stats;
 
 /// What the host knows about the request an instance is serving, for its
@@ -77,8 +77,8 @@ pub(crate) struct Caller {
     pub(crate) bindings: Arc<Bindings>,
     /// The origins the Worker may fetch ([`crate::outbound::egress`]).
     pub(crate) allowed: Arc<AllowList>,
-    /// The node's client for them.
-    pub(crate) egress: Arc<Egress>,
+    /// The node's client for them, with the Worker's connection cap.
+    pub(crate) egress: WorkerEgress,
     /// Fetches this invocation may make (its plan's `subrequests`).
     pub(crate) fetch_limit: u32,
     /// Fetches it has made (or tried).

@@ -3,7 +3,9 @@
 //! limit makes `memory.grow` fail (the allocation failure then traps).
 //! With `?keep=N` it allocates only N blocks, keeps them too, and answers
 //! 200 with the number of blocks this instance now holds: a Worker whose
-//! memory creeps up request by request.
+//! memory creeps up request by request. With `?random=N` it asks the host
+//! for N random bytes in one `wasi:random` call and answers 200 with how
+//! many came (the host caps one call; a larger ask traps).
 
 use hearth_sdk::{Guest, IncomingRequest, ResponseOutparam};
 use std::hint::black_box;
@@ -19,13 +21,22 @@ struct MemHog;
 
 impl Guest for MemHog {
     fn handle(request: IncomingRequest, out: ResponseOutparam) {
+        let path = request.path_with_query().unwrap_or_default();
+        if let Some(n) = path
+            .split_once("random=")
+            .and_then(|(_, n)| n.parse::<u64>().ok())
+        {
+            let got = hearth_sdk::wasi::random::random::get_random_bytes(n);
+            let _ = hearth_sdk::respond(out, 200, &[], got.len().to_string().as_bytes());
+            return;
+        }
         let mut hoard = match HOARD.lock() {
             Ok(h) => h,
             Err(poisoned) => poisoned.into_inner(),
         };
-        let keep = request
-            .path_with_query()
-            .and_then(|p| p.split_once("keep=").and_then(|(_, n)| n.parse::<usize>().ok()));
+        let keep = path
+            .split_once("keep=")
+            .and_then(|(_, n)| n.parse::<usize>().ok());
         let mut n: u8 = 0;
         if let Some(keep) = keep {
             for _ in 0..keep {
