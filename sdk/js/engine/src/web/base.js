@@ -417,8 +417,8 @@ function atob(data) {
 }
 
 // ---- TextEncoder / TextDecoder ----
-// A JS string as UTF-8 (lone surrogates as U+FFFD).
-const utf8 = (s) => N.utf8Encode(s.isWellFormed() ? s : s.toWellFormed());
+// A JS string as UTF-8 (the native makes lone surrogates U+FFFD).
+const utf8 = (s) => N.utf8Encode(s);
 // A BufferSource as a Uint8Array over the same bytes.
 const bytesView = (b) => {
   if (b instanceof Uint8Array) return b;
@@ -460,14 +460,24 @@ class TextEncoder {
 }
 tag(TextEncoder, 'TextEncoder');
 const UTF8_LABELS = new Set(['utf-8', 'utf8', 'unicode-1-1-utf-8', 'unicode11utf8', 'unicode20utf8', 'x-unicode20utf8']);
-// How many bytes at the end of `b` start a UTF-8 sequence not yet complete.
+// How many bytes at the end of `b` are a sequence of UTF-8 not yet
+// complete: a valid start of one, held back for the next chunk. A start
+// that cannot be completed (`E0 80`, `C0`, `F5`) is not held back: its
+// U+FFFD comes now, as the WHATWG decoder emits it.
 const incompleteTail = (b) => {
   const n = b.length;
   for (let k = 1; k <= 3 && k <= n; k++) {
     const c = b[n - k];
     if ((c & 0xc0) === 0x80) continue; // continuation byte
-    const need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
-    return need > k && c < 0xf5 ? k : 0;
+    const need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 1;
+    if (need <= k || c > 0xf4) return 0;
+    if (k >= 2) {
+      // The second byte's range depends on the first (no overlong forms,
+      // surrogates or code points past U+10FFFF).
+      const d = b[n - k + 1];
+      if (d < (c === 0xe0 ? 0xa0 : c === 0xf0 ? 0x90 : 0x80) || d > (c === 0xed ? 0x9f : c === 0xf4 ? 0x8f : 0xbf)) return 0;
+    }
+    return k;
   }
   return 0;
 };
