@@ -560,11 +560,15 @@ const bufferSource = (b, what) => {
 };
 const copyOut = (v) => v.slice().buffer;
 const HMAC_USAGES = ['sign', 'verify'];
+// An HMAC key's usages, each checked; an empty list is refused later, by
+// `someUsage`, once the key is made (WebCrypto's order, and workerd's).
 const keyUsages = (usages) => {
   const u = Array.from(usages, String);
   for (const x of u) if (!HMAC_USAGES.includes(x)) throw domError('Unsupported key usage for an HMAC key: ' + x, 'SyntaxError');
-  if (u.length === 0) throw domError('An HMAC key needs at least one usage', 'SyntaxError');
   return [...new Set(u)];
+};
+const someUsage = (u) => {
+  if (u.length === 0) throw domError('An HMAC key needs at least one usage', 'SyntaxError');
 };
 const binary = (bytes) => {
   let s = '';
@@ -612,22 +616,23 @@ class SubtleCrypto {
   async digest(algorithm, data) {
     return N.digest(digestOf(algorithm), bufferSource(data, 'digest')).buffer;
   }
-  // HMAC keys from raw bytes or a JWK ({kty: 'oct', k}).
+  // HMAC keys from raw bytes or a JWK ({kty: 'oct', k}). The checks come
+  // in WebCrypto's order (the algorithm, the key data's type, the usages,
+  // the key, then an empty list of usages), so a call wrong in several
+  // ways fails as on workerd.
   async importKey(format, keyData, algorithm, extractable, usages) {
     if (algName(algorithm) !== 'HMAC') throw domError('Unrecognized name.', 'NotSupportedError');
     const which = hmacHash(algorithm);
-    const u = keyUsages(usages);
     let bytes;
-    if (format === 'raw') {
-      bytes = bufferSource(keyData, 'importKey').slice();
-    } else if (format === 'jwk') {
-      if (typeof keyData !== 'object' || keyData === null) throw new TypeError('A JWK must be an object');
+    if (format === 'raw') bytes = bufferSource(keyData, 'importKey').slice();
+    else if (format !== 'jwk') throw domError('An HMAC key is imported as raw or jwk', 'NotSupportedError');
+    else if (typeof keyData !== 'object' || keyData === null) throw new TypeError('A JWK must be an object');
+    const u = keyUsages(usages);
+    if (format === 'jwk') {
       if (keyData.kty !== 'oct') throw domError('An HMAC JWK has kty "oct"', 'DataError');
       if (keyData.alg !== undefined && keyData.alg !== JWK_ALG[which]) throw domError('The JWK alg does not match the hash', 'DataError');
       if (keyData.ext === false && extractable) throw domError('The JWK is not extractable', 'DataError');
       bytes = unb64url(keyData.k);
-    } else {
-      throw domError('An HMAC key is imported as raw or jwk', 'NotSupportedError');
     }
     if (bytes.length === 0) throw domError('An HMAC key cannot be empty', 'DataError');
     let length = bytes.length * 8;
@@ -635,7 +640,11 @@ class SubtleCrypto {
       const l = Number(algorithm.length);
       if (!(l <= length && l > length - 8)) throw domError('The length does not match the key', 'DataError');
       length = l;
+      // A key of `length` bits: the bits past it are zero (as workerd,
+      // and generateKey below, make them).
+      if (length % 8) bytes[bytes.length - 1] &= 0xff << (8 - (length % 8));
     }
+    someUsage(u);
     return newKey(bytes, which, length, extractable, u);
   }
   async exportKey(format, key) {
@@ -654,6 +663,7 @@ class SubtleCrypto {
     const u = keyUsages(usages);
     const length = algorithm.length === undefined ? BLOCK_BITS[which] : Number(algorithm.length);
     if (!(length > 0 && length <= 8 * 65536)) throw domError('Invalid HMAC key length', 'OperationError');
+    someUsage(u);
     const bytes = new Uint8Array(Math.ceil(length / 8));
     N.random(bytes);
     if (length % 8) bytes[bytes.length - 1] &= 0xff << (8 - (length % 8));
