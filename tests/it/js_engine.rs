@@ -78,7 +78,7 @@ async fn reused(source: &str, id: &str) -> (tempfile::TempDir, Runtime) {
 
 /// Waits until no invocation is running, so the next request finds the
 /// instance that served the last one idle.
-async fn settle(rt: &Runtime) {
+pub(crate) async fn settle(rt: &Runtime) {
     for _ in 0..10_000 {
         if rt.stats().in_flight == 0 {
             return;
@@ -90,7 +90,7 @@ async fn settle(rt: &Runtime) {
 
 /// Sends a request to `id` (a POST when `body` is given) with `headers`,
 /// waits until it has ended, and returns the status and the body.
-async fn send(
+pub(crate) async fn send(
     rt: &Runtime,
     id: &str,
     path: &str,

@@ -33,6 +33,7 @@ mod js_build;
 mod js_engine;
 mod js_loop;
 mod js_web;
+mod js_web_inputs;
 mod nested;
 mod otlp;
 mod rolling_upgrade;
