@@ -286,15 +286,23 @@ const WPT_REASON: &str = "a WPT case one runtime fails: rust-url's known failure
 /// passes 861 and 272.
 const WPT_FLOOR: (u64, u64) = (822, 255);
 
+/// The JS Worker `source` built and deployed as `id` on a runtime of its
+/// own (default settings: instances reused); the runtime and the directory
+/// of its store, which must outlive it.
+async fn deployed(source: &str, id: &str) -> (Runtime, tempfile::TempDir) {
+    let component = build_js(source).expect("the Worker builds");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = Runtime::new(RuntimeConfig::new(dir.path()).artifact_key([7; 32])).expect("runtime");
+    rt.deploy(id, Manifest::default(), component)
+        .await
+        .expect("deploy");
+    (rt, dir)
+}
+
 /// See the module docs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn generated_and_wpt_inputs_never_abort_and_match_workerd() {
-    let component = build_js(WORKER).expect("inputs.test.js builds");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rt = Runtime::new(RuntimeConfig::new(dir.path()).artifact_key([7; 32])).expect("runtime");
-    rt.deploy("inputs", Manifest::default(), component)
-        .await
-        .expect("deploy");
+    let (rt, _dir) = deployed(WORKER, "inputs").await;
     let workerd = match Workerd::serve(WORKER) {
         Ok(w) => Some(w),
         Err(e) => {
@@ -480,12 +488,7 @@ export default {
 /// a client: each answers 200 on the one instance, none traps.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inputs_that_used_to_abort_answer_on_the_same_instance() {
-    let component = build_js(CLIENT_INPUT_WORKER).expect("the Worker builds");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rt = Runtime::new(RuntimeConfig::new(dir.path()).artifact_key([7; 32])).expect("runtime");
-    rt.deploy("client", Manifest::default(), component)
-        .await
-        .expect("deploy");
+    let (rt, _dir) = deployed(CLIENT_INPUT_WORKER, "client").await;
     let cases: &[(&str, &str, &str)] = &[
         ("relative", "foo://", "foo://"),
         ("url", "foo://", "foo://"),
