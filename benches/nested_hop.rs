@@ -9,7 +9,7 @@
 //! `a`'s home, the three kinds interleaved, warm. Prints a table.
 //!
 //! `cargo bench -p hearth --bench nested_hop -- egress` measures the egress
-//! path instead (`hearth_runtime::egress`): one node allowed to reach
+//! path instead (`hearth_runtime::outbound::egress`): one node allowed to reach
 //! private addresses, a local origin on 127.0.0.1, and the `fetcher`
 //! Worker (warm) fetching it through its allow-list, against the same
 //! origin requested directly; one client connection, interleaved.
@@ -68,7 +68,7 @@ async fn egress() -> anyhow::Result<()> {
     cfg.https = false;
     cfg.runtime = std::sync::Arc::new(|c| {
         c.instance_pool_size(16)
-            .egress(hearth::runtime::egress::EgressConfig {
+            .egress(hearth::runtime::outbound::egress::EgressConfig {
                 allow_private_addresses: true,
                 ..Default::default()
             })

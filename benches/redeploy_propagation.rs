@@ -13,7 +13,7 @@
 //! answer would be counted (expected: none).
 //!
 //! Then as many rollbacks (`hearth rollback`: the current deployment
-//! points at an earlier version, [`hearth::runtime::versions`]), through
+//! points at an earlier version, [`hearth::runtime::store::versions`]), through
 //! each node in turn, alternating between the last two versions: announced
 //! the same way, measured the same way.
 

@@ -1,5 +1,6 @@
-//! The admin API of a node (token-protected, except `/metrics` and the
-//! health checks `/healthz`, `/livez` and `/readyz`):
+//! The admin API of a node (token-protected, except the health checks
+//! `/healthz`, `/livez` and `/readyz`, and `/metrics` unless the node's
+//! `admin_metrics = "token"`: see [`MetricsAccess`]):
 //!
 //! | method | path                          | what                          |
 //! |--------|-------------------------------|-------------------------------|
@@ -10,7 +11,7 @@
 //! | PUT    | `/v1/scripts/{id}/secrets/{name}` | set secret `name` of `id` to the body (UTF-8), and tell every member |
 //! | GET    | `/v1/scripts/{id}/secrets`    | the names of `id`'s secrets (never a value) |
 //! | DELETE | `/v1/scripts/{id}/secrets/{name}` | delete secret `name` of `id`, and tell every member |
-//! | GET    | `/v1/scripts/{id}/versions`   | `id`'s versions, its current deployment, and this node's per-version counts during a split ([`hearth_runtime::versions`]) |
+//! | GET    | `/v1/scripts/{id}/versions`   | `id`'s versions, its current deployment, and this node's per-version counts during a split ([`hearth_runtime::store::versions`]) |
 //! | PUT    | `/v1/scripts/{id}/deployment` | make the body (JSON `{"split":[{"version":7,"percent":10},{"version":6,"percent":90}]}`) `id`'s deployment, and tell every member |
 //! | POST   | `/v1/scripts/{id}/rollback?version=N` | roll `id` back to version `N` (default: the one before the current) at 100%, and tell every member |
 //! | GET    | `/v1/scripts/{id}/tail?status=5xx&sample=0.1&scope=cluster` | `id`'s requests as they finish on every member (`scope=node`: on this node only): server-sent events, one JSON event per `data:` line ([`crate::live_tail`]) |
@@ -18,20 +19,20 @@
 //! | GET    | `/v1/ring?script={id}`        | the ring as this node sees it, and `id`'s home and successors ([`RingView`]) |
 //! | GET    | `/metrics`                    | Prometheus metrics             |
 //! | GET    | `/healthz`, `/livez`          | `ok`: the process is alive     |
-//! | GET    | `/readyz`                     | `ready`, or 503 `not ready: <why>` ([`crate::node::NotReady`]): draining, store not answering, or not yet joined |
+//! | GET    | `/readyz`                     | `ready`, or 503 `not ready: <why>` ([`crate::node::NotReady`]): draining, store not answering, or not yet joined; the store's own error only with the token |
 //!
-//! A deploy's [bindings](hearth_runtime::bindings) are query parameters
+//! A deploy's [bindings](hearth_runtime::outbound::bindings) are query parameters
 //! too, each repeatable: `service=<name>:<script>`, `dispatch=<namespace>:<script>`
 //! (one user Worker per parameter), `tail=<script>`, and `outbound=<script>`
 //! once; so is the allow-list of origins, `allow_host=<scheme://host[:port]>`
-//! (repeatable, see [`hearth_runtime::egress`]; a bad entry is a 422 that
+//! (repeatable, see [`hearth_runtime::outbound::egress`]; a bad entry is a 422 that
 //! says why). The deploy report and `GET /v1/scripts` show them under
 //! `bindings`.
-//! Vars are `var=<NAME>=<value>`, repeatable ([`hearth_runtime::secrets`]).
+//! Vars are `var=<NAME>=<value>`, repeatable ([`hearth_runtime::store::secrets`]).
 //! No answer carries a secret's value: wherever a script's metadata is
 //! shown, its `secrets` are the list of their names.
 //! `dispatch_only=true` deploys a user Worker that clients cannot address
-//! directly ([`hearth_runtime::manifest`]).
+//! directly ([`hearth_runtime::store::manifest`]).
 //!
 //! A deploy answers once every other member of the cluster has dropped a
 //! stale copy (its `announced` field counts them, see
@@ -52,24 +53,86 @@ use subtle::ConstantTimeEq;
 /// The largest upload accepted, raw (the plan limit applies compressed).
 pub const MAX_UPLOAD: usize = 64 << 20;
 
+/// Who may read `/metrics`: the metrics name the busiest Workers (a
+/// `script` label each) and count store and RPC failures, which is more
+/// than a stranger should learn. `open` (the default) serves them to anyone
+/// who reaches the admin port, for a scraper on a trusted network;
+/// `token` asks for the admin token as every other admin route does
+/// (Prometheus sends it with `authorization: { credentials_file: ... }`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsAccess {
+    /// Anyone who reaches the admin listener.
+    #[default]
+    Open,
+    /// Only with the admin token.
+    Token,
+}
+
+/// What the admin API accepts: its token, and whether `/metrics` needs it.
+#[derive(Debug, Clone)]
+pub struct AdminAccess {
+    /// The admin token (`Authorization: Bearer <token>`).
+    pub token: std::sync::Arc<str>,
+    /// Who may read `/metrics`.
+    pub metrics: MetricsAccess,
+}
+
+impl AdminAccess {
+    /// Access with `token`, metrics open (the default).
+    pub fn new(token: std::sync::Arc<str>) -> Self {
+        AdminAccess {
+            token,
+            metrics: MetricsAccess::Open,
+        }
+    }
+
+    /// Whether `req` carries the admin token.
+    fn authorized(&self, req: &http::Request<Body>) -> bool {
+        req.headers()
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer_token)
+            .is_some_and(|t| bool::from(t.as_bytes().ct_eq(self.token.as_bytes())))
+    }
+}
+
+/// The answer to a request without the admin token.
+fn unauthorized() -> http::Response<Body> {
+    text(
+        StatusCode::UNAUTHORIZED,
+        "missing or wrong admin token (Authorization: Bearer …)\n",
+    )
+}
+
 /// Handles one admin request.
 pub async fn handle(
     node: Node,
-    token: std::sync::Arc<str>,
+    access: AdminAccess,
     req: http::Request<Body>,
 ) -> http::Response<Body> {
     let path = req.uri().path().to_string();
     let method = req.method().clone();
+    let authorized = access.authorized(&req);
     match (&method, path.as_str()) {
         (&Method::GET, "/healthz" | "/livez") => return text(StatusCode::OK, "ok\n"),
         (&Method::GET, "/readyz") => {
             return match node.readiness().await {
                 Ok(()) => text(StatusCode::OK, "ready\n"),
-                Err(why) => text(
+                // The store's own error (a bucket, an endpoint, a
+                // credential's name) only to whoever has the token.
+                Err(why) if authorized => text(
                     StatusCode::SERVICE_UNAVAILABLE,
                     format!("not ready: {why}\n"),
                 ),
+                Err(why) => text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("not ready: {}\n", why.summary()),
+                ),
             };
+        }
+        (&Method::GET, "/metrics") if access.metrics == MetricsAccess::Token && !authorized => {
+            return unauthorized();
         }
         (&Method::GET, "/metrics") => {
             let mut r = text(StatusCode::OK, node.metrics().render());
@@ -83,17 +146,8 @@ pub async fn handle(
         }
         _ => {}
     }
-    let authorized = req
-        .headers()
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(bearer_token)
-        .is_some_and(|t| bool::from(t.as_bytes().ct_eq(token.as_bytes())));
     if !authorized {
-        return text(
-            StatusCode::UNAUTHORIZED,
-            "missing or wrong admin token (Authorization: Bearer …)\n",
-        );
+        return unauthorized();
     }
     let segments: Vec<String> = path
         .trim_matches('/')
@@ -146,7 +200,7 @@ pub async fn handle(
             };
             #[derive(serde::Deserialize)]
             struct Split {
-                split: Vec<hearth_runtime::versions::Share>,
+                split: Vec<hearth_runtime::store::meta::Share>,
             }
             let split: Split = match serde_json::from_slice(&body) {
                 Ok(s) => s,
@@ -194,7 +248,7 @@ pub async fn handle(
             Err(e) => secret_error(&e),
         },
         Endpoint::PutSecret(id, name) => {
-            let limit = hearth_runtime::secrets::MAX_VALUE_BYTES;
+            let limit = hearth_runtime::store::secrets::MAX_VALUE_BYTES;
             let bytes = match read_limited(req.into_body(), limit).await {
                 Ok(b) => zeroize::Zeroizing::new(b),
                 Err(e) => {
@@ -205,7 +259,7 @@ pub async fn handle(
                 }
             };
             let Ok(value) = std::str::from_utf8(&bytes) else {
-                let e = hearth_runtime::secrets::EnvError::NotText { name };
+                let e = hearth_runtime::store::secrets::EnvError::NotText { name };
                 return text(StatusCode::BAD_REQUEST, format!("{e}\n"));
             };
             match node.put_secret(&id, &name, value).await {
@@ -272,8 +326,8 @@ pub async fn handle(
 }
 
 /// The answer for a secret that could not be put, deleted or listed.
-fn secret_error(e: &hearth_runtime::secrets::SecretError) -> http::Response<Body> {
-    use hearth_runtime::secrets::SecretError;
+fn secret_error(e: &hearth_runtime::store::secrets::SecretError) -> http::Response<Body> {
+    use hearth_runtime::store::secrets::SecretError;
     let status = match e {
         SecretError::Env(_) => StatusCode::BAD_REQUEST,
         SecretError::UnknownScript(_) => StatusCode::NOT_FOUND,
@@ -285,8 +339,8 @@ fn secret_error(e: &hearth_runtime::secrets::SecretError) -> http::Response<Body
 
 /// The answer for versions that could not be listed, or a rollback or
 /// split that could not be made.
-fn version_error(e: &hearth_runtime::versions::VersionError) -> http::Response<Body> {
-    use hearth_runtime::versions::VersionError;
+fn version_error(e: &hearth_runtime::store::versions::VersionError) -> http::Response<Body> {
+    use hearth_runtime::store::versions::VersionError;
     let status = match e {
         VersionError::UnknownScript(_) => StatusCode::NOT_FOUND,
         VersionError::NoSuchVersion { .. } | VersionError::NoEarlierVersion { .. } => {

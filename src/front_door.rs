@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use hearth_runtime::body::Body;
-use hearth_runtime::pre_slot::ByteBudget;
+use hearth_runtime::instances::pre_slot::ByteBudget;
 
 use crate::node::{NODE_HEADER, Node};
 
@@ -24,7 +24,7 @@ use crate::node::{NODE_HEADER, Node};
 /// no Worker can be named ([`valid_script_id`]) names none either, so junk
 /// in a Host header never costs a shard hop.
 ///
-/// [`valid_script_id`]: hearth_runtime::validate::valid_script_id
+/// [`valid_script_id`]: hearth_runtime::store::validate::valid_script_id
 pub fn script_id_from_host(host: &str) -> Option<String> {
     if host.starts_with('[') {
         return None; // an IPv6 literal
@@ -35,7 +35,7 @@ pub fn script_id_from_host(host: &str) -> Option<String> {
     }
     let (label, rest) = host.split_once('.')?;
     let id = label.to_ascii_lowercase();
-    (!rest.is_empty() && hearth_runtime::validate::valid_script_id(&id)).then_some(id)
+    (!rest.is_empty() && hearth_runtime::store::validate::valid_script_id(&id)).then_some(id)
 }
 
 /// The listeners of one node.
@@ -52,14 +52,14 @@ pub struct Listeners {
 }
 
 /// Serves `node`'s front doors (plain HTTP, and HTTPS if given) and its
-/// admin API (accepting `token`), all under `limits`, until `stop` turns
+/// admin API (with `access`), all under `limits`, until `stop` turns
 /// true; the front doors then drain their in-flight requests (within the
 /// drain timeout), and the admin API stops once they have. Await every
 /// returned task for the whole drain.
 pub fn spawn_listeners(
     node: &Node,
     listeners: Listeners,
-    token: Arc<str>,
+    access: crate::admin::AdminAccess,
     limits: crate::listener::ServeLimits,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
@@ -122,8 +122,8 @@ pub fn spawn_listeners(
         limits,
         ByteBudget::new(limits.max_pre_slot_bytes, "the admin API"),
         move |req, _| {
-            let (n, t) = (n.clone(), token.clone());
-            async move { crate::admin::handle(n, t, req).await }
+            let (n, a) = (n.clone(), access.clone());
+            async move { crate::admin::handle(n, a, req).await }
         },
         stopped(admin_stopped),
         None,
@@ -160,7 +160,7 @@ pub fn request_host<B>(req: &http::Request<B>) -> Option<String> {
 pub async fn front_door(node: Node, mut req: http::Request<Body>) -> http::Response<Body> {
     // Only the host sets `x-hearth-*` request headers (a nested callee's
     // trust level, its caller, its depth): a client's are forgeries.
-    hearth_runtime::outgoing::strip_host_headers(req.headers_mut());
+    hearth_runtime::flow::strip_host_headers(req.headers_mut());
     let mut resp = match request_host(&req).as_deref().and_then(script_id_from_host) {
         Some(id) => node.handle(&id, req).await,
         None => hearth_runtime::body::text_response(

@@ -26,7 +26,17 @@
 //! exact name a ClientHello asks for when it is `<label>.localhost`
 //! (remembered for the last [`DEV_CERT_CACHE`] names; an issue costs one
 //! signature). Any other name, or none, gets the certificate for
-//! `localhost` and `*.localhost`.
+//! `localhost`. (The default leaf names no `*.localhost`: it would cover
+//! nothing, and webpki refuses a wildcard under the CA's name constraint
+//! below as a malformed name.)
+//!
+//! Whoever trusts the development CA trusts it for `localhost` and the names
+//! under it only: the CA carries an X.509 name constraint (permitted DNS
+//! subtree `localhost`), so a certificate it signed for any other name is
+//! refused by the client even if the CA's key leaks from the store; and it
+//! lives [`DEV_CA_DAYS`] days, its leaves [`DEV_LEAF_DAYS`]. A CA made
+//! before this rule has neither: delete `<store>/tls/` to get a new one
+//! (and trust that).
 //!
 //! ```text
 //! <store>/tls/dev-ca.pem          the CA to trust (curl --cacert …)
@@ -40,8 +50,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, GeneralSubtree, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, NameConstraints,
 };
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
@@ -220,7 +230,7 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, HttpsError> {
     })
 }
 
-/// Makes the development CA and a `localhost` / `*.localhost` certificate
+/// Makes the development CA and a `localhost` certificate
 /// signed by it into `dir`, whole or not at all: written to a fresh
 /// directory beside it, then renamed into place, so nodes sharing a store
 /// that start together agree on one certificate.
@@ -241,12 +251,12 @@ fn make_dev_cert(store: &Path, dir: &Path) -> Result<(), HttpsError> {
         (now - time::Duration::days(1), now + time::Duration::days(d))
     };
     let mut ca = dev_ca_params()?;
-    (ca.not_before, ca.not_after) = days(3650);
+    (ca.not_before, ca.not_after) = days(DEV_CA_DAYS);
     let ca_key = KeyPair::generate()?;
     let ca_cert = ca.self_signed(&ca_key)?;
 
-    let mut leaf = dev_leaf_params(vec!["localhost".into(), "*.localhost".into()])?;
-    (leaf.not_before, leaf.not_after) = days(825);
+    let mut leaf = dev_leaf_params(vec!["localhost".into()])?;
+    (leaf.not_before, leaf.not_after) = days(DEV_LEAF_DAYS);
     let leaf_key = KeyPair::generate()?;
     let issuer = Issuer::new(ca, ca_key);
     let leaf_cert = leaf.signed_by(&leaf_key, &issuer)?;
@@ -276,7 +286,7 @@ fn make_dev_cert(store: &Path, dir: &Path) -> Result<(), HttpsError> {
     write(DEV_KEY_FILE, leaf_key.serialize_pem(), true)?;
     let made = tmp.keep();
     match std::fs::rename(&made, dir) {
-        Ok(()) => hearth_runtime::script_store::sync_dir(store).map_err(io_err(store)),
+        Ok(()) => hearth_runtime::store::script_store::sync_dir(store).map_err(io_err(store)),
         // Another node made one first (or an earlier, partial `tls/` is
         // there): keep what is in place.
         Err(_) if dir.join(DEV_KEY_FILE).exists() => {
@@ -298,6 +308,12 @@ fn dev_ca_params() -> Result<CertificateParams, rcgen::Error> {
     ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     ca.distinguished_name.push(DnType::CommonName, DEV_CA_NAME);
     ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    // `localhost` and every name under it; nothing else (see the module
+    // docs).
+    ca.name_constraints = Some(NameConstraints {
+        permitted_subtrees: vec![GeneralSubtree::DnsName("localhost".into())],
+        excluded_subtrees: Vec::new(),
+    });
     Ok(ca)
 }
 
@@ -310,6 +326,13 @@ fn dev_leaf_params(names: Vec<String>) -> Result<CertificateParams, rcgen::Error
     leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     Ok(leaf)
 }
+
+/// How long the development CA is valid from the day it is made.
+pub const DEV_CA_DAYS: i64 = 730;
+
+/// How long a development leaf certificate is valid (a client's maximum
+/// for a server certificate, and within the CA's life).
+pub const DEV_LEAF_DAYS: i64 = 397;
 
 /// The development certificates: the default chain, and one issued per
 /// `<label>.localhost` name asked for (see the module docs).
@@ -377,7 +400,7 @@ impl DevCerts {
         let mut params = dev_leaf_params(vec![name.to_string()])?;
         let now = time::OffsetDateTime::now_utc();
         params.not_before = now - time::Duration::days(1);
-        params.not_after = now + time::Duration::days(825);
+        params.not_after = now + time::Duration::days(DEV_LEAF_DAYS);
         let cert = params.signed_by(&self.leaf_key, &self.issuer)?;
         Ok(Arc::new(rustls::sign::CertifiedKey::new(
             vec![cert.der().clone(), self.ca.clone()],
@@ -442,6 +465,54 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().starts_with(".tls-"))
             .collect();
         assert!(leftovers.is_empty(), "no temporary directories left");
+    }
+
+    /// A leaf for `name` signed with the store's development CA key, as
+    /// someone holding that key could make.
+    fn signed_by_dev_ca(store: &Path, name: &str) -> CertificateDer<'static> {
+        let dir = store.join(DEV_CERT_DIR);
+        let ca_key =
+            KeyPair::from_pem(&std::fs::read_to_string(dir.join(DEV_CA_KEY_FILE)).expect("CA key"))
+                .expect("CA key");
+        let issuer = Issuer::new(dev_ca_params().expect("params"), ca_key);
+        let leaf_key = KeyPair::generate().expect("key");
+        dev_leaf_params(vec![name.to_string()])
+            .expect("params")
+            .signed_by(&leaf_key, &issuer)
+            .expect("signed")
+            .der()
+            .clone()
+    }
+
+    #[test]
+    fn the_dev_ca_is_trusted_for_localhost_names_only() {
+        use rustls::client::danger::ServerCertVerifier;
+        let store = tempfile::tempdir().expect("tempdir");
+        let (_, ca) = TlsFrontDoor::dev(store.path()).expect("dev cert");
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in read_certs(&ca).expect("CA") {
+            roots.add(cert).expect("root");
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier =
+            rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .expect("verifier");
+        let now = rustls::pki_types::UnixTime::now();
+        let check = |name: &str| {
+            let leaf = signed_by_dev_ca(store.path(), name);
+            let server = rustls::pki_types::ServerName::try_from(name.to_string()).expect("name");
+            verifier.verify_server_cert(&leaf, &[], &server, &[], now)
+        };
+        assert!(
+            check("hello.localhost").is_ok(),
+            "{:?}",
+            check("hello.localhost")
+        );
+        assert!(check("localhost").is_ok());
+        for outside in ["example.com", "bank.example", "localhost.example.com"] {
+            assert!(check(outside).is_err(), "the dev CA vouched for {outside}");
+        }
     }
 
     #[test]

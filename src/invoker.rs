@@ -1,12 +1,12 @@
 //! The node's invoker (`NodeInvoker`): nested Worker invocations across
-//! the cluster, the node's half (the runtime's is `hearth_runtime::outgoing`).
+//! the cluster, the node's half (the runtime's is `hearth_runtime::outbound::outgoing`).
 //!
 //! # The model
 //!
 //! A Worker calls a Worker with a plain wasi:http request to a name of its
-//! [bindings](hearth_runtime::bindings); the runtime resolves the name,
+//! [bindings](hearth_runtime::outbound::bindings); the runtime resolves the name,
 //! checks the depth limit and hands the call to this node's
-//! `NodeInvoker` ([`hearth_runtime::outgoing`]). The invoker:
+//! `NodeInvoker` ([`hearth_runtime::outbound::outgoing`]). The invoker:
 //!
 //! 1. takes the caller's **context stack** (the [`ContextStack`] in the
 //!    caller's request; a flow's entry Worker has none yet, so its own frame
@@ -20,7 +20,7 @@
 //!    dispatches to, inherited through their service bindings, so a user
 //!    Worker cannot shed it by calling a binding);
 //! 3. sets the flow's deadline and its CPU budget for nested invocations
-//!    (its ID and what is left, [`hearth_runtime::cpu`]) on the stack, and routes the request exactly
+//!    (its ID and what is left, [`hearth_runtime::instances::cpu`]) on the stack, and routes the request exactly
 //!    like a client's ([`crate::node::Node::route`]): warm here → here;
 //!    else to its home over the shard client with the stack; a refusing or
 //!    unreachable home → served here lazily. The stack travels as Cap'n
@@ -33,7 +33,7 @@
 //! # Traces
 //!
 //! When the entry Worker of a flow has tail Workers, its runtime collects
-//! the flow ([`hearth_runtime::tail`]) and marks the entry's request with a
+//! the flow ([`hearth_runtime::outbound::tail`]) and marks the entry's request with a
 //! [`Tracing`] sink. The first nested call puts a
 //! [`TraceReporter::origin`] into the stack that feeds that collector;
 //! serialized, it is the `reportTraces` capability every other node of the
@@ -46,10 +46,10 @@ use std::sync::{Arc, Weak};
 
 use futures::future::BoxFuture;
 use hearth_runtime::Bindings;
-use hearth_runtime::bindings::CallKind;
 use hearth_runtime::body::Body;
-use hearth_runtime::outgoing::{Flow, Invoker, NestedCall};
-use hearth_runtime::tail::{TraceSink, Tracing};
+use hearth_runtime::flow::{Flow, Invoker, NestedCall};
+use hearth_runtime::outbound::bindings::CallKind;
+use hearth_runtime::outbound::tail::{TraceSink, Tracing};
 use hearth_sharding::context_stack::{
     ContextFrame, ContextStack, LimitOverrides, NestedCpu, OutboundWorkerConfig, TailWorkerConfig,
     TraceError, TraceEvent, TraceReporter, TrustLevel,
@@ -242,10 +242,12 @@ pub fn flow_of(stack: &ContextStack) -> Option<Flow> {
         memory: limits.memory_bytes,
         deadline: stack.deadline(),
         outbound: top.outbound.as_ref().map(|o| o.script_id.clone()),
-        nested_cpu: stack.nested_cpu().map(|n| hearth_runtime::cpu::NestedCpu {
-            flow_id: n.flow_id,
-            left: n.left,
-        }),
+        nested_cpu: stack
+            .nested_cpu()
+            .map(|n| hearth_runtime::instances::cpu::NestedCpu {
+                flow_id: n.flow_id,
+                left: n.left,
+            }),
     })
 }
 
@@ -286,12 +288,14 @@ impl TraceSink for ReportToFirstNode {
     fn report(
         &self,
         events: Vec<TraceEvent>,
-    ) -> BoxFuture<'static, Result<(), hearth_runtime::tail::ReportError>> {
+    ) -> BoxFuture<'static, Result<(), hearth_runtime::outbound::tail::ReportError>> {
         let reporter = self.0.clone();
         Box::pin(async move {
             reporter.report(events).await.map_err(|e| match e {
-                TraceError::Refused(_) => hearth_runtime::tail::ReportError::FlowDelivered,
-                e => hearth_runtime::tail::ReportError::Unreachable(e.to_string()),
+                TraceError::Refused(_) => {
+                    hearth_runtime::outbound::tail::ReportError::FlowDelivered
+                }
+                e => hearth_runtime::outbound::tail::ReportError::Unreachable(e.to_string()),
             })
         })
     }

@@ -6,7 +6,7 @@
 //! idle close, a write timeout, HTTP/2 by ALPN with a stream cap, the same
 //! deadlines and a stall watch on HTTP/2 (`h2_watch`), a bound on the request
 //! bytes a connection and the listener buffer before their requests take
-//! slots ([`hearth_runtime::pre_slot`]), and a bounded graceful drain.
+//! slots ([`hearth_runtime::instances::pre_slot`]), and a bounded graceful drain.
 //!
 //! A node serves many connections, each a file descriptor, and opens
 //! artifact files beside them; [`raise_fd_limit`] lifts the process's soft
@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hearth_runtime::body::{self, Body};
-use hearth_runtime::pre_slot::{ByteBudget, PreSlotBudget};
+use hearth_runtime::instances::pre_slot::{ByteBudget, PreSlotBudget};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;

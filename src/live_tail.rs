@@ -5,7 +5,7 @@
 //!
 //! The stream is one node's view: each request of the Worker that
 //! finishes on this node while the stream is open is one event
-//! ([`hearth_runtime::live_tail`]: filtered by `status=`, sampled by
+//! ([`hearth_runtime::outbound::live_tail`]: filtered by `status=`, sampled by
 //! `sample=` and by the node itself under load), written as one
 //! `data: <JSON RequestEvent>` line and a blank line. A comment line
 //! `:keepalive dropped=N` comes every [`KEEPALIVE`] so proxies keep the
@@ -30,8 +30,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 use hearth_runtime::body::{Body, BoxError};
-use hearth_runtime::live_tail::RequestEvent;
-use hearth_runtime::live_tail::{StatusFilter, Subscription};
+use hearth_runtime::outbound::live_tail::RequestEvent;
+use hearth_runtime::outbound::live_tail::{StatusFilter, Subscription};
 use http::StatusCode;
 use tokio::sync::mpsc;
 
@@ -62,7 +62,7 @@ pub fn response(
         Err(e) => return text(StatusCode::BAD_REQUEST, format!("{e}\n")),
     };
     let sample = match sample
-        .map(hearth_runtime::live_tail::parse_sample_rate)
+        .map(hearth_runtime::outbound::live_tail::parse_sample_rate)
         .transpose()
     {
         Ok(r) => r.unwrap_or(1.0),

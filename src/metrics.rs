@@ -12,7 +12,7 @@
 //! (or asked for thousands of names) exports at most N + 1 series per
 //! metric. Per-version series (`hearth_version_requests_total{script,
 //! version,outcome}`) exist only for Workers in a gradual rollout
-//! ([`hearth_runtime::versions`]).
+//! ([`hearth_runtime::store::versions`]).
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -421,9 +421,19 @@ impl Collector for RuntimeCollector {
                 s.nested_denied,
             ),
             (
+                "hearth_redirects_into_bindings_refused",
+                "Redirects from origins whose Location led into .internal (a Worker's bindings), removed before the Worker saw them",
+                s.redirects_into_bindings,
+            ),
+            (
                 "hearth_nested_too_deep",
                 "Nested calls refused at the flow depth limit (loop-detected)",
                 s.nested_too_deep,
+            ),
+            (
+                "hearth_loop_refused",
+                "Requests refused at the front door with 508: they had looped through hearth's egress more than max_loop_passes times (CDN-Loop)",
+                s.loop_refused,
             ),
             (
                 "hearth_nested_queued",
@@ -500,7 +510,7 @@ impl Collector for RuntimeCollector {
                 None,
                 c.metric_type(),
             )?;
-            for o in hearth_runtime::egress::SubrequestOutcome::ALL {
+            for o in hearth_runtime::outbound::egress::SubrequestOutcome::ALL {
                 ConstCounter::new(s.subrequests.get(o))
                     .encode(fam.encode_family(&[("outcome", o.label())])?)?;
             }
@@ -532,7 +542,7 @@ impl Collector for RuntimeCollector {
         }
         // Per version, only for the scripts being rolled out (a split):
         // bounded by the scripts in a split times their versions
-        // ([`hearth_runtime::versions`]).
+        // ([`hearth_runtime::store::versions`]).
         let counts = self.0.version_counts();
         let c = ConstCounter::new(0u64);
         let mut fam = enc.encode_descriptor(

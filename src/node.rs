@@ -21,8 +21,9 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use hearth_runtime::body::Body;
+use hearth_runtime::store::meta::Share;
+use hearth_runtime::store::versions::VersionError;
 use hearth_runtime::timing::SERVER_TIMING_HEADER;
-use hearth_runtime::versions::{Share, VersionError};
 use hearth_runtime::{DeployReport, Runtime, error_response};
 use hearth_sharding::context_stack::ContextStack;
 use hearth_sharding::hosted_workers::{HostedWorkers, PrewarmOutcome};
@@ -267,13 +268,14 @@ impl HostedWorkers for NodeWorkers {
         status: &str,
         sample: f64,
     ) -> Result<futures::stream::BoxStream<'static, String>, String> {
-        use hearth_runtime::live_tail::StatusFilter;
+        use hearth_runtime::outbound::live_tail::StatusFilter;
         let filter = if status.is_empty() {
             StatusFilter::default()
         } else {
             status.parse::<StatusFilter>().map_err(|e| e.to_string())?
         };
-        let sample = hearth_runtime::live_tail::sample_rate(sample).map_err(|e| e.to_string())?;
+        let sample =
+            hearth_runtime::outbound::live_tail::sample_rate(sample).map_err(|e| e.to_string())?;
         let sub = self
             .0
             .runtime
@@ -320,6 +322,18 @@ pub enum NotReady {
         /// Members it waits for.
         expected: usize,
     },
+}
+
+impl NotReady {
+    /// What a caller without the admin token is told: the reason, without
+    /// the store's own error text (which can name a bucket, an endpoint or
+    /// a credential).
+    pub fn summary(&self) -> String {
+        match self {
+            NotReady::Store(_) => "the script store does not answer".to_string(),
+            other => other.to_string(),
+        }
+    }
 }
 
 /// How long a readiness check waits for the store.
@@ -591,7 +605,7 @@ impl Node {
         script_id: &str,
         name: &str,
         value: &str,
-    ) -> Result<Announcement, hearth_runtime::secrets::SecretError> {
+    ) -> Result<Announcement, hearth_runtime::store::secrets::SecretError> {
         let meta = self
             .state
             .runtime
@@ -606,7 +620,7 @@ impl Node {
         &self,
         script_id: &str,
         name: &str,
-    ) -> Result<(bool, Announcement), hearth_runtime::secrets::SecretError> {
+    ) -> Result<(bool, Announcement), hearth_runtime::store::secrets::SecretError> {
         let (meta, deleted) = self.state.runtime.delete_secret(script_id, name).await?;
         let announced = if deleted {
             self.announce(script_id, &meta.revision()).await
@@ -617,7 +631,7 @@ impl Node {
     }
 
     /// Makes `shares` the current deployment of `script_id` (a split, or
-    /// one version at 100%: see [`hearth_runtime::versions`]), then
+    /// one version at 100%: see [`hearth_runtime::store::versions`]), then
     /// announces it as a deploy is announced: when this returns, every
     /// member that acknowledged serves the new deployment.
     pub async fn set_deployment(
@@ -649,7 +663,7 @@ impl Node {
                 "some members were not told of the new deployment; they revalidate within a second");
         }
         DeploymentChange {
-            deployment: hearth_runtime::versions::deployment_of(&meta),
+            deployment: hearth_runtime::store::versions::deployment_of(&meta),
             script_id: meta.script_id,
             announced,
         }
@@ -770,7 +784,15 @@ impl Node {
     ///
     /// With span export on, the request gets its `hearth.request` span
     /// here ([`crate::telemetry`]).
+    ///
+    /// A request that has looped through hearth's egress more than
+    /// `max_loop_passes` times (its `CDN-Loop`) is answered 508 here,
+    /// before it is routed or takes a slot anywhere
+    /// ([`Runtime::admit_loop`]).
     pub async fn handle(&self, script_id: &str, req: http::Request<Body>) -> http::Response<Body> {
+        if let Err(e) = self.state.runtime.admit_loop(script_id, req.headers()) {
+            return error_response(&e);
+        }
         let traced = self
             .state
             .telemetry
@@ -828,5 +850,21 @@ impl Node {
                 resp
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NotReady;
+
+    #[test]
+    fn readiness_without_the_token_names_the_reason_not_the_stores_error() {
+        let why = NotReady::Store("GET s3://acme-secrets-bucket/scripts: 403 (key AKIA123)".into());
+        assert_eq!(why.summary(), "the script store does not answer");
+        assert!(
+            why.to_string().contains("acme-secrets-bucket"),
+            "the token's answer has it"
+        );
+        assert_eq!(NotReady::Draining.summary(), "draining");
     }
 }

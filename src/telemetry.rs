@@ -346,7 +346,7 @@ fn nonzero_u64() -> u64 {
 type ExportClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 fn export_client() -> ExportClient {
-    let tls = hearth_runtime::egress::tls_client_config(&[]);
+    let tls = hearth_runtime::outbound::egress::tls_client_config(&[]);
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()

@@ -89,7 +89,8 @@ pub struct RuntimeConfig {
     pub(crate) miss_ttl: Duration,
     pub(crate) miss_capacity: usize,
     pub(crate) max_concurrent_subrequests: usize,
-    pub(crate) egress: crate::egress::EgressConfig,
+    pub(crate) max_loop_passes: usize,
+    pub(crate) egress: crate::outbound::egress::EgressConfig,
 }
 
 impl RuntimeConfig {
@@ -98,7 +99,7 @@ impl RuntimeConfig {
     /// [`PlanLimits::default_for`], a 1 GiB memory budget, 5 min idle
     /// timeout, the default [`ReusePolicy`], the pooling allocator with 256
     /// slots (each reserves address space, not memory), the slow-client
-    /// defaults of [`crate::slow_client`], 6 subrequests in flight per
+    /// defaults of [`crate::instances::slow_client`], 6 subrequests in flight per
     /// invocation, and a random artifact key, so
     /// artifacts are trusted only by the process that wrote them until a
     /// shared one is set with [`RuntimeConfig::artifact_key`].
@@ -121,10 +122,11 @@ impl RuntimeConfig {
             instance_memory_cap: 8 << 30,
             body_idle_timeout: Duration::from_secs(10),
             buffer_before_slot: 64 * 1024,
-            miss_ttl: crate::misses::DEFAULT_MISS_TTL,
-            miss_capacity: crate::misses::DEFAULT_MISS_CAPACITY,
+            miss_ttl: crate::store::misses::DEFAULT_MISS_TTL,
+            miss_capacity: crate::store::misses::DEFAULT_MISS_CAPACITY,
             max_concurrent_subrequests: 6,
-            egress: crate::egress::EgressConfig::default(),
+            max_loop_passes: crate::limits::MAX_LOOP_PASSES,
+            egress: crate::outbound::egress::EgressConfig::default(),
         }
     }
 
@@ -161,9 +163,9 @@ impl RuntimeConfig {
 
     /// Subrequests (calls to bindings and the outbound Worker, fetches of
     /// origins) one invocation may have in flight at once (default 6, as on
-    /// Cloudflare Workers); further ones wait for one to end ([`crate::outgoing`]), so
-    /// one request cannot take every slot of a Worker it calls, or of the
-    /// node.
+    /// Cloudflare Workers); further ones wait for one to end
+    /// ([`crate::outbound::outgoing`]), so one request cannot take every slot
+    /// of a Worker it calls, or of the node.
     pub fn max_concurrent_subrequests(mut self, n: usize) -> Self {
         self.max_concurrent_subrequests = n.max(1);
         self
@@ -171,16 +173,16 @@ impl RuntimeConfig {
 
     /// How Workers' fetches of origins are made: private addresses,
     /// timeouts, the response size cap (default [`EgressConfig::default`]);
-    /// see [`crate::egress`].
+    /// see [`crate::outbound::egress`].
     ///
-    /// [`EgressConfig::default`]: crate::egress::EgressConfig::default
-    pub fn egress(mut self, egress: crate::egress::EgressConfig) -> Self {
+    /// [`EgressConfig::default`]: crate::outbound::egress::EgressConfig::default
+    pub fn egress(mut self, egress: crate::outbound::egress::EgressConfig) -> Self {
         self.egress = egress;
         self
     }
 
     /// The egress settings ([`RuntimeConfig::egress`]).
-    pub fn egress_config(&self) -> &crate::egress::EgressConfig {
+    pub fn egress_config(&self) -> &crate::outbound::egress::EgressConfig {
         &self.egress
     }
 
@@ -192,10 +194,21 @@ impl RuntimeConfig {
         self
     }
 
+    /// How many times a request may have passed through a hearth node's
+    /// egress (its `CDN-Loop` entries) and still be let in by the front
+    /// door (default [`crate::limits::MAX_LOOP_PASSES`], 8); past it the
+    /// request is answered 508 before it takes a slot ([`crate::flow`]).
+    /// At least 1: a Worker may always fetch another Worker's public name
+    /// once.
+    pub fn max_loop_passes(mut self, n: usize) -> Self {
+        self.max_loop_passes = n.max(1);
+        self
+    }
+
     /// How long a script ID the store did not have is answered 404 without
     /// reading the store again (default 5 s; zero turns the negative cache
     /// off). A deploy of the name, here or announced by another node, ends
-    /// it at once; see [`crate::misses`].
+    /// it at once; see [`crate::store::misses`].
     pub fn unknown_script_ttl(mut self, d: Duration) -> Self {
         self.miss_ttl = d;
         self

@@ -1,61 +1,14 @@
-//! Typed errors of the runtime: what went wrong at deploy, at load and while
-//! serving, each with a message a user can act on.
+//! Typed errors the runtime's parts share: what went wrong in the store,
+//! while compiling, while serving, or in the configuration, each with a
+//! message a user can act on.
+//!
+//! An error that belongs to one concept lives next to it (a refused deploy is
+//! [`crate::DeployError`], malformed bytes a
+//! [`crate::store::validate::ValidationError`], bad bindings a
+//! [`crate::outbound::bindings::BindingsError`]); this module imports nothing
+//! of the crate, so every part can use it.
 
 use std::time::Duration;
-
-use crate::limits::Plan;
-
-/// Why a deploy was refused. The old version (if any) keeps serving.
-#[derive(Debug, thiserror::Error)]
-pub enum DeployError {
-    /// The script ID cannot be routed to (it must be a DNS label).
-    #[error(
-        "invalid script ID {0:?}: use 1-63 lowercase letters, digits and '-', not starting or ending with '-'"
-    )]
-    InvalidScriptId(String),
-    /// The script is over its plan's size limit (measured gzip-compressed).
-    #[error(
-        "script too large for the {plan} plan: {compressed} bytes gzip-compressed ({raw} bytes raw), limit is {limit} bytes compressed"
-    )]
-    TooLarge {
-        /// The plan whose limit applies.
-        plan: Plan,
-        /// Size after gzip (level 6), the measure the limit uses.
-        compressed: u64,
-        /// Size as uploaded.
-        raw: u64,
-        /// The plan's limit on the compressed size.
-        limit: u64,
-    },
-    /// The script is over its plan's limit on the uncompressed size.
-    #[error(
-        "script too large for the {plan} plan: {raw} bytes uncompressed, limit is {limit} bytes uncompressed"
-    )]
-    TooLargeUncompressed {
-        /// The plan whose limit applies.
-        plan: Plan,
-        /// Size as uploaded.
-        raw: u64,
-        /// The plan's limit on the uncompressed size.
-        limit: u64,
-    },
-    /// The bytes are not a valid Worker component.
-    #[error(transparent)]
-    Invalid(#[from] ValidationError),
-    /// The component is well-formed but wasmtime could not compile or link it.
-    #[error("component does not compile or link: {0}")]
-    Compile(String),
-    /// The script store failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The bindings are invalid ([`crate::bindings`]).
-    #[error(transparent)]
-    Bindings(#[from] crate::bindings::BindingsError),
-    /// The vars are invalid, or collide with the Worker's secrets
-    /// ([`crate::secrets`]).
-    #[error(transparent)]
-    Env(#[from] crate::secrets::EnvError),
-}
 
 /// Why wasmtime could not turn a component into a Worker's code. The
 /// message is wasmtime's, with its whole chain of causes.
@@ -67,28 +20,6 @@ pub enum CompileError {
     /// The compiled component does not link against the host's imports.
     #[error("{0:#}")]
     Link(wasmtime::Error),
-}
-
-/// Why bytes are not a Worker: a wasi:http proxy component.
-#[derive(Debug, thiserror::Error)]
-pub enum ValidationError {
-    /// Not WebAssembly at all.
-    #[error("not a WebAssembly binary (missing the \\0asm magic header)")]
-    NotWasm,
-    /// A core module was given where a component is needed.
-    #[error(
-        "this is a core WebAssembly module, not a component: build the Worker for wasm32-wasip2 (or wrap it with `wasm-tools component new`)"
-    )]
-    CoreModule,
-    /// The binary does not parse.
-    #[error("malformed component: {0}")]
-    Malformed(String),
-    /// The component does not export the HTTP handler.
-    #[error(
-        "component does not export wasi:http/incoming-handler@0.2.x, so it cannot serve HTTP; its exports are: [{}]",
-        .0.join(", ")
-    )]
-    MissingHandler(Vec<String>),
 }
 
 /// A failure of the script store.
@@ -157,7 +88,7 @@ pub enum RuntimeError {
     #[error("no Worker is deployed as {0:?}")]
     UnknownScript(String),
     /// A client addressed a user Worker deployed `dispatch_only`: it is
-    /// served only through a dispatch namespace ([`crate::manifest`]).
+    /// served only through a dispatch namespace ([`crate::store::manifest`]).
     #[error(
         "no Worker is served at {0:?}: it is a user Worker, reachable only through its platform's dispatch namespace"
     )]
@@ -186,8 +117,8 @@ pub enum RuntimeError {
         /// The per-request limit.
         budget: Duration,
     },
-    /// A nested invocation was stopped because its flow's CPU budget for
-    /// nested invocations on this node ran out ([`crate::cpu::FlowCpu`]).
+    /// A nested invocation was stopped because its flow's CPU budget for nested
+    /// invocations on this node ran out ([`crate::instances::cpu::FlowCpu`]).
     #[error(
         "Worker {script_id} was stopped after {used:?} of CPU: its flow's CPU budget for nested calls ({flow_budget:?} on this node) is spent; the instance was discarded"
     )]
@@ -269,7 +200,7 @@ pub enum RuntimeError {
         idle: Duration,
     },
     /// The request body bytes buffered before a slot, on the request's
-    /// connection or listener, are at their bound ([`crate::pre_slot`]):
+    /// connection or listener, are at their bound ([`crate::instances::pre_slot`]):
     /// this request is refused; the others go on.
     #[error(
         "request refused before Worker {script_id} ran: {scope} already holds {cap} bytes of request bodies waiting for a slot; retry shortly"
@@ -281,6 +212,21 @@ pub enum RuntimeError {
         scope: &'static str,
         /// Its size in bytes.
         cap: usize,
+    },
+    /// The request came back through a front door more often than the
+    /// node allows: a Worker (or a chain of them) fetching a public name
+    /// that leads back to it ([`crate::flow`], loops through the front
+    /// door). Refused before it is routed or takes a slot.
+    #[error(
+        "loop detected: this request for Worker {script_id} has passed through hearth {passes} times (its CDN-Loop header); a request may pass at most {max} times"
+    )]
+    LoopDetected {
+        /// The Worker.
+        script_id: String,
+        /// hearth's entries in the request's `CDN-Loop`.
+        passes: usize,
+        /// The bound (`RuntimeConfig::max_loop_passes`).
+        max: usize,
     },
     /// The request could not be handed to the Worker (e.g. a bad header).
     #[error("bad request for Worker {script_id}: {message}")]
@@ -299,6 +245,7 @@ impl RuntimeError {
         match self {
             RuntimeError::UnknownScript(_) | RuntimeError::DispatchOnly(_) => S::NOT_FOUND,
             RuntimeError::BadRequest { .. } => S::BAD_REQUEST,
+            RuntimeError::LoopDetected { .. } => S::LOOP_DETECTED,
             RuntimeError::ClientTimeout { .. } => S::REQUEST_TIMEOUT,
             RuntimeError::WallTimeExceeded { .. } => S::GATEWAY_TIMEOUT,
             RuntimeError::StartupCpuExceeded { .. }

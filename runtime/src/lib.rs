@@ -4,40 +4,59 @@
 //! a wasi:http proxy component (it exports `wasi:http/incoming-handler`), so
 //! the same `.wasm` runs under `wasmtime serve`, Spin or hearth. The one
 //! exception is the JS Workers `hearth build` makes: they also import
-//! hearth's `hearth:js/fast-http` (`src/fast_http.rs`: two calls that
-//! replace fifteen wasi:http calls), so they run on hearth only.
+//! hearth's `hearth:js/fast-http` (two calls that replace fifteen wasi:http
+//! calls, in [`outbound`]), so they run on hearth only.
 //!
 //! The model, in the order a request meets it:
 //!
-//! * [`script_store`]: sources live in a [`ScriptStore`] (default
-//!   [`DirStore`], content-addressed by blake3; [`S3Store`] keeps the same
-//!   layout, and the artifacts, in an S3-compatible bucket for nodes that
-//!   share no disk). A deploy checks the
-//!   compressed size against the plan ([`limits`]), validates the component
-//!   ([`validate`]), compiles it and caches the compiled artifact
-//!   ([`artifact`], authenticated by a keyed MAC).
+//! * Sources live in a [`ScriptStore`] (default [`DirStore`],
+//!   content-addressed by blake3; [`S3Store`] keeps the same layout, and the
+//!   artifacts, in an S3-compatible bucket for nodes that share no disk). A
+//!   deploy checks the compressed size against the plan ([`limits`]),
+//!   validates the component, compiles it and caches the compiled artifact,
+//!   authenticated by a keyed MAC ([`store`]).
 //! * A request for a Worker that is not resident is a *cold start* in four
 //!   measured phases ([`timing`]): fetch, compile (or load the artifact),
-//!   instantiate (top-level code under the startup CPU budget, metered by
-//!   [`cpu`]), handler.
+//!   instantiate (top-level code under the startup CPU budget), handler.
 //! * Warm Workers stay in memory under a byte budget and are evicted under
 //!   pressure (LRU) or, by a background sweep, when idle ([`eviction`]);
-//!   their instances are reused per a [`ReusePolicy`]. A trap or limit hit
+//!   their instances are reused per a [`ReusePolicy`], and run under CPU,
+//!   memory and wall-clock limits ([`instances`]). A trap or limit hit
 //!   discards the instance.
 //! * A name no Worker is deployed under is a 404 that costs at most one
-//!   store read per short TTL, shared by concurrent requests ([`misses`]).
+//!   store read per short TTL, shared by concurrent requests.
 //! * A slow, stalled or vanished client costs a connection and a bounded
-//!   wait, never a Worker ([`slow_client`]); each request also has a
-//!   wall-clock deadline ([`PlanLimits::request_wall`]).
-//! * A Worker reaches other Workers only through the [`bindings`] it was
+//!   wait, never a Worker; each request also has a wall-clock deadline
+//!   ([`PlanLimits::request_wall`]).
+//! * A Worker reaches other Workers only through the bindings it was
 //!   deployed with, by plain wasi:http requests to `.internal` names; the
-//!   node carries those calls across the cluster ([`outgoing`]). It reaches
-//!   an origin on the network only if its deploy allows that origin; the
-//!   node fetches it, refusing private addresses ([`egress`]).
-//! * A flow started by a Worker with tail Workers reports every level's
+//!   node carries those calls across the cluster as levels of one
+//!   [`flow`]. It reaches an origin on the network only if its deploy
+//!   allows that origin; the node fetches it, refusing private addresses.
+//!   A flow started by a Worker with tail Workers reports every level's
 //!   logs, subrequests, exceptions and outcome to its first node, which
-//!   hands them to the tail Workers in one invocation ([`tail`]).
+//!   hands them to the tail Workers in one invocation ([`outbound`]).
 //! * Every outcome is counted ([`stats`]).
+//!
+//! # The layout
+//!
+//! The crate is three wings around a small root, and imports between its
+//! files never go in a circle:
+//!
+//! * [`instances`]: the instance lifecycle: the engine, the host state of
+//!   an instance, instances and loaded Workers, reuse, the CPU meter and
+//!   the epoch ticker, and what a client may cost before its request runs.
+//! * [`outbound`]: the guest's ways out: its outgoing requests, its
+//!   bindings, fetches of origins, tail Workers and the live tail.
+//! * [`store`]: where code and records live: the script stores, the
+//!   records they share ([`store::meta`]), versions, secrets, manifests,
+//!   deploy-time validation, compiled artifacts and the negative cache.
+//! * The root: the [`Runtime`] itself (its methods in files by what they
+//!   serve: deploys, secrets and versions; loading code; serving; what
+//!   stays resident), its [`config`], the [`limits`], the [`error`]s the
+//!   parts share, [`stats`], [`eviction`], [`timing`], and the [`flow`] a
+//!   nested invocation belongs to, with the `x-hearth-*` headers only the
+//!   host sets.
 //!
 //! One runtime in a few lines: deploy the `hello` sample Worker (built by the
 //! `hearth-sample-workers` crate) into a fresh store and serve a request
@@ -58,57 +77,42 @@
 //! # Ok(()) }
 //! ```
 
-pub mod artifact;
-pub mod bindings;
+pub mod config;
+pub mod error;
+pub mod eviction;
+pub mod flow;
+pub mod instances;
+pub mod limits;
+pub mod outbound;
+mod runtime;
+pub mod stats;
+pub mod store;
+pub mod timing;
+
 /// The HTTP body type the runtime takes and returns, and its helpers:
 /// `hearth-body`, which the cluster layer shares.
 pub use hearth_body as body;
-pub mod config;
-pub mod cpu;
-pub mod egress;
-mod engine;
-pub mod epoch;
-pub mod error;
-pub mod eviction;
-mod fast_http;
-mod host;
-mod instance;
-pub mod lifecycle;
-pub mod limits;
-pub mod live_tail;
-pub mod manifest;
-pub mod misses;
-pub mod outgoing;
-pub mod pre_slot;
-mod runtime;
-pub mod s3_store;
-pub mod script_store;
-pub mod secrets;
-pub mod slow_client;
-pub mod stats;
-pub mod tail;
-pub mod timing;
-pub mod validate;
-pub mod versions;
-mod worker;
 
-pub use bindings::Bindings;
 pub use body::{Body, BoxError};
 pub use config::{ReusePolicy, RuntimeConfig};
-pub use epoch::EPOCH_TICK;
-pub use error::{
-    CompileError, ConfigError, DeployError, RuntimeError, StoreError, ValidationError,
+pub use error::{CompileError, ConfigError, RuntimeError, StoreError};
+pub use flow::{
+    FLOW_CPU_SPENT, Flow, Invoker, NestedCall, REQUEST_ID_HEADER, UNKNOWN_SCRIPT_HEADER,
 };
-pub use lifecycle::{Lifecycle, LifecycleChoice};
+pub use instances::cpu::CpuObserver;
+pub use instances::epoch::EPOCH_TICK;
+pub use instances::lifecycle::{Lifecycle, LifecycleChoice};
+pub use instances::worker::INIT_INTERFACE;
 pub use limits::{Plan, PlanLimits};
-pub use manifest::{Manifest, ManifestError};
-pub use outgoing::{Flow, Invoker, NestedCall};
-pub use runtime::{
-    CpuObserver, DeployReport, FLOW_CPU_SPENT, Prewarm, REQUEST_ID_HEADER, REVALIDATE_MS, Runtime,
-    Served, UNKNOWN_SCRIPT_HEADER, decorate, error_response,
-};
-pub use s3_store::{S3Settings, S3Store};
-pub use script_store::{DirStore, ScriptMeta, ScriptStore};
+pub use outbound::bindings::Bindings;
+pub use runtime::Runtime;
+pub use runtime::deploy::{DeployError, DeployReport};
+pub use runtime::residency::REVALIDATE_MS;
+pub use runtime::serve::{Prewarm, Served, decorate, error_response};
 pub use stats::StatsSnapshot;
+pub use store::manifest::{Manifest, ManifestError};
+pub use store::meta::ScriptMeta;
+pub use store::s3_store::{S3Settings, S3Store};
+pub use store::script_store::{DirStore, ScriptStore};
+pub use store::validate::ValidationError;
 pub use timing::{Start, Timing};
-pub use worker::INIT_INTERFACE;

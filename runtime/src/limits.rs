@@ -1,9 +1,17 @@
-//! Limits: what a Worker may use, per plan.
+//! Limits: what a Worker may use, per plan, and the bounds every Worker
+//! has whatever its plan.
 //!
 //! Sizes are checked at deploy, where they can be known; CPU and memory are
-//! enforced while the Worker runs. CPU always means CPU time on the thread
-//! that runs the Worker (see [`crate::cpu`]), never wall time, so a Worker
-//! that waits on I/O is not charged for the wait.
+//! enforced while the Worker runs. CPU always means CPU time on the thread that
+//! runs the Worker (see [`crate::instances::cpu`]), never wall time, so a
+//! Worker that waits on I/O is not charged for the wait.
+//!
+//! The fixed bounds are here too: how deep a flow may nest
+//! ([`MAX_DEPTH`]), how often a request may loop through the front door
+//! ([`MAX_LOOP_PASSES`], by default), and what host memory one instance can make the node
+//! allocate (`MAX_RESOURCES`, `FIELD_SIZE_LIMIT`, the outgoing body
+//! buffer, and their sum `HOST_RESERVE`; how the host enforces them is
+//! in the instance wing's `host`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -62,7 +70,7 @@ pub struct PlanLimits {
     #[serde(with = "millis")]
     pub request_cpu: Duration,
     /// Linear memory one instance may hold, in bytes (tables and the host
-    /// resources it creates are counted too, see `crate::host`).
+    /// resources it creates are counted too, see `crate::instances::host`).
     pub memory: u64,
     /// Wall-clock time one request may take from the moment it is handed to
     /// an instance until the Worker returns: it bounds a client that is too
@@ -71,7 +79,7 @@ pub struct PlanLimits {
     #[serde(default = "default_request_wall", with = "millis")]
     pub request_wall: Duration,
     /// Origins one request may fetch (each level of a flow counts its
-    /// own; calls to bindings are not counted, see [`crate::egress`]).
+    /// own; calls to bindings are not counted, see [`crate::outbound::egress`]).
     #[serde(default = "default_subrequests")]
     pub subrequests: u32,
 }
@@ -137,6 +145,47 @@ impl PlanLimits {
         Ok(())
     }
 }
+
+/// Most levels a flow may have (the entry Worker is level 1): a call
+/// beyond it fails in the caller with `loop-detected` ([`crate::flow`]).
+pub const MAX_DEPTH: usize = 16;
+
+/// Default of `RuntimeConfig::max_loop_passes`: how many times a request
+/// may have left a hearth node's egress (its `CDN-Loop` entries,
+/// [`crate::flow::LoopMark`]) and still be let in by a front door; one more
+/// and it is refused with 508 before it takes a slot ([`crate::flow`]).
+pub const MAX_LOOP_PASSES: usize = 8;
+
+/// Resources (WASI and wasi:http handles) one instance may hold at once.
+pub(crate) const MAX_RESOURCES: usize = 1024;
+
+/// Bytes a header map a Worker builds may hold (in memory, which is about
+/// twice its wire size).
+pub(crate) const FIELD_SIZE_LIMIT: usize = 16 * 1024;
+
+/// Largest write a guest may make to an outgoing body at once (what
+/// `check-write` grants): the `blocking-write-and-flush` limit of
+/// wasi:io, and the SDK's chunk.
+pub(crate) const OUTGOING_BODY_CHUNK: usize = 4096;
+
+/// Chunks an outgoing body buffers before `check-write` says wait
+/// (wasmtime-wasi-http keeps one more, so a body holds at most
+/// [`OUTGOING_BODY_BYTES`]).
+pub(crate) const OUTGOING_BODY_BUFFER_CHUNKS: usize = 1;
+
+/// The most bytes one outgoing body holds while nobody reads it.
+pub(crate) const OUTGOING_BODY_BYTES: usize =
+    (OUTGOING_BODY_BUFFER_CHUNKS + 1) * OUTGOING_BODY_CHUNK;
+
+/// The most host memory an instance's resources can take (every resource
+/// an outgoing request with a full header map and a full body buffer):
+/// 1024 × (16 KiB + 8 KiB) = 24 MiB, reserved against the node-wide cap
+/// per live instance.
+pub(crate) const HOST_RESERVE: u64 =
+    (MAX_RESOURCES * (FIELD_SIZE_LIMIT + OUTGOING_BODY_BYTES)) as u64;
+
+/// What one table element is counted as against the memory limit.
+pub(crate) const TABLE_ELEMENT_BYTES: usize = 16;
 
 /// Serde helper: durations as integer milliseconds (config files, JSON).
 mod millis {

@@ -37,7 +37,9 @@ pub struct Stats {
     pub(crate) in_flight: AtomicU64,
     pub(crate) nested_calls: AtomicU64,
     pub(crate) nested_denied: AtomicU64,
+    pub(crate) redirects_into_bindings: AtomicU64,
     pub(crate) nested_too_deep: AtomicU64,
+    pub(crate) loop_refused: AtomicU64,
     pub(crate) nested_queued: AtomicU64,
     pub(crate) tail_deliveries: AtomicU64,
     pub(crate) tail_failures: AtomicU64,
@@ -45,8 +47,9 @@ pub struct Stats {
     pub(crate) store_reads: AtomicU64,
     pub(crate) unknown_scripts: AtomicU64,
     pub(crate) unknown_cached: AtomicU64,
-    /// Fetches of origins by outcome ([`crate::egress`]).
-    pub(crate) subrequests: crate::egress::SubrequestCounters,
+    /// Fetches of origins by outcome ([`crate::outbound::egress`]); shared with the
+    /// node's client for origins, which counts into it.
+    pub(crate) subrequests: std::sync::Arc<crate::outbound::egress::SubrequestCounters>,
     pub(crate) dispatch_only_refused: AtomicU64,
     pub(crate) nested_cpu_refused: AtomicU64,
 }
@@ -102,7 +105,7 @@ pub struct StatsSnapshot {
     pub store_metadata_rejected: u64,
     /// Requests answered 503 because the body bytes they had buffered
     /// before taking a slot would pass their connection's or listener's
-    /// bound ([`crate::pre_slot`]).
+    /// bound ([`crate::instances::pre_slot`]).
     pub pre_slot_refused: u64,
     /// Evictions under memory pressure.
     pub evicted_pressure: u64,
@@ -113,7 +116,7 @@ pub struct StatsSnapshot {
     /// Evictions asked for explicitly.
     pub evicted_manual: u64,
     /// Workers switched to fresh instances because a reused instance
-    /// returned without a response ([`crate::lifecycle`]).
+    /// returned without a response ([`crate::instances::lifecycle`]).
     pub reuse_demotions: u64,
     /// Reused instances retired after a request because they held more
     /// than three quarters of their memory limit (the next request gets a
@@ -130,36 +133,43 @@ pub struct StatsSnapshot {
     /// Instances serving a request now.
     pub in_flight: u64,
     /// Outgoing requests of Workers that reached a Worker (a binding, a
-    /// dispatch namespace or the outbound Worker; [`crate::outgoing`]).
+    /// dispatch namespace or the outbound Worker; [`crate::outbound::outgoing`]).
     pub nested_calls: u64,
     /// Outgoing requests of Workers denied (not a binding, no outbound).
     pub nested_denied: u64,
+    /// Redirects from origins (or an outbound Worker) whose `Location`
+    /// led into `.internal`, removed before the guest saw them
+    /// ([`crate::outbound::outgoing`]).
+    pub redirects_into_bindings: u64,
     /// Nested calls refused at the depth limit (`loop-detected`).
     pub nested_too_deep: u64,
+    /// Requests refused at a front door with 508: they had passed through
+    /// hearth's egress more than `max_loop_passes` times ([`crate::flow`]).
+    pub loop_refused: u64,
     /// Nested calls that waited for one of their invocation's subrequest
     /// slots (`RuntimeConfig::max_concurrent_subrequests`).
     pub nested_queued: u64,
-    /// Flows delivered to a tail Worker ([`crate::tail`]).
+    /// Flows delivered to a tail Worker ([`crate::outbound::tail`]).
     pub tail_deliveries: u64,
     /// Tail deliveries the tail Worker did not accept (no 2xx).
     pub tail_failures: u64,
     /// Trace reports refused because their flow was already delivered
-    /// (a level that ended after its entry; [`crate::tail`]).
+    /// (a level that ended after its entry; [`crate::outbound::tail`]).
     pub tail_late_reports: u64,
     /// Reads of a script's metadata or source from the script store.
     pub store_reads: u64,
     /// Requests for a script ID under which no Worker is deployed (404).
     pub unknown_scripts: u64,
     /// Lookups of an unknown script ID answered from the negative cache,
-    /// without a store read ([`crate::misses`]).
+    /// without a store read ([`crate::store::misses`]).
     pub unknown_cached: u64,
-    /// Fetches of origins by Workers, by outcome ([`crate::egress`]).
-    pub subrequests: crate::egress::SubrequestCounts,
+    /// Fetches of origins by Workers, by outcome ([`crate::outbound::egress`]).
+    pub subrequests: crate::outbound::egress::SubrequestCounts,
     /// Client requests (a flow's entry) for a dispatch-only user Worker,
-    /// refused with a 404 ([`crate::manifest`]).
+    /// refused with a 404 ([`crate::store::manifest`]).
     pub dispatch_only_refused: u64,
     /// Nested calls refused because their flow's CPU budget for nested
-    /// invocations on this node was spent ([`crate::cpu::FlowCpu`]).
+    /// invocations on this node was spent ([`crate::instances::cpu::FlowCpu`]).
     pub nested_cpu_refused: u64,
     /// Bytes live instances hold now against the node's instance memory
     /// cap: linear memories, tables and each one's host reserve.
@@ -212,7 +222,9 @@ impl StatsSnapshot {
             in_flight: g(&s.in_flight),
             nested_calls: g(&s.nested_calls),
             nested_denied: g(&s.nested_denied),
+            redirects_into_bindings: g(&s.redirects_into_bindings),
             nested_too_deep: g(&s.nested_too_deep),
+            loop_refused: g(&s.loop_refused),
             nested_queued: g(&s.nested_queued),
             tail_deliveries: g(&s.tail_deliveries),
             tail_failures: g(&s.tail_failures),

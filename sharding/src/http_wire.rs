@@ -192,6 +192,7 @@ mod tests {
             .header("x-bin", HeaderValue::from_bytes(b"\xffraw").unwrap())
             .header("x-multi", "a")
             .header("x-multi", "b")
+            .header("cdn-loop", "edge-cdn; v=1, hearth")
             .header("connection", "keep-alive")
             .header("transfer-encoding", "chunked")
             .body(())
@@ -204,6 +205,8 @@ mod tests {
         assert_eq!(back.uri, "/upload?x=1");
         assert_eq!(back.headers["x-bin"].as_bytes(), b"\xffraw");
         assert_eq!(back.headers.get_all("x-multi").iter().count(), 2);
+        // hearth's loop mark crosses the hop as it came (hearth_runtime::flow).
+        assert_eq!(back.headers["cdn-loop"], "edge-cdn; v=1, hearth");
         assert!(back.headers.get("connection").is_none());
         assert!(back.headers.get("transfer-encoding").is_none());
     }

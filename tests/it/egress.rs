@@ -1,4 +1,4 @@
-//! Outbound fetch to origins on one real node (`hearth_runtime::egress`):
+//! Outbound fetch to origins on one real node (`hearth_runtime::outbound::egress`):
 //! the `fetcher` sample (and the JS sample's plain `fetch()`) call a local
 //! origin this test starts on 127.0.0.1. Allowed, denied (not on the
 //! allow-list), private addresses refused by default (an IP literal and a
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hearth::cluster::ClusterConfig;
-use hearth::runtime::egress::EgressConfig;
+use hearth::runtime::outbound::egress::EgressConfig;
 use hearth::runtime::{Manifest, Plan};
 use hearth::testing::TestCluster;
 use http_body_util::Full;

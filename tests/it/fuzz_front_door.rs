@@ -39,7 +39,7 @@ proptest! {
     fn fuzz_any_host_names_one_lowercase_worker_or_none(host in host()) {
         if let Some(id) = script_id_from_host(&host) {
             // A name a Worker can have: lowercase DNS label characters.
-            prop_assert!(hearth::runtime::validate::valid_script_id(&id), "{id:?}");
+            prop_assert!(hearth::runtime::store::validate::valid_script_id(&id), "{id:?}");
             let name = host.split(':').next().unwrap_or_default();
             prop_assert!(name.parse::<std::net::Ipv4Addr>().is_err(), "{host:?} is an IP");
             // DNS names are case-insensitive, and so is routing.

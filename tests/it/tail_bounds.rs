@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use hearth::cluster::ClusterConfig;
 use hearth::runtime::Manifest;
-use hearth::runtime::tail::{MAX_FLOW_BYTES, MAX_FLOW_EVENTS};
+use hearth::runtime::outbound::tail::{MAX_FLOW_BYTES, MAX_FLOW_EVENTS};
 use hearth::testing::TestCluster;
 
 fn sample(name: &str) -> Vec<u8> {

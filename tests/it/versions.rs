@@ -8,7 +8,8 @@
 use hearth::testing::TestCluster;
 use hearth_admin_client::{AdminClient, AdminError, VersionShare};
 use hearth_runtime::Plan;
-use hearth_runtime::versions::{Share, bucket, pick};
+use hearth_runtime::store::meta::Share;
+use hearth_runtime::store::versions::{bucket, pick};
 
 fn sample(name: &str) -> Vec<u8> {
     hearth_sample_workers::bytes(name).expect("sample Workers are built")

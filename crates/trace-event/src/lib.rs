@@ -2,7 +2,7 @@
 //!
 //! [`TraceEvent`]: one thing that happened in a *traced flow* (a flow of
 //! Workers calling Workers whose entry Worker has tail Workers). The model
-//! is in `hearth_runtime::tail`: every level of the flow, on whatever node
+//! is in `hearth_runtime::outbound::tail`: every level of the flow, on whatever node
 //! it runs, records events; they travel to the flow's first node, which
 //! hands them all to the tail Workers in one invocation.
 //!
@@ -14,7 +14,7 @@
 //! cluster layer stays free of wasmtime and the node converts nothing
 //! between them.
 //!
-//! The live tail (`hearth tail`, `hearth_runtime::live_tail`) streams one
+//! The live tail (`hearth tail`, `hearth_runtime::outbound::live_tail`) streams one
 //! [`RequestEvent`] per finished request: the request line, status, timing
 //! and the same [`TraceEvent`]s a tail Worker gets for that level. The
 //! admin client reads them back, hence `Deserialize` too.

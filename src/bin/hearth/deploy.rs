@@ -110,7 +110,7 @@ impl DeployArgs {
                 .with_context(|| format!("--var {v}: expected NAME=VALUE"))?;
             m.vars.insert(name.into(), value.into());
         }
-        hearth::runtime::secrets::check_vars(&m.vars, [])?;
+        hearth::runtime::store::secrets::check_vars(&m.vars, [])?;
         m.dispatch_only |= self.dispatch_only;
         Ok(m)
     }
@@ -140,7 +140,7 @@ pub(crate) async fn run(args: DeployArgs) -> anyhow::Result<()> {
             }
         }
         (None, Some(store)) => {
-            if hearth::runtime::s3_store::is_s3_url(&store.to_string_lossy()) {
+            if hearth::runtime::store::s3_store::is_s3_url(&store.to_string_lossy()) {
                 bail!(
                     "--store takes a directory; deploy into an S3 store through a node (--admin URL)"
                 );

@@ -199,7 +199,8 @@ impl Printer {
         let seen = self.dropped.entry(node.to_string()).or_default();
         if dropped > *seen {
             eprintln!(
-                "{node}: {} event(s) dropped (this tail read too slowly)",
+                "{}: {} event(s) dropped (this tail read too slowly)",
+                printable(node),
                 dropped - *seen
             );
             *seen = dropped;
@@ -210,7 +211,9 @@ impl Printer {
         let mut out = std::io::stdout().lock();
         if self.format == Format::Json {
             let line = serde_json::to_string(e).map_err(std::io::Error::other)?;
-            writeln!(out, "{line}")?;
+            // serde_json escapes C0 controls; DEL, C1 and bidi controls it
+            // leaves, and a terminal may act on them.
+            writeln!(out, "{}", json_safe(&line))?;
             return out.flush();
         }
         let last = self.rate.entry(e.node.clone()).or_insert(1.0);
@@ -219,14 +222,14 @@ impl Printer {
             writeln!(
                 out,
                 "({}: sampling, {} of matching requests shown)",
-                e.node,
+                printable(&e.node),
                 percent(e.sample_rate)
             )?;
         }
         writeln!(out, "{}", headline(e))?;
         for t in &e.events {
             if t.kind != "outcome" {
-                writeln!(out, "    {}: {}", t.kind, t.message)?;
+                writeln!(out, "    {}: {}", printable(&t.kind), printable(&t.message))?;
             }
         }
         out.flush()
@@ -238,18 +241,64 @@ fn headline(e: &RequestEvent) -> String {
     let mut line = format!(
         "{} {} {} {} {} cpu {:.2} ms wall {:.2} ms {}",
         clock(e.timestamp_unix_ms),
-        e.node,
+        printable(&e.node),
         e.status,
-        e.method,
-        e.url,
+        printable(&e.method),
+        printable(&e.url),
         e.cpu_ms,
         e.wall_ms,
-        e.outcome
+        printable(&e.outcome)
     );
     if e.sample_rate < 1.0 {
         line.push_str(&format!(" [sampled {}]", percent(e.sample_rate)));
     }
     line
+}
+
+/// Whether a terminal may act on `c` rather than show it: C0 and C1
+/// controls, DEL, and the bidirectional formatting characters (which
+/// reorder what follows them on the line).
+fn is_control(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `s` as text a terminal shows and does not act on: every control
+/// character escaped (`\n`, `\r`, `\t`, `\u{1b}`, ...). What a Worker logs
+/// reaches the operator's terminal through `hearth tail`; an escape
+/// sequence in it could set the clipboard (OSC 52), retitle the window or
+/// fake the lines around it.
+fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if is_control(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// A JSON line with the control characters serde_json leaves as they are
+/// (DEL, C1, bidi controls) written as `\uXXXX` escapes: the same JSON
+/// value, inert on a terminal.
+fn json_safe(line: &str) -> std::borrow::Cow<'_, str> {
+    if !line.chars().any(is_control) {
+        return std::borrow::Cow::Borrowed(line);
+    }
+    let mut out = String::with_capacity(line.len() + 8);
+    for c in line.chars() {
+        if is_control(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// `HH:MM:SS.mmm` (UTC) of a Unix time in milliseconds.
@@ -276,6 +325,35 @@ fn percent(rate: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_workers_escape_sequences_reach_the_terminal_escaped() {
+        // OSC 52 (set the clipboard), a CSI, a fake second line, C1 CSI,
+        // a bidi override.
+        let hostile = "a\u{1b}]52;c;aGk=\u{7}b\u{1b}[2Jc\nfake 200 GET /\rd\u{9b}e\u{202e}f\u{7f}";
+        let shown = printable(hostile);
+        assert!(!shown.chars().any(is_control), "{shown:?}");
+        assert_eq!(
+            shown,
+            "a\\u{1b}]52;c;aGk=\\u{7}b\\u{1b}[2Jc\\nfake 200 GET /\\rd\\u{9b}e\\u{202e}f\\u{7f}"
+        );
+        assert_eq!(printable("plain text"), "plain text");
+
+        let e = RequestEvent {
+            node: "n".into(),
+            url: format!("/{hostile}"),
+            method: "GET".into(),
+            outcome: "ok".into(),
+            ..RequestEvent::default()
+        };
+        assert!(!headline(&e).chars().any(is_control));
+
+        let json = serde_json::to_string(&e).expect("json");
+        let safe = json_safe(&json);
+        assert!(!safe.chars().any(is_control), "{safe}");
+        let back: RequestEvent = serde_json::from_str(&safe).expect("still JSON");
+        assert_eq!(back.url, e.url, "the same value, escaped");
+    }
 
     #[test]
     fn a_request_is_one_readable_line() {

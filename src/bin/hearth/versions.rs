@@ -1,6 +1,6 @@
 //! `hearth versions list|deploy` and `hearth rollback`: a Worker's
 //! numbered versions, a gradual rollout between them, and a rollback,
-//! through a node's admin API (see `hearth_runtime::versions` for the
+//! through a node's admin API (see `hearth_runtime::store::versions` for the
 //! model). A rollout or rollback is announced to every node of the
 //! cluster, like a deploy.
 

@@ -1,6 +1,6 @@
 //! `fetcher`: fetches the URL in request header `x-fetch` (an origin on the
 //! network, which hearth reaches only if the deploy allows it; see
-//! `hearth_runtime::egress`), `x-fetch-count` times (default 1), one after
+//! `hearth_runtime::outbound::egress`), `x-fetch-count` times (default 1), one after
 //! another, and answers 200 with one line per fetch:
 //!
 //! ```text

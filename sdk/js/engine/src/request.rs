@@ -57,7 +57,7 @@ use crate::web::{self, Usv};
 use crate::{env, fetch, timers};
 
 /// The largest body [`fast_http::respond`] takes: the host's
-/// `OUTGOING_BODY_BYTES` (runtime/src/host.rs), what one outgoing body
+/// `OUTGOING_BODY_BYTES` (runtime/src/limits.rs), what one outgoing body
 /// buffers. A larger body goes through wasi:http's streams.
 const FAST_BODY_BYTES: usize = 8 * 1024;
 

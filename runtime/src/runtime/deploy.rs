@@ -1,0 +1,505 @@
+//! Deploys, secrets and versions: what changes a script in the store.
+//!
+//! A deploy checks and compiles on the blocking pool, then, under the
+//! script's deploy lock, writes its next numbered version and makes it the
+//! current deployment; a secret change is a new version the same way; a
+//! rollback or a split only replaces the current deployment. Each drops
+//! the copy resident here, so the next request loads what the store has.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::error::StoreError;
+use crate::instances::lifecycle;
+use crate::instances::worker::link;
+use crate::limits::Plan;
+use crate::store::manifest::Manifest;
+use crate::store::meta::{ScriptMeta, Share};
+use crate::store::secrets::SecretError;
+use crate::store::validate::{
+    ValidationError, compressed_size, valid_script_id, validate_component,
+};
+use crate::store::versions::{VersionError, VersionList};
+use crate::timing::CodeSource;
+
+use super::{Runtime, lock};
+
+/// Why a deploy was refused. The old version (if any) keeps serving.
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    /// The script ID cannot be routed to (it must be a DNS label).
+    #[error(
+        "invalid script ID {0:?}: use 1-63 lowercase letters, digits and '-', not starting or ending with '-'"
+    )]
+    InvalidScriptId(String),
+    /// The script is over its plan's size limit (measured gzip-compressed).
+    #[error(
+        "script too large for the {plan} plan: {compressed} bytes gzip-compressed ({raw} bytes raw), limit is {limit} bytes compressed"
+    )]
+    TooLarge {
+        /// The plan whose limit applies.
+        plan: Plan,
+        /// Size after gzip (level 6), the measure the limit uses.
+        compressed: u64,
+        /// Size as uploaded.
+        raw: u64,
+        /// The plan's limit on the compressed size.
+        limit: u64,
+    },
+    /// The script is over its plan's limit on the uncompressed size.
+    #[error(
+        "script too large for the {plan} plan: {raw} bytes uncompressed, limit is {limit} bytes uncompressed"
+    )]
+    TooLargeUncompressed {
+        /// The plan whose limit applies.
+        plan: Plan,
+        /// Size as uploaded.
+        raw: u64,
+        /// The plan's limit on the uncompressed size.
+        limit: u64,
+    },
+    /// The bytes are not a valid Worker component.
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// The component is well-formed but wasmtime could not compile or link it.
+    #[error("component does not compile or link: {0}")]
+    Compile(String),
+    /// The script store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The bindings are invalid ([`crate::outbound::bindings`]).
+    #[error(transparent)]
+    Bindings(#[from] crate::outbound::bindings::BindingsError),
+    /// The vars are invalid, or collide with the Worker's secrets
+    /// ([`crate::store::secrets`]).
+    #[error(transparent)]
+    Env(#[from] crate::store::secrets::EnvError),
+}
+
+/// What a successful deploy reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeployReport {
+    /// The script's metadata as stored.
+    pub meta: ScriptMeta,
+    /// The plan's compressed size limit.
+    pub limit: u64,
+    /// Time to compile (or load the artifact of an identical source).
+    #[serde(serialize_with = "ser_ms")]
+    pub compile_time: Duration,
+    /// Whether the code was compiled or an artifact reused.
+    pub code_source: CodeSource,
+}
+
+fn ser_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1000.0)
+}
+
+/// What a deploy checked and compiled, before it is stored.
+struct Checked {
+    plan: Plan,
+    limit: u64,
+    compressed: u64,
+    lifecycle: crate::LifecycleChoice,
+    bindings: crate::Bindings,
+    vars: std::collections::BTreeMap<String, String>,
+    dispatch_only: bool,
+    hash: String,
+    compile_time: Duration,
+    code_source: CodeSource,
+}
+
+impl Runtime {
+    /// Validates, compiles and stores `source` as `script_id` with the
+    /// settings of `manifest` (a [`Manifest`], or just a [`crate::Plan`]),
+    /// as its next numbered version ([`crate::store::versions`]), which replaces
+    /// the current deployment atomically (at 100%, ending any split; the
+    /// earlier versions stay on record). Runs the CPU-heavy parts on
+    /// the blocking pool. A store that shares artifacts gets the compiled
+    /// one before the new version is visible, so other nodes load it
+    /// instead of compiling.
+    pub async fn deploy(
+        &self,
+        script_id: &str,
+        manifest: impl Into<Manifest>,
+        source: Vec<u8>,
+    ) -> Result<DeployReport, DeployError> {
+        let rt = self.clone();
+        let id = script_id.to_string();
+        let manifest = manifest.into();
+        let (checked, source) =
+            tokio::task::spawn_blocking(move || rt.check_and_compile(&id, &manifest, source))
+                .await
+                .map_err(|e| DeployError::Compile(format!("deploy task failed: {e}")))??;
+        if self.inner.store.keeps_artifacts() {
+            self.share_artifact(&checked.hash).await;
+        }
+        // Concurrent deploys of one name are serialised from here: the
+        // deploy time is taken under the lock, so the version stored last
+        // is the one with the latest time, and each caller is told what it
+        // wrote.
+        let name_lock = self.deploy_lock(script_id);
+        let _serial = name_lock.lock().await;
+        // Secrets outlive redeploys: the new version keeps the old one's.
+        let old = self.inner.store.meta(script_id).await?;
+        let version = self.next_version(old.as_ref()).await?;
+        let secrets = match old {
+            Some(old) => old.secrets,
+            None => Default::default(),
+        };
+        crate::store::secrets::check_vars(&checked.vars, secrets.keys())?;
+        let meta = ScriptMeta {
+            script_id: script_id.into(),
+            plan: checked.plan,
+            size: source.len() as u64,
+            compressed_size: checked.compressed,
+            hash: checked.hash,
+            deployed_at_ms: unix_ms(),
+            lifecycle: checked.lifecycle,
+            bindings: checked.bindings,
+            vars: checked.vars,
+            secrets,
+            dispatch_only: checked.dispatch_only,
+            version,
+            latest_version: version,
+            split: Vec::new(),
+        };
+        self.inner.store.put(&meta, &source).await?;
+        self.invalidate(script_id);
+        tracing::info!(script = script_id, version = meta.version, plan = %meta.plan, size = meta.size,
+            compressed = meta.compressed_size, hash = %meta.hash,
+            lifecycle = %meta.lifecycle.chosen, compile_time = ?checked.compile_time, "deployed");
+        Ok(DeployReport {
+            meta,
+            limit: checked.limit,
+            compile_time: checked.compile_time,
+            code_source: checked.code_source,
+        })
+    }
+
+    /// The CPU-bound part of a deploy: every check on `source`, then the
+    /// compile (or the artifact of an identical source).
+    fn check_and_compile(
+        &self,
+        script_id: &str,
+        manifest: &Manifest,
+        source: Vec<u8>,
+    ) -> Result<(Checked, Vec<u8>), DeployError> {
+        if !valid_script_id(script_id) {
+            return Err(DeployError::InvalidScriptId(script_id.into()));
+        }
+        let plan = manifest.plan;
+        let limits = self.inner.config.limits(plan);
+        let limit = limits.max_script_size;
+        if source.len() as u64 > limits.max_uncompressed_size {
+            return Err(DeployError::TooLargeUncompressed {
+                plan,
+                raw: source.len() as u64,
+                limit: limits.max_uncompressed_size,
+            });
+        }
+        let compressed = compressed_size(&source);
+        if compressed > limit {
+            return Err(DeployError::TooLarge {
+                plan,
+                compressed,
+                raw: source.len() as u64,
+                limit,
+            });
+        }
+        validate_component(&source)?;
+        let bindings = manifest.bindings.clone();
+        bindings.validate()?;
+        crate::store::secrets::check_vars(&manifest.vars, [])?;
+        let hash = blake3::hash(&source).to_hex().to_string();
+        let t = Instant::now();
+        let (component, code_source) = self
+            .compile(&hash, &source)
+            .map_err(|e| DeployError::Compile(e.to_string()))?;
+        link(&self.inner.linker, &component).map_err(|e| DeployError::Compile(e.to_string()))?;
+        let checked = Checked {
+            plan,
+            limit,
+            compressed,
+            lifecycle: lifecycle::decide(manifest.lifecycle, &source),
+            bindings,
+            vars: manifest.vars.clone(),
+            dispatch_only: manifest.dispatch_only,
+            hash,
+            compile_time: t.elapsed(),
+            code_source,
+        };
+        Ok((checked, source))
+    }
+
+    /// The lock that serialises deploys of `script_id` on this node (the
+    /// store serialises across nodes).
+    fn deploy_lock(&self, script_id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = lock(&self.inner.deploying);
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
+        locks.entry(script_id.to_string()).or_default().clone()
+    }
+
+    /// Seals `value` as secret `name` of `script_id` and stores it with the
+    /// script's metadata, replacing a secret of that name, as a new
+    /// version ([`crate::store::versions`]; refused during a split); the warm copy
+    /// here is dropped, so its next request sees it. Returns the new
+    /// metadata (announce its [`ScriptMeta::revision`] to the other
+    /// members, as a deploy does).
+    pub async fn put_secret(
+        &self,
+        script_id: &str,
+        name: &str,
+        value: &str,
+    ) -> Result<ScriptMeta, SecretError> {
+        use crate::store::secrets::{EnvError, MAX_ENTRIES, MAX_VALUE_BYTES, check_name};
+        check_name("secret", name)?;
+        if value.len() > MAX_VALUE_BYTES {
+            return Err(EnvError::ValueTooLarge {
+                kind: "secret",
+                name: name.into(),
+                bytes: value.len(),
+            }
+            .into());
+        }
+        let key = self.inner.node.secrets_key.clone();
+        let (meta, _) = self
+            .change_secrets(script_id, |meta| {
+                if meta.vars.contains_key(name) {
+                    return Err(EnvError::Conflict { name: name.into() });
+                }
+                let count = meta.vars.len() + meta.secrets.len() + 1;
+                if !meta.secrets.contains_key(name) && count > MAX_ENTRIES {
+                    return Err(EnvError::TooMany { count });
+                }
+                let sealed = key.seal(script_id, name, value);
+                meta.secrets.insert(name.to_string(), sealed);
+                Ok(true)
+            })
+            .await?;
+        tracing::info!(script = script_id, secret = name, "secret put");
+        Ok(meta)
+    }
+
+    /// Deletes secret `name` of `script_id` (as [`Runtime::put_secret`]
+    /// stores a change); the new metadata, and whether there was one.
+    pub async fn delete_secret(
+        &self,
+        script_id: &str,
+        name: &str,
+    ) -> Result<(ScriptMeta, bool), SecretError> {
+        let (meta, deleted) = self
+            .change_secrets(script_id, |meta| Ok(meta.secrets.remove(name).is_some()))
+            .await?;
+        if deleted {
+            tracing::info!(script = script_id, secret = name, "secret deleted");
+        }
+        Ok((meta, deleted))
+    }
+
+    /// The names of `script_id`'s secrets (never their values).
+    pub async fn secret_names(&self, script_id: &str) -> Result<Vec<String>, SecretError> {
+        let meta = self
+            .inner
+            .store
+            .meta(script_id)
+            .await?
+            .ok_or_else(|| SecretError::UnknownScript(script_id.into()))?;
+        Ok(meta.secrets.into_keys().collect())
+    }
+
+    /// Applies `change` to `script_id`'s metadata under its deploy lock,
+    /// and stores it (with the same source) if `change` says it changed.
+    async fn change_secrets(
+        &self,
+        script_id: &str,
+        change: impl FnOnce(&mut ScriptMeta) -> Result<bool, crate::store::secrets::EnvError>,
+    ) -> Result<(ScriptMeta, bool), SecretError> {
+        let name_lock = self.deploy_lock(script_id);
+        let _serial = name_lock.lock().await;
+        let (mut meta, source) = self
+            .inner
+            .store
+            .get(script_id)
+            .await?
+            .ok_or_else(|| SecretError::UnknownScript(script_id.into()))?;
+        if !meta.split.is_empty() {
+            return Err(SecretError::SplitActive(script_id.into()));
+        }
+        let changed = change(&mut meta)?;
+        if changed {
+            // A secret is part of what a version runs: a change is a new
+            // version ([`crate::store::versions`]).
+            let version = self.next_version(Some(&meta)).await?;
+            meta.version = version;
+            meta.latest_version = version;
+            meta.deployed_at_ms = unix_ms();
+            self.inner.store.put(&meta, &source).await?;
+            self.invalidate(script_id);
+        }
+        Ok((meta, changed))
+    }
+
+    /// The number of the next version of a script whose current
+    /// deployment is `current`; a script deployed before versions existed
+    /// is recorded as version 1 first, so it can be rolled back to.
+    async fn next_version(&self, current: Option<&ScriptMeta>) -> Result<u64, StoreError> {
+        let Some(current) = current else {
+            return Ok(1);
+        };
+        if current.version == 0 {
+            let legacy = ScriptMeta {
+                version: 1,
+                latest_version: 1,
+                split: Vec::new(),
+                ..current.clone()
+            };
+            self.inner.store.put_version(&legacy).await?;
+        }
+        Ok(current.latest_version.max(current.number()) + 1)
+    }
+
+    /// The versions of `script_id`, its current deployment, and this
+    /// node's counts per version of its split ([`crate::store::versions`]).
+    pub async fn versions(&self, script_id: &str) -> Result<VersionList, VersionError> {
+        let current = self
+            .inner
+            .store
+            .meta(script_id)
+            .await?
+            .ok_or_else(|| VersionError::UnknownScript(script_id.into()))?;
+        let mut versions = self.inner.store.versions(script_id).await?;
+        if current.version == 0 {
+            // Deployed before versions existed: it is version 1.
+            versions = vec![ScriptMeta {
+                version: 1,
+                ..current.clone()
+            }];
+        }
+        Ok(VersionList {
+            script_id: script_id.into(),
+            deployment: crate::store::versions::deployment_of(&current),
+            versions,
+            counts: self.inner.versions.of(script_id),
+        })
+    }
+
+    /// Makes `shares` the current deployment of `script_id`: one version
+    /// at 100% (a rollback) or a split ([`crate::store::versions`]). Every version
+    /// must be recorded; the first one's metadata becomes current. The
+    /// warm copy here is dropped; returns the new current deployment
+    /// (announce its [`ScriptMeta::revision`] to the other members, as a
+    /// deploy does).
+    pub async fn set_deployment(
+        &self,
+        script_id: &str,
+        shares: &[Share],
+    ) -> Result<ScriptMeta, VersionError> {
+        crate::store::versions::check_split(shares)?;
+        let name_lock = self.deploy_lock(script_id);
+        let _serial = name_lock.lock().await;
+        let current = self
+            .inner
+            .store
+            .meta(script_id)
+            .await?
+            .ok_or_else(|| VersionError::UnknownScript(script_id.into()))?;
+        let mut first = None;
+        for share in shares {
+            let found = self.version_meta(&current, share.version).await?;
+            let found = found.ok_or_else(|| VersionError::NoSuchVersion {
+                script_id: script_id.into(),
+                version: share.version,
+            })?;
+            first.get_or_insert(found);
+        }
+        let Some(first) = first else {
+            return Err(VersionError::BadSplit("no versions given".into()));
+        };
+        let meta = ScriptMeta {
+            latest_version: current.latest_version.max(current.number()),
+            split: if shares.len() > 1 {
+                shares.to_vec()
+            } else {
+                Vec::new()
+            },
+            ..first
+        };
+        if current.version == 0 && meta.version != 0 {
+            // Leaving a deployment from before versions: keep it as 1.
+            self.next_version(Some(&current)).await?;
+        }
+        self.inner.store.set_current(&meta).await?;
+        self.invalidate(script_id);
+        let list: Vec<String> = shares.iter().map(Share::to_string).collect();
+        tracing::info!(script = script_id, deployment = %list.join(" "), "deployment changed");
+        Ok(meta)
+    }
+
+    /// Rolls `script_id` back to `version` at 100%, by default the
+    /// highest recorded version below the current one (see
+    /// [`Runtime::set_deployment`]).
+    pub async fn rollback(
+        &self,
+        script_id: &str,
+        version: Option<u64>,
+    ) -> Result<ScriptMeta, VersionError> {
+        let version = match version {
+            Some(v) => v,
+            None => {
+                let list = self.versions(script_id).await?;
+                let current = list.deployment.first().map(|s| s.version).unwrap_or(1);
+                list.versions
+                    .iter()
+                    .map(|m| m.number())
+                    .filter(|v| *v < current)
+                    .max()
+                    .ok_or_else(|| VersionError::NoEarlierVersion {
+                        script_id: script_id.into(),
+                        current,
+                    })?
+            }
+        };
+        self.set_deployment(
+            script_id,
+            &[Share {
+                version,
+                percent: 100,
+            }],
+        )
+        .await
+    }
+
+    /// Version `version`'s metadata, given the current deployment
+    /// `current` (a deployment from before versions is version 1).
+    async fn version_meta(
+        &self,
+        current: &ScriptMeta,
+        version: u64,
+    ) -> Result<Option<ScriptMeta>, StoreError> {
+        if current.version == 0 {
+            return Ok((version == 1).then(|| ScriptMeta {
+                version: 1,
+                latest_version: 1,
+                ..current.clone()
+            }));
+        }
+        // One record and its blob (checked: a version whose source is
+        // damaged is not rolled back to), not every version's record.
+        let found = self
+            .inner
+            .store
+            .get_version(&current.script_id, version)
+            .await?;
+        Ok(found.map(|(meta, _)| meta))
+    }
+}
+
+/// Unix time now, in milliseconds.
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
