@@ -90,7 +90,7 @@ async fn with_wall(source: &str, id: &str, wall: Duration) -> (tempfile::TempDir
 
 /// Waits until no invocation is running, so the next request finds the
 /// instance that served the last one idle.
-pub(crate) async fn settle(rt: &Runtime) {
+async fn settle(rt: &Runtime) {
     for _ in 0..10_000 {
         if rt.stats().in_flight == 0 {
             return;
