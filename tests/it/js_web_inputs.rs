@@ -323,7 +323,8 @@ async fn generated_and_wpt_inputs_never_abort_and_match_workerd() {
     let (mut hearth_wpt, mut workerd_wpt) = (Wpt::default(), Wpt::default());
     let (mut compared, mut known, mut unexplained) = (0usize, Vec::new(), Vec::new());
     let mut refused = Vec::new();
-    for probe in probes() {
+    let all = probes();
+    for probe in &all {
         let (status, bytes) = send(&rt, "inputs", &probe.path, &[], probe.body.as_deref()).await;
         if status != 200 {
             refused.push(format!(
@@ -339,7 +340,7 @@ async fn generated_and_wpt_inputs_never_abort_and_match_workerd() {
         let kind = probe.path.split('?').next().unwrap_or("");
         hearth_wpt.add(kind, &mine);
         let Some(w) = &workerd else { continue };
-        let theirs = on_workerd(w.addr(), &probe).await;
+        let theirs = on_workerd(w.addr(), probe).await;
         workerd_wpt.add(kind, &theirs);
         let (a, b) = (mine["outcomes"].as_array(), theirs["outcomes"].as_array());
         let (Some(a), Some(b)) = (a, b) else {
@@ -401,6 +402,13 @@ async fn generated_and_wpt_inputs_never_abort_and_match_workerd() {
         }
     }
     let stats = rt.stats();
+    println!(
+        "{} of {} requests answered 200; {} instances started, {} traps",
+        all.len() - refused.len(),
+        all.len(),
+        stats.instances_started,
+        stats.traps
+    );
     println!(
         "WPT cases the engine fails:\n  {}",
         hearth_wpt.failed.join("\n  ")
@@ -517,13 +525,25 @@ async fn inputs_that_used_to_abort_answer_on_the_same_instance() {
         ("encode", "😀", "239,191,189"),
         ("body", "😀", "\u{FFFD}"),
     ];
+    let mut wrong = Vec::new();
     for (op, input, want) in cases {
         let (status, bytes) = send(&rt, "client", &format!("/{op}"), &[], Some(input)).await;
         let got = String::from_utf8_lossy(&bytes);
-        assert_eq!(status, 200, "{op} of {input:?}: {got}");
-        assert_eq!(got, *want, "{op} of {input:?}");
+        if (status, got.as_ref()) != (200, *want) {
+            wrong.push(format!(
+                "{op} of {input:?}: {status} {got:?}, want 200 {want:?}"
+            ));
+        }
     }
     let stats = rt.stats();
+    println!(
+        "{} of {} inputs answered as expected; {} instances started, {} traps",
+        cases.len() - wrong.len(),
+        cases.len(),
+        stats.instances_started,
+        stats.traps
+    );
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     assert_eq!(
         (stats.instances_started, stats.traps),
         (1, 0),
