@@ -7,9 +7,10 @@
 //! cargo bench -p hearth --bench js_vs_workerd
 //! ```
 //!
-//! workerd is installed on demand with npm (`@cloudflare/workerd-linux-64`)
-//! into `~/.cache/hearth/workerd` (or `$HEARTH_WORKERD`, a `workerd` binary
-//! to use instead); without npm or wrk the bench says so and exits 0.
+//! workerd is installed on demand with npm (`@cloudflare/workerd-linux-64`,
+//! pinned: `hearth::testing::workerd_binary`) into
+//! `~/.cache/hearth/workerd-<version>` (or `$HEARTH_WORKERD`, a `workerd`
+//! binary to use instead); without npm or wrk the bench says so and exits 0.
 //!
 //! The Worker is the JSON echo of the request. workerd runs
 //! `sdk/js/engine/tests/echo.js` unchanged, an ES module Worker
@@ -67,47 +68,12 @@ use hearth::testing::ProcStat;
 mod support;
 use support::*;
 
-/// The npm package of workerd's Linux x86-64 binary.
-const WORKERD_PACKAGE: &str = "@cloudflare/workerd-linux-64";
-
-/// Finds or installs workerd; None (with the reason printed) if it cannot.
+/// Finds or installs workerd ([`hearth::testing::workerd_binary`]); None
+/// (with the reason printed) if it cannot.
 fn workerd() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("HEARTH_WORKERD") {
-        return Some(PathBuf::from(p));
-    }
-    let home = std::env::var_os("HOME").map(PathBuf::from)?;
-    let cache = home.join(".cache/hearth/workerd");
-    let binary = cache
-        .join("node_modules")
-        .join(WORKERD_PACKAGE)
-        .join("bin/workerd");
-    if binary.is_file() {
-        return Some(binary);
-    }
-    std::fs::create_dir_all(&cache).ok()?;
-    eprintln!("installing {WORKERD_PACKAGE} into {}", cache.display());
-    let status = Command::new("npm")
-        .args([
-            "install",
-            "--no-audit",
-            "--no-fund",
-            "--no-save",
-            WORKERD_PACKAGE,
-        ])
-        .current_dir(&cache)
-        .stdout(Stdio::null())
-        .status();
-    match status {
-        Ok(s) if s.success() && binary.is_file() => Some(binary),
-        Ok(s) => {
-            eprintln!("npm install {WORKERD_PACKAGE} failed ({s}): skipping the bench");
-            None
-        }
-        Err(e) => {
-            eprintln!("npm is not available ({e}): skipping the bench");
-            None
-        }
-    }
+    hearth::testing::workerd_binary()
+        .map_err(|e| eprintln!("{e}: skipping the bench"))
+        .ok()
 }
 
 /// workerd serving the JSON echo on `addr` and the Hono app on `hono`.

@@ -23,7 +23,8 @@
 //! time. [`build_js`] builds a JS Worker's
 //! module into a component with hearth's JS engine; tests and benches that
 //! build the JS samples with `hearth build` find their npm trees with
-//! [`hono_sample`] and [`js_toolchain`].
+//! [`hono_sample`] and [`js_toolchain`]; [`Workerd`] serves one on
+//! Cloudflare's workerd, the reference hearth's JS engine is compared with.
 
 use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
@@ -57,10 +58,12 @@ pub use ports::{tcp_port, tcp_port_block, udp_port};
 pub use proc_stat::ProcStat;
 pub use raw_http::HttpRequest;
 mod rollout;
+mod workerd;
 pub use rollout::{
     HEALTH_EVERY, Load, Outcome, POOL_SLACK, REQUEST_TIMEOUT, Record, Rollout, RolloutError,
     Summary,
 };
+pub use workerd::{WORKERD_PACKAGE, WORKERD_VERSION, Workerd, WorkerdError, workerd_binary};
 
 /// Polls `f` every 5 ms until it is true or `limit` has passed; whether it
 /// became true. For waiting on an asynchronous effect (a Worker warm on

@@ -16,9 +16,14 @@ use std::process::ExitCode;
 use hearth_build_support::engine;
 
 fn main() -> ExitCode {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("..");
+    // Read when the script runs, not baked in when it compiles: cargo shares
+    // this script's binary between checkouts of the repository that use one
+    // target directory, and each must check its own sources.
+    let Some(manifest_dir) = std::env::var_os("CARGO_MANIFEST_DIR") else {
+        eprintln!("error: cargo did not set CARGO_MANIFEST_DIR");
+        return ExitCode::FAILURE;
+    };
+    let root = PathBuf::from(manifest_dir).join("..").join("..");
     println!("cargo:rerun-if-changed=build.rs");
     for input in engine::INPUTS
         .iter()

@@ -102,7 +102,7 @@ async fn settle(rt: &Runtime) {
 
 /// Sends a request to `id` (a POST when `body` is given) with `headers`,
 /// waits until it has ended, and returns the status and the body.
-async fn send(
+pub(crate) async fn send(
     rt: &Runtime,
     id: &str,
     path: &str,

@@ -36,6 +36,7 @@ mod js_build;
 mod js_engine;
 mod js_loop;
 mod js_web;
+mod js_web_inputs;
 mod loops;
 mod nested;
 mod otlp;

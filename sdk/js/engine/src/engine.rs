@@ -73,7 +73,7 @@ pub(crate) fn widen_gc_threshold(ctx: &Ctx<'_>) {
     if now == GC_THRESHOLD.with(Cell::get) {
         return;
     }
-    let widened = now / 3 * 2 + GC_SLACK;
+    let widened = (now / 3 * 2).saturating_add(GC_SLACK);
     // SAFETY: as above.
     unsafe { rquickjs::qjs::JS_SetGCThreshold(rt, widened as _) };
     GC_THRESHOLD.with(|t| t.set(widened));
@@ -129,7 +129,8 @@ fn start_error(ctx: &Ctx<'_>, kind: u8, e: rquickjs::Error) -> StartError {
 fn module_line(stack: &str) -> Option<u32> {
     let marker = format!("{MODULE_NAME}:");
     let at = stack.find(&marker)? + marker.len();
-    let digits: String = stack[at..]
+    let digits: String = stack
+        .get(at..)?
         .chars()
         .take_while(char::is_ascii_digit)
         .collect();

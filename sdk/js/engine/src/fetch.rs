@@ -42,6 +42,7 @@ use rquickjs::{Array, Ctx, Exception, Function, Persistent, TypedArray, Value};
 
 use crate::event_loop;
 use crate::request::body_bytes;
+use crate::web::Usv;
 
 /// Headers an outgoing request or a response may not carry: the ones
 /// wasi:http refuses (wasmtime-wasi-http's `DEFAULT_FORBIDDEN_HEADERS`,
@@ -234,9 +235,9 @@ fn type_error<'js>(ctx: &Ctx<'js>, message: &str) -> Value<'js> {
 /// `__hearth_fetch_abort`).
 fn fetch<'js>(
     ctx: Ctx<'js>,
-    method: String,
-    url: String,
-    pairs: Vec<String>,
+    Usv(method): Usv,
+    Usv(url): Usv,
+    pairs: Vec<Usv>,
     body: Opt<Value<'js>>,
 ) -> rquickjs::Result<Array<'js>> {
     event_loop::in_request_only(&ctx, "fetch()")?;
@@ -247,8 +248,10 @@ fn fetch<'js>(
     };
     let mut req = Request::new(&method, &url).body(body);
     for pair in pairs.chunks_exact(2) {
-        if !HOP_BY_HOP.iter().any(|h| pair[0].eq_ignore_ascii_case(h)) {
-            req = req.header(&pair[0], pair[1].as_bytes());
+        if let [Usv(name), Usv(value)] = pair
+            && !HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
+        {
+            req = req.header(name, value.as_bytes());
         }
     }
     let mut id = 0;

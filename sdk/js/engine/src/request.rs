@@ -53,6 +53,7 @@ use rquickjs::{Array, ArrayBuffer, Ctx, Function, Object, TypedArray, Value};
 use crate::engine::{self, Engine};
 use crate::event_loop::{self, Ran};
 use crate::init::fast_http;
+use crate::web::{self, Usv};
 use crate::{env, fetch, timers};
 
 /// The largest body [`fast_http::respond`] takes: the host's
@@ -105,11 +106,11 @@ enum AnswerBody<'js> {
     Stream(Function<'js>),
 }
 
-/// A body value's bytes: a string (UTF-8), a `Uint8Array` or an
-/// `ArrayBuffer`; anything else is empty.
+/// A body value's bytes: a string (UTF-8, lone surrogates as U+FFFD), a
+/// `Uint8Array` or an `ArrayBuffer`; anything else is empty.
 pub(crate) fn body_bytes(v: Value<'_>) -> rquickjs::Result<Vec<u8>> {
     if let Some(s) = v.as_string() {
-        return Ok(s.to_string()?.into_bytes());
+        return Ok(web::usv(s)?.into_bytes());
     }
     if let Ok(t) = TypedArray::<u8>::from_value(v.clone()) {
         // SAFETY: copied at once.
@@ -184,7 +185,13 @@ fn answer<'js>(
             Err(why) => return Ok(Err(why)),
         };
         let status: u16 = parts.get(0)?;
-        let headers: Vec<String> = parts.get(1)?;
+        // Lone surrogates in a value (a Worker's cut of client text) are
+        // sent as U+FFFD, not the request's failure.
+        let headers = parts
+            .get::<Vec<Usv>>(1)?
+            .into_iter()
+            .map(|Usv(s)| s)
+            .collect();
         let body: Value = parts.get(2)?;
         let body = match body.as_function() {
             Some(next) => AnswerBody::Stream(next.clone()),
@@ -211,14 +218,16 @@ fn send<'js>(ctx: &Ctx<'js>, out: ResponseOutparam, a: Answer<'js>) -> Result<()
     let mut hs: Vec<(&str, &[u8])> = a
         .headers
         .chunks_exact(2)
-        .filter(|c| {
-            let name = c[0].as_str();
+        .filter_map(|c| match c {
+            [name, value] => Some((name.as_str(), value.as_bytes())),
+            _ => None,
+        })
+        .filter(|(name, _)| {
             !name.eq_ignore_ascii_case("content-length")
                 && !fetch::HOP_BY_HOP
                     .iter()
                     .any(|h| name.eq_ignore_ascii_case(h))
         })
-        .map(|c| (c[0].as_str(), c[1].as_bytes()))
         .collect();
     let next = match a.body {
         AnswerBody::Whole(body) => {

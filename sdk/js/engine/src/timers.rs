@@ -59,7 +59,7 @@ struct Timers {
 
 impl Timers {
     fn schedule(&mut self, id: u32, due: u64) -> u64 {
-        self.last_seq += 1;
+        self.last_seq = self.last_seq.wrapping_add(1);
         self.heap.push(Reverse((due, self.last_seq, id)));
         self.last_seq
     }
@@ -117,12 +117,12 @@ fn add<'js>(
         .map(|a| Persistent::save(&ctx, a))
         .collect();
     let due = monotonic_clock::now().saturating_add(wait);
-    Ok(TIMERS.with(|t| {
+    let (id, replaced) = TIMERS.with(|t| {
         let mut t = t.borrow_mut();
         t.last_id = t.last_id.checked_add(1).unwrap_or(1);
         let id = t.last_id;
         let seq = t.schedule(id, due);
-        t.live.insert(
+        let replaced = t.live.insert(
             id,
             Timer {
                 seq,
@@ -131,8 +131,12 @@ fn add<'js>(
                 args,
             },
         );
-        id
-    }))
+        (id, replaced)
+    });
+    // A timer whose id came round again (after 2^32 of them) is dropped
+    // after the borrow ends: freeing JS values can run finalizers.
+    drop(replaced);
+    Ok(id)
 }
 
 /// `clearTimeout(id)` and `clearInterval(id)`.

@@ -22,10 +22,10 @@
 
 use hmac::digest::KeyInit;
 use hmac::{Hmac, Mac};
-use rquickjs::{Ctx, Function, Object, TypedArray};
+use rquickjs::{Ctx, FromJs, Function, Object, TypedArray, Value};
 use sha1::Sha1;
 use sha2::{Digest, Sha256, Sha384, Sha512};
-use url::{Position, Url, form_urlencoded, quirks};
+use url::{Url, form_urlencoded, quirks};
 
 /// The web APIs' JS: one script (the files share one scope), evaluated
 /// after [`define`].
@@ -38,35 +38,143 @@ pub(crate) const WEB_JS: &str = concat!(
     "})();\n"
 );
 
-/// The boundaries [`url_offsets`] writes, in order (see `url.js`).
-const POSITIONS: [Position; 15] = [
-    Position::AfterScheme,
-    Position::BeforeUsername,
-    Position::AfterUsername,
-    Position::BeforePassword,
-    Position::AfterPassword,
-    Position::BeforeHost,
-    Position::AfterHost,
-    Position::BeforePort,
-    Position::AfterPort,
-    Position::BeforePath,
-    Position::AfterPath,
-    Position::BeforeQuery,
-    Position::AfterQuery,
-    Position::BeforeFragment,
-    Position::AfterFragment,
-];
+/// A JS string as a Rust `String`, whatever it holds: each lone surrogate
+/// (a JS string may hold one, UTF-8 cannot) becomes U+FFFD, as WebIDL's
+/// `USVString` conversion makes it. Every native takes its strings so:
+/// rquickjs's `String` conversion fails on a lone surrogate instead, which
+/// made `btoa`, `console.log` or a native of the URL classes throw an
+/// `Error` of no web API, and failed the request (retiring the instance)
+/// when it reached the answer's headers or body.
+pub(crate) struct Usv(pub(crate) String);
 
-/// Writes `u`'s component boundaries into `out` (an `Int32Array` of at
-/// least 15). A serialized URL is ASCII, so byte offsets are JS indices.
+impl<'js> FromJs<'js> for Usv {
+    fn from_js(_: &Ctx<'js>, value: Value<'js>) -> rquickjs::Result<Self> {
+        usv(&rquickjs::String::from_value(value)?).map(Usv)
+    }
+}
+
+/// `s` as a Rust `String`, lone surrogates as U+FFFD (see [`Usv`]).
+pub(crate) fn usv(s: &rquickjs::String<'_>) -> rquickjs::Result<String> {
+    match s.to_string() {
+        Err(rquickjs::Error::Utf8(_)) => {
+            let c = s.clone().to_cstring()?;
+            // SAFETY: QuickJS's buffer of `c.len()` bytes, alive while `c` is.
+            let bytes = unsafe { std::slice::from_raw_parts(c.as_ptr().cast::<u8>(), c.len()) };
+            Ok(wtf8_lossy(bytes))
+        }
+        other => other,
+    }
+}
+
+/// QuickJS's UTF-8 of a string with lone surrogates (each one the three
+/// bytes `ED A0..BF 80..BF`, as WTF-8 has it) as UTF-8, each lone surrogate
+/// (and anything else that is not UTF-8) one U+FFFD.
+fn wtf8_lossy(mut bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    loop {
+        match std::str::from_utf8(bytes) {
+            Ok(s) => {
+                out.push_str(s);
+                return out;
+            }
+            Err(e) => {
+                let (valid, rest) = bytes
+                    .split_at_checked(e.valid_up_to())
+                    .unwrap_or((bytes, &[]));
+                out.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                out.push(char::REPLACEMENT_CHARACTER);
+                let bad = match rest {
+                    [0xED, 0xA0..=0xBF, 0x80..=0xBF, ..] => 3,
+                    _ => e.error_len().unwrap_or(rest.len()),
+                };
+                bytes = rest.get(bad..).unwrap_or_default();
+            }
+        }
+    }
+}
+
+/// The boundaries of `u`'s components in its serialization, in the order
+/// of `OFF` in `url.js`: scheme end; username, password, hostname, port,
+/// path, query and fragment, each as start and end (the query and fragment
+/// without their `?` and `#`). A serialized URL is ASCII, so byte offsets
+/// are JS indices.
+///
+/// They are worked out from the `url` crate's accessors, each a slice of
+/// the serialization, and never by indexing it: its `Index<RangeTo<Position>>`
+/// reads the byte after the username, which panics when there is none
+/// (`foo://`), and a panic aborts the engine. Every boundary is clamped to
+/// the serialization's length, so a getter slices within it whatever the
+/// crate answers.
+fn url_bounds(u: &Url) -> [usize; 15] {
+    let len = u.as_str().len();
+    let scheme_end = u.scheme().len();
+    let separator = if u.has_authority() { "://" } else { ":" };
+    let user_start = scheme_end + separator.len();
+    let user_end = user_start + u.username().len();
+    // `user:password@host`, `user@host` or `host`.
+    let (password_start, password_end, host_start) = match u.password() {
+        Some(p) => {
+            let end = user_end + 1 + p.len();
+            (user_end + 1, end, end + 1)
+        }
+        None if user_end > user_start => (user_end, user_end, user_end + 1),
+        None => (user_end, user_end, user_end),
+    };
+    let host_end = host_start + u.host_str().map_or(0, str::len);
+    let (port_start, port_end) = match u.port() {
+        Some(p) => (host_end + 1, host_end + 1 + digits(p)),
+        None => (host_end, host_end),
+    };
+    // The path, query and fragment, from the end: a path may follow a
+    // `/.` that is no component (`web+demo:/.//p`).
+    let (query_end, fragment_start) = match u.fragment() {
+        Some(f) => (len.saturating_sub(f.len() + 1), len.saturating_sub(f.len())),
+        None => (len, len),
+    };
+    let (path_end, query_start) = match u.query() {
+        Some(q) => (
+            query_end.saturating_sub(q.len() + 1),
+            query_end.saturating_sub(q.len()),
+        ),
+        None => (query_end, query_end),
+    };
+    let path_start = path_end.saturating_sub(u.path().len());
+    [
+        scheme_end,
+        user_start,
+        user_end,
+        password_start,
+        password_end,
+        host_start,
+        host_end,
+        port_start,
+        port_end,
+        path_start,
+        path_end,
+        query_start,
+        query_end,
+        fragment_start,
+        len,
+    ]
+    .map(|b| b.min(len))
+}
+
+/// How many decimal digits `n` has.
+fn digits(n: u16) -> usize {
+    n.checked_ilog10().map_or(1, |l| l as usize + 1)
+}
+
+/// Writes `u`'s component boundaries ([`url_bounds`]) into `out`, an
+/// `Int32Array` of at least 15 (one that is not is left as it is).
 fn url_offsets(u: &Url, out: &TypedArray<'_, i32>) {
+    let bounds = url_bounds(u);
     let Some(raw) = out.as_raw() else { return };
-    if raw.len() < POSITIONS.len() * 4 {
+    if raw.len() < bounds.len() * 4 {
         return;
     }
     let p = raw.as_ptr() as *mut u8 as *mut i32;
-    for (i, pos) in POSITIONS.iter().enumerate() {
-        let at = u[..*pos].len() as i32;
+    for (i, b) in bounds.into_iter().enumerate() {
+        let at = i32::try_from(b).unwrap_or(i32::MAX);
         // SAFETY: in bounds (checked above); an Int32Array's data is 4-aligned,
         // and no JS runs while it is written.
         unsafe { p.add(i).write_unaligned(at) };
@@ -75,10 +183,10 @@ fn url_offsets(u: &Url, out: &TypedArray<'_, i32>) {
 
 /// `urlParse(input, base, out)`: the href of `input` parsed against `base`,
 /// its boundaries in `out`; `undefined` if it does not parse.
-fn url_parse(input: String, base: Option<String>, out: TypedArray<'_, i32>) -> Option<String> {
+fn url_parse(input: Usv, base: Option<Usv>, out: TypedArray<'_, i32>) -> Option<String> {
     let u = match base {
-        Some(b) => Url::parse(&b).ok()?.join(&input).ok()?,
-        None => Url::parse(&input).ok()?,
+        Some(b) => Url::parse(&b.0).ok()?.join(&input.0).ok()?,
+        None => Url::parse(&input.0).ok()?,
     };
     url_offsets(&u, &out);
     Some(u.into())
@@ -88,8 +196,9 @@ fn url_parse(input: String, base: Option<String>, out: TypedArray<'_, i32>) -> O
 /// standard's setters (1 protocol, 2 username, 3 password, 4 host,
 /// 5 hostname, 6 port, 7 pathname, 8 search, 9 hash), which ignore a value
 /// they cannot take.
-fn url_set(href: String, which: u32, value: String, out: TypedArray<'_, i32>) -> Option<String> {
-    let mut u = Url::parse(&href).ok()?;
+fn url_set(href: Usv, which: u32, value: Usv, out: TypedArray<'_, i32>) -> Option<String> {
+    let mut u = Url::parse(&href.0).ok()?;
+    let value = value.0;
     match which {
         1 => {
             let _ = quirks::set_protocol(&mut u, &value);
@@ -119,17 +228,17 @@ fn url_set(href: String, which: u32, value: String, out: TypedArray<'_, i32>) ->
 }
 
 /// `urlOrigin(href)`: the URL's origin, serialized (`"null"` if opaque).
-fn url_origin(href: String) -> String {
-    Url::parse(&href)
+fn url_origin(href: Usv) -> String {
+    Url::parse(&href.0)
         .map(|u| u.origin().ascii_serialization())
         .unwrap_or_else(|_| "null".into())
 }
 
 /// `formParse(s)`: `application/x-www-form-urlencoded` as
 /// `[name, value, ...]`.
-fn form_parse(s: String) -> Vec<String> {
+fn form_parse(s: Usv) -> Vec<String> {
     let mut out = Vec::new();
-    for (k, v) in form_urlencoded::parse(s.as_bytes()) {
+    for (k, v) in form_urlencoded::parse(s.0.as_bytes()) {
         out.push(k.into_owned());
         out.push(v.into_owned());
     }
@@ -138,11 +247,11 @@ fn form_parse(s: String) -> Vec<String> {
 
 /// `formSerialize([name, value, ...])`: the pairs as
 /// `application/x-www-form-urlencoded`.
-fn form_serialize(list: Vec<String>) -> String {
+fn form_serialize(list: Vec<Usv>) -> String {
     let mut s = form_urlencoded::Serializer::new(String::new());
     for p in list.chunks(2) {
         if let [k, v] = p {
-            s.append_pair(k, v);
+            s.append_pair(&k.0, &v.0);
         }
     }
     s.finish()
@@ -160,9 +269,10 @@ fn utf8_decode(b: TypedArray<'_, u8>, fatal: bool) -> Option<String> {
     }
 }
 
-/// `utf8Encode(string)`: the (well-formed) string's UTF-8 bytes.
-fn utf8_encode<'js>(ctx: Ctx<'js>, s: String) -> rquickjs::Result<TypedArray<'js, u8>> {
-    TypedArray::new(ctx, s.into_bytes())
+/// `utf8Encode(string)`: the string's UTF-8 bytes (lone surrogates as
+/// U+FFFD).
+fn utf8_encode<'js>(ctx: Ctx<'js>, s: Usv) -> rquickjs::Result<TypedArray<'js, u8>> {
+    TypedArray::new(ctx, s.0.into_bytes())
 }
 
 /// The base64 alphabet.
@@ -170,16 +280,15 @@ const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 
 /// `btoa(string)`: base64 of the string's code units as bytes, or
 /// `undefined` if one is above U+00FF.
-fn btoa(s: String) -> Option<String> {
-    let mut bytes = Vec::with_capacity(s.len());
-    for c in s.chars() {
+fn btoa(s: Usv) -> Option<String> {
+    let mut bytes = Vec::with_capacity(s.0.len());
+    for c in s.0.chars() {
         bytes.push(u8::try_from(u32::from(c)).ok()?);
     }
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for c in bytes.chunks(3) {
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*c.get(2).unwrap_or(&0));
+        let byte = |i: usize| u32::from(c.get(i).copied().unwrap_or(0));
+        let n = (byte(0) << 16) | (byte(1) << 8) | byte(2);
         out.push(B64[(n >> 18) as usize & 63] as char);
         out.push(B64[(n >> 12) as usize & 63] as char);
         out.push(if c.len() > 1 {
@@ -198,11 +307,11 @@ fn btoa(s: String) -> Option<String> {
 
 /// `atob(string)`: the forgiving-base64 decode of the string, each byte a
 /// code unit, or `undefined` if it is not base64.
-fn atob(s: String) -> Option<String> {
-    let mut v: Vec<u8> = s
-        .bytes()
-        .filter(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\x0c' | b'\r'))
-        .collect();
+fn atob(s: Usv) -> Option<String> {
+    let mut v: Vec<u8> =
+        s.0.bytes()
+            .filter(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\x0c' | b'\r'))
+            .collect();
     if v.len().is_multiple_of(4) && v.last() == Some(&b'=') {
         v.pop();
         if v.last() == Some(&b'=') {
@@ -323,8 +432,13 @@ fn random(b: TypedArray<'_, u8>) {
 
 /// `uuid()`: a random (version 4) UUID.
 fn uuid() -> String {
-    let mut b = hearth_sdk::wasi::random::random::get_random_bytes(16);
-    b.resize(16, 0);
+    let mut b = [0u8; 16];
+    for (x, r) in b
+        .iter_mut()
+        .zip(hearth_sdk::wasi::random::random::get_random_bytes(16))
+    {
+        *x = r;
+    }
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let mut s = String::with_capacity(36);
@@ -340,7 +454,8 @@ fn uuid() -> String {
 /// `log(line)`: one line on stderr (the Worker's log): line breaks in it
 /// become spaces, so a console call is one log line (as the event loop's
 /// own lines are).
-fn log(line: String) {
+fn log(line: Usv) {
+    let line = line.0;
     if line.contains(['\n', '\r']) {
         crate::engine::write_log(&line.replace("\r\n", " ").replace(['\n', '\r'], " "));
     } else {

@@ -417,8 +417,8 @@ function atob(data) {
 }
 
 // ---- TextEncoder / TextDecoder ----
-// A JS string as UTF-8 (lone surrogates as U+FFFD).
-const utf8 = (s) => N.utf8Encode(s.isWellFormed() ? s : s.toWellFormed());
+// A JS string as UTF-8 (the native makes lone surrogates U+FFFD).
+const utf8 = (s) => N.utf8Encode(s);
 // A BufferSource as a Uint8Array over the same bytes.
 const bytesView = (b) => {
   if (b instanceof Uint8Array) return b;
@@ -460,14 +460,24 @@ class TextEncoder {
 }
 tag(TextEncoder, 'TextEncoder');
 const UTF8_LABELS = new Set(['utf-8', 'utf8', 'unicode-1-1-utf-8', 'unicode11utf8', 'unicode20utf8', 'x-unicode20utf8']);
-// How many bytes at the end of `b` start a UTF-8 sequence not yet complete.
+// How many bytes at the end of `b` are a sequence of UTF-8 not yet
+// complete: a valid start of one, held back for the next chunk. A start
+// that cannot be completed (`E0 80`, `C0`, `F5`) is not held back: its
+// U+FFFD comes now, as the WHATWG decoder emits it.
 const incompleteTail = (b) => {
   const n = b.length;
   for (let k = 1; k <= 3 && k <= n; k++) {
     const c = b[n - k];
     if ((c & 0xc0) === 0x80) continue; // continuation byte
-    const need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
-    return need > k && c < 0xf5 ? k : 0;
+    const need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 1;
+    if (need <= k || c > 0xf4) return 0;
+    if (k >= 2) {
+      // The second byte's range depends on the first (no overlong forms,
+      // surrogates or code points past U+10FFFF).
+      const d = b[n - k + 1];
+      if (d < (c === 0xe0 ? 0xa0 : c === 0xf0 ? 0x90 : 0x80) || d > (c === 0xed ? 0x9f : c === 0xf4 ? 0x8f : 0xbf)) return 0;
+    }
+    return k;
   }
   return 0;
 };
@@ -550,11 +560,15 @@ const bufferSource = (b, what) => {
 };
 const copyOut = (v) => v.slice().buffer;
 const HMAC_USAGES = ['sign', 'verify'];
+// An HMAC key's usages, each checked; an empty list is refused later, by
+// `someUsage`, once the key is made (WebCrypto's order, and workerd's).
 const keyUsages = (usages) => {
   const u = Array.from(usages, String);
   for (const x of u) if (!HMAC_USAGES.includes(x)) throw domError('Unsupported key usage for an HMAC key: ' + x, 'SyntaxError');
-  if (u.length === 0) throw domError('An HMAC key needs at least one usage', 'SyntaxError');
   return [...new Set(u)];
+};
+const someUsage = (u) => {
+  if (u.length === 0) throw domError('An HMAC key needs at least one usage', 'SyntaxError');
 };
 const binary = (bytes) => {
   let s = '';
@@ -602,22 +616,23 @@ class SubtleCrypto {
   async digest(algorithm, data) {
     return N.digest(digestOf(algorithm), bufferSource(data, 'digest')).buffer;
   }
-  // HMAC keys from raw bytes or a JWK ({kty: 'oct', k}).
+  // HMAC keys from raw bytes or a JWK ({kty: 'oct', k}). The checks come
+  // in WebCrypto's order (the algorithm, the key data's type, the usages,
+  // the key, then an empty list of usages), so a call wrong in several
+  // ways fails as on workerd.
   async importKey(format, keyData, algorithm, extractable, usages) {
     if (algName(algorithm) !== 'HMAC') throw domError('Unrecognized name.', 'NotSupportedError');
     const which = hmacHash(algorithm);
-    const u = keyUsages(usages);
     let bytes;
-    if (format === 'raw') {
-      bytes = bufferSource(keyData, 'importKey').slice();
-    } else if (format === 'jwk') {
-      if (typeof keyData !== 'object' || keyData === null) throw new TypeError('A JWK must be an object');
+    if (format === 'raw') bytes = bufferSource(keyData, 'importKey').slice();
+    else if (format !== 'jwk') throw domError('An HMAC key is imported as raw or jwk', 'NotSupportedError');
+    else if (typeof keyData !== 'object' || keyData === null) throw new TypeError('A JWK must be an object');
+    const u = keyUsages(usages);
+    if (format === 'jwk') {
       if (keyData.kty !== 'oct') throw domError('An HMAC JWK has kty "oct"', 'DataError');
       if (keyData.alg !== undefined && keyData.alg !== JWK_ALG[which]) throw domError('The JWK alg does not match the hash', 'DataError');
       if (keyData.ext === false && extractable) throw domError('The JWK is not extractable', 'DataError');
       bytes = unb64url(keyData.k);
-    } else {
-      throw domError('An HMAC key is imported as raw or jwk', 'NotSupportedError');
     }
     if (bytes.length === 0) throw domError('An HMAC key cannot be empty', 'DataError');
     let length = bytes.length * 8;
@@ -625,7 +640,11 @@ class SubtleCrypto {
       const l = Number(algorithm.length);
       if (!(l <= length && l > length - 8)) throw domError('The length does not match the key', 'DataError');
       length = l;
+      // A key of `length` bits: the bits past it are zero (as workerd,
+      // and generateKey below, make them).
+      if (length % 8) bytes[bytes.length - 1] &= 0xff << (8 - (length % 8));
     }
+    someUsage(u);
     return newKey(bytes, which, length, extractable, u);
   }
   async exportKey(format, key) {
@@ -644,6 +663,7 @@ class SubtleCrypto {
     const u = keyUsages(usages);
     const length = algorithm.length === undefined ? BLOCK_BITS[which] : Number(algorithm.length);
     if (!(length > 0 && length <= 8 * 65536)) throw domError('Invalid HMAC key length', 'OperationError');
+    someUsage(u);
     const bytes = new Uint8Array(Math.ceil(length / 8));
     N.random(bytes);
     if (length % 8) bytes[bytes.length - 1] &= 0xff << (8 - (length % 8));

@@ -1,0 +1,168 @@
+//! workerd, Cloudflare's open-source Workers runtime, as the reference that
+//! tests and benches compare hearth's JS engine with: [`workerd_binary`]
+//! finds it or installs it with npm, [`Workerd::serve`] runs one module
+//! Worker on a free local port until the value drops.
+//!
+//! The binary is the npm package [`WORKERD_PACKAGE`] at
+//! [`WORKERD_VERSION`] (pinned: a test that takes workerd's answers as the
+//! oracle must not change its mind with a new release), installed once
+//! into `~/.cache/hearth/workerd-<version>`; `$HEARTH_WORKERD` names a
+//! `workerd` binary to use instead. Without npm or the registry the caller
+//! gets a [`WorkerdError`] and skips what needed workerd, saying so.
+//!
+//! ```no_run
+//! let workerd = hearth::testing::Workerd::serve(
+//!     "export default { fetch() { return new Response('hi'); } };",
+//! )?;
+//! println!("http://{}/", workerd.addr());
+//! # Ok::<(), hearth::testing::WorkerdError>(())
+//! ```
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// The npm package of workerd's Linux x86-64 binary.
+pub const WORKERD_PACKAGE: &str = "@cloudflare/workerd-linux-64";
+
+/// The version of [`WORKERD_PACKAGE`] installed.
+pub const WORKERD_VERSION: &str = "1.20261201.1";
+
+/// The compatibility date the Worker runs with (standard URL parsing,
+/// module Workers).
+const COMPATIBILITY_DATE: &str = "2024-09-23";
+
+/// Why workerd could not be had or started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerdError {
+    /// `$HOME` is not set, so there is no cache to install into.
+    #[error("HOME is not set: nowhere to install workerd")]
+    NoHome,
+    /// npm could not be started.
+    #[error("could not run npm to install {WORKERD_PACKAGE}: {0}")]
+    Npm(#[source] std::io::Error),
+    /// `npm install` ran and failed (its output went to this process's
+    /// stderr).
+    #[error("npm install {WORKERD_PACKAGE}@{WORKERD_VERSION} failed ({0})")]
+    Install(ExitStatus),
+    /// The workerd binary could not be started.
+    #[error("could not start workerd ({}): {source}", path.display())]
+    Spawn {
+        /// The binary.
+        path: PathBuf,
+        /// Why not.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing the Worker and its configuration failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// workerd did not listen within its start-up time.
+    #[error("workerd did not listen on {0} within 60 s")]
+    NotReady(SocketAddr),
+}
+
+/// workerd's binary: `$HEARTH_WORKERD`, else the pinned npm package,
+/// installed first if the cache does not hold it.
+pub fn workerd_binary() -> Result<PathBuf, WorkerdError> {
+    if let Some(p) = std::env::var_os("HEARTH_WORKERD") {
+        return Ok(PathBuf::from(p));
+    }
+    let home = std::env::var_os("HOME").ok_or(WorkerdError::NoHome)?;
+    let cache = PathBuf::from(home).join(format!(".cache/hearth/workerd-{WORKERD_VERSION}"));
+    let binary = cache
+        .join("node_modules")
+        .join(WORKERD_PACKAGE)
+        .join("bin/workerd");
+    if binary.is_file() {
+        return Ok(binary);
+    }
+    std::fs::create_dir_all(&cache)?;
+    eprintln!(
+        "installing {WORKERD_PACKAGE}@{WORKERD_VERSION} into {}",
+        cache.display()
+    );
+    let status = Command::new("npm")
+        .args(["install", "--no-audit", "--no-fund", "--no-save"])
+        .arg(format!("{WORKERD_PACKAGE}@{WORKERD_VERSION}"))
+        .current_dir(&cache)
+        .stdout(Stdio::null())
+        .status()
+        .map_err(WorkerdError::Npm)?;
+    if status.success() && binary.is_file() {
+        Ok(binary)
+    } else {
+        Err(WorkerdError::Install(status))
+    }
+}
+
+/// One module Worker served by workerd on a local port; the process is
+/// killed when this drops.
+pub struct Workerd {
+    child: Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Workerd {
+    /// Serves `module` (one ES module in the Workers syntax, no imports) on
+    /// a free port of 127.0.0.1, once workerd listens there.
+    pub fn serve(module: &str) -> Result<Workerd, WorkerdError> {
+        let binary = workerd_binary()?;
+        let dir = tempfile::tempdir()?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], super::tcp_port()?));
+        std::fs::write(dir.path().join("worker.mjs"), module)?;
+        std::fs::write(
+            dir.path().join("config.capnp"),
+            format!(
+                r#"using Workerd = import "/workerd/workerd.capnp";
+const config :Workerd.Config = (
+  services = [ (name = "main", worker = .worker) ],
+  sockets = [ (name = "http", address = "{addr}", http = (), service = "main") ],
+);
+const worker :Workerd.Worker = (
+  modules = [ (name = "worker.mjs", esModule = embed "worker.mjs") ],
+  compatibilityDate = "{COMPATIBILITY_DATE}",
+);
+"#
+            ),
+        )?;
+        let child = Command::new(&binary)
+            .arg("serve")
+            .arg(dir.path().join("config.capnp"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|source| WorkerdError::Spawn {
+                path: binary,
+                source,
+            })?;
+        let workerd = Workerd {
+            child,
+            addr,
+            _dir: dir,
+        };
+        let started = Instant::now();
+        while TcpStream::connect(addr).is_err() {
+            if started.elapsed() > Duration::from_secs(60) {
+                return Err(WorkerdError::NotReady(addr));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(workerd)
+    }
+
+    /// Where it listens (plain HTTP).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for Workerd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
