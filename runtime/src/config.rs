@@ -90,6 +90,7 @@ pub struct RuntimeConfig {
     pub(crate) miss_capacity: usize,
     pub(crate) max_concurrent_subrequests: usize,
     pub(crate) egress: crate::outbound::egress::EgressConfig,
+    pub(crate) tail_budget: crate::outbound::live_tail::TailBudget,
 }
 
 impl RuntimeConfig {
@@ -125,6 +126,7 @@ impl RuntimeConfig {
             miss_capacity: crate::store::misses::DEFAULT_MISS_CAPACITY,
             max_concurrent_subrequests: 6,
             egress: crate::outbound::egress::EgressConfig::default(),
+            tail_budget: crate::outbound::live_tail::TailBudget::default(),
         }
     }
 
@@ -177,6 +179,23 @@ impl RuntimeConfig {
     pub fn egress(mut self, egress: crate::outbound::egress::EgressConfig) -> Self {
         self.egress = egress;
         self
+    }
+
+    /// The live tail's byte budgets: per event, per watcher's queue, per
+    /// node (default [`TailBudget::default`]; see
+    /// [`crate::outbound::live_tail`]). Checked when the runtime starts
+    /// ([`TailBudget::validate`]).
+    ///
+    /// [`TailBudget::default`]: crate::outbound::live_tail::TailBudget::default
+    /// [`TailBudget::validate`]: crate::outbound::live_tail::TailBudget::validate
+    pub fn tail_budget(mut self, budget: crate::outbound::live_tail::TailBudget) -> Self {
+        self.tail_budget = budget;
+        self
+    }
+
+    /// The live tail's byte budgets ([`RuntimeConfig::tail_budget`]).
+    pub fn tail_budget_config(&self) -> &crate::outbound::live_tail::TailBudget {
+        &self.tail_budget
     }
 
     /// The egress settings ([`RuntimeConfig::egress`]).
