@@ -627,7 +627,7 @@ impl Worker {
         let live = self.node.live.wants(&self.script_id).then(|| LiveRequest {
             hub: self.node.live.clone(),
             method: request.method.to_string(),
-            url: request.uri.to_string(),
+            url: crate::outbound::tail::redact_url(&request.uri.to_string()),
         });
         let (sink, tails) = match extensions.get::<Tracing>() {
             Some(t) => (Some(t.clone()), None),

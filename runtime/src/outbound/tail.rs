@@ -13,7 +13,10 @@
 //!   Traced or not, each line also goes to the node's own log,
 //!   rate-limited per Worker ([`LOG_LINES_PER_SEC`], [`LOG_BURST_LINES`]);
 //! * `subrequest`: each outgoing request, where it went and how it ended
-//!   (including denied ones);
+//!   (including denied ones). Its URL is [`redact_url`]ed: the value of
+//!   every query parameter and any user information become `REDACTED`,
+//!   because API keys ride in query strings and a Worker's secrets are
+//!   not the operator's to read (see [`redact_url`] for what stays);
 //! * `exception`: the error a level failed with (trap, limit, ...);
 //! * `outcome`: how the level ended: `ok <status>` or `exception`, with its
 //!   wall and CPU time;
@@ -151,6 +154,67 @@ fn clip(mut s: String) -> String {
         s.push_str(&format!(" …[{} bytes cut]", total - end));
     }
     s
+}
+
+/// What stands for a value [`redact_url`] hides.
+pub const REDACTED: &str = "REDACTED";
+
+/// `url` as trace events and the live tail show it: the value of every
+/// query parameter becomes [`REDACTED`] (`?key=abc&page=2` shows as
+/// `?key=REDACTED&page=REDACTED`; a parameter without `=`, which may be a
+/// token itself, becomes `REDACTED`), user information in the authority
+/// too (`https://REDACTED@host/`), and a fragment is left out. The scheme,
+/// host, path and the parameters' names stay, so requests can still be
+/// told apart. API keys ride in query strings: a client's to the Worker,
+/// a Worker's (often one of its secrets, which the operator cannot read
+/// otherwise) to an origin. Cut at [`MAX_LINE_BYTES`] like any event
+/// text.
+pub fn redact_url(url: &str) -> String {
+    let url = url.split_once('#').map_or(url, |(u, _)| u);
+    let (head, query) = match url.split_once('?') {
+        Some((h, q)) => (h, Some(q)),
+        None => (url, None),
+    };
+    let mut out = String::with_capacity(url.len());
+    match head.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            out.push_str(scheme);
+            out.push_str("://");
+            match authority.rsplit_once('@') {
+                Some((_, host)) => {
+                    out.push_str(REDACTED);
+                    out.push('@');
+                    out.push_str(host);
+                }
+                None => out.push_str(authority),
+            }
+            out.push_str(path);
+        }
+        None => out.push_str(head),
+    }
+    if let Some(query) = query {
+        out.push('?');
+        for (i, pair) in query.split('&').enumerate() {
+            if i > 0 {
+                out.push('&');
+            }
+            match pair.split_once('=') {
+                Some((name, "")) => {
+                    out.push_str(name);
+                    out.push('=');
+                }
+                Some((name, _)) => {
+                    out.push_str(name);
+                    out.push('=');
+                    out.push_str(REDACTED);
+                }
+                None if pair.is_empty() => {}
+                None => out.push_str(REDACTED),
+            }
+        }
+    }
+    clip(out)
 }
 
 /// The events of one level, as they happen.
@@ -596,6 +660,7 @@ pub(crate) struct Level {
 pub(crate) struct LiveRequest {
     pub(crate) hub: Arc<crate::outbound::live_tail::LiveTail>,
     pub(crate) method: String,
+    /// The request's URL, [`redact_url`]ed.
     pub(crate) url: String,
 }
 
@@ -868,5 +933,35 @@ mod tests {
             rest[0].message
         );
         assert_eq!(rest[1].kind, "outcome");
+    }
+
+    #[test]
+    fn urls_show_without_query_values_or_user_information() {
+        for (url, shown) in [
+            ("/", "/"),
+            (
+                "/search?q=cats&api_key=s3cr3t",
+                "/search?q=REDACTED&api_key=REDACTED",
+            ),
+            (
+                "https://api.example.com/v1?key=s3cr3t&empty=&flag#frag",
+                "https://api.example.com/v1?key=REDACTED&empty=&REDACTED",
+            ),
+            (
+                "http://user:s3cr3t@origin.example/p?",
+                "http://REDACTED@origin.example/p?",
+            ),
+            (
+                "http://next.internal/?fetch=http://a/b?token=s3cr3t&n=1",
+                "http://next.internal/?fetch=REDACTED&n=REDACTED",
+            ),
+            ("/a&&b=c?x=1&&y=2", "/a&&b=c?x=REDACTED&&y=REDACTED"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
+        let long = format!("/?k={}", "v".repeat(MAX_LINE_BYTES * 2));
+        assert_eq!(redact_url(&long), "/?k=REDACTED");
+        let long = format!("/{}", "p".repeat(MAX_LINE_BYTES * 2));
+        assert!(redact_url(&long).len() <= MAX_LINE_BYTES);
     }
 }
