@@ -12,21 +12,18 @@
 //! to use instead); without npm or wrk the bench says so and exits 0.
 //!
 //! The Worker is the JSON echo of the request. workerd runs
-//! `sample-workers/js/module/worker.js` unchanged, an ES module Worker
+//! `sdk/js/engine/tests/echo.js` unchanged, an ES module Worker
 //! (`export default { fetch }`, with a `config.capnp` written into a
 //! temporary directory). hearth runs the component `hearth build` makes of
-//! that same file with its default engine, **QuickJS** (hearth's own,
-//! `sdk/js/engine`), **reused** (the row the goal is about) and **fresh**
-//! (an instance per request: what a snapshot's start costs), and, for
-//! comparison, the **StarlingMonkey** build (componentize-js behind
-//! `sdk/js/shim.js`, the `js-module` sample), reused.
+//! that same file (hearth's QuickJS engine, `sdk/js/engine`, snapshotted
+//! with the module started), **reused** (the row the goal is about) and
+//! **fresh** (an instance per request: what a snapshot's start costs).
 //!
 //! A second table does the same for a Hono app (`sample-workers/js/hono/
 //! worker.js`, `GET /`): workerd runs the single module esbuild makes of it
-//! (`hearth build --bundle-only`), hearth the components `hearth build`
-//! makes of it with each engine (`--engine starlingmonkey` takes a minute,
-//! componentize-js). Its `node_modules` is installed with `npm ci` if
-//! missing (`hearth::testing::hono_sample`).
+//! (`hearth build --bundle-only`), hearth the component `hearth build`
+//! makes of it. Its `node_modules` is installed with `npm ci` if missing
+//! (`hearth::testing::hono_sample`).
 //!
 //! Under each table: per hearth row, the mean over the rounds of its
 //! requests/s and of its p99 as multiples of workerd's in the same round;
@@ -136,16 +133,15 @@ const hono :Workerd.Worker = (
     )
 }
 
-/// `hearth build` of the JS Worker `worker` into `out` with `engine`
-/// (`quickjs`, `starlingmonkey`, or `None` for `--bundle-only`), with the
-/// JS samples' toolchain when it has esbuild.
-fn build_js(worker: &Path, out: &Path, engine: Option<&str>) {
+/// `hearth build` of the JS Worker `worker` into `out` (with
+/// `bundle_only`, `--bundle-only`: the bundle, not a component), with the
+/// JS samples' esbuild when it is installed.
+fn build_js(worker: &Path, out: &Path, bundle_only: bool) {
     let mut cmd = Command::new(bin());
     cmd.arg("build");
-    match engine {
-        Some(engine) => cmd.args(["--engine", engine]),
-        None => cmd.arg("--bundle-only"),
-    };
+    if bundle_only {
+        cmd.arg("--bundle-only");
+    }
     cmd.arg(worker).arg("-o").arg(out);
     if let Some(modules) = hearth::testing::js_toolchain() {
         cmd.env("HEARTH_JS_NODE_MODULES", modules);
@@ -260,7 +256,7 @@ fn main() {
     let seconds = env_or("HEARTH_BENCH_SECONDS", 5);
     let rounds = env_or("HEARTH_BENCH_ROUNDS", 2);
 
-    let module = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample-workers/js/module/worker.js");
+    let module = Path::new(env!("CARGO_MANIFEST_DIR")).join("sdk/js/engine/tests/echo.js");
     let dir = tempfile::tempdir().expect("tempdir");
 
     // workerd: the module Worker as it is, and the Hono app bundled.
@@ -269,21 +265,20 @@ fn main() {
     let hono_worker = hearth::testing::hono_sample()
         .expect("the Hono sample's node_modules")
         .join("worker.js");
-    build_js(&hono_worker, &dir.path().join("hono.mjs"), None);
+    build_js(&hono_worker, &dir.path().join("hono.mjs"), true);
     std::fs::write(
         dir.path().join("config.capnp"),
         workerd_config(w_addr, w_hono),
     )
     .expect("write config");
-    let w_proc = Proc(
+    let w_proc = Process::spawn(
         Command::new(&workerd)
             .arg("serve")
             .arg(dir.path().join("config.capnp"))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start workerd"),
-    );
+            .stderr(Stdio::null()),
+    )
+    .expect("start workerd");
     wait_ready(w_addr, "localhost", Duration::from_secs(60));
 
     // The Python sample's reference host: `wasmtime serve` on the same
@@ -306,22 +301,16 @@ fn main() {
         }
     };
 
-    // hearth: the same module built with each engine; QuickJS reused and
-    // fresh, StarlingMonkey (the js-module sample) reused.
+    // hearth: the same modules built, reused and fresh.
     let store = dir.path().join("store");
     let echo = dir.path().join("echo.wasm");
-    build_js(&module, &echo, Some("quickjs"));
+    build_js(&module, &echo, false);
     deploy(&store, "js-reuse", "reuse", &echo);
     deploy(&store, "js-fresh", "fresh", &echo);
-    let js_module = hearth_sample_workers::path("js-module").expect("the js-module sample");
-    deploy(&store, "js-sm", "reuse", js_module);
     let hono = dir.path().join("hono.wasm");
-    build_js(&hono_worker, &hono, Some("quickjs"));
+    build_js(&hono_worker, &hono, false);
     deploy(&store, "hono-reuse", "reuse", &hono);
     deploy(&store, "hono-fresh", "fresh", &hono);
-    let hono_sm = dir.path().join("hono-sm.wasm");
-    build_js(&hono_worker, &hono_sm, Some("starlingmonkey"));
-    deploy(&store, "hono-sm", "reuse", &hono_sm);
     let python_hosts = [
         ("hearth, fresh", "python-fresh.localhost"),
         ("hearth, reuse", "python-reuse.localhost"),
@@ -330,31 +319,15 @@ fn main() {
         deploy(&store, "python-fresh", "fresh", python);
         deploy(&store, "python-reuse", "reuse", python);
     }
-    let (listen, admin) = (free_addr(), free_addr());
-    let h_proc = Proc(
-        Command::new(bin())
-            .arg("serve")
-            .arg("--listen")
-            .arg(listen.to_string())
-            .arg("--admin")
-            .arg(admin.to_string())
-            .arg("--store")
-            .arg(&store)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start hearth serve"),
-    );
+    let h_proc = serve(&store);
+    let listen = h_proc.http();
     let hearth_hosts = [
         ("hearth QuickJS, reuse", "js-reuse.localhost"),
         ("hearth QuickJS, fresh", "js-fresh.localhost"),
-        ("hearth StarlingMonkey, reuse", "js-sm.localhost"),
     ];
     let hono_hosts = [
         ("hearth QuickJS, reuse", "hono-reuse.localhost"),
         ("hearth QuickJS, fresh", "hono-fresh.localhost"),
-        ("hearth StarlingMonkey, reuse", "hono-sm.localhost"),
     ];
     for (_, host) in hearth_hosts.iter().chain(&hono_hosts) {
         wait_ready(listen, host, Duration::from_secs(180));
@@ -362,7 +335,7 @@ fn main() {
     wait_ready(w_hono, "localhost", Duration::from_secs(60));
 
     let settings = Settings {
-        hearth: h_proc.0.id(),
+        hearth: h_proc.pid(),
         listen,
         connections,
         seconds,
@@ -371,7 +344,7 @@ fn main() {
     let workerd = |addr| Reference {
         name: "workerd",
         addr,
-        pid: w_proc.0.id(),
+        pid: w_proc.pid(),
     };
     settings.table("JSON-echo JS Worker", workerd(w_addr), &hearth_hosts, true);
     settings.table("Hono app, GET /", workerd(w_hono), &hono_hosts, true);
@@ -383,7 +356,7 @@ fn main() {
         let reference = Reference {
             name: "wasmtime serve",
             addr: *addr,
-            pid: wasmtime.0.id(),
+            pid: wasmtime.pid(),
         };
         settings.table(
             "Python sample (componentize-py), JSON echo, against wasmtime serve -Scli",

@@ -67,8 +67,8 @@ struct Foreign {
     optional: Option<&'static str>,
 }
 
-/// The JavaScript (componentize-js: a fetch-event Worker and a module-syntax
-/// one) and Python (componentize-py) samples.
+/// The JavaScript (componentize-js, a fetch-event Worker) and Python
+/// (componentize-py) samples.
 /// Each build script installs its pinned toolchain itself (`npm ci`, a pip
 /// venv in the user's cache); only Node.js or Python must be present.
 const FOREIGN: &[Foreign] = &[
@@ -83,28 +83,6 @@ const FOREIGN: &[Foreign] = &[
             "../wit",
         ],
         command: &["node", "build.mjs"],
-        needs: (
-            &["node", "--version"],
-            "Node.js 18 or newer with npm (e.g. apt-get install -y nodejs npm)",
-        ),
-        optional: None,
-    },
-    // The same toolchain, a Workers-module-syntax Worker behind the shim of
-    // `hearth build` (sdk/js/shim.js), which exports the incoming handler
-    // itself: an instance serves many requests.
-    Foreign {
-        name: "js-module",
-        dir: "js",
-        inputs: &[
-            "module",
-            "build.mjs",
-            "package.json",
-            "package-lock.json",
-            "../../sdk/js/shim.js",
-            "../../sdk/js/wit/world.wit",
-            "../wit",
-        ],
-        command: &["node", "build.mjs", "--module"],
         needs: (
             &["node", "--version"],
             "Node.js 18 or newer with npm (e.g. apt-get install -y nodejs npm)",

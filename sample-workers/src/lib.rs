@@ -53,11 +53,10 @@
 //! | `tail-log` | a tail Worker: keeps each `POST`ed batch of trace events in memory; `GET` answers the count, then one batch per line |
 //! | `chatty` | writes `?lines=N` log lines of `?bytes=B` bytes, then calls binding `next` `?fan=F` times; `?late=MS` starts one call that ends `MS` ms after its answer (events of a traced flow, beyond its bounds and after its end) |
 //! | `config-echo` | `/<NAME>`: `env=<value> config=<value>`, a var or secret read from the environment and from `wasi:config/store` (`-` if unset); `/` lists the names each holds; `?log=TEXT` prints `TEXT` to stdout first |
-//! | `js` | JavaScript (`sample-workers/js/worker.js`, componentize-js 0.23 / StarlingMonkey): JSON of the request's method, path, headers and body (with `x-js-fetch: <url>`, also the result of the standard `fetch(url)`, e.g. a binding); ~12.8 MB raw, paid plan; gets fresh instances |
-//! | `js-module` | JavaScript in the Workers module syntax (`sample-workers/js/module/worker.js`, `export default { fetch }`) behind `sdk/js/shim.js` (the shim `hearth build` uses), which exports wasi:http/incoming-handler itself so an instance serves many requests: the same JSON plus `served` (requests this instance served), `leaked` and `waitedUntil` (test hooks `x-js-leave: timer`, `x-js-sleep: MS`, `x-js-throw`, `x-js-wait-until`, `x-js-respond: JSON`); deploy with `lifecycle = "reuse"` |
+//! | `js` | JavaScript (`sample-workers/js/worker.js`, a fetch-event Worker componentized by componentize-js 0.23 / StarlingMonkey: a plain wasi:http component from another toolchain, run as it is; `hearth build` makes JS Workers with hearth's own engine instead): JSON of the request's method, path, headers and body (with `x-js-fetch: <url>`, also the result of the standard `fetch(url)`, e.g. a binding); ~12.8 MB raw, paid plan; gets fresh instances |
 //! | `python` | Python (`sample-workers/python/app.py`, componentize-py 0.25): the same JSON (plus, with `?env=NAME,…`, those names from `os.environ`: its vars and secrets); ~19 MB raw (6.5 MB gzip), paid plan; reuses its instance |
 //!
-//! `js`, `js-module` and `python` are built by Node (`node build.mjs`, pinned
+//! `js` and `python` are built by Node (`node build.mjs`, pinned
 //! `package-lock.json`, `npm ci` on first build) and Python (`build.sh`,
 //! which installs componentize-py into a venv under `~/.cache/hearth`); the
 //! build stops with a message naming what to install if `node`/`npm` is

@@ -118,7 +118,7 @@ fn small_samples_stay_small() {
     // Everything but the sized samples and the JS and Python Workers (an
     // engine and an interpreter inside, paid plan) should be well under the
     // free plan's 3 MB limit.
-    let sized = ["big", "size-1m", "size-10m", "js", "js-module", "python"];
+    let sized = ["big", "size-1m", "size-10m", "js", "python"];
     for name in hearth_sample_workers::NAMES
         .iter()
         .filter(|n| !sized.contains(n))

@@ -177,6 +177,8 @@ pub(crate) struct PeerConn {
     pub(crate) closed: Closed,
     /// False once the connection has ended.
     pub(crate) alive: Rc<std::cell::Cell<bool>>,
+    /// The RPC thread's handle on its socket (see `ThreadState::socket_ended`).
+    pub(crate) socket_id: u64,
 }
 
 /// Shard-client counters (shared by all RPC threads).

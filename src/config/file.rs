@@ -384,6 +384,9 @@ pub struct NodeConfig {
     pub s3: Option<S3Settings>,
     /// Admin API token.
     pub admin_token: Option<String>,
+    /// Who may read the admin API's `/metrics`: `"open"` (default) or
+    /// `"token"` ([`crate::admin::MetricsAccess`]).
+    pub admin_metrics: Option<crate::admin::MetricsAccess>,
     /// Memory budget for warm Workers.
     pub memory_budget: Option<ByteSize>,
     /// How long a Worker may stay warm without a request.

@@ -3,7 +3,8 @@
 //! Workers' npm trees serve tests and benches that run `hearth build`.
 //!
 //! [`build_js`] is `hearth build`'s last step: the source must be one ES
-//! module (no imports; `hearth build` bundles with esbuild first). The
+//! module (no imports; `hearth build` bundles with esbuild first).
+//! [`js_echo`] is the tests' JSON-echo Worker with test hooks. The
 //! component is a Wizer snapshot of the engine with the module started, so
 //! a module that does not start is a [`JsBuildError`] with QuickJS's
 //! message, and the component's instances are reused under hearth's
@@ -17,10 +18,11 @@
 //! # let _ = component; Ok::<(), hearth::testing::JsBuildError>(())
 //! ```
 //!
-//! `sample-workers/js/node_modules` holds the pinned JS toolchain (esbuild,
-//! componentize-js): cargo's build of the samples installs it, and
-//! `hearth build` takes it through `HEARTH_JS_NODE_MODULES` instead of
-//! installing its own ([`js_toolchain`]). The Hono sample
+//! `sample-workers/js/node_modules` holds esbuild at the version `hearth
+//! build` pins (beside the `js` sample's componentize-js): cargo's build of
+//! the samples installs it, and `hearth build` takes it through
+//! `HEARTH_JS_NODE_MODULES` instead of installing its own
+//! ([`js_toolchain`]). The Hono sample
 //! (`sample-workers/js/hono`) has its own `package-lock.json`, for Hono
 //! itself, which nothing builds by default: [`hono_sample`] runs `npm ci`
 //! there once, when `node_modules/hono` is missing.
@@ -42,10 +44,12 @@ pub fn build_js(module_source: &str) -> Result<Vec<u8>, JsBuildError> {
     hearth_js_engine::build(module_source)
 }
 
-/// The source of the JSON-echo JS sample in the Workers module syntax,
-/// `sample-workers/js/module/worker.js` (its test hooks are listed there).
-pub fn js_module_sample() -> std::io::Result<String> {
-    std::fs::read_to_string(js_samples().join("module/worker.js"))
+/// The source of the JSON-echo Worker in the Workers module syntax,
+/// `sdk/js/engine/tests/echo.js` (its test hooks are listed there).
+pub fn js_echo() -> std::io::Result<String> {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("sdk/js/engine/tests/echo.js"),
+    )
 }
 
 /// Why the Hono sample's `node_modules` could not be installed.
@@ -88,10 +92,10 @@ pub fn hono_sample() -> Result<PathBuf, NpmError> {
     Ok(dir)
 }
 
-/// The JS samples' `node_modules` when it holds the pinned toolchain (it
-/// has esbuild): the value for `hearth build`'s `HEARTH_JS_NODE_MODULES`,
-/// which spares a test the toolchain install of a first `hearth build`.
-/// None before cargo has built the JS samples.
+/// The JS samples' `node_modules` when it holds esbuild: the value for
+/// `hearth build`'s `HEARTH_JS_NODE_MODULES`, which spares a test the
+/// esbuild install of a first `hearth build`. None before cargo has built
+/// the JS samples.
 pub fn js_toolchain() -> Option<PathBuf> {
     let modules = js_samples().join("node_modules");
     modules.join("esbuild").is_dir().then_some(modules)

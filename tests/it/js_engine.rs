@@ -1,16 +1,17 @@
 //! hearth's JS engine (crate `hearth-js-engine`, QuickJS in a Wizer
 //! snapshot): a Worker module built with [`hearth::testing::build_js`] (what
 //! `hearth build` does after bundling) and served by a runtime with the
-//! default lifecycle, which reuses its instances; the build's errors for a
-//! module that does not start; what a snapshot must not share between
-//! instances; and the CPU, memory and wall-clock limits and a caller that
+//! default lifecycle, which reuses its instances; what crosses between a
+//! client and the Worker (a request's head and body, the answer's status,
+//! headers and bytes); the build's errors for a module that does not
+//! start; what a snapshot must not share between instances; and the CPU, memory and wall-clock limits and a caller that
 //! leaves ending a request and retiring its instance.
 
 use std::time::Duration;
 
 use http_body_util::BodyExt;
 
-use hearth::testing::{JsBuildError, build_js, js_module_sample};
+use hearth::testing::{JsBuildError, build_js, js_echo};
 use hearth_runtime::body;
 use hearth_runtime::{Lifecycle, Manifest, Plan, PlanLimits, Runtime, RuntimeConfig};
 
@@ -76,6 +77,17 @@ async fn reused(source: &str, id: &str) -> (tempfile::TempDir, Runtime) {
     (dir, rt)
 }
 
+/// `source` built and deployed as `id` with the `auto` lifecycle on
+/// [`runtime_with_wall`] (the runtime's directory is returned to keep it
+/// alive).
+async fn with_wall(source: &str, id: &str, wall: Duration) -> (tempfile::TempDir, Runtime) {
+    let component = build_js(source).expect("builds");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime_with_wall(&dir, wall);
+    deploy(&rt, id, Lifecycle::Auto, component).await;
+    (dir, rt)
+}
+
 /// Waits until no invocation is running, so the next request finds the
 /// instance that served the last one idle.
 async fn settle(rt: &Runtime) {
@@ -107,8 +119,20 @@ async fn send(
     let req = req
         .body(body::full(body.unwrap_or("").to_string()))
         .expect("request");
+    let (status, _, bytes) = exchange(rt, id, req).await;
+    (status, bytes)
+}
+
+/// Serves `req` with `id`, waits until its invocation has ended, and
+/// returns the whole response.
+async fn exchange(
+    rt: &Runtime,
+    id: &str,
+    req: http::Request<body::Body>,
+) -> (u16, http::HeaderMap, Vec<u8>) {
     let resp = rt.serve(id, req).await;
     let status = resp.status().as_u16();
+    let head = resp.headers().clone();
     let bytes = resp
         .into_body()
         .collect()
@@ -117,7 +141,7 @@ async fn send(
         .to_bytes()
         .to_vec();
     settle(rt).await;
-    (status, bytes)
+    (status, head, bytes)
 }
 
 /// A request that must answer 200 with JSON.
@@ -127,7 +151,7 @@ async fn json(rt: &Runtime, id: &str, path: &str, headers: &[(&str, &str)]) -> s
     serde_json::from_slice(&bytes).expect("JSON answer")
 }
 
-/// The JSON-echo sample built with the engine, deployed with the default
+/// The JSON-echo Worker built with the engine, deployed with the default
 /// lifecycle: instances are reused, GET and POST answer, and one instance
 /// serves every request with the module's counter kept; a request's
 /// leftover timers never run in the next, `ctx.waitUntil` work runs after
@@ -135,16 +159,10 @@ async fn json(rt: &Runtime, id: &str, path: &str, headers: &[(&str, &str)]) -> s
 /// limit ends a request that never finishes and the next one gets a new
 /// instance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_json_echo_sample_is_served_by_one_reused_instance() {
-    let source = js_module_sample().expect("the sample's source");
-    let component = build_js(&source).expect("the sample builds");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rt = runtime(&dir);
-    assert_eq!(
-        deploy(&rt, "echo", Lifecycle::Auto, component).await,
-        Lifecycle::Reuse,
-        "auto reuses the engine's instances"
-    );
+async fn the_json_echo_worker_is_served_by_one_reused_instance() {
+    let source = js_echo().expect("the echo Worker's source");
+    // `auto` reuses the engine's instances.
+    let (_dir, rt) = reused(&source, "echo").await;
 
     for i in 1..=20u64 {
         let (status, bytes, path, sent) = if i % 2 == 0 {
@@ -203,9 +221,9 @@ async fn the_json_echo_sample_is_served_by_one_reused_instance() {
     assert_eq!(rt.stats().instances_started, 1);
 
     // The end-of-request rules (sdk/js/engine/src/request.rs), through the
-    // sample's test hooks as the StarlingMonkey shim's tests use them: a
-    // 0 ms timer and a promise on a 1 ms timer left behind never run, not
-    // even while the next request on the instance waits on a timer.
+    // echo Worker's test hooks: a 0 ms timer and a promise on a 1 ms timer
+    // left behind never run, not even while the next request on the
+    // instance waits on a timer.
     let first = json(&rt, "echo", "/", &[("x-js-leave", "timer")]).await;
     assert_eq!(first["leaked"], false);
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -245,6 +263,143 @@ async fn the_json_echo_sample_is_served_by_one_reused_instance() {
         1,
         "a new instance"
     );
+}
+
+/// What crosses between the client and the Worker through the engine's
+/// request glue and hearth's `fast-http` calls, on one reused instance: a
+/// body sent in several pieces (larger than one 64 KiB read) arrives whole,
+/// with or without a declared length; the request's method, path, query and
+/// every header arrive as sent (repeated names joined as `Headers` joins
+/// them, UTF-8 decoded); the Worker's status, headers and bytes reach the
+/// client unchanged, small or larger than one outgoing-body buffer, except
+/// the headers only the host may set; an invalid header is the Worker's
+/// error (500).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_and_answers_cross_the_engine_as_sent() {
+    let (_dir, rt) = reused(&js_echo().expect("the echo Worker's source"), "echo").await;
+
+    // A body in pieces.
+    let pieces: Vec<String> = (0..5)
+        .map(|i| format!("{i}").repeat(30_000 + i * 1_000))
+        .collect();
+    let whole = pieces.concat();
+    for declared in [true, false] {
+        let frames = pieces
+            .clone()
+            .into_iter()
+            .map(|p| Ok::<_, body::BoxError>(hyper::body::Frame::data(bytes::Bytes::from(p))));
+        let mut req = http::Request::post("http://echo.localhost/upload");
+        if declared {
+            req = req.header("content-length", whole.len());
+        }
+        let req = req
+            .body(body::boxed(http_body_util::StreamBody::new(
+                futures::stream::iter(frames),
+            )))
+            .expect("request");
+        let (status, _, bytes) = exchange(&rt, "echo", req).await;
+        assert_eq!(status, 200, "declared length: {declared}");
+        let v: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+        assert_eq!(v["bodyLength"], whole.len(), "declared length: {declared}");
+        assert!(
+            v["body"] == whole.as_str(),
+            "declared length: {declared}: the body differs"
+        );
+    }
+
+    // The request's head.
+    let (status, _, bytes) = send_raw(
+        &rt,
+        "/a/b%20c?x=1&y=%C3%A9",
+        &[
+            ("x-one", b"1"),
+            ("x-rep", b"a"),
+            ("x-rep", b"b"),
+            ("x-utf8", "café ünï".as_bytes()),
+            ("x-empty", b""),
+            ("x-colon", b"a: b\tc"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    let v: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+    assert_eq!(v["method"], "GET");
+    assert_eq!(v["path"], "/a/b%20c?x=1&y=%C3%A9");
+    let h = &v["headers"];
+    assert_eq!(h["x-one"], "1");
+    assert_eq!(h["x-rep"], "a, b");
+    assert_eq!(h["x-utf8"], "café ünï");
+    assert_eq!(h["x-empty"], "");
+    assert_eq!(h["x-colon"], "a: b\tc");
+    // wasi:http keeps `host` from guests (the URL carries the authority).
+    assert_eq!(h["host"], serde_json::Value::Null);
+
+    // The Worker's answer: status, headers (a repeated name's values
+    // joined, a non-ASCII value as UTF-8) and every byte value.
+    let all: Vec<u8> = (0..=255).collect();
+    let spec = serde_json::json!({
+        "status": 201,
+        "headers": [["x-a", "1"], ["x-a", "2"], ["x-b", "café"], ["content-type", "application/octet-stream"]],
+        "bytes": all,
+    });
+    let (status, head, bytes) =
+        send_raw(&rt, "/", &[("x-js-respond", spec.to_string().as_bytes())]).await;
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&bytes));
+    assert_eq!(bytes, all);
+    assert_eq!(head["x-a"], "1, 2");
+    assert_eq!(head["x-b"].as_bytes(), "café".as_bytes());
+    assert_eq!(head["content-type"], "application/octet-stream");
+    // 404 with an empty body; 60,000 bytes (several outgoing chunks).
+    for (code, unit, repeat) in [(404, vec![], 1), (200, vec![7u8, 0, 200], 20_000)] {
+        let spec = serde_json::json!({"status": code, "bytes": unit, "repeat": repeat});
+        let (status, _, bytes) =
+            send_raw(&rt, "/", &[("x-js-respond", spec.to_string().as_bytes())]).await;
+        assert_eq!(status, code);
+        assert_eq!(bytes, unit.repeat(repeat));
+    }
+    // Hop-by-hop headers and those wasi:http forbids are the host's: never
+    // sent from the Worker's response.
+    for forbidden in ["connection", "proxy-authorization", "http2-settings"] {
+        let spec = serde_json::json!({"headers": [[forbidden, "x"], ["x-ok", "1"]], "bytes": [1]});
+        let (status, head, bytes) =
+            send_raw(&rt, "/", &[("x-js-respond", spec.to_string().as_bytes())]).await;
+        assert_eq!((status, bytes), (200, vec![1]), "{forbidden}");
+        assert_eq!(head["x-ok"], "1");
+        assert!(head.get(forbidden).is_none(), "{forbidden} was sent");
+    }
+    let s = rt.stats();
+    assert_eq!(
+        s.instances_started, 1,
+        "one instance served them all: {s:?}"
+    );
+    assert_eq!((s.traps, s.reuse_demotions), (0, 0), "{s:?}");
+
+    // Last, since they fail on purpose: an invalid header name or value in
+    // the Worker's `Response` is its error (500), and so is a request
+    // header that is not UTF-8 (decoded with U+FFFD, which `Headers`
+    // refuses).
+    for bad in [["bad name", "x"], ["x-bad", "a\u{0}b"]] {
+        let spec = serde_json::json!({"headers": [bad], "bytes": [1]});
+        let (status, _, _) =
+            send_raw(&rt, "/", &[("x-js-respond", spec.to_string().as_bytes())]).await;
+        assert_eq!(status, 500, "{bad:?}");
+    }
+    let (status, _, _) = send_raw(&rt, "/", &[("x-latin1", b"caf\xe9")]).await;
+    assert_eq!(status, 500);
+}
+
+/// Sends a GET to `echo` with `headers` (raw values), waits until its
+/// invocation has ended, and returns the whole response.
+async fn send_raw(
+    rt: &Runtime,
+    path: &str,
+    headers: &[(&str, &[u8])],
+) -> (u16, http::HeaderMap, Vec<u8>) {
+    let mut req = http::Request::get(format!("http://echo.localhost{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, http::HeaderValue::from_bytes(v).expect("header value"));
+    }
+    exchange(rt, "echo", req.body(body::empty()).expect("request")).await
 }
 
 /// A module that does not start is a build error with QuickJS's message:
@@ -421,11 +576,8 @@ fn a_top_level_secure_random_differs_between_builds() {
 /// timers, the promises waiting on them) runs there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wall_deadline_and_a_caller_that_leaves_end_a_request_and_its_instance() {
-    let source = js_module_sample().expect("the sample's source");
-    let component = build_js(&source).expect("the sample builds");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rt = runtime_with_wall(&dir, Duration::from_millis(500));
-    deploy(&rt, "echo", Lifecycle::Auto, component).await;
+    let source = js_echo().expect("the echo Worker's source");
+    let (_dir, rt) = with_wall(&source, "echo", Duration::from_millis(500)).await;
     assert_eq!(json(&rt, "echo", "/", &[]).await["served"], 1);
 
     // A 10 s timer, and timers left behind: the 500 ms deadline ends it.
@@ -489,7 +641,7 @@ fn a_runaway_top_level_is_cut_at_the_build_s_limits() {
         Err(e) => assert!(e.to_string().contains("memory"), "{e}"),
         Ok(_) => panic!("a heap without end built"),
     }
-    let source = js_module_sample().expect("the sample's source");
+    let source = js_echo().expect("the echo Worker's source");
     builder.build(&source).expect("a good module still builds");
 }
 
@@ -598,10 +750,7 @@ async fn a_streamed_body_is_sent_as_the_worker_makes_it() {
 /// discarded, and the next request gets a new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_without_end_is_cut_at_the_wall_deadline() {
-    let component = build_js(STREAMS).expect("builds");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rt = runtime_with_wall(&dir, Duration::from_millis(500));
-    deploy(&rt, "streams", Lifecycle::Auto, component).await;
+    let (_dir, rt) = with_wall(STREAMS, "streams", Duration::from_millis(500)).await;
     let before = rt.stats();
     let req = http::Request::get("http://streams.localhost/forever")
         .body(body::empty())

@@ -11,11 +11,11 @@
 use std::time::Duration;
 
 use hearth::cluster::ClusterConfig;
-
-use super::serve_node::{BIN, ServeNode};
 use hearth::runtime::Manifest;
 use hearth::runtime::outbound::tail::{MAX_FLOW_BYTES, MAX_FLOW_EVENTS};
-use hearth::testing::TestCluster;
+use hearth::testing::{HttpRequest, NodeProcess, ProcStat, TestCluster};
+
+use crate::hearth;
 
 fn sample(name: &str) -> Vec<u8> {
     hearth_sample_workers::bytes(name).expect("sample built")
@@ -248,27 +248,20 @@ async fn query_values_are_redacted_in_trace_events_and_the_live_tail() {
 }
 
 /// The node's resident memory, in bytes.
-fn rss(node: &ServeNode) -> u64 {
-    hearth::testing::ProcStat::of(node.pid())
-        .expect("the node's /proc")
-        .rss
+fn rss(node: &NodeProcess) -> u64 {
+    ProcStat::of(node.pid()).expect("the node's /proc").rss
 }
 
 /// Opens `node`'s live tail of `script` (this node's requests only) and
 /// reads nothing after the stream's first comment: a watcher that never
 /// reads. Kept open as long as the stream is.
-fn stuck_watcher(node: &ServeNode, script: &str) -> std::net::TcpStream {
-    use std::io::{Read, Write};
-    let addr = node.admin.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(addr).expect("connect to the admin API");
-    write!(
-        s,
-        "GET /v1/scripts/{script}/tail?scope=node HTTP/1.1\r\nHost: {addr}\r\n\
-         Authorization: Bearer {TOKEN}\r\n\r\n"
-    )
-    .expect("write");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
+fn stuck_watcher(node: &NodeProcess, script: &str) -> std::net::TcpStream {
+    use std::io::Read;
+    let mut s = HttpRequest::get("admin", &format!("/v1/scripts/{script}/tail?scope=node"))
+        .header("authorization", &format!("Bearer {TOKEN}"))
+        .timeout(Duration::from_secs(10))
+        .open(node.admin())
+        .expect("open the live tail");
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !String::from_utf8_lossy(&head).contains(": hearth tail of") {
@@ -279,21 +272,11 @@ fn stuck_watcher(node: &ServeNode, script: &str) -> std::net::TcpStream {
     s
 }
 
-/// `GET path` with `Host: <script>.localhost` on `node`'s front door:
-/// its status.
-fn get(node: &ServeNode, script: &str, path: &str) -> u16 {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(node.http).expect("connect");
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {script}.localhost\r\n\r\n").expect("write");
-    s.set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
-    let mut answer = Vec::new();
-    s.read_to_end(&mut answer).expect("the answer");
-    let text = String::from_utf8_lossy(&answer);
-    text.split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no status line in {text:?}"))
+/// The status of `GET path` on Worker `script` of `node`.
+fn get(node: &NodeProcess, script: &str, path: &str) -> u16 {
+    node.get(&format!("{script}.localhost"), path)
+        .expect("an answer")
+        .status
 }
 
 const TOKEN: &str = "tail-bounds-admin-token-0123456789abcdef";
@@ -312,22 +295,18 @@ const NODE_BUDGET: u64 = 6 << 20;
 #[test]
 fn a_worker_logging_hard_under_stuck_watchers_stays_within_the_live_tail_budget() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let node = ServeNode::start(
+    let node = NodeProcess::standalone(
+        &hearth(),
         dir.path(),
         TOKEN,
         &format!("[live_tail]\nmax_queue_bytes = \"4MiB\"\nmax_node_bytes = {NODE_BUDGET}\n"),
-    );
-    let deployed = std::process::Command::new(BIN)
-        .args(["deploy", "--admin", &node.admin, "--name", "chatty"])
-        .arg(hearth_sample_workers::path("chatty").expect("sample built"))
-        .env("HEARTH_ADMIN_TOKEN", TOKEN)
-        .output()
+    )
+    .expect("the node starts");
+    let chatty = hearth_sample_workers::path("chatty").expect("sample built");
+    let deployed = node
+        .deploy("chatty", chatty, &[])
         .expect("run hearth deploy");
-    assert!(
-        deployed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&deployed.stderr)
-    );
+    assert!(deployed.success(), "{}", deployed.output());
     const HARD: &str = "/?lines=1024&bytes=4096";
     // Warm: the Worker compiled, instances made, the node's log rate
     // limit reached; nobody watches yet.
@@ -360,7 +339,7 @@ fn a_worker_logging_hard_under_stuck_watchers_stays_within_the_live_tail_budget(
     });
     peak = peak.max(rss(&node));
     let grown = peak.saturating_sub(before);
-    let metrics = hearth_admin_client::Metrics(node.metrics());
+    let metrics = hearth_admin_client::Metrics(node.metrics().expect("/metrics"));
     let metric = |name: &str, labels: &str| metrics.sample(name, labels).unwrap_or(-1.0);
     eprintln!(
         "RSS {} MiB before, peak {} MiB: grew {} MiB; queued {} bytes, dropped {} (queue) {} (node), truncated {}",

@@ -33,9 +33,15 @@
 //!   kept between them (as on workerd). The component is Rust and C (its
 //!   producers say so), so hearth's `auto` lifecycle reuses instances.
 //!
-//! The module must be one file: bundle imports first (`hearth build` runs
-//! esbuild before [`build`]).
+//! The module must be one file: [`build`] takes its source with imports
+//! bundled. [`build_file`] is the whole build from a module file, as
+//! `hearth build` and `hearth dev` run it: esbuild bundles the file and its
+//! imports ([`bundle`], which also installs esbuild on first use), then
+//! [`build`] snapshots the engine with the bundle.
 
+pub mod bundle;
+
+use std::path::{Path, PathBuf};
 use std::sync::{OnceLock, mpsc};
 use std::time::Duration;
 
@@ -522,4 +528,34 @@ pub fn build(module_source: &str) -> Result<Vec<u8>, BuildError> {
 /// ([`Builder::build_logged`]).
 pub fn build_logged(module_source: &str) -> Result<Built, BuildError> {
     shared()?.build_logged(module_source)
+}
+
+/// Why a Worker's module file did not build: its bundle, or its start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildFileError {
+    /// The bundle failed (esbuild's message, if any, went to stderr).
+    #[error(transparent)]
+    Bundle(#[from] bundle::BundleError),
+    /// The bundle did not start in the engine.
+    #[error("{} does not build: {source}", worker.display())]
+    Build {
+        /// The Worker's module file.
+        worker: PathBuf,
+        /// Why.
+        #[source]
+        source: BuildError,
+    },
+}
+
+/// Builds the Worker whose module is the file `worker` (`.js`/`.mjs`/`.ts`,
+/// imports resolved from its directory): `bundler` bundles it, then
+/// [`build_logged`] snapshots the engine with it. What `hearth build` and
+/// `hearth dev` run.
+pub fn build_file(bundler: &bundle::Bundler, worker: &Path) -> Result<Built, BuildFileError> {
+    let source = bundler.bundle(worker)?;
+    build_logged(&source).map_err(|source| BuildFileError::Build {
+        worker: worker.to_path_buf(),
+        source,
+    })
 }

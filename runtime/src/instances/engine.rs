@@ -66,7 +66,7 @@ pub(crate) fn build_linker(engine: &Engine) -> Result<Linker<Host>, ConfigError>
     // A Worker's vars and secrets, also in its environment (crate::store::secrets).
     wasmtime_wasi_config::add_to_linker(&mut linker, Host::config)
         .map_err(|e| ConfigError::Engine(e.to_string()))?;
-    // What the JS shim reads a request and answers with
+    // What the JS engine reads a request and answers with
     // (crate::outbound::fast_http).
     crate::outbound::fast_http::add_to_linker(&mut linker)
         .map_err(|e| ConfigError::Engine(e.to_string()))?;

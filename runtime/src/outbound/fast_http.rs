@@ -1,22 +1,22 @@
 //! `hearth:js/fast-http`: a JS Worker's request head and its answer in one
 //! host call each.
 //!
-//! The shim that runs a JS Worker on a reused instance (`sdk/js/shim.js`,
-//! docs/js-reuse.md) used to read a request with about seven wasi:http calls
-//! (method, scheme, authority, path, headers, their entries, a drop) and to
-//! answer with about eight (`fields.from-list`, `new outgoing-response`,
+//! Read through wasi:http, a request costs about seven calls (method,
+//! scheme, authority, path, headers, their entries, a drop) and an answer
+//! about eight (`fields.from-list`, `new outgoing-response`,
 //! `set-status-code`, `body`, `response-outparam.set`, a write, a drop,
-//! `finish`). componentize-js's generated bindings spend 4–12 µs of
-//! interpreted JS on every such call whatever it carries, ≈ 160 of the
-//! ≈ 250 µs a request spent in the guest. The two functions here take the
-//! very same wasi:http resources (wasmtime-wasi-http's own host types, so a
+//! `finish`); in an interpreted guest each call's bindings cost microseconds
+//! whatever it carries (4–12 µs each under the JS shim hearth once used,
+//! ≈ 160 of the ≈ 250 µs a request spent in the guest). The two functions
+//! here, which hearth's JS engine (docs/js-engine.md) calls, take the very
+//! same wasi:http resources (wasmtime-wasi-http's own host types, so a
 //! handle from its `incoming-handler` call is one here) and do that work on
 //! the host:
 //!
 //! * `request-head` reads the method, URL and headers through
 //!   wasmtime-wasi-http's own `incoming-request` and `fields` methods and
 //!   returns them as one string (its format is in `sdk/js/wit/world.wit`);
-//!   a header value is decoded as the shim's `TextDecoder` decoded it.
+//!   a header value is decoded as the engine's `TextDecoder` decodes it.
 //! * `respond` takes the header lines and the body in one list (the
 //!   bindings lower a `string` with an interpreted loop over its characters,
 //!   a list with one copy), builds the response and hands it to the
@@ -32,12 +32,12 @@
 //!   [`OUTGOING_BODY_BYTES`](crate::limits::OUTGOING_BODY_BYTES), what one
 //!   outgoing body buffers on the wasi:http path: a guest can never park
 //!   more of its memory in the host's response than that path allows; the
-//!   shim writes a larger body through wasi:http's streams as before.
+//!   engine writes a larger body through wasi:http's streams as before.
 //!   The list's length is checked against a head's and a body's bounds *before* it is
 //!   copied out of the guest ([`MAX_RESPOND_BYTES`]), so a guest cannot
 //!   make the host copy (and then refuse) a list as large as its memory.
 //!
-//! A refusal is an `err` for the guest (the shim then throws, as a failed
+//! A refusal is an `err` for the guest (the engine then throws, as a failed
 //! wasi:http call made it throw), never a trap of the host's making; a
 //! handle that is not one (or an outparam used twice) is the component
 //! model's trap, as with wasi:http.
@@ -122,7 +122,7 @@ pub(crate) fn add_to_linker<T: wasmtime_wasi_http::WasiHttpView + 'static>(
 /// (`http` refuses control characters in all of them).
 const LINE: char = '\n';
 
-/// `bytes` as the shim's `new TextDecoder().decode(bytes)` gives them: a
+/// `bytes` as the engine's `new TextDecoder().decode(bytes)` gives them: a
 /// leading byte-order mark dropped, U+FFFD for each invalid UTF-8 sequence
 /// (Rust's lossy decoding replaces the same maximal subparts as the
 /// WHATWG decoder).
@@ -283,7 +283,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn header_values_decode_as_the_shim_s_text_decoder_did() {
+    fn header_values_decode_as_the_engines_text_decoder_does() {
         assert_eq!(decode_like_text_decoder(b"caf\xC3\xA9"), "café");
         assert_eq!(decode_like_text_decoder(b"caf\xE9"), "caf\u{FFFD}");
         assert_eq!(decode_like_text_decoder(b"\xEF\xBB\xBFbom"), "bom");

@@ -329,7 +329,7 @@ impl WorkerEnv {
             Zeroizing::new(meta.script_id.clone()),
         )];
         // The names of its bindings (never their targets), for guests that
-        // offer them as objects: the JS shim's `env.AUTH.fetch(request)`.
+        // offer them as objects: the JS engine's `env.AUTH.fetch(request)`.
         // Only when there are some, so other Workers' environments stay as
         // they were.
         let names = |names: Vec<&str>| Zeroizing::new(names.join(","));

@@ -1,17 +1,16 @@
 #!/bin/bash
 # The spike's bench (issue 29), kept for its per-server CPU and page-fault
-# figures: the QuickJS engine (`hearth build`, default engine) against the
-# StarlingMonkey js-module (both lifecycle = reuse), Rust hello and workerd,
-# on one `hearth serve`, rounds alternating; CPU per request from
-# /proc/PID/stat of each server (utime+stime), page faults from minflt.
-# The maintained comparison is `cargo bench -p hearth --bench js_vs_workerd`.
+# figures: the QuickJS engine (`hearth build` of the JSON echo, reused and
+# fresh) against Rust hello and workerd, on one `hearth serve`, rounds
+# alternating; CPU per request from /proc/PID/stat of each server
+# (utime+stime), page faults from minflt. The maintained comparison is
+# `cargo bench -p hearth --bench js_vs_workerd`.
 #
 #   sdk/js/engine/bench.sh [ROUNDS] [SECONDS]
 #
 # Hono too, when $OUT holds hono.mjs (the sample bundled by `hearth build
-# --bundle-only`) and hono.wasm (`hearth build --engine starlingmonkey` of
-# the sample): targets qjs-hono (built here from hono.mjs), hono-reuse and
-# workerd-hono (TARGETS="qjs-hono hono-reuse workerd-hono").
+# --bundle-only`): targets qjs-hono (built here from hono.mjs) and
+# workerd-hono (TARGETS="qjs-hono workerd-hono").
 # HEARTH (default target/release/hearth), WORKERD (default the bench's
 # ~/.cache/hearth/workerd install), OUT (default /tmp/js-engine-spike),
 # HEARTH_JS_NODE_MODULES (default the JS samples' node_modules).
@@ -25,20 +24,18 @@ WORKERD=${WORKERD:-$HOME/.cache/hearth/workerd/node_modules/@cloudflare/workerd-
 samples=$root/sample-workers/workers/target/hearth-samples
 mkdir -p "$OUT"; cd "$OUT"; rm -rf store
 export HEARTH_JS_NODE_MODULES=${HEARTH_JS_NODE_MODULES:-$root/sample-workers/js/node_modules}
-"$HEARTH" build "$root/sample-workers/js/module/worker.js" -o spike.wasm
+"$HEARTH" build "$here/tests/echo.js" -o spike.wasm
 [ -f hono.mjs ] && "$HEARTH" build hono.mjs -o spike-hono.wasm
 deploy() { "$HEARTH" deploy --store store --name "$1" --plan paid --lifecycle "$2" "$3" >/dev/null 2>&1; }
 deploy qjs reuse spike.wasm
 deploy qjs-fresh fresh spike.wasm
-deploy js-reuse reuse "$samples/js-module.wasm"
 deploy hello reuse "$samples/hello.wasm"
 hono=
-if [ -f hono.mjs ] && [ -f spike-hono.wasm ] && [ -f hono.wasm ]; then
+if [ -f hono.mjs ] && [ -f spike-hono.wasm ]; then
   deploy qjs-hono reuse spike-hono.wasm
-  deploy hono-reuse reuse hono.wasm
   hono=yes
 fi
-cp "$root/sample-workers/js/module/worker.js" worker.mjs
+cp "$here/tests/echo.js" worker.mjs
 cat > config.capnp <<'CAPNP'
 using Workerd = import "/workerd/workerd.capnp";
 const config :Workerd.Config = (
@@ -78,7 +75,7 @@ run() { # round name pid url host
     "$(echo "$out" | awk '/Non-2xx/{print $NF}' | grep . || echo 0)" \
     "$(echo "($a-$b)*1000000/$n" | bc -l)" "$(echo "($fa-$fb)/$n" | bc -l)"
 }
-targets=${TARGETS:-hello qjs js-reuse workerd}
+targets=${TARGETS:-hello qjs qjs-fresh workerd}
 for r in warm $(seq 1 "$ROUNDS"); do
   for t in $targets; do
     case $t in

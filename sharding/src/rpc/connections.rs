@@ -14,7 +14,11 @@
 //! awaited by every request that needs it, and one that failed is not tried
 //! again for [`RpcConfig::unreachable_backoff`](super::RpcConfig::unreachable_backoff)
 //! (its requests are served locally meanwhile). A connection that ends is
-//! forgotten, so the next request opens a new one.
+//! forgotten, so the next request opens a new one; before an open one is
+//! reused, its socket is peeked for the home's end of stream, so a request
+//! that arrives after the home closed it (a home that died, whose close this
+//! thread has not read yet) goes on a new connection, or is served here,
+//! rather than failing as if the home had taken it.
 
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -126,21 +130,20 @@ impl ThreadState {
             let mut peers = self.peers.borrow_mut();
             match peers.get(&key) {
                 Some(PeerSlot::Ready(conn)) if conn.alive.get() => {
-                    return Ok(conn.clone());
+                    if !self.socket_ended(conn.socket_id) {
+                        return Ok(conn.clone());
+                    }
+                    // The home closed it and this thread has not read that
+                    // yet: a request sent on it now would fail as if the
+                    // home had taken it. Forget it and open a new one.
+                    conn.alive.set(false);
+                    self.open_peer(&mut peers, key.clone(), home)
                 }
                 Some(PeerSlot::Connecting(f)) => f.clone(),
                 Some(PeerSlot::Down { until, reason }) if Instant::now() < *until => {
                     return Err(reason.clone());
                 }
-                _ => {
-                    let state = self.clone();
-                    let home = home.clone();
-                    let f = async move { state.connect(home).await }
-                        .boxed_local()
-                        .shared();
-                    peers.insert(key.clone(), PeerSlot::Connecting(f.clone()));
-                    f
-                }
+                _ => self.open_peer(&mut peers, key.clone(), home),
             }
         };
         let result = connecting.await;
@@ -162,6 +165,22 @@ impl ThreadState {
             }
         }
         result
+    }
+
+    /// Starts opening a connection to `home`, recorded as being opened.
+    fn open_peer(
+        self: &Rc<Self>,
+        peers: &mut std::collections::HashMap<PeerKey, PeerSlot>,
+        key: PeerKey,
+        home: &crate::ring::Member,
+    ) -> Connecting {
+        let state = self.clone();
+        let home = home.clone();
+        let f = async move { state.connect(home).await }
+            .boxed_local()
+            .shared();
+        peers.insert(key, PeerSlot::Connecting(f.clone()));
+        f
     }
 
     async fn connect(self: Rc<Self>, home: crate::ring::Member) -> Result<PeerConn, PeerError> {
@@ -209,6 +228,7 @@ impl ThreadState {
             shard,
             closed,
             alive,
+            socket_id: id,
         })
     }
 }

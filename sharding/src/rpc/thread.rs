@@ -210,6 +210,22 @@ impl ThreadState {
         let _ = (id, tcp);
     }
 
+    /// Whether connection `id`'s peer has ended it (end of stream or an
+    /// error waiting on the socket), seen without reading: one non-blocking
+    /// `peek`. Unknown sockets (not unix) count as open.
+    pub(super) fn socket_ended(&self, id: u64) -> bool {
+        let sockets = self.sockets.borrow();
+        let Some(socket) = sockets.get(&id) else {
+            return false;
+        };
+        let mut byte = [0u8; 1];
+        match socket.peek(&mut byte) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+        }
+    }
+
     pub(super) fn forget_socket(&self, id: u64) {
         self.sockets.borrow_mut().remove(&id);
     }

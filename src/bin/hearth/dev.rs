@@ -1,34 +1,68 @@
-//! `hearth dev`: a dev loop for one Worker.
+//! `hearth dev`: a dev loop for one Worker, as `wrangler dev` runs one.
 //!
 //! It starts one local node (a one-node [`LoopbackCluster`], as `hearth
-//! cluster` does), deploys FILE to it, and serves it on `--listen`: every
-//! request there goes to this Worker, whatever its Host, and prints a line
-//! with its method, path, status, time to the response head and the
-//! node's `server-timing`. It then watches FILE and every `--watch`
-//! directory; when they change (one burst of writes is one change), it
-//! runs the `--build` command (`sh -c`, with this terminal's output) and
-//! redeploys FILE through the node's own deploy path (the one the admin
-//! API takes), so the next request is served by the new version. A failed
-//! build, or a FILE the node refuses, prints why and leaves the last good
-//! version serving. Ctrl-C stops the node and exits.
+//! cluster` does), builds and deploys the Worker, and serves it on
+//! `--listen`: every request there goes to this Worker, whatever its Host,
+//! and prints a line with its method, path, status, time to the response
+//! head and the node's `server-timing`. Once it serves (the first build
+//! and deploy done, the files watched) it prints `hearth dev: serving NAME
+//! on http://ADDR/ …`, the line a script waits for. Ctrl-C stops the node
+//! and exits.
 //!
-//! Changes made while a build runs are folded into it (the build's own
-//! writes to FILE would otherwise start the next build). A manifest beside
-//! FILE (or `--manifest`) is read as `hearth deploy` reads it. A
-//! `.dev.vars` file beside FILE (`KEY=VALUE` lines, as wrangler reads it)
-//! gives the Worker vars for this dev loop, over the manifest's `[vars]`:
-//! the Worker reads them as it reads vars and secrets in production
-//! (environment, `wasi:config/store`); only their names are printed. The
-//! Worker's own output (stdout, stderr) is in the node log this command
-//! prints (see the runtime's `tail` module), tagged with its script ID.
+//! What FILE is decides how a version is made:
+//!
+//! - **A JavaScript Worker's module** (`.js`, `.mjs`, `.ts`): built
+//!   in-process by the same code as `hearth build` (esbuild's bundle, then
+//!   the QuickJS engine's snapshot) into a temporary directory outside the
+//!   watched folders. The module's folder is watched, recursively, so an
+//!   edit of the module or of anything it imports from there rebuilds it.
+//! - **A component** (`.wasm`, anything else) with `--build CMD`: CMD (run
+//!   with `sh -c`, with this terminal's output) writes FILE. It runs once
+//!   before the first deploy and again whenever a `--watch` directory (at
+//!   least one is needed: the sources the build reads) changes.
+//! - **A component** without `--build`: FILE is deployed as it is, and
+//!   again whenever it (or a `--watch` directory) changes; something else
+//!   builds it.
+//!
+//! Each change (one burst of events: the files created, written, removed,
+//! renamed or touched until they are quiet for [`DEBOUNCE`]; a file opened
+//! to be read is no change, though inotify reports it, since every build
+//! reads its sources) is one build and one redeploy through the node's own
+//! deploy path (the one the admin API takes), so the next request is
+//! served by the new version. A failed build, or a FILE the node refuses,
+//! prints why and leaves the last good version serving.
+//!
+//! **The build's own output never starts a build.** A JS build writes
+//! only outside the watched folders (so an edit saved while it runs is a
+//! change of its own, built next). With `--build`, FILE is the build's
+//! output, so a change of FILE's own path is never a change of the
+//! sources; and every other file the build writes under a watched folder
+//! (CMD's intermediate files, say) is recognised too: the paths that
+//! change while CMD runs (and for a moment after, while the watcher
+//! catches up) are recorded with their modification time and size once it
+//! ends, and a later event on such a path counts only if the file has
+//! changed since. So an edit saved while CMD runs is taken as part of that
+//! build. Hidden files and directories under a watched folder (`.git`,
+//! editors' swap files) and the store directory are never sources.
+//!
+//! A manifest beside FILE (or `--manifest`) is read as `hearth deploy`
+//! reads it. A `.dev.vars` file beside FILE (`KEY=VALUE` lines, as wrangler
+//! reads it) gives the Worker vars for this dev loop, over the manifest's
+//! `[vars]`: the Worker reads them as it reads vars and secrets in
+//! production (environment, `wasi:config/store`); only their names are
+//! printed. The Worker's own output (stdout, stderr) is in the node log
+//! this command prints (see the runtime's `tail` module), tagged with its
+//! script ID.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, bail};
-use notify_debouncer_mini::notify::RecursiveMode;
-use notify_debouncer_mini::{DebounceEventResult, new_debouncer};
+use hearth_js_engine::bundle::Bundler;
+use notify::{EventKind, RecursiveMode, Watcher as _};
 
 use hearth::cluster::{ClusterConfig, LoopbackCluster};
 use hearth::node::Node;
@@ -36,21 +70,28 @@ use hearth::runtime::Manifest;
 use hearth::runtime::body::Body;
 use hearth::runtime::timing::SERVER_TIMING_HEADER;
 
-/// How long the watched files must be quiet before a change counts.
+/// How long the watched files must be quiet before a burst of events is
+/// one change.
 const DEBOUNCE: Duration = Duration::from_millis(150);
+
+/// The extensions of a JavaScript Worker's module, which `hearth dev`
+/// builds itself.
+const JS_EXTENSIONS: &[&str] = &["js", "mjs", "ts"];
 
 /// `hearth dev`'s flags.
 #[derive(clap::Args)]
 pub(crate) struct DevArgs {
-    /// Command run with `sh -c` when the watched sources change, before
-    /// FILE is redeployed (e.g. "cargo build --release --target
-    /// wasm32-wasip2 && cp target/.../app.wasm app.wasm").
+    /// Command run with `sh -c` before the first deploy and whenever a
+    /// `--watch` directory changes; it writes FILE (e.g. "cargo build
+    /// --release --target wasm32-wasip2 && cp target/.../app.wasm
+    /// app.wasm"). Needs --watch. Not for a .js FILE, which hearth dev
+    /// builds itself.
     #[arg(long)]
     build: Option<String>,
-    /// A directory of sources to watch as well, recursively (repeatable).
+    /// A directory of sources to watch, recursively (repeatable).
     #[arg(long = "watch", value_name = "DIR")]
     watch: Vec<PathBuf>,
-    /// Script ID (default: FILE's name without `.wasm`).
+    /// Script ID (default: FILE's name without its extension).
     #[arg(long)]
     name: Option<String>,
     /// Where the Worker is served (every request there goes to it).
@@ -62,11 +103,29 @@ pub(crate) struct DevArgs {
     /// Store directory (default: a temporary one, removed on exit).
     #[arg(long)]
     store: Option<PathBuf>,
-    /// The component (.wasm) to serve; the build command writes it.
+    /// The Worker: a JavaScript module (.js/.mjs/.ts: built as `hearth
+    /// build` builds it, and rebuilt when its folder changes), or a
+    /// component (.wasm) that --build or your own build writes.
     file: PathBuf,
 }
 
-/// Starts the node, deploys, then serves, watches and redeploys until Ctrl-C.
+/// What FILE is, and so how a new version is made.
+enum Source {
+    /// A component someone else builds: deployed as it is.
+    Component,
+    /// A component the command (`--build`) writes.
+    Command(String),
+    /// A JavaScript Worker's module, built in-process into `out`.
+    Js {
+        /// The bundler, made ready (esbuild installed) once.
+        bundler: Arc<Bundler>,
+        /// The component's path, in a temporary directory.
+        out: PathBuf,
+    },
+}
+
+/// Starts the node, builds and deploys, then serves, watches and rebuilds
+/// until Ctrl-C.
 pub(crate) async fn run(args: DevArgs) -> anyhow::Result<()> {
     let file = std::path::absolute(&args.file)
         .with_context(|| format!("cannot resolve {}", args.file.display()))?;
@@ -81,6 +140,41 @@ pub(crate) async fn run(args: DevArgs) -> anyhow::Result<()> {
     if !hearth::runtime::store::validate::valid_script_id(&name) {
         bail!("{name:?} is not a script ID (a DNS label): say --name");
     }
+    let is_js = file
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| JS_EXTENSIONS.contains(&e));
+    // Kept for the loop's life: the JS build's output directory.
+    let mut build_dir = None;
+    let source = match (&args.build, is_js) {
+        (Some(_), true) => bail!(
+            "{} is a JavaScript module: hearth dev builds it itself (drop --build)",
+            file.display()
+        ),
+        (Some(_), false) if args.watch.is_empty() => bail!(
+            "--build needs --watch DIR, the sources the build reads: FILE is the build's \
+             output, so its own changes never start a build"
+        ),
+        (Some(cmd), false) => Source::Command(cmd.clone()),
+        (None, false) => Source::Component,
+        (None, true) => {
+            if !file.is_file() {
+                bail!("{}: no such file", file.display());
+            }
+            // First, so a missing Node.js is named before anything starts.
+            let bundler = Bundler::new()?;
+            let dir = tempfile::Builder::new()
+                .prefix("hearth-dev-build-")
+                .tempdir()
+                .context("cannot make a directory for the build")?;
+            let out = dir.path().join(format!("{name}.wasm"));
+            build_dir = Some(dir);
+            Source::Js {
+                bundler: Arc::new(bundler),
+                out,
+            }
+        }
+    };
     let mut manifest = crate::deploy::read_manifest(args.manifest.as_deref(), &file)?;
     dev_vars(&file, &mut manifest)?;
 
@@ -92,48 +186,59 @@ pub(crate) async fn run(args: DevArgs) -> anyhow::Result<()> {
             temp.path().to_path_buf()
         }
     };
+    std::fs::create_dir_all(&store)
+        .with_context(|| format!("cannot make the store {}", store.display()))?;
     let mut cfg = ClusterConfig::new(1, &store);
     cfg.https = false;
     cfg.sharding = false;
     let cluster = LoopbackCluster::start(cfg).await?;
     let node = cluster.node(0).node.clone();
 
-    let mut last_good = None;
-    deploy(&node, &name, &manifest, &file, &mut last_good).await;
+    // Watching starts before the first build, so an edit made while it
+    // runs is not missed.
+    let (tx, mut changes) = tokio::sync::mpsc::unbounded_channel();
+    let mut watcher = notify::recommended_watcher(move |r: notify::Result<notify::Event>| {
+        match r {
+            // A file opened (to be read: a build reads its sources) or
+            // closed: not a change. A write is a modify event of its own.
+            Ok(e) if matches!(e.kind, EventKind::Access(_)) => {}
+            other => {
+                let _ = tx.send(other);
+            }
+        }
+    })
+    .context("cannot watch files")?;
+    let mut ignored = vec![store.clone()];
+    ignored.extend(build_dir.as_ref().map(|d| d.path().to_path_buf()));
+    let mut watched = Watched::new(&file, &source, &args.watch, &ignored)?;
+    for (path, mode) in watched.roots() {
+        watcher
+            .watch(&path, mode)
+            .with_context(|| format!("cannot watch {}", path.display()))?;
+    }
+
+    let mut dev = Dev {
+        node,
+        name: name.clone(),
+        manifest,
+        file,
+        source,
+        last_good: None,
+    };
+    dev.update(&mut changes, &mut watched).await;
 
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(serve(listener, node.clone(), name.clone(), stop_rx));
+    let server = tokio::spawn(serve(listener, dev.node.clone(), name.clone(), stop_rx));
     crate::say(&format!(
         "hearth dev: serving {name} on http://{addr}/ (admin http://{}, token {})",
         cluster.node(0).admin_addr,
         cluster.token()
     ));
-
-    let (tx, mut changes) = tokio::sync::mpsc::unbounded_channel();
-    let mut debouncer = new_debouncer(DEBOUNCE, move |r: DebounceEventResult| {
-        let _ = tx.send(r);
-    })
-    .context("cannot watch files")?;
-    let watched = Watched::new(&file, &args.watch)?;
-    for (path, mode) in watched.roots() {
-        debouncer
-            .watcher()
-            .watch(&path, mode)
-            .with_context(|| format!("cannot watch {}", path.display()))?;
-    }
-    crate::say(&format!(
-        "watching {}{}; Ctrl-C to stop",
-        file.display(),
-        watched
-            .dirs
-            .iter()
-            .map(|d| format!(", {}/", d.display()))
-            .collect::<String>()
-    ));
+    crate::say(&format!("watching {}; Ctrl-C to stop", watched.describe()));
 
     loop {
         tokio::select! {
@@ -141,80 +246,114 @@ pub(crate) async fn run(args: DevArgs) -> anyhow::Result<()> {
                 r.context("cannot catch Ctrl-C")?;
                 break;
             }
-            Some(events) = changes.recv() => {
-                let changed = match events {
-                    Ok(events) => events.iter().any(|e| watched.covers(&e.path)),
-                    Err(e) => {
-                        crate::say(&format!("watch error: {e}"));
-                        false
-                    }
-                };
-                if !changed {
-                    continue;
+            Some(paths) = burst(&mut changes) => {
+                if paths.iter().any(|p| watched.is_change(p)) {
+                    dev.update(&mut changes, &mut watched).await;
                 }
-                if let Some(cmd) = &args.build {
-                    let ok = build(cmd).await;
-                    // The build's own writes (to FILE, say) are not a change.
-                    tokio::time::sleep(DEBOUNCE * 2).await;
-                    while changes.try_recv().is_ok() {}
-                    if !ok {
-                        continue;
-                    }
-                }
-                deploy(&node, &name, &manifest, &file, &mut last_good).await;
             }
         }
     }
     crate::say("stopping");
-    drop(debouncer);
+    drop(watcher);
     let _ = stop_tx.send(true);
     let _ = server.await;
     cluster.shutdown().await;
     Ok(())
 }
 
-/// What is watched: FILE (through its directory, since a build may replace
-/// it rather than write it) and each `--watch` directory.
-struct Watched {
-    file: PathBuf,
-    dirs: Vec<PathBuf>,
-}
+/// The watcher's events (reads left out), as they arrive.
+type Changes = tokio::sync::mpsc::UnboundedReceiver<notify::Result<notify::Event>>;
 
-impl Watched {
-    fn new(file: &Path, dirs: &[PathBuf]) -> anyhow::Result<Self> {
-        let dirs = dirs
-            .iter()
-            .map(|d| {
-                std::fs::canonicalize(d)
-                    .with_context(|| format!("cannot watch {}: no such directory", d.display()))
-            })
-            .collect::<anyhow::Result<_>>()?;
-        let file = std::fs::canonicalize(file)
-            .with_context(|| format!("cannot read {}", file.display()))?;
-        Ok(Watched { file, dirs })
-    }
-
-    /// The paths to hand the watcher.
-    fn roots(&self) -> Vec<(PathBuf, RecursiveMode)> {
-        let mut roots: Vec<_> = self
-            .dirs
-            .iter()
-            .map(|d| (d.clone(), RecursiveMode::Recursive))
-            .collect();
-        if let Some(parent) = self.file.parent() {
-            roots.push((parent.to_path_buf(), RecursiveMode::NonRecursive));
+/// The paths of the next burst of events: the first event, and every one
+/// after it until the watched files have been quiet for [`DEBOUNCE`]. A
+/// watch error is printed. None once the watcher is gone.
+async fn burst(changes: &mut Changes) -> Option<Vec<PathBuf>> {
+    let mut paths = Vec::new();
+    let mut next = changes.recv().await?;
+    loop {
+        match next {
+            Ok(event) => paths.extend(event.paths),
+            Err(e) => crate::say(&format!("watch error: {e}")),
         }
-        roots
-    }
-
-    /// Whether a change of `path` is a change of the Worker's sources.
-    fn covers(&self, path: &Path) -> bool {
-        path == self.file || self.dirs.iter().any(|d| path.starts_with(d))
+        match tokio::time::timeout(DEBOUNCE, changes.recv()).await {
+            Ok(Some(event)) => next = event,
+            Ok(None) | Err(_) => return Some(paths),
+        }
     }
 }
 
-/// Runs the build command, its output on this terminal; says how it ended.
-async fn build(cmd: &str) -> bool {
+/// The Worker being served and how its versions are made.
+struct Dev {
+    node: Node,
+    name: String,
+    manifest: Manifest,
+    /// FILE, absolute.
+    file: PathBuf,
+    source: Source,
+    /// The hash of the version serving.
+    last_good: Option<String>,
+}
+
+impl Dev {
+    /// Builds a new version (if the Worker has a build) and deploys it.
+    /// With `--build`, the paths the command wrote are recorded in
+    /// `watched` as its outputs (see the module docs).
+    async fn update(&mut self, changes: &mut Changes, watched: &mut Watched) {
+        let built = match &self.source {
+            Source::Component => Ok(()),
+            Source::Command(cmd) => {
+                let built = run_command(cmd).await;
+                // What the command wrote reaches the watcher within
+                // moments: wait for it, then take it all.
+                tokio::time::sleep(DEBOUNCE).await;
+                let mut written = vec![self.file.clone()];
+                while let Ok(event) = changes.try_recv() {
+                    written.extend(event.into_iter().flat_map(|e| e.paths));
+                }
+                watched.record_outputs(written);
+                built
+            }
+            Source::Js { bundler, out } => build_js(bundler, &self.file, out).await,
+        };
+        match built {
+            Ok(()) => self.deploy().await,
+            Err(why) => {
+                crate::say(&format!("build failed: {why}"));
+                crate::say(if self.last_good.is_some() {
+                    "still serving the last good version"
+                } else {
+                    "nothing to serve until a build succeeds"
+                });
+            }
+        }
+    }
+
+    /// The component file to deploy.
+    fn component(&self) -> &Path {
+        match &self.source {
+            Source::Js { out, .. } => out,
+            Source::Component | Source::Command(_) => &self.file,
+        }
+    }
+
+    /// Deploys the component through the node (as the admin API does)
+    /// unless it is the version already serving; says what happened.
+    async fn deploy(&mut self) {
+        let component = self.component().to_path_buf();
+        deploy(
+            &self.node,
+            &self.name,
+            &self.manifest,
+            &component,
+            &mut self.last_good,
+        )
+        .await;
+    }
+}
+
+/// Runs the build command, its output on this terminal; says how long it
+/// took, or why it failed.
+async fn run_command(cmd: &str) -> Result<(), String> {
     crate::say(&format!("building: {cmd}"));
     let t = Instant::now();
     match tokio::process::Command::new("sh")
@@ -225,20 +364,162 @@ async fn build(cmd: &str) -> bool {
     {
         Ok(s) if s.success() => {
             crate::say(&format!("built in {:.1} s", t.elapsed().as_secs_f64()));
-            true
+            Ok(())
         }
-        Ok(s) => {
+        Ok(s) => Err(format!("{s}")),
+        Err(e) => Err(format!("cannot run sh: {e}")),
+    }
+}
+
+/// Builds the JS Worker `module` into `out` as `hearth build` does (on a
+/// blocking thread: it runs node, then the engine); says how long it took.
+async fn build_js(bundler: &Arc<Bundler>, module: &Path, out: &Path) -> Result<(), String> {
+    let shown = module.file_name().map_or(module, Path::new).display();
+    crate::say(&format!("building {shown}"));
+    let t = Instant::now();
+    let (bundler, m, o) = (bundler.clone(), module.to_path_buf(), out.to_path_buf());
+    match tokio::task::spawn_blocking(move || crate::build::build_to(&bundler, &m, &o)).await {
+        Ok(Ok(len)) => {
             crate::say(&format!(
-                "build failed ({s}); still serving the last good version"
+                "built {shown} in {:.1} s ({len} bytes)",
+                t.elapsed().as_secs_f64()
             ));
-            false
+            Ok(())
         }
-        Err(e) => {
-            crate::say(&format!(
-                "build failed: cannot run sh: {e}; still serving the last good version"
-            ));
-            false
+        Ok(Err(e)) => Err(format!("{e:#}")),
+        Err(e) => Err(format!("the build stopped: {e}")),
+    }
+}
+
+/// A file's modification time and size, or None if it is gone: what a
+/// build's output is recognised by.
+type Fingerprint = Option<(SystemTime, u64)>;
+
+fn fingerprint(path: &Path) -> Fingerprint {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
+}
+
+/// What is watched, and which of its events are changes of the Worker's
+/// sources (see the module docs).
+struct Watched {
+    /// FILE, its directory canonical.
+    file: PathBuf,
+    /// Whether FILE's own changes are changes (not with `--build`: FILE is
+    /// the build's output).
+    file_is_source: bool,
+    /// The folders watched recursively, canonical.
+    dirs: Vec<PathBuf>,
+    /// Folders under them that never hold sources (the store, the JS
+    /// build's output).
+    ignored: Vec<PathBuf>,
+    /// The files the last `--build` run wrote, as it left them.
+    outputs: HashMap<PathBuf, Fingerprint>,
+}
+
+impl Watched {
+    /// FILE's folder and the `--watch` directories for a JS module; FILE
+    /// (through its folder, since a build may replace it rather than write
+    /// it) and the `--watch` directories for a component.
+    fn new(
+        file: &Path,
+        source: &Source,
+        watch: &[PathBuf],
+        ignored: &[PathBuf],
+    ) -> anyhow::Result<Self> {
+        let folder = file.parent().unwrap_or(Path::new("/"));
+        let folder = std::fs::canonicalize(folder)
+            .with_context(|| format!("cannot watch {}: no such directory", folder.display()))?;
+        let file = match file.file_name() {
+            Some(name) => folder.join(name),
+            None => bail!("{} names no file", file.display()),
+        };
+        let mut dirs = watch
+            .iter()
+            .map(|d| {
+                std::fs::canonicalize(d)
+                    .with_context(|| format!("cannot watch {}: no such directory", d.display()))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if matches!(source, Source::Js { .. }) {
+            dirs.insert(0, folder);
         }
+        Ok(Watched {
+            file,
+            file_is_source: !matches!(source, Source::Command(_)),
+            dirs,
+            ignored: ignored
+                .iter()
+                .filter_map(|d| std::fs::canonicalize(d).ok())
+                .collect(),
+            outputs: HashMap::new(),
+        })
+    }
+
+    /// The paths to hand the watcher.
+    fn roots(&self) -> Vec<(PathBuf, RecursiveMode)> {
+        let mut roots: Vec<_> = self
+            .dirs
+            .iter()
+            .map(|d| (d.clone(), RecursiveMode::Recursive))
+            .collect();
+        if let Some(parent) = self.file.parent()
+            && self.file_is_source
+            && !self.dirs.iter().any(|d| parent.starts_with(d))
+        {
+            roots.push((parent.to_path_buf(), RecursiveMode::NonRecursive));
+        }
+        roots
+    }
+
+    /// What is watched, for the user.
+    fn describe(&self) -> String {
+        let mut items: Vec<String> = self
+            .dirs
+            .iter()
+            .map(|d| format!("{}/", d.display()))
+            .collect();
+        if self.file_is_source && !self.dirs.iter().any(|d| self.file.starts_with(d)) {
+            items.insert(0, self.file.display().to_string());
+        }
+        items.join(", ")
+    }
+
+    /// Whether an event on `path` is a change of the Worker's sources.
+    fn is_change(&self, path: &Path) -> bool {
+        if path == self.file {
+            return self.file_is_source;
+        }
+        if self.ignored.iter().any(|d| path.starts_with(d)) {
+            return false;
+        }
+        let Some(rel) = self.dirs.iter().find_map(|d| path.strip_prefix(d).ok()) else {
+            return false;
+        };
+        let hidden = rel
+            .components()
+            .any(|c| c.as_os_str().to_string_lossy().starts_with('.'));
+        if hidden {
+            return false;
+        }
+        // A file the last build wrote counts only once it has changed
+        // since: a late event of the build's own write is not a change.
+        match self.outputs.get(path) {
+            Some(left) => *left != fingerprint(path),
+            None => true,
+        }
+    }
+
+    /// Records the paths a `--build` run wrote (and what it left there) as
+    /// its outputs, in place of the last run's.
+    fn record_outputs(&mut self, paths: Vec<PathBuf>) {
+        self.outputs = paths
+            .into_iter()
+            .map(|p| {
+                let f = fingerprint(&p);
+                (p, f)
+            })
+            .collect();
     }
 }
 

@@ -81,7 +81,8 @@ enum Command {
     Samples,
     /// Build a JavaScript Worker in the Workers module syntax (`export
     /// default { fetch }`, Hono apps too) into a component: esbuild bundles
-    /// it, componentize-js componentizes it (Node.js and npm needed).
+    /// it (Node.js and npm needed), then hearth's QuickJS engine is
+    /// snapshotted with the module started.
     Build(build::BuildArgs),
     /// Create a development cluster CA (if DIR has none) and certificates
     /// for the named nodes, for `[cluster] pki` in `hearth serve` configs.

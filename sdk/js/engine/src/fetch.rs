@@ -43,15 +43,21 @@ use rquickjs::{Array, Ctx, Exception, Function, Persistent, TypedArray, Value};
 use crate::event_loop;
 use crate::request::body_bytes;
 
-/// Headers an outgoing request or a response may not carry (wasi:http
-/// refuses them: the host sets them itself).
-pub(crate) const HOP_BY_HOP: [&str; 6] = [
+/// Headers an outgoing request or a response may not carry: the ones
+/// wasi:http refuses (wasmtime-wasi-http's `DEFAULT_FORBIDDEN_HEADERS`,
+/// which hearth's host keeps), since the host sets them itself. They are
+/// left out rather than failing the request (what a proxied origin's
+/// `Proxy-Authenticate` would otherwise do to the answer).
+pub(crate) const HOP_BY_HOP: [&str; 9] = [
     "connection",
     "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
     "proxy-connection",
     "transfer-encoding",
     "upgrade",
     "host",
+    "http2-settings",
 ];
 
 /// Where a fetch is.

@@ -1,12 +1,11 @@
-// hearth sample Worker in JavaScript, in the Workers module syntax
-// (`export default { fetch(request, env, ctx) }`), as workerd runs it.
+// A JSON-echo Worker in the Workers module syntax
+// (`export default { fetch(request, env, ctx) }`), as workerd runs it: the
+// engine's tests build it (`hearth::testing::build_js`, what `hearth build`
+// does after bundling), and the js_vs_workerd bench serves it on hearth and
+// on workerd unchanged.
 //
-// Built by ../build.mjs --module with componentize-js behind
-// sdk/js/shim.js (the shim `hearth build` uses),
-// which exports wasi:http/incoming-handler itself (StarlingMonkey's
-// fetch event is off), so one instance serves request after request.
-//
-// It answers every request with the same JSON as ../worker.js
+// It answers every request with the JSON of the componentize-js sample
+// (sample-workers/js/worker.js)
 //   {"worker":"js","method","path","headers","body","bodyLength"}
 // plus `served`: the requests this instance has served (a module-level
 // counter: it shows reuse, and that module state persists as on workerd).
@@ -24,8 +23,8 @@
 //   x-js-respond: JSON   answer as the JSON says instead, e.g.
 //                        {"status":201,"headers":[["x-a","1"],["x-a","2"]],
 //                         "bytes":[0,255],"repeat":3}: the body is `bytes`
-//                        `repeat` times (what the shim must carry to the
-//                        client unchanged).
+//                        `repeat` times (what the engine must carry
+//                        to the client unchanged).
 
 let served = 0;
 let leaked = false;
