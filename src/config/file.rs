@@ -116,15 +116,14 @@ impl LiveTailSection {
     /// `cfg` with this section's budgets (unset ones keep theirs).
     fn apply(&self, cfg: RuntimeConfig) -> RuntimeConfig {
         let mut b = *cfg.tail_budget_config();
-        let size = |v: ByteSize| usize::try_from(v.as_u64()).unwrap_or(usize::MAX);
         if let Some(v) = self.max_event_bytes {
-            b.event_bytes = size(v);
+            b.event_bytes = bytes_usize(v);
         }
         if let Some(v) = self.max_queue_bytes {
-            b.queue_bytes = size(v);
+            b.queue_bytes = bytes_usize(v);
         }
         if let Some(v) = self.max_node_bytes {
-            b.node_bytes = size(v);
+            b.node_bytes = bytes_usize(v);
         }
         cfg.tail_budget(b)
     }
@@ -579,6 +578,7 @@ mod tests {
             c.egress.extra_roots,
             vec![PathBuf::from("/etc/hearth/origin-ca.pem")]
         );
+        assert_eq!(c.live_tail.max_node_bytes, Some(ByteSize::mib(32)));
         let telemetry = c.telemetry.as_ref().expect("[telemetry]");
         assert_eq!(telemetry.service_name.as_deref(), Some("hearth"));
         let free = &c.plans.free;
