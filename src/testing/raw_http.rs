@@ -5,7 +5,8 @@
 //! the close (a chunked body decoded) into a [`TestResponse`]: status,
 //! headers and body as the client got them, with nothing pooled or retried
 //! in between (unlike [`TestCluster::get`](super::TestCluster::get)'s
-//! pooled client).
+//! pooled client). [`HttpRequest::open`] instead hands the connection
+//! back unread, for a client that reads slowly or not at all.
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
