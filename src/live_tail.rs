@@ -24,6 +24,14 @@
 //! `hearth tail` asks each node for when it is given several `--admin`
 //! URLs). Peers send an empty keepalive every [`PEER_KEEPALIVE`] when
 //! quiet, so a member notices a gatherer that went away.
+//!
+//! **Memory is bounded in bytes** ([`hearth_runtime::outbound::live_tail`]'s
+//! `TailBudget`, the config's `[live_tail]`): each event, this node's own
+//! or a member's JSON, is charged to the watcher's queue budget and the
+//! node's until its bytes have been written to the watcher's connection
+//! (the charge rides in the frame). A member's event that finds no room
+//! waits (the member's own queue fills meanwhile, and it drops and counts
+//! there); this node holds at most one more event per member in transit.
 
 use std::time::Duration;
 
@@ -31,7 +39,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use hearth_runtime::body::{Body, BoxError};
 use hearth_runtime::outbound::live_tail::RequestEvent;
-use hearth_runtime::outbound::live_tail::{StatusFilter, Subscription};
+use hearth_runtime::outbound::live_tail::{Charge, QueueBudget, StatusFilter, Subscription};
 use http::StatusCode;
 use tokio::sync::mpsc;
 
@@ -78,11 +86,11 @@ pub fn response(
             );
         }
     };
-    let remote = cluster.then(|| peers(node, script_id, status.unwrap_or(""), sample));
     let sub = node
         .runtime()
         .live_tail()
         .subscribe(script_id, filter, sample);
+    let remote = cluster.then(|| peers(node, script_id, status.unwrap_or(""), sample, &sub));
     let body = event_stream(node.clone(), sub, remote.flatten());
     let mut r = http::Response::new(body);
     let headers = r.headers_mut();
@@ -98,14 +106,16 @@ pub fn response(
 }
 
 /// The other members' tails of `script_id`, merged into one channel of
-/// event JSON (`None` for a node outside a cluster). Each member's part
-/// ends when it leaves or drains; all end when the receiver is dropped.
+/// event JSON, each charged to `sub`'s budgets (`None` for a node outside
+/// a cluster). Each member's part ends when it leaves or drains; all end
+/// when the receiver is dropped.
 fn peers(
     node: &Node,
     script_id: &str,
     status: &str,
     sample: f64,
-) -> Option<mpsc::Receiver<String>> {
+    sub: &Subscription,
+) -> Option<mpsc::Receiver<(String, Charge)>> {
     let (rpc, ring) = (node.rpc()?, node.ring()?);
     let (tx, rx) = mpsc::channel(256);
     for member in ring.members() {
@@ -113,7 +123,7 @@ fn peers(
             continue;
         }
         let mut from = rpc.tail(member, script_id, status, sample);
-        let tx = tx.clone();
+        let (tx, budget) = (tx.clone(), sub.budget());
         tokio::spawn(async move {
             loop {
                 tokio::select! {
@@ -122,7 +132,7 @@ fn peers(
                     _ = tx.closed() => break,
                     json = from.recv() => match json {
                         Some(json) => {
-                            if tx.send(json).await.is_err() {
+                            if !forward(&tx, &budget, json).await {
                                 break;
                             }
                         }
@@ -135,12 +145,26 @@ fn peers(
     Some(rx)
 }
 
+/// Passes a member's event on once the watcher's budgets have room for
+/// it (one that never fits is dropped and counted); `false` once the
+/// reader is gone.
+async fn forward(tx: &mpsc::Sender<(String, Charge)>, budget: &QueueBudget, json: String) -> bool {
+    let charge = tokio::select! {
+        _ = tx.closed() => return false,
+        charge = budget.charge(json.len()) => charge,
+    };
+    match charge {
+        Some(charge) => tx.send((json, charge)).await.is_ok(),
+        None => true,
+    }
+}
+
 /// What a tail stream says next.
 enum Item {
-    /// A request this node served.
-    Event(RequestEvent),
-    /// A request another member served, as its JSON.
-    Peer(String),
+    /// A request this node served, and its charge.
+    Event(RequestEvent, Charge),
+    /// A request another member served, as its JSON, and its charge.
+    Peer(String, Charge),
     /// Nothing for a while; how many events this node dropped so far.
     Keepalive(u64),
 }
@@ -151,20 +175,20 @@ enum Item {
 fn items(
     node: Node,
     sub: Subscription,
-    peers: Option<mpsc::Receiver<String>>,
+    peers: Option<mpsc::Receiver<(String, Charge)>>,
     keepalive: Duration,
 ) -> futures::stream::BoxStream<'static, Item> {
     struct State {
         node: Node,
         sub: Subscription,
-        peers: Option<mpsc::Receiver<String>>,
+        peers: Option<mpsc::Receiver<(String, Charge)>>,
         idle: Duration,
         keepalive: Duration,
     }
     enum Next {
-        Local(Option<RequestEvent>),
+        Local(Option<(RequestEvent, Charge)>),
         Quiet,
-        Peer(Option<String>),
+        Peer(Option<(String, Charge)>),
     }
     let state = State {
         node,
@@ -194,15 +218,15 @@ fn items(
                 }
             };
             match next {
-                Next::Local(Some(mut e)) => {
+                Next::Local(Some((mut e, charge))) => {
                     s.idle = Duration::ZERO;
                     if e.node.is_empty() {
                         e.node = s.node.id().to_string();
                     }
-                    return Some((Item::Event(e), s));
+                    return Some((Item::Event(e, charge), s));
                 }
                 Next::Local(None) => return None,
-                Next::Peer(Some(json)) => return Some((Item::Peer(json), s)),
+                Next::Peer(Some((json, charge))) => return Some((Item::Peer(json, charge), s)),
                 // Every member's part ended: this node's own goes on.
                 Next::Peer(None) => s.peers = None,
                 Next::Quiet => {
@@ -228,8 +252,8 @@ pub(crate) fn for_peer(
 ) -> futures::stream::BoxStream<'static, String> {
     items(node, sub, None, PEER_KEEPALIVE)
         .map(|item| match item {
-            Item::Event(e) => serde_json::to_string(&e).unwrap_or_default(),
-            Item::Peer(json) => json,
+            Item::Event(e, _) => serde_json::to_string(&e).unwrap_or_default(),
+            Item::Peer(json, _) => json,
             Item::Keepalive(_) => String::new(),
         })
         .boxed()
@@ -238,23 +262,44 @@ pub(crate) fn for_peer(
 /// The body: a first comment naming the node, then events (this node's
 /// and, with `peers`, the other members') and keepalives until the node
 /// drains.
-fn event_stream(node: Node, sub: Subscription, peers: Option<mpsc::Receiver<String>>) -> Body {
+fn event_stream(
+    node: Node,
+    sub: Subscription,
+    peers: Option<mpsc::Receiver<(String, Charge)>>,
+) -> Body {
     use http_body_util::BodyExt;
     let hello = format!(": hearth tail of {} on {}\n\n", sub.script_id(), node.id());
-    let first = futures::stream::once(async move { Ok::<_, BoxError>(frame(hello)) });
+    let first = futures::stream::once(async move { Ok::<_, BoxError>(frame(hello, None)) });
     let rest = items(node, sub, peers, KEEPALIVE).map(|item| {
-        Ok(frame(match item {
-            Item::Event(e) => {
+        Ok(match item {
+            Item::Event(e, charge) => {
                 let json = serde_json::to_string(&e).unwrap_or_default();
-                format!("data: {json}\n\n")
+                frame(format!("data: {json}\n\n"), Some(charge))
             }
-            Item::Peer(json) => format!("data: {json}\n\n"),
-            Item::Keepalive(dropped) => format!(":keepalive dropped={dropped}\n\n"),
-        }))
+            Item::Peer(json, charge) => frame(format!("data: {json}\n\n"), Some(charge)),
+            Item::Keepalive(dropped) => frame(format!(":keepalive dropped={dropped}\n\n"), None),
+        })
     });
     http_body_util::StreamBody::new(first.chain(rest)).boxed_unsync()
 }
 
-fn frame(text: String) -> hyper::body::Frame<Bytes> {
-    hyper::body::Frame::data(Bytes::from(text))
+/// A frame's bytes and the charge they hold against the live tail's
+/// budgets, given back when the connection has written (and dropped)
+/// them.
+struct Charged {
+    text: String,
+    _charge: Option<Charge>,
+}
+
+impl AsRef<[u8]> for Charged {
+    fn as_ref(&self) -> &[u8] {
+        self.text.as_bytes()
+    }
+}
+
+fn frame(text: String, charge: Option<Charge>) -> hyper::body::Frame<Bytes> {
+    hyper::body::Frame::data(Bytes::from_owner(Charged {
+        text,
+        _charge: charge,
+    }))
 }

@@ -456,6 +456,16 @@ impl Collector for RuntimeCollector {
                 s.tail_late_reports,
             ),
             (
+                "hearth_trace_levels_truncated",
+                "Requests whose trace events were cut at a level's bounds (events, bytes)",
+                s.trace_levels_truncated,
+            ),
+            (
+                "hearth_live_tail_truncated",
+                "Live tail events cut to the per-event byte budget",
+                s.live_tail_truncated,
+            ),
+            (
                 "hearth_store_reads",
                 "Reads of a script's metadata or source from the script store",
                 s.store_reads,
@@ -510,6 +520,21 @@ impl Collector for RuntimeCollector {
         {
             let c = ConstCounter::new(0u64);
             let mut fam = enc.encode_descriptor(
+                "hearth_live_tail_dropped",
+                "Live tail events a watcher lost, by the budget that was full (queue: its own, by count or bytes; node: all watchers')",
+                None,
+                c.metric_type(),
+            )?;
+            for (reason, v) in [
+                ("queue", s.live_tail_dropped_queue),
+                ("node", s.live_tail_dropped_node),
+            ] {
+                ConstCounter::new(v).encode(fam.encode_family(&[("reason", reason)])?)?;
+            }
+        }
+        {
+            let c = ConstCounter::new(0u64);
+            let mut fam = enc.encode_descriptor(
                 "hearth_subrequests",
                 "Fetches of origins by Workers, by outcome (ok, denied, private_address, timeout, too_many, too_large, connection_limit, error)",
                 None,
@@ -535,6 +560,11 @@ impl Collector for RuntimeCollector {
                 "hearth_in_flight",
                 "Instances serving a request now",
                 s.in_flight as i64,
+            ),
+            (
+                "hearth_live_tail_queued_bytes",
+                "Bytes queued for live tail watchers on this node",
+                s.live_tail_queued_bytes as i64,
             ),
             (
                 "hearth_instance_bytes",

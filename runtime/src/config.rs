@@ -91,6 +91,7 @@ pub struct RuntimeConfig {
     pub(crate) max_concurrent_subrequests: usize,
     pub(crate) max_loop_passes: usize,
     pub(crate) egress: crate::outbound::egress::EgressConfig,
+    pub(crate) tail_budget: crate::outbound::live_tail::TailBudget,
 }
 
 impl RuntimeConfig {
@@ -127,6 +128,7 @@ impl RuntimeConfig {
             max_concurrent_subrequests: 6,
             max_loop_passes: crate::limits::MAX_LOOP_PASSES,
             egress: crate::outbound::egress::EgressConfig::default(),
+            tail_budget: crate::outbound::live_tail::TailBudget::default(),
         }
     }
 
@@ -179,6 +181,23 @@ impl RuntimeConfig {
     pub fn egress(mut self, egress: crate::outbound::egress::EgressConfig) -> Self {
         self.egress = egress;
         self
+    }
+
+    /// The live tail's byte budgets: per event, per watcher's queue, per
+    /// node (default [`TailBudget::default`]; see
+    /// [`crate::outbound::live_tail`]). Checked when the runtime starts
+    /// ([`TailBudget::validate`]).
+    ///
+    /// [`TailBudget::default`]: crate::outbound::live_tail::TailBudget::default
+    /// [`TailBudget::validate`]: crate::outbound::live_tail::TailBudget::validate
+    pub fn tail_budget(mut self, budget: crate::outbound::live_tail::TailBudget) -> Self {
+        self.tail_budget = budget;
+        self
+    }
+
+    /// The live tail's byte budgets ([`RuntimeConfig::tail_budget`]).
+    pub fn tail_budget_config(&self) -> &crate::outbound::live_tail::TailBudget {
+        &self.tail_budget
     }
 
     /// The egress settings ([`RuntimeConfig::egress`]).

@@ -12,7 +12,8 @@
 //! allocate (`MAX_RESOURCES`, `FIELD_SIZE_LIMIT`, the outgoing body
 //! buffer, and their sum `HOST_RESERVE`, and `MAX_RANDOM_BYTES` per
 //! `wasi:random` call; how the host enforces them is in the instance
-//! wing's `host`).
+//! wing's `host`), and the live tail's default byte budgets
+//! (`TAIL_*_BYTES`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -216,6 +217,26 @@ pub const EGRESS_DNS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What one table element is counted as against the memory limit.
 pub(crate) const TABLE_ELEMENT_BYTES: usize = 16;
+
+/// The live tail's default byte budget for one event: a finished request
+/// as one watcher gets it, its trace events included, counted as JSON
+/// ([`crate::outbound::live_tail::TailBudget::event_bytes`]).
+pub const TAIL_EVENT_BYTES: usize = 256 * 1024;
+
+/// The live tail's default byte budget for one watcher's queue on a node
+/// ([`crate::outbound::live_tail::TailBudget::queue_bytes`]).
+pub const TAIL_QUEUE_BYTES: usize = 4 * 1024 * 1024;
+
+/// The live tail's default byte budget for everything a node holds for its
+/// watchers, gathered members' events included
+/// ([`crate::outbound::live_tail::TailBudget::node_bytes`]).
+pub const TAIL_NODE_BYTES: usize = 32 * 1024 * 1024;
+
+/// The smallest per-event budget a node accepts: room for a request's
+/// URL, its exception and its outcome (each at most
+/// [`crate::outbound::tail::MAX_LINE_BYTES`], escaped) and a mark of what
+/// was left out, which an event keeps whatever else it loses.
+pub const MIN_TAIL_EVENT_BYTES: usize = 64 * 1024;
 
 /// Serde helper: durations as integer milliseconds (config files, JSON).
 mod millis {

@@ -6,7 +6,8 @@ use serde::Serialize;
 
 use crate::eviction::EvictionCause;
 
-/// Live counters; all monotonic.
+/// Live counters; all monotonic but the gauges `in_flight` and
+/// `live_tail_queued_bytes`.
 #[derive(Debug, Default)]
 pub struct Stats {
     pub(crate) requests: AtomicU64,
@@ -44,6 +45,13 @@ pub struct Stats {
     pub(crate) tail_deliveries: AtomicU64,
     pub(crate) tail_failures: AtomicU64,
     pub(crate) tail_late_reports: AtomicU64,
+    pub(crate) trace_levels_truncated: AtomicU64,
+    pub(crate) live_tail_dropped_queue: AtomicU64,
+    pub(crate) live_tail_dropped_node: AtomicU64,
+    pub(crate) live_tail_truncated: AtomicU64,
+    /// Bytes queued for live-tail watchers on the node now: the gauge the
+    /// node's budget is held to ([`crate::outbound::live_tail`]).
+    pub(crate) live_tail_queued_bytes: AtomicU64,
     pub(crate) store_reads: AtomicU64,
     pub(crate) unknown_scripts: AtomicU64,
     pub(crate) unknown_cached: AtomicU64,
@@ -156,6 +164,20 @@ pub struct StatsSnapshot {
     /// Trace reports refused because their flow was already delivered
     /// (a level that ended after its entry; [`crate::outbound::tail`]).
     pub tail_late_reports: u64,
+    /// Requests whose trace events were cut at a level's bounds
+    /// (`MAX_EVENTS`, `MAX_LEVEL_BYTES`; [`crate::outbound::tail`]).
+    pub trace_levels_truncated: u64,
+    /// Live-tail events a watcher lost because its queue was full (by
+    /// count or by its byte budget; [`crate::outbound::live_tail`]).
+    pub live_tail_dropped_queue: u64,
+    /// Live-tail events a watcher lost because the node's byte budget for
+    /// all watchers was spent.
+    pub live_tail_dropped_node: u64,
+    /// Live-tail events cut to the per-event byte budget (their trace
+    /// events partly left out, with a `truncated` mark).
+    pub live_tail_truncated: u64,
+    /// Bytes queued for live-tail watchers on the node now.
+    pub live_tail_queued_bytes: u64,
     /// Reads of a script's metadata or source from the script store.
     pub store_reads: u64,
     /// Requests for a script ID under which no Worker is deployed (404).
@@ -229,6 +251,11 @@ impl StatsSnapshot {
             tail_deliveries: g(&s.tail_deliveries),
             tail_failures: g(&s.tail_failures),
             tail_late_reports: g(&s.tail_late_reports),
+            trace_levels_truncated: g(&s.trace_levels_truncated),
+            live_tail_dropped_queue: g(&s.live_tail_dropped_queue),
+            live_tail_dropped_node: g(&s.live_tail_dropped_node),
+            live_tail_truncated: g(&s.live_tail_truncated),
+            live_tail_queued_bytes: g(&s.live_tail_queued_bytes),
             store_reads: g(&s.store_reads),
             unknown_scripts: g(&s.unknown_scripts),
             unknown_cached: g(&s.unknown_cached),

@@ -3,7 +3,8 @@
 //! [`NodeConfig`] is the whole file, every field optional, with a struct
 //! per section: `[limits]` ([`ClientLimits`], what clients may hold),
 //! `[plans.*]` ([`Plans`] of [`PlanOverrides`]), `[egress]`
-//! ([`EgressSection`]), `[telemetry]` ([`TelemetrySection`]) and
+//! ([`EgressSection`]), `[live_tail]` ([`LiveTailSection`]), `[telemetry]`
+//! ([`TelemetrySection`]) and
 //! `[cluster]` ([`ClusterSection`], with its [`StaticNode`]s); `[s3]` is
 //! the runtime's own `S3Settings`. Unknown keys are refused. What the
 //! settings mean is here too: [`NodeConfig::apply`] lays them over the
@@ -106,6 +107,38 @@ impl EgressSection {
             self.loaded_roots.extend(certs);
         }
         Ok(())
+    }
+}
+
+/// The `[live_tail]` section: the byte budgets of the live tail
+/// ([`hearth_runtime::outbound::live_tail::TailBudget`]).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LiveTailSection {
+    /// Most bytes of JSON one request's event may take (default 256 KiB,
+    /// at least 64 KiB); a larger one is cut, with a `truncated` mark.
+    pub max_event_bytes: Option<ByteSize>,
+    /// Most bytes queued for one watcher (default 4 MiB); more are
+    /// dropped and counted.
+    pub max_queue_bytes: Option<ByteSize>,
+    /// Most bytes queued for all watchers on the node (default 32 MiB).
+    pub max_node_bytes: Option<ByteSize>,
+}
+
+impl LiveTailSection {
+    /// `cfg` with this section's budgets (unset ones keep theirs).
+    fn apply(&self, cfg: RuntimeConfig) -> RuntimeConfig {
+        let mut b = *cfg.tail_budget_config();
+        if let Some(v) = self.max_event_bytes {
+            b.event_bytes = bytes_usize(v);
+        }
+        if let Some(v) = self.max_queue_bytes {
+            b.queue_bytes = bytes_usize(v);
+        }
+        if let Some(v) = self.max_node_bytes {
+            b.node_bytes = bytes_usize(v);
+        }
+        cfg.tail_budget(b)
     }
 }
 
@@ -388,6 +421,9 @@ pub struct NodeConfig {
     /// Workers' fetches of origins.
     #[serde(default)]
     pub egress: EgressSection,
+    /// The live tail's byte budgets.
+    #[serde(default)]
+    pub live_tail: LiveTailSection,
     /// Cluster membership; absent for a standalone node.
     pub cluster: Option<ClusterSection>,
     /// OpenTelemetry export of request spans; absent, off.
@@ -505,7 +541,7 @@ impl NodeConfig {
             egress.max_response_size = v.as_u64();
         }
         egress.extra_roots.extend(e.loaded_roots.iter().cloned());
-        cfg.egress(egress)
+        self.live_tail.apply(cfg.egress(egress))
     }
 
     /// The node's prewarm settings: the defaults with the file's.
@@ -587,6 +623,7 @@ mod tests {
             (Some(1024), Some(128))
         );
         assert_eq!(c.egress.idle_timeout, Some(Duration::from_secs(10)));
+        assert_eq!(c.live_tail.max_node_bytes, Some(ByteSize::mib(32)));
         let telemetry = c.telemetry.as_ref().expect("[telemetry]");
         assert_eq!(telemetry.service_name.as_deref(), Some("hearth"));
         let free = &c.plans.free;
@@ -653,6 +690,28 @@ mod tests {
         let default = NodeConfig::default().apply(RuntimeConfig::new("/tmp/hearth-egress-config"));
         assert!(!default.egress_config().allow_private_addresses);
         assert!(toml::from_str::<NodeConfig>("[egress]\nallow_private = true\n").is_err());
+    }
+
+    #[test]
+    fn live_tail_budgets_reach_the_runtime() {
+        let c: NodeConfig = toml::from_str(
+            "[live_tail]\nmax_event_bytes = \"128KiB\"\nmax_queue_bytes = \"1MiB\"\n\
+             max_node_bytes = \"8MiB\"\n",
+        )
+        .expect("[live_tail]");
+        let cfg = c.apply(RuntimeConfig::new("/tmp/hearth-live-tail-config"));
+        let b = cfg.tail_budget_config();
+        assert_eq!(
+            (b.event_bytes, b.queue_bytes, b.node_bytes),
+            (128 << 10, 1 << 20, 8 << 20)
+        );
+        let default =
+            NodeConfig::default().apply(RuntimeConfig::new("/tmp/hearth-live-tail-config"));
+        assert_eq!(
+            *default.tail_budget_config(),
+            hearth_runtime::outbound::live_tail::TailBudget::default()
+        );
+        assert!(toml::from_str::<NodeConfig>("[live_tail]\nqueue_bytes = 1\n").is_err());
     }
 
     #[test]

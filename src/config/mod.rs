@@ -69,8 +69,8 @@ pub use arguments::{
 pub use environment::{ListenAddr, expand_env};
 pub use error::NodeConfigError;
 pub use file::{
-    ClientLimits, ClusterSection, EgressSection, NodeConfig, PlanOverrides, Plans, StaticNode,
-    TelemetrySection,
+    ClientLimits, ClusterSection, EgressSection, LiveTailSection, NodeConfig, PlanOverrides, Plans,
+    StaticNode, TelemetrySection,
 };
 pub use secrets::{
     MIN_ADMIN_TOKEN_BYTES, SECRET_PLACEHOLDER, admin_token, runtime_config, store_secret,

@@ -1,6 +1,8 @@
 //! A process's CPU time and page faults so far, from Linux's
-//! `/proc/PID/stat`: what tests and benches read of a child process they
-//! started (a node's CPU per request; a waiting node that must not spin).
+//! `/proc/PID/stat`, and its resident memory now, from `/proc/PID/status`:
+//! what tests and benches read of a child process they started (a node's
+//! CPU per request; a waiting node that must not spin; a node's memory
+//! under a live tail).
 
 use std::time::Duration;
 
@@ -11,6 +13,8 @@ pub struct ProcStat {
     pub cpu: Duration,
     /// Page faults, minor and major.
     pub faults: u64,
+    /// Resident memory now (`VmRSS`), in bytes.
+    pub rss: u64,
 }
 
 impl ProcStat {
@@ -25,11 +29,17 @@ impl ProcStat {
         let f: Vec<&str> = rest.split_whitespace().collect();
         let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
         let ticks = num(11)? + num(12)?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let rss_kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())?;
         Some(ProcStat {
             // Clock ticks of USER_HZ, which Linux fixes at 100 for user
             // space.
             cpu: Duration::from_millis(ticks * 10),
             faults: num(7)? + num(9)?,
+            rss: rss_kib * 1024,
         })
     }
 }
@@ -39,7 +49,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn this_process_s_cpu_grows_as_it_works_and_a_gone_one_reads_as_none() {
+    fn this_process_s_cpu_and_memory_show_its_work_and_a_gone_one_reads_as_none() {
         let me = std::process::id();
         let start = ProcStat::of(me).expect("this process");
         let t0 = std::time::Instant::now();
@@ -55,6 +65,11 @@ mod tests {
         }
         assert!(now.cpu > start.cpu, "{start:?} then {now:?}");
         assert!(now.faults >= start.faults);
+        // 64 MiB touched page by page is resident.
+        let block = std::hint::black_box(vec![1u8; 64 << 20]);
+        let held = ProcStat::of(me).expect("this process");
+        assert!(held.rss >= 64 << 20, "{held:?}");
+        drop(block);
         assert_eq!(ProcStat::of(u32::MAX), None);
     }
 }

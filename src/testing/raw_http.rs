@@ -5,7 +5,8 @@
 //! the close (a chunked body decoded) into a [`TestResponse`]: status,
 //! headers and body as the client got them, with nothing pooled or retried
 //! in between (unlike [`TestCluster::get`](super::TestCluster::get)'s
-//! pooled client).
+//! pooled client). [`HttpRequest::open`] instead hands the connection
+//! back unread, for a client that reads slowly or not at all.
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -82,11 +83,20 @@ impl HttpRequest {
         bytes
     }
 
-    /// Sends it to `addr` and reads the answer to the close.
-    pub fn send(&self, addr: SocketAddr) -> std::io::Result<TestResponse> {
+    /// Sends it to `addr` and returns the connection with nothing of the
+    /// answer read (reads time out as [`HttpRequest::timeout`] says): for
+    /// a client that reads at its own pace, or stops reading (a live tail
+    /// watcher that never reads its stream).
+    pub fn open(&self, addr: SocketAddr) -> std::io::Result<std::net::TcpStream> {
         let mut s = std::net::TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)?;
         s.set_read_timeout(Some(self.timeout))?;
         s.write_all(&self.bytes())?;
+        Ok(s)
+    }
+
+    /// Sends it to `addr` and reads the answer to the close.
+    pub fn send(&self, addr: SocketAddr) -> std::io::Result<TestResponse> {
+        let mut s = self.open(addr)?;
         let mut buf = Vec::new();
         s.read_to_end(&mut buf)?;
         parse_response(&buf)

@@ -1,15 +1,21 @@
-//! The bounds of a traced flow on its first node, against a real 3-node
-//! cluster: however much its levels log, the tail Worker receives at most
+//! The bounds of what a node records of its Workers' requests for tail
+//! Workers and live tails. Against a real 3-node cluster: however much a
+//! traced flow's levels log, the tail Worker receives at most
 //! `MAX_FLOW_EVENTS` events and `MAX_FLOW_BYTES` bytes of event text, and
 //! is told how many were dropped; a level that reports after the flow was
-//! delivered is refused.
+//! delivered is refused; URLs show without their query values. Against a
+//! `hearth serve` process: a Worker that logs hard while live tails that
+//! never read watch it raises the node's resident memory by about its
+//! live tail budget, not by what the Worker logs.
 
 use std::time::Duration;
 
 use hearth::cluster::ClusterConfig;
 use hearth::runtime::Manifest;
 use hearth::runtime::outbound::tail::{MAX_FLOW_BYTES, MAX_FLOW_EVENTS};
-use hearth::testing::TestCluster;
+use hearth::testing::{HttpRequest, NodeProcess, ProcStat, TestCluster};
+
+use crate::hearth;
 
 fn sample(name: &str) -> Vec<u8> {
     hearth_sample_workers::bytes(name).expect("sample built")
@@ -152,4 +158,208 @@ async fn a_level_that_reports_after_its_flow_was_delivered_is_refused() {
         events.iter().all(|e| e["script_id"] != "leaf"),
         "{events:?}"
     );
+}
+
+/// `fetcher` as `entry` (binding `next` → `hello`, tail Worker `traces`),
+/// `hello`, and `tail-log` as `traces`: a request names a URL with a
+/// secret in its query, which the entry fetches through its binding.
+/// Neither the live tail nor the tail Worker shows the secret: every
+/// query value, the request's own and the subrequest's, is `REDACTED`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_values_are_redacted_in_trace_events_and_the_live_tail() {
+    use hearth_admin_client::{AdminClient, TailItem, TailQuery};
+    const SECRET: &str = "s3cr3t-api-key-4f9a";
+    let c = cluster().await;
+    let reuse = Manifest {
+        lifecycle: hearth::runtime::Lifecycle::Reuse,
+        ..Manifest::default()
+    };
+    let mut entry = reuse.clone();
+    entry
+        .bindings
+        .services
+        .insert("next".into(), "hello".into());
+    entry.bindings.tail = vec!["traces".into()];
+    c.deploy_manifest("entry", entry, sample("fetcher"))
+        .await
+        .expect("deploy");
+    c.deploy_manifest("hello", reuse.clone(), sample("hello"))
+        .await
+        .expect("deploy");
+    c.deploy_manifest("traces", reuse, sample("tail-log"))
+        .await
+        .expect("deploy");
+    let home = c.home_of("entry").expect("home");
+    let tail_home = c.home_of("traces").expect("home");
+    let admin = AdminClient::new(
+        &format!("http://{}", c.node(home).admin_addr),
+        Some(c.token().to_string()),
+    )
+    .expect("admin url");
+    let own = TailQuery {
+        node_only: true,
+        ..TailQuery::default()
+    };
+    let mut live = admin.tail("entry", &own).await.expect("tail");
+
+    let r = c
+        .get(
+            (home + 1) % 3,
+            "entry",
+            &format!("/?fetch=http://next.internal/p?api_key={SECRET}&n=1"),
+        )
+        .await
+        .expect("request");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().starts_with("200 "), "{}", r.text());
+
+    let e = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match live.next().await.expect("stream open").expect("readable") {
+                TailItem::Event(e) => return *e,
+                _ => continue,
+            }
+        }
+    })
+    .await
+    .expect("the request's event within 10 s");
+    assert_eq!(e.url, "/?fetch=REDACTED&n=REDACTED", "{e:?}");
+    let sub: Vec<&str> = e
+        .events
+        .iter()
+        .filter(|t| t.kind == "subrequest")
+        .map(|t| t.message.as_str())
+        .collect();
+    assert_eq!(
+        sub,
+        ["GET http://next.internal/p?api_key=REDACTED&n=REDACTED -> 200 OK"],
+        "{e:?}"
+    );
+    let json = serde_json::to_string(&e).expect("json");
+    assert!(!json.contains(SECRET), "{json}");
+
+    let batch = &batches(&c, tail_home, 1).await[0];
+    let text = batch.to_string();
+    assert!(!text.contains(SECRET), "{text}");
+    assert!(
+        text.contains("GET http://next.internal/p?api_key=REDACTED&n=REDACTED -> 200 OK"),
+        "{text}"
+    );
+}
+
+/// The node's resident memory, in bytes.
+fn rss(node: &NodeProcess) -> u64 {
+    ProcStat::of(node.pid()).expect("the node's /proc").rss
+}
+
+/// Opens `node`'s live tail of `script` (this node's requests only) and
+/// reads nothing after the stream's first comment: a watcher that never
+/// reads. Kept open as long as the stream is.
+fn stuck_watcher(node: &NodeProcess, script: &str) -> std::net::TcpStream {
+    use std::io::Read;
+    let mut s = HttpRequest::get("admin", &format!("/v1/scripts/{script}/tail?scope=node"))
+        .header("authorization", &format!("Bearer {TOKEN}"))
+        .timeout(Duration::from_secs(10))
+        .open(node.admin())
+        .expect("open the live tail");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !String::from_utf8_lossy(&head).contains(": hearth tail of") {
+        s.read_exact(&mut byte).expect("the stream's head");
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 200"), "{head:?}");
+    s
+}
+
+/// The status of `GET path` on Worker `script` of `node`.
+fn get(node: &NodeProcess, script: &str, path: &str) -> u16 {
+    node.get(&format!("{script}.localhost"), path)
+        .expect("an answer")
+        .status
+}
+
+const TOKEN: &str = "tail-bounds-admin-token-0123456789abcdef";
+
+/// What the node's live tail may hold for its watchers in the test below.
+const NODE_BUDGET: u64 = 6 << 20;
+
+/// Two watchers that never read tail `chatty` on a `hearth serve`
+/// process while requests make it log 1,024 lines of 4 KiB each (4 MiB
+/// of trace events per request; before byte budgets each watcher's
+/// queue held 256 such events, 1 GiB). The node's resident memory grows
+/// by about its live tail budget at most (6 MiB here, two queues of 4
+/// MiB sharing it), with a margin for the requests in flight and the
+/// allocator; `/metrics` shows the events cut and dropped, and the
+/// queued bytes within the budget.
+#[test]
+fn a_worker_logging_hard_under_stuck_watchers_stays_within_the_live_tail_budget() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = NodeProcess::standalone(
+        &hearth(),
+        dir.path(),
+        TOKEN,
+        &format!("[live_tail]\nmax_queue_bytes = \"4MiB\"\nmax_node_bytes = {NODE_BUDGET}\n"),
+    )
+    .expect("the node starts");
+    let chatty = hearth_sample_workers::path("chatty").expect("sample built");
+    let deployed = node
+        .deploy("chatty", chatty, &[])
+        .expect("run hearth deploy");
+    assert!(deployed.success(), "{}", deployed.output());
+    const HARD: &str = "/?lines=1024&bytes=4096";
+    // Warm: the Worker compiled, instances made, the node's log rate
+    // limit reached; nobody watches yet.
+    for _ in 0..8 {
+        assert_eq!(get(&node, "chatty", HARD), 200);
+    }
+    let before = rss(&node);
+    let watchers = [
+        stuck_watcher(&node, "chatty"),
+        stuck_watcher(&node, "chatty"),
+    ];
+    let mut peak = before;
+    std::thread::scope(|s| {
+        let load: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    for _ in 0..40 {
+                        assert_eq!(get(&node, "chatty", HARD), 200);
+                    }
+                })
+            })
+            .collect();
+        while !load.iter().all(|t| t.is_finished()) {
+            peak = peak.max(rss(&node));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for t in load {
+            t.join().expect("requests answered");
+        }
+    });
+    peak = peak.max(rss(&node));
+    let grown = peak.saturating_sub(before);
+    let metrics = hearth_admin_client::Metrics(node.metrics().expect("/metrics"));
+    let metric = |name: &str, labels: &str| metrics.sample(name, labels).unwrap_or(-1.0);
+    eprintln!(
+        "RSS {} MiB before, peak {} MiB: grew {} MiB; queued {} bytes, dropped {} (queue) {} (node), truncated {}",
+        before >> 20,
+        peak >> 20,
+        grown >> 20,
+        metric("hearth_live_tail_queued_bytes", ""),
+        metric("hearth_live_tail_dropped_total", "reason=\"queue\""),
+        metric("hearth_live_tail_dropped_total", "reason=\"node\""),
+        metric("hearth_live_tail_truncated_total", ""),
+    );
+    assert!(
+        grown < NODE_BUDGET + (48 << 20),
+        "the node grew {} MiB under a live tail budget of {} MiB",
+        grown >> 20,
+        NODE_BUDGET >> 20
+    );
+    let queued = metric("hearth_live_tail_queued_bytes", "");
+    assert!(queued > 0.0 && queued <= NODE_BUDGET as f64, "{queued}");
+    assert!(metric("hearth_live_tail_dropped_total", "reason=\"node\"") > 0.0);
+    assert!(metric("hearth_live_tail_truncated_total", "") >= 80.0);
+    drop(watchers);
 }

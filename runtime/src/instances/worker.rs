@@ -78,11 +78,14 @@ impl NodeShared {
                 stats.subrequests.clone(),
             )),
             flow_pools: Arc::default(),
-            stats,
             secrets_key: crate::store::secrets::SecretsKey::derive(&cfg.artifact_key),
             invoker: std::sync::RwLock::new(None),
             cpu_observer: std::sync::OnceLock::new(),
-            live: Arc::default(),
+            live: Arc::new(crate::outbound::live_tail::LiveTail::new(
+                cfg.tail_budget,
+                stats.clone(),
+            )),
+            stats,
         })
     }
 }
@@ -628,7 +631,7 @@ impl Worker {
         let live = self.node.live.wants(&self.script_id).then(|| LiveRequest {
             hub: self.node.live.clone(),
             method: request.method.to_string(),
-            url: request.uri.to_string(),
+            url: crate::outbound::tail::redact_url(&request.uri.to_string()),
         });
         let (sink, tails) = match extensions.get::<Tracing>() {
             Some(t) => (Some(t.clone()), None),
@@ -658,6 +661,7 @@ impl Worker {
             started: Instant::now(),
             node: invoker.as_ref().map(|i| i.node_id()).unwrap_or_default(),
             tails,
+            stats: self.stats.clone(),
         })
     }
 

@@ -147,7 +147,11 @@ impl Caller {
         request: http::Request<WasiBody>,
         first_byte: Option<Duration>,
     ) -> SendResult {
-        let what = format!("{} {}", request.method(), request.uri());
+        let what = format!(
+            "{} {}",
+            request.method(),
+            crate::outbound::tail::redact_url(&request.uri().to_string())
+        );
         let result = self.send_inner(request, first_byte).await;
         if let Some(t) = &self.trace {
             let how = match &result {

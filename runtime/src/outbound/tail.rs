@@ -8,15 +8,26 @@
 //! on whatever node it runs, records its **trace events** ([`TraceEvent`]):
 //!
 //! * `log`: each line the Worker writes to stdout or stderr (so `println!`,
-//!   `console.log` and `print` all count; at most [`MAX_EVENTS`] events per
-//!   level, a line cut at [`MAX_LINE_BYTES`]). Traced or not, each line
-//!   also goes to the node's own log, rate-limited per Worker
-//!   ([`LOG_LINES_PER_SEC`], [`LOG_BURST_LINES`]);
+//!   `console.log` and `print` all count; a line over [`MAX_LINE_BYTES`] is
+//!   cut, its end replaced by a mark saying how many bytes were cut).
+//!   Traced or not, each line also goes to the node's own log,
+//!   rate-limited per Worker ([`LOG_LINES_PER_SEC`], [`LOG_BURST_LINES`]);
 //! * `subrequest`: each outgoing request, where it went and how it ended
-//!   (including denied ones);
+//!   (including denied ones). Its URL is [`redact_url`]ed: the value of
+//!   every query parameter and any user information become `REDACTED`,
+//!   because API keys ride in query strings and a Worker's secrets are
+//!   not the operator's to read (see [`redact_url`] for what stays);
 //! * `exception`: the error a level failed with (trap, limit, ...);
 //! * `outcome`: how the level ended: `ok <status>` or `exception`, with its
-//!   wall and CPU time.
+//!   wall and CPU time;
+//! * `truncated`: a mark the node puts where it left events out, saying
+//!   how many and which bound.
+//!
+//! A level records at most [`MAX_EVENTS`] events and [`MAX_LEVEL_BYTES`]
+//! bytes of event text (what one flow can deliver at most, so a level
+//! never holds more than its flow could use); past either, its logs and
+//! subrequests are counted in one `truncated` mark instead. Its exception
+//! and outcome are always recorded, after the mark.
 //!
 //! When a level's invocation has ended, its events are reported to the
 //! flow's first node through a [`Tracing`] sink the node puts in the
@@ -49,8 +60,8 @@ use std::future::Future as _;
 use futures::future::BoxFuture;
 use serde::Serialize;
 
-/// Most events one level records; later ones are counted in a final `log`
-/// event instead.
+/// Most events one level records; later ones are counted in a
+/// `truncated` mark instead.
 pub const MAX_EVENTS: usize = 1024;
 /// Longest text of one event, in bytes.
 pub const MAX_LINE_BYTES: usize = 4096;
@@ -62,6 +73,15 @@ pub const MAX_FLOW_EVENTS: usize = 4 * MAX_EVENTS;
 /// delivers: bounds the first node's memory for a flow and the body each
 /// tail Worker receives (about this plus ~100 bytes of JSON per event).
 pub const MAX_FLOW_BYTES: usize = 1 << 20;
+/// Most bytes of event text one level records (counted as for
+/// [`MAX_FLOW_BYTES`]); later events are counted in a `truncated` mark.
+/// A level cannot deliver more than its flow takes, so it holds no more
+/// while it runs: without this bound, [`MAX_EVENTS`] lines of
+/// [`MAX_LINE_BYTES`] were 4 MiB per request in flight.
+pub const MAX_LEVEL_BYTES: usize = MAX_FLOW_BYTES;
+/// The kind of the mark the node puts where it left events out
+/// ([`TraceEvent::kind`]).
+pub const TRUNCATED: &str = "truncated";
 /// How long a level waits for its events to reach the flow's first node
 /// before it gives them up and lets its response end.
 pub const REPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -117,15 +137,84 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Room [`clip`] keeps for its mark: ` …[N bytes cut]` with N of up to
+/// 20 digits.
+const CLIP_MARK: usize = 40;
+
+/// `s` within [`MAX_LINE_BYTES`]: a longer one is cut, and ends with a
+/// mark of how many bytes were cut.
 fn clip(mut s: String) -> String {
     if s.len() > MAX_LINE_BYTES {
-        let mut end = MAX_LINE_BYTES;
+        let total = s.len();
+        let mut end = MAX_LINE_BYTES - CLIP_MARK;
         while !s.is_char_boundary(end) {
             end -= 1;
         }
         s.truncate(end);
+        s.push_str(&format!(" …[{} bytes cut]", total - end));
     }
     s
+}
+
+/// What stands for a value [`redact_url`] hides.
+pub const REDACTED: &str = "REDACTED";
+
+/// `url` as trace events and the live tail show it: the value of every
+/// query parameter becomes [`REDACTED`] (`?key=abc&page=2` shows as
+/// `?key=REDACTED&page=REDACTED`; a parameter without `=`, which may be a
+/// token itself, becomes `REDACTED`), user information in the authority
+/// too (`https://REDACTED@host/`), and a fragment is left out. The scheme,
+/// host, path and the parameters' names stay, so requests can still be
+/// told apart. API keys ride in query strings: a client's to the Worker,
+/// a Worker's (often one of its secrets, which the operator cannot read
+/// otherwise) to an origin. Cut at [`MAX_LINE_BYTES`] like any event
+/// text.
+pub fn redact_url(url: &str) -> String {
+    let url = url.split_once('#').map_or(url, |(u, _)| u);
+    let (head, query) = match url.split_once('?') {
+        Some((h, q)) => (h, Some(q)),
+        None => (url, None),
+    };
+    let mut out = String::with_capacity(url.len());
+    match head.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            out.push_str(scheme);
+            out.push_str("://");
+            match authority.rsplit_once('@') {
+                Some((_, host)) => {
+                    out.push_str(REDACTED);
+                    out.push('@');
+                    out.push_str(host);
+                }
+                None => out.push_str(authority),
+            }
+            out.push_str(path);
+        }
+        None => out.push_str(head),
+    }
+    if let Some(query) = query {
+        out.push('?');
+        for (i, pair) in query.split('&').enumerate() {
+            if i > 0 {
+                out.push('&');
+            }
+            match pair.split_once('=') {
+                Some((name, "")) => {
+                    out.push_str(name);
+                    out.push('=');
+                }
+                Some((name, _)) => {
+                    out.push_str(name);
+                    out.push('=');
+                    out.push_str(REDACTED);
+                }
+                None if pair.is_empty() => {}
+                None => out.push_str(REDACTED),
+            }
+        }
+    }
+    clip(out)
 }
 
 /// The events of one level, as they happen.
@@ -138,8 +227,15 @@ pub(crate) struct TraceBuffer {
 #[derive(Debug, Default)]
 struct BufferState {
     events: Vec<TraceEvent>,
+    /// Bytes of text in `events`, as [`event_bytes`] counts them.
+    bytes: usize,
+    /// Events left out past [`MAX_EVENTS`] or [`MAX_LEVEL_BYTES`], and
+    /// their bytes.
     dropped: u64,
+    dropped_bytes: usize,
     partial: Vec<u8>,
+    /// The exception and outcome: recorded whatever the bounds, last.
+    ends: Vec<TraceEvent>,
 }
 
 impl TraceBuffer {
@@ -154,10 +250,17 @@ impl TraceBuffer {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records an event of `kind`.
+    /// Records an event of `kind`, within the level's bounds.
     pub(crate) fn push(&self, kind: &str, message: String) {
         let mut s = self.state();
         push_locked(&mut s, &self.script_id, kind, message);
+    }
+
+    /// Records how the level ended (its exception, its outcome): always,
+    /// after everything else.
+    pub(crate) fn push_end(&self, kind: &str, message: String) {
+        let e = event(&self.script_id, kind, clip(message));
+        self.state().ends.push(e);
     }
 
     /// Bytes the guest wrote to stdout or stderr: each complete line is a
@@ -183,8 +286,10 @@ impl TraceBuffer {
         }
     }
 
-    /// Everything recorded (an unfinished last line included), once.
-    pub(crate) fn take(&self) -> Vec<TraceEvent> {
+    /// Everything recorded (an unfinished last line included), once, and
+    /// whether events were left out (then a `truncated` mark says how
+    /// many, before the exception and outcome).
+    pub(crate) fn take(&self) -> (Vec<TraceEvent>, bool) {
         let mut s = self.state();
         if !s.partial.is_empty() {
             let line = std::mem::take(&mut s.partial);
@@ -196,34 +301,49 @@ impl TraceBuffer {
             );
         }
         let dropped = std::mem::take(&mut s.dropped);
+        let dropped_bytes = std::mem::take(&mut s.dropped_bytes);
+        s.bytes = 0;
         let mut events = std::mem::take(&mut s.events);
         if dropped > 0 {
-            events.push(TraceEvent {
-                script_id: self.script_id.clone(),
-                node: String::new(),
-                timestamp_unix_ms: now_ms(),
-                kind: "log".into(),
-                message: format!(
-                    "({dropped} more events dropped: at most {MAX_EVENTS} per Worker)"
+            events.push(event(
+                &self.script_id,
+                TRUNCATED,
+                format!(
+                    "{dropped} events ({dropped_bytes} bytes) left out: a Worker's request \
+                     records at most {MAX_EVENTS} events and {MAX_LEVEL_BYTES} bytes"
                 ),
-            });
+            ));
         }
-        events
+        events.append(&mut s.ends);
+        (events, dropped > 0)
+    }
+}
+
+fn event(script_id: &str, kind: &str, message: String) -> TraceEvent {
+    TraceEvent {
+        script_id: script_id.to_string(),
+        node: String::new(),
+        timestamp_unix_ms: now_ms(),
+        kind: kind.to_string(),
+        message,
     }
 }
 
 fn push_locked(s: &mut BufferState, script_id: &str, kind: &str, message: String) {
     if s.events.len() >= MAX_EVENTS {
         s.dropped += 1;
+        s.dropped_bytes += script_id.len() + kind.len() + message.len().min(MAX_LINE_BYTES);
         return;
     }
-    s.events.push(TraceEvent {
-        script_id: script_id.to_string(),
-        node: String::new(),
-        timestamp_unix_ms: now_ms(),
-        kind: kind.to_string(),
-        message: clip(message),
-    });
+    let e = event(script_id, kind, clip(message));
+    let bytes = event_bytes(&e);
+    if s.bytes + bytes > MAX_LEVEL_BYTES {
+        s.dropped += 1;
+        s.dropped_bytes += bytes;
+        return;
+    }
+    s.bytes += bytes;
+    s.events.push(e);
 }
 
 /// Lines a Worker may write to the node's log per second, on each node
@@ -532,12 +652,15 @@ pub(crate) struct Level {
     /// Set on the flow's first node: the tail Workers to invoke once this
     /// (entry) level has ended.
     pub(crate) tails: Option<TailDelivery>,
+    /// The node's counters (levels whose events were cut).
+    pub(crate) stats: Arc<crate::stats::Stats>,
 }
 
 /// What the live tail needs of a request besides its events.
 pub(crate) struct LiveRequest {
     pub(crate) hub: Arc<crate::outbound::live_tail::LiveTail>,
     pub(crate) method: String,
+    /// The request's URL, [`redact_url`]ed.
     pub(crate) url: String,
 }
 
@@ -566,7 +689,7 @@ impl Level {
     ) {
         let wall = self.started.elapsed();
         if let Some(e) = &error {
-            self.buffer.push("exception", e.clone());
+            self.buffer.push_end("exception", e.clone());
         }
         let how = match (&error, status) {
             (None, Some(s)) => format!("ok {s}"),
@@ -574,7 +697,7 @@ impl Level {
             (Some(_), Some(s)) => format!("exception after {s}"),
             (Some(_), None) => "exception".to_string(),
         };
-        self.buffer.push(
+        self.buffer.push_end(
             "outcome",
             format!(
                 "{how}; wall {:.3} ms, cpu {:.3} ms",
@@ -582,7 +705,10 @@ impl Level {
                 cpu.as_secs_f64() * 1000.0
             ),
         );
-        let mut events = self.buffer.take();
+        let (mut events, truncated) = self.buffer.take();
+        if truncated {
+            crate::stats::Stats::bump(&self.stats.trace_levels_truncated);
+        }
         for e in &mut events {
             e.node.clone_from(&self.node);
         }
@@ -758,18 +884,89 @@ mod tests {
         let b = TraceBuffer::new("w");
         b.write_log(b"first li");
         b.write_log(b"ne\nsecond\r\nthird");
-        let events = b.take();
+        let (events, truncated) = b.take();
         let lines: Vec<&str> = events.iter().map(|e| e.message.as_str()).collect();
         assert_eq!(lines, ["first line", "second", "third"]);
         assert!(events.iter().all(|e| e.kind == "log" && e.script_id == "w"));
-        assert!(b.take().is_empty(), "taken once");
+        assert!(!truncated);
+        assert!(b.take().0.is_empty(), "taken once");
 
+        // Past the count: one mark, then the outcome, which is always kept.
         for i in 0..MAX_EVENTS + 5 {
             b.push("subrequest", format!("{i}"));
         }
         b.push("log", "x".repeat(MAX_LINE_BYTES * 2));
-        let events = b.take();
-        assert_eq!(events.len(), MAX_EVENTS + 1);
-        assert!(events[MAX_EVENTS].message.contains("6 more events dropped"));
+        b.push_end("outcome", "ok 200".into());
+        let (events, truncated) = b.take();
+        assert!(truncated);
+        assert_eq!(events.len(), MAX_EVENTS + 2);
+        assert_eq!(events[MAX_EVENTS].kind, TRUNCATED);
+        assert!(
+            events[MAX_EVENTS].message.starts_with("6 events ("),
+            "{}",
+            events[MAX_EVENTS].message
+        );
+        assert_eq!(events[MAX_EVENTS + 1].kind, "outcome");
+
+        // Past the bytes: long lines are cut and marked, and the level
+        // holds at most MAX_LEVEL_BYTES of them.
+        let mut line = vec![b'y'; MAX_LINE_BYTES * 2];
+        line.push(b'\n');
+        for _ in 0..1000 {
+            b.write_log(&line);
+        }
+        b.push_end("outcome", "ok 200".into());
+        let (events, truncated) = b.take();
+        assert!(truncated);
+        let (mark, rest) = events.split_at(events.len() - 2);
+        let text: usize = mark.iter().map(event_bytes).sum();
+        assert!(text <= MAX_LEVEL_BYTES, "{text}");
+        assert!(mark.len() > 200, "{}", mark.len());
+        let line = &mark[0].message;
+        assert!(line.len() <= MAX_LINE_BYTES, "{}", line.len());
+        assert!(
+            line.ends_with(" bytes cut]"),
+            "{}",
+            &line[line.len() - 40..]
+        );
+        assert_eq!(rest[0].kind, TRUNCATED);
+        assert!(
+            rest[0]
+                .message
+                .starts_with(&format!("{} events (", 1000 - mark.len())),
+            "{}",
+            rest[0].message
+        );
+        assert_eq!(rest[1].kind, "outcome");
+    }
+
+    #[test]
+    fn urls_show_without_query_values_or_user_information() {
+        for (url, shown) in [
+            ("/", "/"),
+            (
+                "/search?q=cats&api_key=s3cr3t",
+                "/search?q=REDACTED&api_key=REDACTED",
+            ),
+            (
+                "https://api.example.com/v1?key=s3cr3t&empty=&flag#frag",
+                "https://api.example.com/v1?key=REDACTED&empty=&REDACTED",
+            ),
+            (
+                "http://user:s3cr3t@origin.example/p?",
+                "http://REDACTED@origin.example/p?",
+            ),
+            (
+                "http://next.internal/?fetch=http://a/b?token=s3cr3t&n=1",
+                "http://next.internal/?fetch=REDACTED&n=REDACTED",
+            ),
+            ("/a&&b=c?x=1&&y=2", "/a&&b=c?x=REDACTED&&y=REDACTED"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
+        let long = format!("/?k={}", "v".repeat(MAX_LINE_BYTES * 2));
+        assert_eq!(redact_url(&long), "/?k=REDACTED");
+        let long = format!("/{}", "p".repeat(MAX_LINE_BYTES * 2));
+        assert!(redact_url(&long).len() <= MAX_LINE_BYTES);
     }
 }

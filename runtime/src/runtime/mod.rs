@@ -130,6 +130,7 @@ impl Runtime {
     ) -> Result<Self, ConfigError> {
         config.free.validate()?;
         config.paid.validate()?;
+        config.tail_budget.validate()?;
         let engine = build_engine(&config)?;
         let linker = build_linker(&engine)?;
         let ticker = EpochTicker::start(&engine)

@@ -89,9 +89,11 @@ impl RpcNode {
         status: &str,
         sample: f64,
     ) -> mpsc::Receiver<String> {
-        // Room for a burst; beyond it the member's own queue fills and it
-        // counts what it drops (the sink applies back-pressure).
-        let (tx, rx) = mpsc::channel(64);
+        // One event at a time: the member sends its next when the sink
+        // has passed this one on, so its own queue absorbs a burst (and
+        // counts what it drops), and this node holds little it has not
+        // charged to the watcher's byte budget (the live tail's).
+        let (tx, rx) = mpsc::channel(1);
         let index = current_thread_of(&self.inner.shared)
             .unwrap_or_else(|| thread_for(&member.id, self.inner.threads.len()));
         if let Some(thread) = self.inner.threads.get(index) {

@@ -199,7 +199,8 @@ impl Printer {
         let seen = self.dropped.entry(node.to_string()).or_default();
         if dropped > *seen {
             eprintln!(
-                "{}: {} event(s) dropped (this tail read too slowly)",
+                "{}: {} event(s) dropped (this tail read too slowly, or the node's \
+                 live tail memory budget was full)",
                 printable(node),
                 dropped - *seen
             );
