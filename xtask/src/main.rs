@@ -59,9 +59,15 @@ fn main() -> ExitCode {
     }
 }
 
-/// The repository root (this crate is `xtask/` in it).
+/// The repository root (this crate is `xtask/` in it): from the
+/// `CARGO_MANIFEST_DIR` that `cargo run` sets, so a binary shared between
+/// checkouts (one `CARGO_TARGET_DIR` for several worktrees) works on the
+/// checkout it is run from, not the one it was compiled in.
 fn root() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let manifest = env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let root = manifest.join("..");
     root.canonicalize().unwrap_or(root)
 }
 
