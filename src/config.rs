@@ -47,6 +47,9 @@
 //! artifact_key = "REPLACE-ME" # 64 hex digits; required with an s3:// store,
 //!                            #   the same on every node; a directory store
 //!                            #   keeps it in the store
+//! keep_versions = 20         # versions of each Worker kept on record
+//! accept_unsigned_records = false # true only while upgrading a store
+//!                            #   written before records were signed
 //! admin_token = "REPLACE-ME" # at least 32 bytes; generated and saved in the
 //!                            #   store if absent
 //! admin_tls_cert = "./pki/node-1.pem"     # admin API over HTTPS only (else
@@ -1140,6 +1143,13 @@ pub struct NodeConfig {
     pub artifact_key: Option<String>,
     /// How to reach an S3 store.
     pub s3: Option<S3Settings>,
+    /// Read store records that carry no MAC, written by a hearth from
+    /// before records were signed (default false: refused); only while
+    /// upgrading such a store (`hearth upgrade-store`).
+    pub accept_unsigned_records: Option<bool>,
+    /// Versions of each script kept on record, the latest ones (default
+    /// 20); a deploy deletes older ones, except those serving.
+    pub keep_versions: Option<usize>,
     /// Admin API token.
     pub admin_token: Option<String>,
     /// Memory budget for warm Workers.
@@ -1292,6 +1302,12 @@ impl NodeConfig {
 
     /// Applies the file's runtime settings to `cfg`.
     pub fn apply(&self, mut cfg: RuntimeConfig) -> RuntimeConfig {
+        if let Some(accept) = self.accept_unsigned_records {
+            cfg = cfg.accept_unsigned_records(accept);
+        }
+        if let Some(n) = self.keep_versions {
+            cfg = cfg.keep_versions(n);
+        }
         if let Some(size) = self.memory_budget {
             cfg = cfg.memory_budget(size.as_u64());
         }

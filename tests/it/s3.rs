@@ -273,7 +273,7 @@ async fn an_unreachable_store_keeps_warm_workers_serving_and_half_writes_nothing
         tempfile::tempdir().expect("dir"),
         tempfile::tempdir().expect("dir"),
     );
-    let (a, store) = node(&garage, "u", da.path());
+    let (a, _) = node(&garage, "u", da.path());
     let (b, _) = node(&garage, "u", db.path());
     a.deploy("app", Plan::Free, sample("hello"))
         .await
@@ -314,7 +314,7 @@ async fn an_unreachable_store_keeps_warm_workers_serving_and_half_writes_nothing
     let (c, _) = node(&garage, "u", dc.path());
     assert_eq!(get(&c, "app").await.2, "hello from app");
     assert_eq!(get(&b, "other").await.0, 200);
-    let metas = store.list().await.expect("list");
+    let metas = c.script_store().list().await.expect("list");
     assert_eq!(metas.len(), 2);
 }
 

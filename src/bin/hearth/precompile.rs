@@ -42,8 +42,8 @@ pub(crate) async fn run(args: PrecompileArgs) -> anyhow::Result<()> {
     let store = NodeStore::open(&cfg.store, &cfg.settings).await?;
     let runtime = Runtime::with_store(cfg.settings.apply(store.runtime), store.scripts.clone())?;
     let scripts = if args.all {
-        let mut ids: Vec<String> = store
-            .scripts
+        let mut ids: Vec<String> = runtime
+            .script_store()
             .list()
             .await?
             .into_iter()
