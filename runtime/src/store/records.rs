@@ -467,14 +467,14 @@ impl Records {
         if !crate::store::validate::valid_script_id(script_id) {
             return Ok(None);
         }
-        let (meta, listed) = futures::join!(
-            self.read_meta(RecordKey::deployment(script_id), self.accept_unsigned),
-            self.store.list_records(Kind::Secret, script_id)
-        );
-        let Some(meta) = meta? else {
+        // One read for a name that is not deployed (a flood of unknown
+        // names costs one read each, see `misses`); the listing after.
+        let key = RecordKey::deployment(script_id);
+        let Some(meta) = self.read_meta(key, self.accept_unsigned).await? else {
             return Ok(None);
         };
-        Ok(Some(Self::with_secret_names(meta, &listed?)))
+        let listed = self.store.list_records(Kind::Secret, script_id).await?;
+        Ok(Some(Self::with_secret_names(meta, &listed)))
     }
 
     /// The source of `meta`, checked against its hash.
