@@ -277,12 +277,7 @@ impl Runtime {
             }
             .into());
         }
-        let name_lock = self.deploy_lock(script_id);
-        let _serial = name_lock.lock().await;
-        let meta = self
-            .current_upgraded(script_id)
-            .await?
-            .ok_or_else(|| SecretError::UnknownScript(script_id.into()))?;
+        let (_serial, meta) = self.for_secret_change(script_id).await?;
         if meta.vars.contains_key(name) {
             return Err(EnvError::Conflict { name: name.into() }.into());
         }
@@ -304,12 +299,7 @@ impl Runtime {
         script_id: &str,
         name: &str,
     ) -> Result<(ScriptMeta, bool), SecretError> {
-        let name_lock = self.deploy_lock(script_id);
-        let _serial = name_lock.lock().await;
-        let meta = self
-            .current_upgraded(script_id)
-            .await?
-            .ok_or_else(|| SecretError::UnknownScript(script_id.into()))?;
+        let (_serial, meta) = self.for_secret_change(script_id).await?;
         if crate::store::secrets::check_name("secret", name).is_err() {
             return Ok((meta, false));
         }
@@ -330,6 +320,20 @@ impl Runtime {
             .await?
             .ok_or_else(|| SecretError::UnknownScript(script_id.into()))?;
         Ok(meta.secrets)
+    }
+
+    /// `script_id`'s deploy lock (held until the guard is dropped) and its
+    /// current deployment, for a secret change.
+    async fn for_secret_change(
+        &self,
+        script_id: &str,
+    ) -> Result<(tokio::sync::OwnedMutexGuard<()>, ScriptMeta), SecretError> {
+        let serial = self.deploy_lock(script_id).lock_owned().await;
+        let meta = self
+            .current_upgraded(script_id)
+            .await?
+            .ok_or_else(|| SecretError::UnknownScript(script_id.into()))?;
+        Ok((serial, meta))
     }
 
     /// After a secret of `script_id` changed: drops the warm copy here and

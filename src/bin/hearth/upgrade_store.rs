@@ -9,9 +9,6 @@
 
 use std::path::PathBuf;
 
-use hearth::config::{NodeStore, ServeArgs};
-use hearth::runtime::Runtime;
-
 /// `hearth upgrade-store`'s flags.
 #[derive(clap::Args)]
 pub(crate) struct UpgradeStoreArgs {
@@ -27,18 +24,11 @@ pub(crate) struct UpgradeStoreArgs {
 /// Upgrades every record of the store; fails on the first record that
 /// cannot be (one whose MAC does not check is refused, not signed).
 pub(crate) async fn run(args: UpgradeStoreArgs) -> anyhow::Result<()> {
-    let cfg = ServeArgs {
-        config: args.config,
-        store: args.store,
-        ..ServeArgs::default()
-    }
-    .resolve()?;
-    let store = NodeStore::open(&cfg.store, &cfg.settings).await?;
-    let runtime = Runtime::with_store(cfg.settings.apply(store.runtime), store.scripts.clone())?;
+    let (runtime, location) = super::precompile::store_runtime(args.config, args.store).await?;
     let done = runtime.script_store().upgrade().await?;
     println!(
-        "{} Workers in {}: {} records signed, {} secrets moved into their own records",
-        done.scripts, cfg.store, done.records_signed, done.secrets_moved
+        "{} Workers in {location}: {} records signed, {} secrets moved into their own records",
+        done.scripts, done.records_signed, done.secrets_moved
     );
     Ok(())
 }
