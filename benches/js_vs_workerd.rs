@@ -275,15 +275,14 @@ fn main() {
         workerd_config(w_addr, w_hono),
     )
     .expect("write config");
-    let w_proc = Proc(
+    let w_proc = Process::spawn(
         Command::new(&workerd)
             .arg("serve")
             .arg(dir.path().join("config.capnp"))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start workerd"),
-    );
+            .stderr(Stdio::null()),
+    )
+    .expect("start workerd");
     wait_ready(w_addr, "localhost", Duration::from_secs(60));
 
     // The Python sample's reference host: `wasmtime serve` on the same
@@ -330,22 +329,8 @@ fn main() {
         deploy(&store, "python-fresh", "fresh", python);
         deploy(&store, "python-reuse", "reuse", python);
     }
-    let (listen, admin) = (free_addr(), free_addr());
-    let h_proc = Proc(
-        Command::new(bin())
-            .arg("serve")
-            .arg("--listen")
-            .arg(listen.to_string())
-            .arg("--admin")
-            .arg(admin.to_string())
-            .arg("--store")
-            .arg(&store)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start hearth serve"),
-    );
+    let h_proc = serve(&store);
+    let listen = h_proc.http();
     let hearth_hosts = [
         ("hearth QuickJS, reuse", "js-reuse.localhost"),
         ("hearth QuickJS, fresh", "js-fresh.localhost"),
@@ -362,7 +347,7 @@ fn main() {
     wait_ready(w_hono, "localhost", Duration::from_secs(60));
 
     let settings = Settings {
-        hearth: h_proc.0.id(),
+        hearth: h_proc.pid(),
         listen,
         connections,
         seconds,
@@ -371,7 +356,7 @@ fn main() {
     let workerd = |addr| Reference {
         name: "workerd",
         addr,
-        pid: w_proc.0.id(),
+        pid: w_proc.pid(),
     };
     settings.table("JSON-echo JS Worker", workerd(w_addr), &hearth_hosts, true);
     settings.table("Hono app, GET /", workerd(w_hono), &hono_hosts, true);
@@ -383,7 +368,7 @@ fn main() {
         let reference = Reference {
             name: "wasmtime serve",
             addr: *addr,
-            pid: wasmtime.0.id(),
+            pid: wasmtime.pid(),
         };
         settings.table(
             "Python sample (componentize-py), JSON echo, against wasmtime serve -Scli",

@@ -16,7 +16,6 @@
 //! Settings: `HEARTH_BENCH_CONNECTIONS` (32), `HEARTH_BENCH_SECONDS` (10),
 //! `HEARTH_BENCH_SAMPLES` (comma-separated subset).
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 mod support;
@@ -54,22 +53,8 @@ fn main() {
             deploy(&store, &format!("{sample}-{lifecycle}"), lifecycle, file);
         }
     }
-    let (listen, admin) = (free_addr(), free_addr());
-    let _hearth = Proc(
-        Command::new(bin())
-            .arg("serve")
-            .arg("--listen")
-            .arg(listen.to_string())
-            .arg("--admin")
-            .arg(admin.to_string())
-            .arg("--store")
-            .arg(&store)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start hearth serve"),
-    );
+    let node = serve(&store);
+    let listen = node.http();
 
     println!(
         "\n## Warm requests/s, autocannon -c {connections} -d {seconds}, hearth vs wasmtime serve\n"

@@ -137,7 +137,7 @@ mod floor {
     pub(crate) fn start(
         role: &str,
         upstream: Option<SocketAddr>,
-    ) -> anyhow::Result<(super::Proc, SocketAddr)> {
+    ) -> anyhow::Result<(super::Process, SocketAddr)> {
         let mut cmd = Command::new(std::env::current_exe()?);
         cmd.env("HEARTH_BENCH_FLOOR", role)
             .stdout(Stdio::piped())
@@ -145,12 +145,10 @@ mod floor {
         if let Some(up) = upstream {
             cmd.env("HEARTH_BENCH_FLOOR_UPSTREAM", up.to_string());
         }
-        let mut child = cmd.spawn()?;
-        let stdout = child
-            .stdout
-            .take()
+        let mut proc = super::Process::spawn(&mut cmd)?;
+        let stdout = proc
+            .take_stdout()
             .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-        let proc = super::Proc(child);
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line)?;
         let addr = line
@@ -357,19 +355,18 @@ async fn alternate(
 
 /// Starts `hearth cluster --nodes 3` over `store`; returns it and the
 /// nodes' front-door addresses.
-fn start_cluster(store: &std::path::Path) -> anyhow::Result<(Proc, Vec<SocketAddr>)> {
-    let mut child = Command::new(bin())
-        .args(["cluster", "--nodes", "3", "--store"])
-        .arg(store)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let stdout = child
-        .stdout
-        .take()
+fn start_cluster(store: &std::path::Path) -> anyhow::Result<(Process, Vec<SocketAddr>)> {
+    let mut proc = Process::spawn(
+        Command::new(bin())
+            .args(["cluster", "--nodes", "3", "--store"])
+            .arg(store)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    )?;
+    let stdout = proc
+        .take_stdout()
         .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-    let proc = Proc(child);
     let mut addrs = Vec::new();
     let mut lines = BufReader::new(stdout).lines();
     while let Some(line) = lines.next() {
@@ -415,7 +412,7 @@ fn main() -> anyhow::Result<()> {
     let (cluster, nodes) = start_cluster(&store)?;
     let (_echo, echo_addr) = floor::start("echo", None)?;
     let (_relay, relay_addr) = floor::start("relay", Some(echo_addr))?;
-    let pid = cluster.0.id();
+    let pid = cluster.pid();
     for addr in &nodes {
         wait_ready(*addr, HOST, Duration::from_secs(120));
     }

@@ -1,5 +1,6 @@
-//! The admin API of a node (token-protected, except `/metrics` and the
-//! health checks `/healthz`, `/livez` and `/readyz`):
+//! The admin API of a node (token-protected, except the health checks
+//! `/healthz`, `/livez` and `/readyz`, and `/metrics` unless the node's
+//! `admin_metrics = "token"`: see [`MetricsAccess`]):
 //!
 //! | method | path                          | what                          |
 //! |--------|-------------------------------|-------------------------------|
@@ -18,7 +19,7 @@
 //! | GET    | `/v1/ring?script={id}`        | the ring as this node sees it, and `id`'s home and successors ([`RingView`]) |
 //! | GET    | `/metrics`                    | Prometheus metrics             |
 //! | GET    | `/healthz`, `/livez`          | `ok`: the process is alive     |
-//! | GET    | `/readyz`                     | `ready`, or 503 `not ready: <why>` ([`crate::node::NotReady`]): draining, store not answering, or not yet joined |
+//! | GET    | `/readyz`                     | `ready`, or 503 `not ready: <why>` ([`crate::node::NotReady`]): draining, store not answering, or not yet joined; the store's own error only with the token |
 //!
 //! A deploy's [bindings](hearth_runtime::outbound::bindings) are query parameters
 //! too, each repeatable: `service=<name>:<script>`, `dispatch=<namespace>:<script>`
@@ -52,24 +53,86 @@ use subtle::ConstantTimeEq;
 /// The largest upload accepted, raw (the plan limit applies compressed).
 pub const MAX_UPLOAD: usize = 64 << 20;
 
+/// Who may read `/metrics`: the metrics name the busiest Workers (a
+/// `script` label each) and count store and RPC failures, which is more
+/// than a stranger should learn. `open` (the default) serves them to anyone
+/// who reaches the admin port, for a scraper on a trusted network;
+/// `token` asks for the admin token as every other admin route does
+/// (Prometheus sends it with `authorization: { credentials_file: ... }`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsAccess {
+    /// Anyone who reaches the admin listener.
+    #[default]
+    Open,
+    /// Only with the admin token.
+    Token,
+}
+
+/// What the admin API accepts: its token, and whether `/metrics` needs it.
+#[derive(Debug, Clone)]
+pub struct AdminAccess {
+    /// The admin token (`Authorization: Bearer <token>`).
+    pub token: std::sync::Arc<str>,
+    /// Who may read `/metrics`.
+    pub metrics: MetricsAccess,
+}
+
+impl AdminAccess {
+    /// Access with `token`, metrics open (the default).
+    pub fn new(token: std::sync::Arc<str>) -> Self {
+        AdminAccess {
+            token,
+            metrics: MetricsAccess::Open,
+        }
+    }
+
+    /// Whether `req` carries the admin token.
+    fn authorized(&self, req: &http::Request<Body>) -> bool {
+        req.headers()
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer_token)
+            .is_some_and(|t| bool::from(t.as_bytes().ct_eq(self.token.as_bytes())))
+    }
+}
+
+/// The answer to a request without the admin token.
+fn unauthorized() -> http::Response<Body> {
+    text(
+        StatusCode::UNAUTHORIZED,
+        "missing or wrong admin token (Authorization: Bearer …)\n",
+    )
+}
+
 /// Handles one admin request.
 pub async fn handle(
     node: Node,
-    token: std::sync::Arc<str>,
+    access: AdminAccess,
     req: http::Request<Body>,
 ) -> http::Response<Body> {
     let path = req.uri().path().to_string();
     let method = req.method().clone();
+    let authorized = access.authorized(&req);
     match (&method, path.as_str()) {
         (&Method::GET, "/healthz" | "/livez") => return text(StatusCode::OK, "ok\n"),
         (&Method::GET, "/readyz") => {
             return match node.readiness().await {
                 Ok(()) => text(StatusCode::OK, "ready\n"),
-                Err(why) => text(
+                // The store's own error (a bucket, an endpoint, a
+                // credential's name) only to whoever has the token.
+                Err(why) if authorized => text(
                     StatusCode::SERVICE_UNAVAILABLE,
                     format!("not ready: {why}\n"),
                 ),
+                Err(why) => text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("not ready: {}\n", why.summary()),
+                ),
             };
+        }
+        (&Method::GET, "/metrics") if access.metrics == MetricsAccess::Token && !authorized => {
+            return unauthorized();
         }
         (&Method::GET, "/metrics") => {
             let mut r = text(StatusCode::OK, node.metrics().render());
@@ -83,17 +146,8 @@ pub async fn handle(
         }
         _ => {}
     }
-    let authorized = req
-        .headers()
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(bearer_token)
-        .is_some_and(|t| bool::from(t.as_bytes().ct_eq(token.as_bytes())));
     if !authorized {
-        return text(
-            StatusCode::UNAUTHORIZED,
-            "missing or wrong admin token (Authorization: Bearer …)\n",
-        );
+        return unauthorized();
     }
     let segments: Vec<String> = path
         .trim_matches('/')

@@ -52,14 +52,14 @@ pub struct Listeners {
 }
 
 /// Serves `node`'s front doors (plain HTTP, and HTTPS if given) and its
-/// admin API (accepting `token`), all under `limits`, until `stop` turns
+/// admin API (with `access`), all under `limits`, until `stop` turns
 /// true; the front doors then drain their in-flight requests (within the
 /// drain timeout), and the admin API stops once they have. Await every
 /// returned task for the whole drain.
 pub fn spawn_listeners(
     node: &Node,
     listeners: Listeners,
-    token: Arc<str>,
+    access: crate::admin::AdminAccess,
     limits: crate::listener::ServeLimits,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
@@ -122,8 +122,8 @@ pub fn spawn_listeners(
         limits,
         ByteBudget::new(limits.max_pre_slot_bytes, "the admin API"),
         move |req, _| {
-            let (n, t) = (n.clone(), token.clone());
-            async move { crate::admin::handle(n, t, req).await }
+            let (n, a) = (n.clone(), access.clone());
+            async move { crate::admin::handle(n, a, req).await }
         },
         stopped(admin_stopped),
         None,

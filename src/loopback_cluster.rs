@@ -55,6 +55,8 @@ pub struct ClusterConfig {
     /// What every node's listeners let clients hold
     /// ([`crate::listener::ServeLimits`]; default the node's defaults).
     pub serve_limits: crate::listener::ServeLimits,
+    /// Who may read each node's `/metrics` (default open).
+    pub admin_metrics: crate::admin::MetricsAccess,
 }
 
 impl ClusterConfig {
@@ -74,6 +76,7 @@ impl ClusterConfig {
             prewarm: crate::prewarm::PrewarmConfig::default(),
             s3: None,
             serve_limits: crate::listener::ServeLimits::default(),
+            admin_metrics: crate::admin::MetricsAccess::Open,
         }
     }
 }
@@ -273,7 +276,10 @@ async fn start_node(
             admin,
             admin_tls: None,
         },
-        common.token.clone(),
+        crate::admin::AdminAccess {
+            token: common.token.clone(),
+            metrics: cfg.admin_metrics,
+        },
         cfg.serve_limits,
         stop_rx,
     );

@@ -421,6 +421,11 @@ impl Collector for RuntimeCollector {
                 s.nested_denied,
             ),
             (
+                "hearth_redirects_into_bindings_refused",
+                "Redirects from origins whose Location led into .internal (a Worker's bindings), removed before the Worker saw them",
+                s.redirects_into_bindings,
+            ),
+            (
                 "hearth_nested_too_deep",
                 "Nested calls refused at the flow depth limit (loop-detected)",
                 s.nested_too_deep,

@@ -324,6 +324,18 @@ pub enum NotReady {
     },
 }
 
+impl NotReady {
+    /// What a caller without the admin token is told: the reason, without
+    /// the store's own error text (which can name a bucket, an endpoint or
+    /// a credential).
+    pub fn summary(&self) -> String {
+        match self {
+            NotReady::Store(_) => "the script store does not answer".to_string(),
+            other => other.to_string(),
+        }
+    }
+}
+
 /// How long a readiness check waits for the store.
 pub const READY_STORE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -830,5 +842,21 @@ impl Node {
                 resp
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NotReady;
+
+    #[test]
+    fn readiness_without_the_token_names_the_reason_not_the_stores_error() {
+        let why = NotReady::Store("GET s3://acme-secrets-bucket/scripts: 403 (key AKIA123)".into());
+        assert_eq!(why.summary(), "the script store does not answer");
+        assert!(
+            why.to_string().contains("acme-secrets-bucket"),
+            "the token's answer has it"
+        );
+        assert_eq!(NotReady::Draining.summary(), "draining");
     }
 }

@@ -15,9 +15,12 @@
 //! # Ok(()) }
 //! ```
 //!
-//! What only separate processes show (signals, drains, restarts) is
-//! [`Rollout`]'s: real `hearth serve` processes over a [`Garage`] bucket,
-//! under load, replaced one at a time. [`build_js`] builds a JS Worker's
+//! What only separate processes show (signals, drains, restarts, the
+//! commands a user types) is [`NodeProcess`]'s: a real `hearth serve`
+//! started from a config file, driven with `hearth` subcommands and raw
+//! HTTP/1.1 ([`HttpRequest`]), stopped with a [`Signal`]. [`Rollout`] runs
+//! three of them over a [`Garage`] bucket, under load, replaced one at a
+//! time. [`build_js`] builds a JS Worker's
 //! module into a component with hearth's JS engine; tests and benches that
 //! build the JS samples with `hearth build` find their npm trees with
 //! [`hono_sample`] and [`js_toolchain`].
@@ -41,11 +44,18 @@ use crate::cluster::{ClusterConfig, ClusterError, LoopbackCluster};
 mod garage;
 pub use garage::{Garage, GarageError};
 mod js;
+mod node_process;
+pub use node_process::{
+    Finished, Hearth, NodeProcess, Process, ProcessError, START_TIMEOUT, ServeCommand, Signal,
+    listening, run,
+};
 mod ports;
 mod proc_stat;
+mod raw_http;
 pub use js::{JsBuildError, NpmError, build_js, hono_sample, js_module_sample, js_toolchain};
 pub use ports::{tcp_port, tcp_port_block, udp_port};
 pub use proc_stat::ProcStat;
+pub use raw_http::HttpRequest;
 mod rollout;
 pub use rollout::{
     HEALTH_EVERY, Load, Outcome, POOL_SLACK, REQUEST_TIMEOUT, Record, Rollout, RolloutError,

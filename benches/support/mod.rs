@@ -1,12 +1,16 @@
-//! What the HTTP benches share: child processes that die with the bench,
-//! free ports, readiness checks, the reference host (`wasmtime serve`) and
-//! the autocannon load tool.
+//! What the HTTP benches share: the node under test and the reference
+//! host (`wasmtime serve`) as child processes that die with the bench
+//! (`hearth::testing`'s process harness), free ports, readiness checks,
+//! and the autocannon load tool.
 #![allow(dead_code)] // each bench uses a subset
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+pub(crate) use hearth::testing::Process;
+use hearth::testing::{Hearth, HttpRequest, NodeProcess, ServeCommand};
 
 /// The `hearth` binary under test: `$HEARTH_BENCH_BIN` (to compare two
 /// builds side by side), else the one cargo just built.
@@ -16,30 +20,33 @@ pub(crate) fn bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_hearth")))
 }
 
-pub(crate) struct Proc(pub Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// [`bin`], for the process harness.
+pub(crate) fn hearth() -> Hearth {
+    Hearth::new(bin())
 }
 
 /// Deploys `file` as `name` (paid plan, `lifecycle`) into the directory
-/// store `store` with `hearth deploy`; panics with its stderr if it fails.
+/// store `store` with `hearth deploy`; panics with its output if it fails.
 pub(crate) fn deploy(store: &Path, name: &str, lifecycle: &str, file: &Path) {
-    let out = Command::new(bin())
-        .args(["deploy", "--store"])
-        .arg(store)
-        .args(["--name", name, "--plan", "paid", "--lifecycle", lifecycle])
-        .arg(file)
-        .output()
-        .expect("run hearth deploy");
-    assert!(
-        out.status.success(),
-        "deploy {name}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    hearth()
+        .deploy(
+            store,
+            name,
+            file,
+            &["--plan", "paid", "--lifecycle", lifecycle],
+        )
+        .unwrap_or_else(|e| panic!("deploy {name}: {e}"));
+}
+
+/// `hearth serve` over the directory store `store` on free ports, logging
+/// warnings to `hearth.log` beside the store.
+pub(crate) fn serve(store: &Path) -> NodeProcess {
+    ServeCommand::new(&hearth(), store.with_file_name("hearth.log"))
+        .expect("free ports")
+        .store(store)
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .expect("start hearth serve")
 }
 
 pub(crate) fn free_addr() -> SocketAddr {
@@ -89,33 +96,25 @@ pub(crate) fn wasmtime_cli() -> PathBuf {
 
 /// `wasmtime serve -Scli` (the reference host: a fresh instance per
 /// request) serving the component `file` on `addr`.
-pub(crate) fn wasmtime_serve(wasmtime: &Path, addr: SocketAddr, file: &Path) -> Proc {
-    Proc(
+pub(crate) fn wasmtime_serve(wasmtime: &Path, addr: SocketAddr, file: &Path) -> Process {
+    Process::spawn(
         Command::new(wasmtime)
             .args(["serve", "-Scli", "--addr"])
             .arg(addr.to_string())
             .arg(file)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start wasmtime serve"),
+            .stderr(Stdio::null()),
     )
+    .expect("start wasmtime serve")
 }
 
 /// Sends one GET with `host` and returns the status (None if unreachable).
 pub(crate) fn get(addr: SocketAddr, host: &str) -> Option<u16> {
-    use std::io::{Read, Write};
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(60))).ok()?;
-    write!(
-        s,
-        "GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).ok()?;
-    let text = String::from_utf8_lossy(&buf);
-    text.split_whitespace().nth(1)?.parse().ok()
+    HttpRequest::get(host, "/")
+        .timeout(Duration::from_secs(60))
+        .send(addr)
+        .ok()
+        .map(|r| r.status)
 }
 
 /// Waits (up to `limit`) until `addr` answers 200 for `host`.

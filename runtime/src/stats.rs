@@ -37,6 +37,7 @@ pub struct Stats {
     pub(crate) in_flight: AtomicU64,
     pub(crate) nested_calls: AtomicU64,
     pub(crate) nested_denied: AtomicU64,
+    pub(crate) redirects_into_bindings: AtomicU64,
     pub(crate) nested_too_deep: AtomicU64,
     pub(crate) nested_queued: AtomicU64,
     pub(crate) tail_deliveries: AtomicU64,
@@ -137,6 +138,10 @@ pub struct StatsSnapshot {
     pub nested_calls: u64,
     /// Outgoing requests of Workers denied (not a binding, no outbound).
     pub nested_denied: u64,
+    /// Redirects from origins (or an outbound Worker) whose `Location`
+    /// led into `.internal`, removed before the guest saw them
+    /// ([`crate::outbound::outgoing`]).
+    pub redirects_into_bindings: u64,
     /// Nested calls refused at the depth limit (`loop-detected`).
     pub nested_too_deep: u64,
     /// Nested calls that waited for one of their invocation's subrequest
@@ -215,6 +220,7 @@ impl StatsSnapshot {
             in_flight: g(&s.in_flight),
             nested_calls: g(&s.nested_calls),
             nested_denied: g(&s.nested_denied),
+            redirects_into_bindings: g(&s.redirects_into_bindings),
             nested_too_deep: g(&s.nested_too_deep),
             nested_queued: g(&s.nested_queued),
             tail_deliveries: g(&s.tail_deliveries),

@@ -172,14 +172,11 @@ async fn a_client_refuses_a_home_without_a_cluster_certificate() {
     // A "home" from another cluster: the client's handshake fails, so the
     // request is served locally rather than sent to a stranger.
     let impostor = start_node(&other, "impostor", |_| {}).await;
-    let forwarded = guard(
-        "forward",
-        a.rpc.forward(
-            &impostor.home,
-            "echo",
-            ContextStack::new(),
-            request("/echo", streaming_body(b"secret".to_vec(), 6)),
-        ),
+    let forwarded = forward(
+        &a,
+        &impostor.home,
+        "echo",
+        streaming_body(b"secret".to_vec(), 6),
     )
     .await;
     assert!(
@@ -206,14 +203,11 @@ async fn a_member_cannot_answer_for_another_node_id() {
     let a = start_node(&pki, "a", |_| {}).await;
     let c = start_node(&pki, "c", |_| {}).await;
     let b_as_the_ring_has_it = hearth_sharding::ring::Member::new("b", c.addr);
-    let forwarded = guard(
-        "forward",
-        a.rpc.forward(
-            &b_as_the_ring_has_it,
-            "echo",
-            ContextStack::new(),
-            request("/echo", streaming_body(b"for b only".to_vec(), 5)),
-        ),
+    let forwarded = forward(
+        &a,
+        &b_as_the_ring_has_it,
+        "echo",
+        streaming_body(b"for b only".to_vec(), 5),
     )
     .await;
     let ForwardOutcome::Unavailable(reason) = &forwarded.outcome else {
@@ -348,11 +342,9 @@ async fn malformed_and_oversized_messages_close_that_connection_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_idle_sockets_does_not_starve_a_members_connection() {
     use hearth_sharding::handshake_gate::{MAX_PENDING_HANDSHAKES, MAX_PENDING_PER_SOURCE};
-    let pki = Pki::new(&["a", "b"]);
-    let a = start_node(&pki, "a", |_| {}).await;
     // Long enough that no idle socket times out during the test: the gate
     // alone must keep room for members.
-    let b = start_node(&pki, "b", |c| c.handshake_timeout = Duration::from_secs(30)).await;
+    let (_pki, a, b) = two_nodes(as_is, |c| c.handshake_timeout = Duration::from_secs(30)).await;
 
     let mut idle = Vec::new();
     let open_from = |last: u8| async move {
@@ -417,16 +409,7 @@ async fn a_dispatch_without_its_fetch_gives_its_slot_back() {
     });
     guard("the member holds a dispatch", held_rx).await.unwrap();
 
-    let refused = guard(
-        "forward while the slot is held",
-        a.rpc.forward(
-            &b.home,
-            "echo",
-            ContextStack::new(),
-            request("/echo", streaming_body(b"wait".to_vec(), 4)),
-        ),
-    )
-    .await;
+    let refused = forward(&a, &b.home, "echo", streaming_body(b"wait".to_vec(), 4)).await;
     assert_eq!(refused.outcome, ForwardOutcome::Refused);
 
     tokio::time::sleep(FETCH_PATIENCE + Duration::from_millis(500)).await;

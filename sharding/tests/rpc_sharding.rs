@@ -24,21 +24,10 @@ const FRAMING_ALLOWANCE: u64 = 32 * 1024;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sharded_request_is_served_by_the_home_streaming_10mb_both_ways() {
-    let pki = Pki::new(&["a", "b"]);
-    let a = start_node(&pki, "a", |c| c.threads = 2).await;
-    let b = start_node(&pki, "b", |c| c.threads = 2).await;
+    let (_pki, a, b) = two_nodes(|c| c.threads = 2, |c| c.threads = 2).await;
 
     let data = pattern(TEN_MB);
-    let forwarded = guard(
-        "forward",
-        a.rpc.forward(
-            &b.home,
-            "echo",
-            ContextStack::new(),
-            request("/echo", streaming_body(data.clone(), 16 * 1024)),
-        ),
-    )
-    .await;
+    let forwarded = forward(&a, &b.home, "echo", streaming_body(data.clone(), 16 * 1024)).await;
     assert_eq!(forwarded.outcome, ForwardOutcome::Sharded);
     assert_eq!(forwarded.route(), Route::Sharded);
     assert_eq!(forwarded.response.status(), 200);
@@ -74,23 +63,12 @@ async fn a_sharded_request_is_served_by_the_home_streaming_10mb_both_ways() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overloaded_home_refuses_and_the_request_is_served_locally_with_a_bounded_trombone() {
-    let pki = Pki::new(&["a", "b"]);
-    let a = start_node(&pki, "a", |_| {}).await;
-    let b = start_node(&pki, "b", |_| {}).await;
+    let (_pki, a, b) = two_nodes(as_is, as_is).await;
     // No memory for the Worker on its home without evicting busier ones.
     b.workers.can_host.store(false, Ordering::SeqCst);
 
     let data = pattern(TEN_MB);
-    let forwarded = guard(
-        "forward",
-        a.rpc.forward(
-            &b.home,
-            "echo",
-            ContextStack::new(),
-            request("/echo", streaming_body(data.clone(), 16 * 1024)),
-        ),
-    )
-    .await;
+    let forwarded = forward(&a, &b.home, "echo", streaming_body(data.clone(), 16 * 1024)).await;
     assert_eq!(forwarded.outcome, ForwardOutcome::Refused);
     assert_eq!(forwarded.route(), Route::Fallback);
     assert_eq!(
@@ -149,22 +127,11 @@ async fn the_speculative_budget_bounds_what_a_refusal_costs_whatever_the_window(
     // A budget below capnp-rpc's own flow-control window, so the bound seen
     // is the shard client's.
     const BUDGET: usize = 20_000;
-    let pki = Pki::new(&["a", "b"]);
-    let a = start_node(&pki, "a", |c| c.speculative_body_bytes = BUDGET).await;
-    let b = start_node(&pki, "b", |_| {}).await;
+    let (_pki, a, b) = two_nodes(|c| c.speculative_body_bytes = BUDGET, as_is).await;
     b.workers.can_host.store(false, Ordering::SeqCst);
 
     let data = pattern(TEN_MB);
-    let forwarded = guard(
-        "forward",
-        a.rpc.forward(
-            &b.home,
-            "echo",
-            ContextStack::new(),
-            request("/echo", streaming_body(data.clone(), 7_000)),
-        ),
-    )
-    .await;
+    let forwarded = forward(&a, &b.home, "echo", streaming_body(data.clone(), 7_000)).await;
     assert_eq!(forwarded.outcome, ForwardOutcome::Refused);
     let echoed = collect(forwarded.response.into_body()).await.unwrap();
     assert!(
@@ -190,37 +157,14 @@ async fn the_speculative_budget_bounds_what_a_refusal_costs_whatever_the_window(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_home_over_its_per_worker_limit_refuses_the_next_request() {
-    let pki = Pki::new(&["a", "b"]);
-    let a = start_node(&pki, "a", |_| {}).await;
-    let b = start_node(&pki, "b", |c| c.overload.max_in_flight_per_worker = 1).await;
+    let (_pki, a, b) = two_nodes(as_is, |c| c.overload.max_in_flight_per_worker = 1).await;
     b.workers.hangs.store(true, Ordering::SeqCst);
 
     // The first request occupies the Worker's only slot on its home.
-    let first = {
-        let rpc = a.rpc.clone();
-        let home = b.home.clone();
-        tokio::spawn(async move {
-            rpc.forward(
-                &home,
-                "gate",
-                ContextStack::new(),
-                request("/gate", streaming_body(b"first".to_vec(), 5)),
-            )
-            .await
-        })
-    };
+    let first = spawn_forward(&a, &b.home, "gate", streaming_body(b"first".to_vec(), 5));
     b.workers.wait_entered(1).await;
 
-    let second = guard(
-        "second forward",
-        a.rpc.forward(
-            &b.home,
-            "gate",
-            ContextStack::new(),
-            request("/gate", streaming_body(b"second".to_vec(), 3)),
-        ),
-    )
-    .await;
+    let second = forward(&a, &b.home, "gate", streaming_body(b"second".to_vec(), 3)).await;
     assert_eq!(second.outcome, ForwardOutcome::Refused);
     assert_eq!(served_by(&second.response), "a");
     assert_eq!(
@@ -249,14 +193,11 @@ async fn a_home_that_is_down_means_the_request_is_served_here_without_error() {
     };
 
     for attempt in 0..2 {
-        let forwarded = guard(
-            "forward",
-            a.rpc.forward(
-                &nothing_there,
-                "echo",
-                ContextStack::new(),
-                request("/echo", streaming_body(pattern(100_000), 4096)),
-            ),
+        let forwarded = forward(
+            &a,
+            &nothing_there,
+            "echo",
+            streaming_body(pattern(100_000), 4096),
         )
         .await;
         assert!(
@@ -276,24 +217,15 @@ async fn a_home_that_is_down_means_the_request_is_served_here_without_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_home_that_dies_after_accepting_yields_a_502_and_no_replay() {
-    let pki = Pki::new(&["a", "b"]);
-    let a = start_node(&pki, "a", |_| {}).await;
-    let b = start_node(&pki, "b", |_| {}).await;
+    let (_pki, a, b) = two_nodes(as_is, as_is).await;
     b.workers.hangs.store(true, Ordering::SeqCst);
 
-    let pending = {
-        let rpc = a.rpc.clone();
-        let home = b.home.clone();
-        tokio::spawn(async move {
-            rpc.forward(
-                &home,
-                "gate",
-                ContextStack::new(),
-                request("/gate", streaming_body(b"do it once".to_vec(), 4)),
-            )
-            .await
-        })
-    };
+    let pending = spawn_forward(
+        &a,
+        &b.home,
+        "gate",
+        streaming_body(b"do it once".to_vec(), 4),
+    );
     b.workers.wait_entered(1).await;
     b.rpc.shutdown();
 
@@ -312,16 +244,7 @@ async fn a_home_that_dies_after_accepting_yields_a_502_and_no_replay() {
 
     // With the home gone, the next request is served here.
     a.workers.hangs.store(false, Ordering::SeqCst);
-    let next = guard(
-        "next forward",
-        a.rpc.forward(
-            &b.home,
-            "echo",
-            ContextStack::new(),
-            request("/echo", streaming_body(b"next".to_vec(), 4)),
-        ),
-    )
-    .await;
+    let next = forward(&a, &b.home, "echo", streaming_body(b"next".to_vec(), 4)).await;
     assert!(
         matches!(next.outcome, ForwardOutcome::Unavailable(_)),
         "{:?}",
@@ -332,24 +255,10 @@ async fn a_home_that_dies_after_accepting_yields_a_502_and_no_replay() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_that_disconnects_mid_request_frees_the_homes_slot() {
-    let pki = Pki::new(&["a", "b"]);
-    let a = start_node(&pki, "a", |_| {}).await;
-    let b = start_node(&pki, "b", |_| {}).await;
+    let (pki, a, b) = two_nodes(as_is, as_is).await;
     b.workers.hangs.store(true, Ordering::SeqCst);
 
-    let pending = {
-        let rpc = a.rpc.clone();
-        let home = b.home.clone();
-        tokio::spawn(async move {
-            rpc.forward(
-                &home,
-                "gate",
-                ContextStack::new(),
-                request("/gate", streaming_body(pattern(1 << 20), 8192)),
-            )
-            .await
-        })
-    };
+    let pending = spawn_forward(&a, &b.home, "gate", streaming_body(pattern(1 << 20), 8192));
     b.workers.wait_entered(1).await;
     assert_eq!(b.rpc.home_in_flight("gate"), 1);
     a.rpc.shutdown();
@@ -377,9 +286,7 @@ async fn a_caller_that_disconnects_mid_request_frees_the_homes_slot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_context_stack_travels_and_traces_reach_the_first_node() {
-    let pki = Pki::new(&["a", "b"]);
-    let a = start_node(&pki, "a", |_| {}).await;
-    let b = start_node(&pki, "b", |_| {}).await;
+    let (_pki, a, b) = two_nodes(as_is, as_is).await;
 
     let received = Arc::new(Mutex::new(Vec::new()));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -452,43 +359,23 @@ async fn the_context_stack_travels_and_traces_reach_the_first_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_home_that_answers_late_yields_a_502_and_never_a_second_run() {
-    let pki = Pki::new(&["a", "b"]);
-    let a = start_node(&pki, "a", |c| {
-        c.dispatch_timeout = Duration::from_millis(200);
-    })
-    .await;
     // One RPC thread on the home, so a Worker that blocks it makes every
     // answer from the home late.
-    let b = start_node(&pki, "b", |c| c.threads = 1).await;
+    let (_pki, a, b) = two_nodes(
+        |c| {
+            c.dispatch_timeout = Duration::from_millis(200);
+        },
+        |c| c.threads = 1,
+    )
+    .await;
 
-    let stuck = {
-        let rpc = a.rpc.clone();
-        let home = b.home.clone();
-        tokio::spawn(async move {
-            rpc.forward(
-                &home,
-                "block",
-                ContextStack::new(),
-                request("/block", full(b"x")),
-            )
-            .await
-        })
-    };
+    let stuck = spawn_forward(&a, &b.home, "block", full(b"x"));
     b.workers.wait_entered(1).await;
 
     // Larger than an inline call: dispatch + fetch + body writes, all
     // pipelined, reach the home while its thread is blocked.
     let body = pattern(100_000);
-    let late = guard(
-        "late forward",
-        a.rpc.forward(
-            &b.home,
-            "echo",
-            ContextStack::new(),
-            request("/echo", streaming_body(body, 4096)),
-        ),
-    )
-    .await;
+    let late = forward(&a, &b.home, "echo", streaming_body(body, 4096)).await;
     assert!(
         matches!(late.outcome, ForwardOutcome::FailedAfterAccept(_)),
         "{:?}",
@@ -510,20 +397,9 @@ async fn a_home_that_answers_late_yields_a_502_and_never_a_second_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_shutdown_forwards_are_served_locally() {
-    let pki = Pki::new(&["a", "b"]);
-    let a = start_node(&pki, "a", |_| {}).await;
-    let b = start_node(&pki, "b", |_| {}).await;
+    let (_pki, a, b) = two_nodes(as_is, as_is).await;
     guard("shutdown", a.rpc.shutdown_and_wait()).await;
-    let forwarded = guard(
-        "forward",
-        a.rpc.forward(
-            &b.home,
-            "echo",
-            ContextStack::new(),
-            request("/echo", streaming_body(b"local".to_vec(), 2)),
-        ),
-    )
-    .await;
+    let forwarded = forward(&a, &b.home, "echo", streaming_body(b"local".to_vec(), 2)).await;
     assert!(
         matches!(forwarded.outcome, ForwardOutcome::Unavailable(_)),
         "{:?}",
@@ -542,9 +418,7 @@ async fn after_shutdown_forwards_are_served_locally() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heads_too_large_for_the_wire_never_cost_the_connection() {
-    let pki = Pki::new(&["a", "b"]);
-    let a = start_node(&pki, "a", |_| {}).await;
-    let b = start_node(&pki, "b", |_| {}).await;
+    let (_pki, a, b) = two_nodes(as_is, as_is).await;
 
     let mut big = request("/echo", streaming_body(b"big head".to_vec(), 3));
     big.headers_mut().insert(
@@ -576,16 +450,7 @@ async fn heads_too_large_for_the_wire_never_cost_the_connection() {
     assert_eq!(forwarded.outcome, ForwardOutcome::Sharded);
     assert_eq!(forwarded.response.status(), 502);
 
-    let ok = guard(
-        "forward",
-        a.rpc.forward(
-            &b.home,
-            "echo",
-            ContextStack::new(),
-            request("/echo", streaming_body(b"fine".to_vec(), 2)),
-        ),
-    )
-    .await;
+    let ok = forward(&a, &b.home, "echo", streaming_body(b"fine".to_vec(), 2)).await;
     assert_eq!(ok.outcome, ForwardOutcome::Sharded);
     assert_eq!(
         &collect(ok.response.into_body()).await.unwrap()[..],
@@ -625,23 +490,12 @@ async fn wire_cost_of(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_request_and_its_small_response_take_one_call_and_one_return() {
-    let pki = Pki::new(&["a", "b"]);
-    let a = start_node(&pki, "a", |_| {}).await;
-    let b = start_node(&pki, "b", |_| {}).await;
+    let (_pki, a, b) = two_nodes(as_is, as_is).await;
     // Opens the connection (bootstrap) so the next forward is counted alone.
     assert_echo_sharded(&a, &b, "warm-up", b"warm", 4).await;
 
     let (sent, received) = wire_cost_of(&a, &b, async {
-        let forwarded = guard(
-            "small forward",
-            a.rpc.forward(
-                &b.home,
-                "echo",
-                ContextStack::new(),
-                request("/echo", full(b"ping")),
-            ),
-        )
-        .await;
+        let forwarded = forward(&a, &b.home, "echo", full(b"ping")).await;
         assert_eq!(forwarded.outcome, ForwardOutcome::Sharded);
         assert_eq!(served_by(&forwarded.response), "b");
         assert_eq!(
@@ -670,9 +524,7 @@ async fn a_small_request_and_its_small_response_take_one_call_and_one_return() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_body_still_streams_in_many_writes_with_the_same_result() {
-    let pki = Pki::new(&["a", "b"]);
-    let a = start_node(&pki, "a", |_| {}).await;
-    let b = start_node(&pki, "b", |_| {}).await;
+    let (_pki, a, b) = two_nodes(as_is, as_is).await;
     assert_echo_sharded(&a, &b, "warm-up", b"warm", 4).await;
 
     let data = pattern(MAX_INLINE_BODY_BYTES * 8);
@@ -689,23 +541,12 @@ async fn a_large_body_still_streams_in_many_writes_with_the_same_result() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_request_refused_by_its_home_is_served_here_after_one_round_trip() {
-    let pki = Pki::new(&["a", "b"]);
-    let a = start_node(&pki, "a", |_| {}).await;
-    let b = start_node(&pki, "b", |_| {}).await;
+    let (_pki, a, b) = two_nodes(as_is, as_is).await;
     assert_echo_sharded(&a, &b, "warm-up", b"warm", 4).await;
     b.workers.can_host.store(false, Ordering::SeqCst);
 
     let (sent, received) = wire_cost_of(&a, &b, async {
-        let forwarded = guard(
-            "refused forward",
-            a.rpc.forward(
-                &b.home,
-                "echo",
-                ContextStack::new(),
-                request("/echo", full(b"come back")),
-            ),
-        )
-        .await;
+        let forwarded = forward(&a, &b.home, "echo", full(b"come back")).await;
         assert_eq!(forwarded.outcome, ForwardOutcome::Refused);
         assert_eq!(
             forwarded.response.status(),

@@ -18,10 +18,12 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use hearth_runtime::S3Settings;
+
+use super::{Process, ProcessError};
 
 /// Why a [`Garage`] could not be started or driven.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +58,9 @@ pub enum GarageError {
     /// The server did not come up in time.
     #[error("{0}")]
     Timeout(String),
+    /// The server process could not be started.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
 }
 
 /// Wraps an I/O error with what was being done.
@@ -78,7 +83,7 @@ const SECRET: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789
 /// `hearth` readable and writable by the key in [`Garage::settings`].
 /// Killed when dropped.
 pub struct Garage {
-    child: Option<Child>,
+    server: Option<Process>,
     binary: PathBuf,
     config: PathBuf,
     s3: SocketAddr,
@@ -141,7 +146,7 @@ api_bind_addr = "{admin}"
         )
         .map_err(io("write garage config"))?;
         let mut g = Garage {
-            child: None,
+            server: None,
             binary,
             config,
             s3,
@@ -198,28 +203,24 @@ api_bind_addr = "{admin}"
     /// Starts the server process (again, after [`Garage::stop`]), on the
     /// same ports and data.
     pub fn spawn(&mut self) -> Result<(), GarageError> {
-        let log = std::fs::File::create(self.log()).map_err(io("garage log"))?;
-        let child = Command::new(&self.binary)
-            .arg("-c")
-            .arg(&self.config)
-            .arg("server")
-            .env("RUST_LOG", "garage=warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(io("garage log"))?)
-            .stderr(log)
-            .spawn()
-            .map_err(io(format!("cannot run {}", self.binary.display())))?;
-        self.child = Some(child);
+        let server = Process::spawn_logged(
+            Command::new(&self.binary)
+                .arg("-c")
+                .arg(&self.config)
+                .arg("server")
+                .env("RUST_LOG", "garage=warn"),
+            &self.log(),
+            None,
+        )?;
+        self.server = Some(server);
         Ok(())
     }
 
     /// Kills the server: the store becomes unreachable until
     /// [`Garage::restart`].
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        // Dropped: killed and reaped.
+        self.server = None;
     }
 
     /// Starts the server again after [`Garage::stop`] and waits until S3
@@ -302,23 +303,14 @@ api_bind_addr = "{admin}"
     }
 }
 
-impl Drop for Garage {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
 /// Waits until `addr` accepts TCP connections, until `deadline`.
 fn wait_port(addr: SocketAddr, deadline: Instant) -> Result<(), GarageError> {
-    while std::net::TcpStream::connect(addr).is_err() {
-        if Instant::now() > deadline {
-            return Err(GarageError::Timeout(format!(
-                "garage did not open {addr} within 30 s"
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if super::listening(addr, deadline.saturating_duration_since(Instant::now())) {
+        return Ok(());
     }
-    Ok(())
+    Err(GarageError::Timeout(format!(
+        "garage did not open {addr} within 30 s"
+    )))
 }
 
 fn free_port() -> Result<SocketAddr, GarageError> {

@@ -39,7 +39,6 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -50,7 +49,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use super::Garage;
+use super::{Garage, Hearth, HttpRequest, NodeProcess, ProcessError, ServeCommand, Signal};
 
 /// How often the load balancer asks each node's `/readyz`.
 pub const HEALTH_EVERY: Duration = Duration::from_millis(50);
@@ -84,6 +83,9 @@ pub enum RolloutError {
     /// A node misbehaved (did not start, exit or become ready in time).
     #[error("{0}")]
     Node(String),
+    /// A node's process could not be started, signalled or waited for.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
     /// A deploy through the admin API failed.
     #[error("deploy {0}: {1}")]
     Deploy(String, String),
@@ -94,32 +96,16 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RolloutError {
     move |source| RolloutError::Io { what, source }
 }
 
-/// One node's ports: Worker HTTP, admin, RPC, gossip (UDP).
-#[derive(Debug, Clone, Copy)]
-struct Ports {
-    http: u16,
-    admin: u16,
-    rpc: u16,
-    gossip: u16,
-}
-
-/// A `hearth serve` process and where it lives.
-struct ServeNode {
+/// A node: how it starts, where it lives, and its process while it runs.
+struct Node {
     id: String,
-    ports: Ports,
+    /// Its Worker and admin ports, config, variables (node ID, cluster
+    /// ports) and directory; the same at every start.
+    serve: ServeCommand,
     dir: PathBuf,
-    child: Option<Child>,
+    process: Option<NodeProcess>,
     /// Starts so far (its log is `node.log.<start>`).
     starts: usize,
-}
-
-impl Drop for ServeNode {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 /// What happened to one request.
@@ -269,9 +255,7 @@ impl Counter {
 /// Three `hearth serve` processes over one Garage bucket, with Workers
 /// deployed (see the module docs). Dropping it kills them all.
 pub struct Rollout {
-    nodes: Vec<ServeNode>,
-    binary: PathBuf,
-    config: PathBuf,
+    nodes: Vec<Node>,
     workers: Vec<String>,
     counter: Counter,
     counter_addr: SocketAddr,
@@ -296,43 +280,34 @@ impl Rollout {
     ) -> Result<Rollout, RolloutError> {
         let dir = tempfile::tempdir().map_err(io("tempdir"))?;
         let d = dir.path();
+        let hearth = Hearth::new(binary);
         let ids: Vec<String> = (1..=nodes).map(|i| format!("node-{i}")).collect();
         let pki = d.join("pki");
-        let out = Command::new(binary)
-            .args(["pki", "--dir"])
-            .arg(&pki)
-            .args(&ids)
-            .output()
-            .map_err(io("run hearth pki"))?;
-        if !out.status.success() {
-            return Err(RolloutError::Node(format!(
-                "hearth pki: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )));
-        }
-        let mut serve_nodes = Vec::new();
+        let names: Vec<&str> = ids.iter().map(String::as_str).collect();
+        hearth.pki(&pki, &names)?;
+        let config = d.join("hearth.toml");
+        let (mut serve_nodes, mut seeds) = (Vec::new(), Vec::new());
         for id in &ids {
-            let ports = Ports {
-                http: free_port()?,
-                admin: free_port()?,
-                rpc: free_port()?,
-                gossip: free_udp_port()?,
-            };
+            let (rpc, gossip) = (free_port()?, free_udp_port()?);
+            seeds.push(format!("\"localhost:{gossip}\""));
             let node_dir = d.join(id);
             std::fs::create_dir_all(&node_dir).map_err(io("node dir"))?;
-            serve_nodes.push(ServeNode {
+            let serve = ServeCommand::new(&hearth, node_dir.join("node.log.1"))?
+                .config(&config)
+                .token(TOKEN)
+                .env("HOSTNAME", id)
+                .env("RPC_PORT", rpc.to_string())
+                .env("GOSSIP_PORT", gossip.to_string())
+                .env("RUST_LOG", "warn")
+                .current_dir(&node_dir);
+            serve_nodes.push(Node {
                 id: id.clone(),
-                ports,
+                serve,
                 dir: node_dir,
-                child: None,
+                process: None,
                 starts: 0,
             });
         }
-        let seeds: Vec<String> = serve_nodes
-            .iter()
-            .map(|n| format!("\"localhost:{}\"", n.ports.gossip))
-            .collect();
-        let config = d.join("hearth.toml");
         let text = format!(
             "node_id = \"$HOSTNAME\"\nstore = \"{store}\"\nartifact_key = \"{akey}\"\n\
              admin_token = \"{TOKEN}\"\n\n[limits]\ndrain_timeout = \"10s\"\n\n\
@@ -355,8 +330,6 @@ impl Rollout {
         let mut r = Rollout {
             ready: Arc::new((0..nodes).map(|_| AtomicBool::new(false)).collect()),
             nodes: serve_nodes,
-            binary: binary.to_path_buf(),
-            config,
             workers: (0..workers).map(|i| format!("w{i}")).collect(),
             counter,
             counter_addr,
@@ -388,7 +361,10 @@ impl Rollout {
     /// Starts nodes from now on (restarts, replacements) from `binary`: a
     /// rollout from one build of hearth to another.
     pub fn upgrade_to(&mut self, binary: &Path) {
-        self.binary = binary.to_path_buf();
+        let hearth = Hearth::new(binary);
+        for n in &mut self.nodes {
+            n.serve = n.serve.clone().hearth(&hearth);
+        }
     }
 
     /// Node `i`'s ID.
@@ -396,30 +372,21 @@ impl Rollout {
         &self.nodes[i].id
     }
 
-    /// Starts node `i`'s process (again).
+    /// Starts node `i`'s process (again), logging to `node.log.<start>`.
     fn spawn(&mut self, i: usize) -> Result<(), RolloutError> {
         let n = &mut self.nodes[i];
         n.starts += 1;
-        let log = std::fs::File::create(n.dir.join(format!("node.log.{}", n.starts)))
-            .map_err(io("node log"))?;
-        let child = Command::new(&self.binary)
-            .arg("serve")
-            .arg("--config")
-            .arg(&self.config)
-            .args(["--listen", &format!("127.0.0.1:{}", n.ports.http)])
-            .args(["--admin", &format!("127.0.0.1:{}", n.ports.admin)])
-            .env("HOSTNAME", &n.id)
-            .env("RPC_PORT", n.ports.rpc.to_string())
-            .env("GOSSIP_PORT", n.ports.gossip.to_string())
-            .env("RUST_LOG", "warn")
-            .current_dir(&n.dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(io("node log"))?)
-            .stderr(log)
-            .spawn()
-            .map_err(io(format!("run {}", self.binary.display())))?;
-        n.child = Some(child);
+        let log = n.dir.join(format!("node.log.{}", n.starts));
+        n.process = Some(n.serve.clone().log_to(log).spawn()?);
         Ok(())
+    }
+
+    /// Node `i`'s process, if it is running.
+    fn process(&mut self, i: usize) -> Result<&mut NodeProcess, RolloutError> {
+        let n = &mut self.nodes[i];
+        n.process
+            .as_mut()
+            .ok_or_else(|| RolloutError::Node(format!("{} is not running", n.id)))
     }
 
     /// Every node's logs, for a failure message.
@@ -440,35 +407,16 @@ impl Rollout {
         out
     }
 
-    /// Node `i`'s `/readyz`: its status and body, or `None` if it does not
-    /// answer.
-    async fn readyz(admin: u16) -> Option<(u16, String)> {
-        admin_get(admin, "/readyz").await
-    }
-
-    /// Waits until node `i` answers `/readyz` with 200.
-    async fn wait_ready(&self, i: usize) -> Result<Duration, RolloutError> {
-        let t = Instant::now();
-        let mut last = None;
-        while t.elapsed() < NODE_TIMEOUT {
-            last = Self::readyz(self.nodes[i].ports.admin).await;
-            if matches!(last, Some((200, _))) {
-                return Ok(t.elapsed());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Err(RolloutError::Node(format!(
-            "{} not ready after {NODE_TIMEOUT:?} ({last:?})\n{}",
-            self.nodes[i].id,
-            self.logs()
-        )))
+    /// Waits until node `i` answers `/readyz` with 200; how long that took.
+    async fn wait_ready(&mut self, i: usize) -> Result<Duration, RolloutError> {
+        Ok(self.process(i)?.wait_ready_async(NODE_TIMEOUT).await?)
     }
 
     /// Waits until every node's ring has every node.
     async fn wait_rings(&self) -> Result<(), RolloutError> {
         let t = Instant::now();
         for n in &self.nodes {
-            let client = self.admin(n.ports.admin)?;
+            let client = self.admin(n)?;
             loop {
                 let members = client.ring(None).await.map(|r| r.members.len());
                 if matches!(members, Ok(m) if m == self.nodes.len()) {
@@ -486,9 +434,9 @@ impl Rollout {
         Ok(())
     }
 
-    fn admin(&self, port: u16) -> Result<hearth_admin_client::AdminClient, RolloutError> {
+    fn admin(&self, n: &Node) -> Result<hearth_admin_client::AdminClient, RolloutError> {
         hearth_admin_client::AdminClient::new(
-            &format!("http://127.0.0.1:{port}"),
+            &format!("http://{}", n.serve.admin()),
             Some(TOKEN.into()),
         )
         .map_err(|e| RolloutError::Node(format!("admin client: {e}")))
@@ -497,7 +445,7 @@ impl Rollout {
     /// Deploys every Worker through the first node.
     async fn deploy(&self) -> Result<(), RolloutError> {
         let wasm = hearth_sample_workers::bytes("fetcher").map_err(io("the fetcher sample"))?;
-        let client = self.admin(self.nodes[0].ports.admin)?;
+        let client = self.admin(&self.nodes[0])?;
         let query = serde_urlencoded::to_string([
             ("allow_host", format!("http://{}", self.counter_addr)),
             ("lifecycle", "reuse".into()),
@@ -517,43 +465,18 @@ impl Rollout {
         self.phase.store(phase, Ordering::Relaxed);
     }
 
-    /// Sends `signal` to node `i`.
-    fn signal(&self, i: usize, signal: libc::c_int) -> Result<(), RolloutError> {
-        let child = self.nodes[i]
-            .child
-            .as_ref()
-            .ok_or_else(|| RolloutError::Node(format!("{} is not running", self.nodes[i].id)))?;
-        let pid = libc::pid_t::try_from(child.id())
-            .map_err(|_| RolloutError::Node("pid out of range".into()))?;
-        // SAFETY: kill(2) on a child process this harness started and has
-        // not reaped (so the pid is still its).
-        if unsafe { libc::kill(pid, signal) } != 0 {
-            return Err(io("kill")(std::io::Error::last_os_error()));
-        }
-        Ok(())
-    }
-
-    /// Waits for node `i`'s process to exit; its status.
-    async fn wait_exit(&mut self, i: usize) -> Result<std::process::ExitStatus, RolloutError> {
-        let t = Instant::now();
-        loop {
-            let child = self.nodes[i]
-                .child
-                .as_mut()
-                .ok_or_else(|| RolloutError::Node("not running".into()))?;
-            if let Some(status) = child.try_wait().map_err(io("wait"))? {
-                self.nodes[i].child = None;
-                return Ok(status);
-            }
-            if t.elapsed() > NODE_TIMEOUT {
-                return Err(RolloutError::Node(format!(
-                    "{} did not exit within {NODE_TIMEOUT:?}\n{}",
-                    self.nodes[i].id,
-                    self.logs()
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+    /// Sends `signal` to node `i` and waits for its process to exit; its
+    /// status (the process is gone after it).
+    async fn stop(
+        &mut self,
+        i: usize,
+        signal: Signal,
+    ) -> Result<std::process::ExitStatus, RolloutError> {
+        let p = self.process(i)?;
+        p.signal(signal)?;
+        let status = p.wait_exit_async(NODE_TIMEOUT).await?;
+        self.nodes[i].process = None;
+        Ok(status)
     }
 
     /// Replaces node `i` as a rollout does: SIGTERM, wait for it to exit
@@ -561,8 +484,7 @@ impl Rollout {
     /// took to exit and to be ready again.
     pub async fn replace(&mut self, i: usize) -> Result<(Duration, Duration), RolloutError> {
         let t = Instant::now();
-        self.signal(i, libc::SIGTERM)?;
-        let status = self.wait_exit(i).await?;
+        let status = self.stop(i, Signal::Term).await?;
         if !status.success() {
             return Err(RolloutError::Node(format!(
                 "{} exited with {status} after SIGTERM\n{}",
@@ -581,8 +503,7 @@ impl Rollout {
     /// milliseconds after the signal on a busy machine).
     pub async fn kill(&mut self, i: usize) -> Result<(Instant, Instant), RolloutError> {
         let signalled = Instant::now();
-        self.signal(i, libc::SIGKILL)?;
-        self.wait_exit(i).await?;
+        self.stop(i, Signal::Kill).await?;
         Ok((signalled, Instant::now()))
     }
 
@@ -603,10 +524,10 @@ impl Rollout {
     pub fn load(&self, rate: u32) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let records = Arc::new(Mutex::new(Vec::new()));
-        let fronts: Vec<(u16, u16)> = self
+        let fronts: Vec<(SocketAddr, SocketAddr)> = self
             .nodes
             .iter()
-            .map(|n| (n.ports.http, n.ports.admin))
+            .map(|n| (n.serve.http(), n.serve.admin()))
             .collect();
         for r in self.ready.iter() {
             r.store(true, Ordering::Relaxed);
@@ -697,17 +618,24 @@ impl Load {
 
 /// The load balancer's health checks: `/readyz` on every node, every
 /// [`HEALTH_EVERY`]; a node is sent requests while its last answer was 200.
-async fn health_checks(admins: Vec<u16>, ready: Arc<Vec<AtomicBool>>, stop: Arc<AtomicBool>) {
+async fn health_checks(
+    admins: Vec<SocketAddr>,
+    ready: Arc<Vec<AtomicBool>>,
+    stop: Arc<AtomicBool>,
+) {
+    let readyz = HttpRequest::get("admin", "/readyz");
     while !stop.load(Ordering::Relaxed) {
-        let checks = admins.iter().map(|&port| async move {
-            tokio::time::timeout(HEALTH_EVERY * 4, admin_get(port, "/readyz"))
-                .await
-                .ok()
-                .flatten()
+        let checks = admins.iter().map(|&addr| {
+            let readyz = &readyz;
+            async move {
+                tokio::time::timeout(HEALTH_EVERY * 4, readyz.send_async(addr))
+                    .await
+                    .is_ok_and(|r| r.is_ok_and(|r| r.status == 200))
+            }
         });
         let answers = futures::future::join_all(checks).await;
-        for (i, a) in answers.into_iter().enumerate() {
-            ready[i].store(matches!(a, Some((200, _))), Ordering::Relaxed);
+        for (i, ok) in answers.into_iter().enumerate() {
+            ready[i].store(ok, Ordering::Relaxed);
         }
         tokio::time::sleep(HEALTH_EVERY).await;
     }
@@ -717,7 +645,7 @@ async fn health_checks(admins: Vec<u16>, ready: Arc<Vec<AtomicBool>>, stop: Arc<
 #[derive(Clone)]
 struct Sender {
     client: Client<HttpConnector, Full<Bytes>>,
-    http: Vec<u16>,
+    http: Vec<SocketAddr>,
     ready: Arc<Vec<AtomicBool>>,
     next: Arc<AtomicUsize>,
     workers: Vec<String>,
@@ -745,7 +673,7 @@ impl Sender {
             served_by: String::new(),
         };
         for i in order {
-            let req = http::Request::get(format!("http://127.0.0.1:{}/", self.http[i]))
+            let req = http::Request::get(format!("http://{}/", self.http[i]))
                 .header(http::header::HOST, format!("{worker}.localhost"))
                 .header("x-fetch", format!("http://{}/{id}", self.counter))
                 .body(Full::new(Bytes::new()));
@@ -806,32 +734,6 @@ enum ClientFailure {
     Client(#[from] hyper_util::client::legacy::Error),
     #[error("body: {0}")]
     Body(hyper::Error),
-}
-
-/// GET `path` on the admin listener at `port`: status and body, or `None`
-/// if it does not answer.
-async fn admin_get(port: u16, path: &str) -> Option<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::time::timeout(
-        Duration::from_secs(2),
-        tokio::net::TcpStream::connect(("127.0.0.1", port)),
-    )
-    .await
-    .ok()?
-    .ok()?;
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .ok()?;
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
-        .await
-        .ok()?
-        .ok()?;
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, text))
 }
 
 fn free_port() -> Result<u16, RolloutError> {

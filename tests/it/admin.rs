@@ -82,7 +82,7 @@ async fn deploy_through_the_admin_api_reaches_the_whole_cluster() {
     )
     .await;
     assert_eq!(status, 200);
-    assert!(body.contains("hearth_requests_total"), "{body}");
+    assert!(body.contains("# TYPE hearth_"), "{body}");
     assert!(body.contains("hearth_evictions_total"), "{body}");
     let (status, body) = call(
         http::Method::GET,
@@ -300,4 +300,42 @@ async fn bindings_deploy_through_the_admin_api_and_are_listed() {
     let after = admin.stats().await.expect("stats");
     assert_eq!(after.evicted_manual, before.evicted_manual + 1);
     assert!(after.requests >= 1);
+}
+
+/// With `admin_metrics = "token"`, `/metrics` is one more route behind the
+/// admin token (it names Workers and counts store errors); the health
+/// checks stay open. The default stays open, as scrapers expect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_can_require_the_admin_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = hearth::cluster::ClusterConfig::new(1, dir.path());
+    cfg.https = false;
+    cfg.admin_metrics = hearth::admin::MetricsAccess::Token;
+    let c = TestCluster::with_config(cfg, None).await.expect("cluster");
+    let admin = c.node(0).admin_addr;
+    let metrics = format!("http://{admin}/metrics");
+
+    let (status, body) = call(http::Method::GET, metrics.clone(), None, vec![]).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(!body.contains("hearth_"), "{body}");
+    let (status, _) = call(http::Method::GET, metrics.clone(), Some("wrong"), vec![]).await;
+    assert_eq!(status, 401);
+    let (status, body) = call(http::Method::GET, metrics, Some(c.token()), vec![]).await;
+    assert_eq!(status, 200);
+    assert!(body.contains("# TYPE hearth_"), "{body}");
+    for open in ["/livez", "/readyz"] {
+        let (status, body) = call(
+            http::Method::GET,
+            format!("http://{admin}{open}"),
+            None,
+            vec![],
+        )
+        .await;
+        assert_eq!(status, 200, "{open}: {body}");
+    }
+
+    let open = TestCluster::start(1).await.expect("cluster");
+    let url = format!("http://{}/metrics", open.node(0).admin_addr);
+    let (status, _) = call(http::Method::GET, url, None, vec![]).await;
+    assert_eq!(status, 200, "open by default");
 }

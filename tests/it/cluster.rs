@@ -7,7 +7,7 @@ use bytes::Bytes;
 use hearth::cluster::ClusterConfig;
 use hearth::runtime::Plan;
 use hearth::sharding::admission::OverloadConfig;
-use hearth::testing::TestCluster;
+use hearth::testing::{HttpRequest, TestCluster};
 
 /// Waits up to 5 s for `f` (see [`hearth::testing::eventually`]).
 async fn eventually(f: impl FnMut() -> bool) -> bool {
@@ -112,32 +112,14 @@ async fn bodies_stream_both_ways_through_the_home() {
     assert!(r.body == payload, "echoed body differs");
 }
 
-/// GET Worker `id` through the front door at `addr`: (status, route, body).
+/// GET Worker `id` through the front door at `addr`: (status, route, body),
+/// or (0, "", the error) if there was no answer.
 async fn get_at(addr: std::net::SocketAddr, id: &str) -> (u16, String, String) {
-    use http_body_util::BodyExt;
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<http_body_util::Full<Bytes>>();
-    let req = http::Request::get(format!("http://{addr}/"))
-        .header(http::header::HOST, format!("{id}.localhost"))
-        .body(http_body_util::Full::new(Bytes::new()))
-        .expect("request");
-    match client.request(req).await {
-        Ok(resp) => {
-            let status = resp.status().as_u16();
-            let route = resp
-                .headers()
-                .get("x-hearth-route")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_string();
-            let body = resp
-                .into_body()
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
-            (status, route, String::from_utf8_lossy(&body).into_owned())
-        }
+    match HttpRequest::get(&format!("{id}.localhost"), "/")
+        .send_async(addr)
+        .await
+    {
+        Ok(r) => (r.status, r.header("x-hearth-route").to_string(), r.text()),
         Err(e) => (0, String::new(), format!("{e:?}")),
     }
 }

@@ -4,7 +4,7 @@
 //! grace period against `drain_timeout`, every Secret and ConfigMap that is
 //! referenced exists with the keys used, the ConfigMap's `hearth.toml` is a
 //! config `hearth serve` accepts once the pod's variables are set). The
-//! Dockerfile's build command must be the one the README gives.
+//! Dockerfile's build command must be the one docs/container.md gives.
 //!
 //! This is a schema check of the fields hearth relies on, not a full
 //! Kubernetes schema validation (`kubeconform` is not packaged in the
@@ -373,12 +373,12 @@ fn every_referenced_secret_and_configmap_exists() {
     }
 }
 
-/// The Dockerfile builds with the README's command, runs as non-root,
+/// The Dockerfile builds with the command its doc gives, runs as non-root,
 /// exposes the config's ports and starts `hearth serve`.
 #[test]
-fn the_dockerfile_builds_as_the_readme_says() {
+fn the_dockerfile_builds_as_its_doc_says() {
     let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).expect("Dockerfile");
-    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let doc = std::fs::read_to_string(root().join("docs/container.md")).expect("docs/container.md");
     let build = dockerfile
         .lines()
         .find_map(|l| l.trim().strip_prefix("RUN cargo build "))
@@ -394,12 +394,12 @@ fn the_dockerfile_builds_as_the_readme_says() {
         })
         .expect("a RUN cargo build line");
     assert!(
-        readme.lines().any(|l| l.trim() == build),
-        "the README does not give the Dockerfile's build command `{build}`"
+        doc.lines().any(|l| l.trim() == build),
+        "docs/container.md does not give the Dockerfile's build command `{build}`"
     );
     assert!(
-        readme.contains("docker build -t hearth ."),
-        "the README gives the image build"
+        doc.contains("docker build -t hearth ."),
+        "docs/container.md gives the image build"
     );
     assert!(
         dockerfile.contains("rustup target add wasm32-wasip2"),

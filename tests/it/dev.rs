@@ -5,23 +5,16 @@
 //! a component, print why and leave the last good version answering; Ctrl-C
 //! exits cleanly.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_hearth");
+use hearth::testing::{HttpRequest, Process, Signal, TestResponse};
 
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use crate::BIN;
 
 /// Everything the process printed, stdout and stderr, as it arrives.
 #[derive(Clone, Default)]
@@ -60,28 +53,23 @@ impl Output {
     }
 }
 
-fn get(addr: SocketAddr) -> String {
+fn get(addr: SocketAddr) -> TestResponse {
     get_path(addr, "/x")
 }
 
-fn get_path(addr: SocketAddr, path: &str) -> String {
-    let mut s =
-        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: anything\r\nConnection: close\r\n\r\n"
-    )
-    .expect("write");
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).expect("read");
-    buf
+fn get_path(addr: SocketAddr, path: &str) -> TestResponse {
+    HttpRequest::get("anything", path)
+        .send(addr)
+        .expect("an answer")
 }
 
 /// Touches `file` (its modification time, not its content) until the
 /// answer passes `check`, for at most a few seconds.
-fn touch_until(file: &Path, addr: SocketAddr, check: impl Fn(&str) -> bool) -> String {
+fn touch_until(
+    file: &Path,
+    addr: SocketAddr,
+    check: impl Fn(&TestResponse) -> bool,
+) -> TestResponse {
     let f = std::fs::OpenOptions::new()
         .append(true)
         .open(file)
@@ -118,38 +106,39 @@ fn dev_rebuilds_redeploys_and_keeps_the_last_good_version() {
         d = dir.path().display(),
         echo = echo.display()
     );
-    let port = super::serve_node::free_port();
-    let mut child = Command::new(BIN)
-        .args(["dev", "--build", &build, "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--store")
-        .arg(dir.path().join("store"))
-        .arg(&wasm)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start hearth dev");
+    let port = crate::free_port();
+    let mut proc = Process::spawn(
+        Command::new(BIN)
+            .args(["dev", "--build", &build, "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--store")
+            .arg(dir.path().join("store"))
+            .arg(&wasm)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .expect("start hearth dev");
     let out = Output::default();
-    out.collect(child.stdout.take().expect("stdout"));
-    out.collect(child.stderr.take().expect("stderr"));
-    let mut proc = Proc(child);
+    out.collect(proc.take_stdout().expect("stdout"));
+    out.collect(proc.take_stderr().expect("stderr"));
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
 
     let text = out.wait_for("Ctrl-C to stop", Duration::from_secs(30));
     assert!(text.contains("GREETING, API_TOKEN"), "{text}");
     assert!(!text.contains("s3cret"), "a value was printed:\n{text}");
     // `.dev.vars` reach the Worker as vars.
-    let resp = get_path(addr, "/GREETING");
+    let resp = get_path(addr, "/GREETING").text();
     assert!(resp.contains("env=hi config=hi"), "{resp}");
-    let resp = get_path(addr, "/API_TOKEN");
+    let resp = get_path(addr, "/API_TOKEN").text();
     assert!(resp.contains("env=s3cret"), "{resp}");
     // Each request is printed with its status and timing.
     out.wait_for("GET /GREETING -> 200 in ", Duration::from_secs(2));
 
     // A change rebuilds: `echo` answers now.
-    let resp = touch_until(&wasm, addr, |r| r.contains("x-echo-served"));
-    assert!(resp.contains("x-echo-served"), "{resp}");
-    assert!(!resp.contains("env="), "{resp}");
+    let served_by_echo = |r: &TestResponse| r.headers.contains_key("x-echo-served");
+    let resp = touch_until(&wasm, addr, served_by_echo);
+    assert!(served_by_echo(&resp), "{resp:?}");
+    assert!(!resp.text().contains("env="), "{resp:?}");
 
     // A failed build: the error is shown, `echo` still answers.
     std::fs::write(dir.path().join("FAIL"), "").expect("fail marker");
@@ -163,7 +152,7 @@ fn dev_rebuilds_redeploys_and_keeps_the_last_good_version() {
         text.contains("still serving the last good version"),
         "{text}"
     );
-    assert!(get(addr).contains("x-echo-served"));
+    assert!(served_by_echo(&get(addr)));
 
     // A build that writes no component: the deploy's error, `echo` answers.
     std::fs::remove_file(dir.path().join("FAIL")).expect("unmark");
@@ -172,19 +161,11 @@ fn dev_rebuilds_redeploys_and_keeps_the_last_good_version() {
         out.text().contains("deploy of hello failed")
     });
     out.wait_for("deploy of hello failed", Duration::from_secs(1));
-    assert!(get(addr).contains("x-echo-served"));
+    assert!(served_by_echo(&get(addr)));
 
     // Ctrl-C stops it cleanly.
-    let pid = i32::try_from(proc.0.id()).expect("pid");
-    // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let status = loop {
-        if let Some(s) = proc.0.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "still running after Ctrl-C");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = proc
+        .stop(Signal::Int, Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("still running after Ctrl-C: {e}"));
     assert!(status.success(), "{status}; output:\n{}", out.text());
 }

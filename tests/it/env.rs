@@ -6,118 +6,60 @@
 //! tagged with its script and request ID, and a chatty one is held to its
 //! rate. One node for the whole file.
 
-use std::io::Write;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::serve_node::{BIN, ServeNode};
+use hearth::testing::NodeProcess;
+
+use crate::hearth;
 
 const TOKEN: &str = "env-test-admin-token-0123456789abcdef";
 /// The secret: it must never show up outside the Worker.
 const SECRET: &str = "s3cr3t-Value-7f1c2b9e";
 
-/// This file's node: a [`ServeNode`] and the commands a user types at it.
-struct Node(ServeNode);
+/// This file's node: a [`NodeProcess`] and the commands a user types at it.
+struct Node(NodeProcess);
 
 impl std::ops::Deref for Node {
-    type Target = ServeNode;
-    fn deref(&self) -> &ServeNode {
+    type Target = NodeProcess;
+    fn deref(&self) -> &NodeProcess {
         &self.0
     }
 }
 
 impl Node {
     fn start(dir: &Path) -> Node {
-        Node(ServeNode::start(dir, TOKEN, ""))
-    }
-
-    /// Runs `hearth ARGS` against this node with `stdin`; its output, or
-    /// its error output if it failed (`Err`).
-    fn hearth(&self, args: &[&str], stdin: &str) -> Result<String, String> {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .env("HEARTH_ADMIN_TOKEN", TOKEN)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run hearth");
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(stdin.as_bytes())
-            .expect("write stdin");
-        let out = child.wait_with_output().expect("hearth ends");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        if out.status.success() {
-            Ok(text)
-        } else {
-            Err(format!("{text}{}", String::from_utf8_lossy(&out.stderr)))
-        }
+        Node(NodeProcess::standalone(&hearth(), dir, TOKEN, "").expect("the node starts"))
     }
 
     fn deploy(&self, name: &str, extra: &[&str]) -> Result<String, String> {
         let path = hearth_sample_workers::path(name).expect("sample built");
-        let path = path.to_string_lossy().into_owned();
-        let mut args = vec!["deploy", "--admin", &self.admin, "--name", name];
-        args.extend_from_slice(extra);
-        args.push(&path);
-        self.hearth(&args, "")
+        self.0
+            .deploy(name, path, extra)
+            .expect("run hearth")
+            .into_result()
     }
 
     fn secret(&self, args: &[&str], stdin: &str) -> Result<String, String> {
-        let mut all = vec!["secret", "--admin", &self.admin];
+        let admin = self.admin_url();
+        let mut all = vec!["secret", "--admin", &admin];
         all.extend_from_slice(args);
-        self.hearth(&all, stdin)
-    }
-
-    /// GET `path` with `Host: host`; status and the whole response.
-    fn get(&self, addr: SocketAddr, host: &str, path: &str, auth: bool) -> (u16, String) {
-        use std::io::Read;
-        let mut s = std::net::TcpStream::connect(addr).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("timeout");
-        let auth = if auth {
-            format!("Authorization: Bearer {TOKEN}\r\n")
-        } else {
-            String::new()
-        };
-        write!(
-            s,
-            // HTTP/1.0: the body comes as is, not chunked.
-            "GET {path} HTTP/1.0\r\nHost: {host}\r\n{auth}\r\n"
-        )
-        .expect("write");
-        let mut buf = String::new();
-        s.read_to_string(&mut buf).expect("read");
-        let status = buf
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .expect("a status line");
-        (status, buf)
+        self.hearth(all, stdin).expect("run hearth").into_result()
     }
 
     /// The body of `GET path` on Worker `script`.
     fn worker(&self, script: &str, path: &str) -> String {
-        let (status, resp) = self.get(self.http, &format!("{script}.localhost"), path, false);
-        assert_eq!(status, 200, "{resp}");
-        resp.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default()
+        let resp = self
+            .get(&format!("{script}.localhost"), path)
+            .expect("an answer");
+        assert_eq!(resp.status, 200, "{resp:?}");
+        resp.text()
     }
 
-    /// An admin answer, whatever its status.
+    /// An admin answer (its headers and body), whatever its status.
     fn admin(&self, path: &str) -> String {
-        let addr: SocketAddr = self
-            .admin
-            .trim_start_matches("http://")
-            .parse()
-            .expect("admin addr");
-        self.get(addr, "admin", path, true).1
+        let resp = self.admin_get(path).expect("an answer");
+        format!("{:?}\n{}", resp.headers, resp.text())
     }
 }
 
@@ -205,7 +147,8 @@ fn vars_secrets_and_logs_on_a_real_node() {
     assert_eq!(list, "API_KEY\n");
 
     // No admin answer carries the value (nor its sealed form).
-    let record = std::fs::read_to_string(node.store.join("secrets/config-echo/API_KEY.json"))
+    let store = node.store().expect("the node's store");
+    let record = std::fs::read_to_string(store.join("secrets/config-echo/API_KEY.json"))
         .expect("the secret's record");
     let sealed: serde_json::Value = serde_json::from_str(&record).expect("json");
     let sealed = sealed["sealed"]
@@ -226,7 +169,7 @@ fn vars_secrets_and_logs_on_a_real_node() {
 
     // Stored encrypted: no file of the store holds the value.
     let mut files = Vec::new();
-    all_files(&node.store, &mut files);
+    all_files(store, &mut files);
     assert!(files.len() > 2, "the store has files");
     for (path, bytes) in &files {
         assert!(

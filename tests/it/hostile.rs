@@ -5,115 +5,41 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hearth_admin_client::{AdminClient, NodeStats};
+use hearth::testing::{NodeProcess, ServeCommand, Signal, TestResponse};
+use hearth_admin_client::NodeStats;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use super::serve_node::free_port;
+use crate::{free_port, hearth};
 
-const BIN: &str = env!("CARGO_BIN_EXE_hearth");
 const TOKEN: &str = "hostile-test-token-long-enough-for-the-node";
 
-/// A running `hearth serve`; killed when dropped.
-struct Serve {
-    child: Child,
-    http: SocketAddr,
-    admin: SocketAddr,
-    log: std::path::PathBuf,
+/// Deploys `workers` into a fresh store in `dir` and starts a node on it
+/// whose config has `extra` appended.
+fn start(dir: &Path, workers: &[&str], extra: &str) -> NodeProcess {
+    deploy(dir, workers);
+    NodeProcess::standalone(&hearth(), dir, TOKEN, extra).expect("the node starts")
 }
 
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+/// Deploys `workers` (samples) into the store `dir/store`.
+fn deploy(dir: &Path, workers: &[&str]) {
+    for w in workers {
+        let path = hearth_sample_workers::path(w).expect("sample built");
+        hearth()
+            .deploy(&dir.join("store"), w, path, &[])
+            .unwrap_or_else(|e| panic!("{e}"));
     }
 }
 
-impl Serve {
-    /// Deploys `workers` into a fresh store and starts a node whose config
-    /// has `extra` appended.
-    fn start(dir: &Path, workers: &[&str], extra: &str) -> Serve {
-        Self::start_with(dir, workers, extra, None)
-    }
-
-    /// [`Serve::start`], with the soft open-files limit lowered to
-    /// `soft_nofile` for the node, if given (as a login shell's 1024 is).
-    fn start_with(dir: &Path, workers: &[&str], extra: &str, soft_nofile: Option<u64>) -> Serve {
-        let store = dir.join("store");
-        for w in workers {
-            let path = hearth_sample_workers::path(w).expect("sample built");
-            let out = Command::new(BIN)
-                .args(["deploy", "--store"])
-                .arg(&store)
-                .args(["--name", w])
-                .arg(path)
-                .output()
-                .expect("run hearth deploy");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        let (http, admin) = (free_port(), free_port());
-        let cfg = dir.join("node.toml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "listen = \"127.0.0.1:{http}\"\nadmin = \"127.0.0.1:{admin}\"\nstore = \"{}\"\nadmin_token = \"{TOKEN}\"\n{extra}",
-                store.display()
-            ),
-        )
-        .expect("write config");
-        let log = dir.join("node.log");
-        let mut command = match soft_nofile {
-            Some(n) => {
-                let mut c = Command::new("sh");
-                c.args(["-c", &format!("ulimit -Sn {n} && exec \"$0\" \"$@\""), BIN]);
-                c
-            }
-            None => Command::new(BIN),
-        };
-        let child = command
-            .args(["serve", "--config"])
-            .arg(&cfg)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log"))
-            .spawn()
-            .expect("spawn hearth serve");
-        let s = Serve {
-            child,
-            http: ([127, 0, 0, 1], http).into(),
-            admin: ([127, 0, 0, 1], admin).into(),
-            log,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(s.http).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "node never listened: {}",
-                s.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        s
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// The node's counters, through the typed admin client.
-    async fn stats(&self) -> NodeStats {
-        AdminClient::new(&format!("http://{}", self.admin), Some(TOKEN.into()))
-            .expect("admin url")
-            .stats()
-            .await
-            .expect("admin answers")
-    }
+/// The node's counters, through the typed admin client.
+async fn stats(node: &NodeProcess) -> NodeStats {
+    node.admin_client()
+        .expect("admin url")
+        .stats()
+        .await
+        .expect("admin answers")
 }
 
 /// Sends `bytes` from `from` (an address on the loopback, or any) and reads
@@ -181,7 +107,7 @@ async fn outcome(mut s: TcpStream, within: Duration) -> (Option<u16>, bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_idle_posts_do_not_freeze_a_worker() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let node = Serve::start(
+    let node = start(
         dir.path(),
         &["echo"],
         "[limits]\nbody_idle_timeout = \"2s\"\nslot_wait = \"500ms\"\n",
@@ -189,12 +115,12 @@ async fn sixteen_idle_posts_do_not_freeze_a_worker() {
     // The reported attack: a head and one byte, then nothing, 16 times.
     let mut idle = Vec::new();
     for _ in 0..16 {
-        idle.push(stalled_post(node.http, "echo", 1).await.expect("connect"));
+        idle.push(stalled_post(node.http(), "echo", 1).await.expect("connect"));
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Those hold connections, not instances: the 17th is served at once.
     let t = Instant::now();
-    let (status, resp) = exchange(node.http, None, &get("echo"))
+    let (status, resp) = exchange(node.http(), None, &get("echo"))
         .await
         .expect("answer");
     assert_eq!(status, 200, "{resp}");
@@ -206,7 +132,7 @@ async fn sixteen_idle_posts_do_not_freeze_a_worker() {
         assert_eq!(status, Some(408), "{}", node.log());
         assert!(closed);
     }
-    assert_eq!(node.stats().await.client_timeouts, 16);
+    assert_eq!(stats(&node).await.client_timeouts, 16);
 
     // Clients that send enough to be handed to the Worker and then stall
     // do hold its 16 slots; a 17th waits at most the slot wait and gets
@@ -214,15 +140,15 @@ async fn sixteen_idle_posts_do_not_freeze_a_worker() {
     let mut held = Vec::new();
     for _ in 0..16 {
         held.push(
-            stalled_post(node.http, "echo", 80 * 1024)
+            stalled_post(node.http(), "echo", 80 * 1024)
                 .await
                 .expect("connect"),
         );
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(node.stats().await.in_flight, 16);
+    assert_eq!(stats(&node).await.in_flight, 16);
     let t = Instant::now();
-    let (status, resp) = exchange(node.http, None, &get("echo"))
+    let (status, resp) = exchange(node.http(), None, &get("echo"))
         .await
         .expect("answer");
     assert_eq!(status, 503, "{resp}");
@@ -235,8 +161,8 @@ async fn sixteen_idle_posts_do_not_freeze_a_worker() {
         let (_, closed) = outcome(s, Duration::from_secs(8)).await;
         assert!(closed, "a stalled body kept its connection");
     }
-    assert_eq!(node.stats().await.in_flight, 0);
-    let (status, resp) = exchange(node.http, None, &get("echo"))
+    assert_eq!(stats(&node).await.in_flight, 0);
+    let (status, resp) = exchange(node.http(), None, &get("echo"))
         .await
         .expect("answer");
     assert_eq!(status, 200, "{resp}");
@@ -245,28 +171,28 @@ async fn sixteen_idle_posts_do_not_freeze_a_worker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_fifty_six_stalled_sockets_do_not_starve_other_workers() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let node = Serve::start(
+    let node = start(
         dir.path(),
         &["echo", "hello"],
         "[limits]\nbody_idle_timeout = \"30s\"\nslot_wait = \"300ms\"\nmax_in_flight = 24\nmax_connections_per_peer = 1024\n",
     );
     // Half trickle, half hand their request over and then stall: echo's
     // slots are all held, and the rest wait for them.
-    let sockets = stalled_mix(node.http, 256).await;
+    let sockets = stalled_mix(node.http(), 256).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     // A Worker holds at most its own 16 of the node's 24 slots, so another
     // Worker is still served, promptly.
     for _ in 0..5 {
         let t = Instant::now();
-        let (status, resp) = exchange(node.http, None, &get("hello"))
+        let (status, resp) = exchange(node.http(), None, &get("hello"))
             .await
             .expect("answer");
         assert_eq!(status, 200, "{resp}");
         assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     }
-    assert!(node.stats().await.in_flight <= 16);
+    assert!(stats(&node).await.in_flight <= 16);
     assert!(
-        node.stats().await.busy > 0,
+        stats(&node).await.busy > 0,
         "excess requests for echo get 503"
     );
     drop(sockets);
@@ -275,21 +201,21 @@ async fn two_hundred_fifty_six_stalled_sockets_do_not_starve_other_workers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_address_cannot_take_every_connection() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let node = Serve::start(
+    let node = start(
         dir.path(),
         &["echo", "hello"],
         "[limits]\nmax_connections_per_peer = 32\n",
     );
     let mut sockets = Vec::new();
     for _ in 0..32 {
-        sockets.push(stalled_post(node.http, "echo", 1).await.expect("connect"));
+        sockets.push(stalled_post(node.http(), "echo", 1).await.expect("connect"));
     }
     // The 33rd from the same address is refused with a 503 at once, as soon
     // as the node has accepted the 32 (on a loaded machine that can take a
     // moment: until then a 33rd is simply served) ...
     let deadline = Instant::now() + Duration::from_secs(10);
     let (status, resp) = loop {
-        let (status, resp) = exchange(node.http, Some([127, 0, 0, 1]), &get("hello"))
+        let (status, resp) = exchange(node.http(), Some([127, 0, 0, 1]), &get("hello"))
             .await
             .expect("answer");
         if status == 503 || Instant::now() > deadline {
@@ -300,7 +226,7 @@ async fn one_address_cannot_take_every_connection() {
     assert_eq!(status, 503, "{resp}");
     assert!(resp.to_ascii_lowercase().contains("retry-after"), "{resp}");
     // ... while another client is served.
-    let (status, resp) = exchange(node.http, Some([127, 0, 0, 2]), &get("hello"))
+    let (status, resp) = exchange(node.http(), Some([127, 0, 0, 2]), &get("hello"))
         .await
         .expect("answer");
     assert_eq!(status, 200, "{resp}");
@@ -310,11 +236,11 @@ async fn one_address_cannot_take_every_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_goes_away_cancels_its_worker() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let node = Serve::start(dir.path(), &["cpu-hog"], "");
+    let node = start(dir.path(), &["cpu-hog"], "");
     // The reported case: 8 requests to a Worker that loops, each client
     // giving up after 0.3 s. Each would burn 30 s of CPU.
     for _ in 0..8 {
-        let mut s = connect(node.http, None).await.expect("connect");
+        let mut s = connect(node.http(), None).await.expect("connect");
         s.write_all(&get("cpu-hog")).await.expect("write");
         let mut buf = [0u8; 64];
         let r = tokio::time::timeout(Duration::from_millis(300), s.read(&mut buf)).await;
@@ -324,110 +250,79 @@ async fn a_client_that_goes_away_cancels_its_worker() {
     // Each invocation is cancelled within an epoch tick or so of its client
     // leaving, and nothing keeps running.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while node.stats().await.in_flight > 0 {
+    while stats(&node).await.in_flight > 0 {
         assert!(Instant::now() < deadline, "invocations kept running");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(node.stats().await.cancelled, 8, "{}", node.log());
-    assert_eq!(node.stats().await.cpu_kills, 0);
+    assert_eq!(stats(&node).await.cancelled, 8, "{}", node.log());
+    assert_eq!(stats(&node).await.cpu_kills, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_has_a_wall_clock_deadline() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let node = Serve::start(
+    let node = start(
         dir.path(),
         &["echo"],
         "[limits]\nbody_idle_timeout = \"60s\"\n\n[plans.free]\nrequest_wall = \"1s\"\n",
     );
     // A body that stops after being handed over: the idle timeout is long,
     // so it is the 1 s wall-clock deadline that frees the instance.
-    let s = stalled_post(node.http, "echo", 80 * 1024)
+    let s = stalled_post(node.http(), "echo", 80 * 1024)
         .await
         .expect("connect");
     let t = Instant::now();
     let (_, closed) = outcome(s, Duration::from_secs(10)).await;
     assert!(closed);
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
-    assert_eq!(node.stats().await.wall_kills, 1, "{}", node.log());
-    assert_eq!(node.stats().await.in_flight, 0);
+    assert_eq!(stats(&node).await.wall_kills, 1, "{}", node.log());
+    assert_eq!(stats(&node).await.in_flight, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_drains_even_with_stalled_clients_connected() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut node = Serve::start(
+    let mut node = start(
         dir.path(),
         &["echo"],
         "[limits]\nbody_idle_timeout = \"10m\"\ndrain_timeout = \"1s\"\n",
     );
-    let sockets = stalled_mix(node.http, 16).await;
+    let sockets = stalled_mix(node.http(), 16).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let pid = node.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .expect("kill")
-            .success()
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(s) = node.child.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the node did not exit: {}",
-            node.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    node.signal(Signal::Int).expect("SIGINT");
+    let status = node
+        .wait_exit_async(Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(status.success(), "exit {status}: {}", node.log());
     drop(sockets);
-}
-
-/// GET `path` on a node's admin listener: (status, body), or `None` if
-/// nothing answers.
-async fn admin_get(admin: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
-    exchange(admin, None, req.as_bytes()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_finishing_in_flight_requests_and_readyz_says_so() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut node = Serve::start(dir.path(), &["echo"], "[limits]\ndrain_timeout = \"20s\"\n");
+    let mut node = start(dir.path(), &["echo"], "[limits]\ndrain_timeout = \"20s\"\n");
+    let status = |r: std::io::Result<TestResponse>| r.ok().map(|r| r.status);
     assert_eq!(
-        admin_get(node.admin, "/readyz").await.map(|(s, _)| s),
+        status(node.admin_get_async("/readyz").await),
         Some(200),
         "a standalone node whose store answers is ready: {}",
         node.log()
     );
-    assert_eq!(
-        admin_get(node.admin, "/livez").await.map(|(s, _)| s),
-        Some(200)
-    );
+    assert_eq!(status(node.admin_get_async("/livez").await), Some(200));
     // A request in flight: its head and half its body sent.
-    let mut s = connect(node.http, None).await.expect("connect");
+    let mut s = connect(node.http(), None).await.expect("connect");
     s.write_all(b"POST / HTTP/1.1\r\nhost: echo.localhost\r\ncontent-length: 10\r\n\r\nhello")
         .await
         .expect("write");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let pid = node.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill")
-            .success()
-    );
+    node.signal(Signal::Term).expect("SIGTERM");
     // Not ready while it drains; the admin API answers until the end.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        match admin_get(node.admin, "/readyz").await {
-            Some((503, body)) => {
-                assert!(body.contains("not ready: draining"), "{body}");
+        match node.admin_get_async("/readyz").await {
+            Ok(r) if r.status == 503 => {
+                assert!(r.text().contains("not ready: draining"), "{}", r.text());
                 break;
             }
             other => assert!(
@@ -439,7 +334,7 @@ async fn sigterm_drains_finishing_in_flight_requests_and_readyz_says_so() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(
-        node.child.try_wait().expect("wait").is_none(),
+        node.try_exit().expect("wait").is_none(),
         "exited with a request in flight: {}",
         node.log()
     );
@@ -450,14 +345,10 @@ async fn sigterm_drains_finishing_in_flight_requests_and_readyz_says_so() {
     let resp = String::from_utf8_lossy(&resp);
     assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
     assert!(resp.contains("hello") && resp.contains("world"), "{resp}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(s) = node.child.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "did not exit: {}", node.log());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let status = node
+        .wait_exit_async(Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(status.success(), "exit {status}: {}", node.log());
     assert!(node.log().contains("SIGTERM: draining"), "{}", node.log());
 }
@@ -465,28 +356,26 @@ async fn sigterm_drains_finishing_in_flight_requests_and_readyz_says_so() {
 /// Starts `hearth serve` over `store` (with `extra` arguments) and expects
 /// it to refuse: its stderr.
 fn refused_start(store: &Path, extra: &[&str]) -> String {
-    let out = Command::new(BIN)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--store",
-        ])
-        .arg(store)
-        .args(extra)
-        .output()
-        .expect("run hearth serve");
-    assert!(!out.status.success());
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    let mut args = vec![
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--store",
+        store.to_str().expect("a UTF-8 temporary path"),
+    ];
+    args.extend_from_slice(extra);
+    let out = hearth().run(args, "").expect("run hearth serve");
+    assert!(!out.success());
+    out.stderr
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_from_the_config_file_serves_with_the_stores_dev_certificate() {
     let dir = tempfile::tempdir().expect("tempdir");
     let https = free_port();
-    let node = Serve::start(
+    let node = start(
         dir.path(),
         &["hello"],
         &format!("tls_listen = \"127.0.0.1:{https}\"\n"),
@@ -494,15 +383,11 @@ async fn https_from_the_config_file_serves_with_the_stores_dev_certificate() {
     let ca = dir.path().join("store/tls/dev-ca.pem");
     let client = hearth::testing::HttpsClient::trusting(&ca).expect("the store's dev CA");
     let addr: SocketAddr = ([127, 0, 0, 1], https).into();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(addr).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "no HTTPS listener: {}",
-            node.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert!(
+        hearth::testing::listening(addr, Duration::from_secs(10)),
+        "no HTTPS listener: {}",
+        node.log()
+    );
     for http2 in [true, false] {
         let (_, r) = client
             .get(addr, "hello.localhost", "/", http2)
@@ -516,7 +401,7 @@ async fn https_from_the_config_file_serves_with_the_stores_dev_certificate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_answer_names_its_node_and_announces_the_idle_close() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let node = Serve::start(dir.path(), &["hello"], "node_id = \"edge-7\"\n");
+    let node = start(dir.path(), &["hello"], "node_id = \"edge-7\"\n");
     // An unknown Worker is a 404 from the runtime, logged as a warning.
     for (host, status) in [
         ("hello.localhost", 200),
@@ -524,7 +409,7 @@ async fn every_answer_names_its_node_and_announces_the_idle_close() {
         ("nosuch.localhost", 404),
     ] {
         let head = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-        let (code, text) = exchange(node.http, None, head.as_bytes())
+        let (code, text) = exchange(node.http(), None, head.as_bytes())
             .await
             .expect("an answer");
         assert_eq!(code, status, "{text}");
@@ -545,25 +430,25 @@ async fn every_answer_names_its_node_and_announces_the_idle_close() {
 fn json_logs_are_one_object_per_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     let hello = hearth_sample_workers::path("hello").expect("sample built");
-    let out = Command::new(BIN)
-        .args([
-            "--log-format",
-            "json",
-            "deploy",
-            "--name",
-            "hello",
-            "--store",
-        ])
-        .arg(dir.path().join("store"))
-        .arg(hello)
-        .output()
+    let store = dir.path().join("store");
+    let (store, hello) = (store.to_str().expect("utf8"), hello.to_str().expect("utf8"));
+    let out = hearth()
+        .run(
+            [
+                "--log-format",
+                "json",
+                "deploy",
+                "--name",
+                "hello",
+                "--store",
+                store,
+                hello,
+            ],
+            "",
+        )
         .expect("run hearth deploy");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.success(), "{}", out.stderr);
+    let stderr = out.stderr;
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(!lines.is_empty(), "the deploy logs something");
     for line in lines {
@@ -708,7 +593,7 @@ fn the_docs_example_secrets_and_a_short_admin_token_stop_the_node() {
 #[test]
 fn a_config_with_last_releases_keys_starts_and_says_what_to_write() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let node = Serve::start(
+    let node = start(
         dir.path(),
         &[],
         "idle_timeout_s = 300\n[limits]\nslot_wait_ms = 500\n",
@@ -801,8 +686,15 @@ async fn the_node_raises_its_open_files_limit_and_logs_it() {
     };
     let (_, hard) = limits(std::process::id());
     let dir = tempfile::tempdir().expect("tempdir");
-    let node = Serve::start_with(dir.path(), &["hello"], "", Some(512));
-    let (soft, hard_now) = limits(node.child.id());
+    deploy(dir.path(), &["hello"]);
+    let node = ServeCommand::standalone(&hearth(), dir.path(), TOKEN, "")
+        .expect("config")
+        .soft_nofile(512)
+        .spawn()
+        .expect("the node starts");
+    node.wait_listening(hearth::testing::START_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (soft, hard_now) = limits(node.pid());
     assert_eq!(
         (soft.as_str(), hard_now.as_str()),
         (hard.as_str(), hard.as_str())

@@ -14,12 +14,13 @@
 //! `sdk/js`) through `HEARTH_JS_NODE_MODULES`; without it `hearth build`
 //! installs its own into a cache under the target dir.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use super::serve_node::{BIN, ServeNode};
+use hearth::testing::{HttpRequest, NodeProcess};
+
+use crate::BIN;
 
 const TOKEN: &str = "js-build-test-admin-token-0123456789";
 
@@ -112,41 +113,29 @@ fn build_errors_say_what_is_wrong() {
     assert!(out.contains("needs Node.js"), "{out}");
 }
 
-/// This file's node: a [`ServeNode`] and the commands a user types at it.
-struct Node(ServeNode);
+/// This file's node: a [`NodeProcess`] and the commands a user types at it.
+struct Node(NodeProcess);
 
 impl std::ops::Deref for Node {
-    type Target = ServeNode;
-    fn deref(&self) -> &ServeNode {
+    type Target = NodeProcess;
+    fn deref(&self) -> &NodeProcess {
         &self.0
     }
 }
 
 impl Node {
     fn start(dir: &Path, extra_config: &str) -> Node {
-        Node(ServeNode::start(dir, TOKEN, extra_config))
+        Node(
+            NodeProcess::standalone(&crate::hearth(), dir, TOKEN, extra_config)
+                .expect("the node starts"),
+        )
     }
 
     /// `hearth ARGS` against this node, with `stdin`; it must succeed.
     fn hearth(&self, args: &[&str], stdin: &str) -> String {
-        let mut cmd = hearth(args, &repo());
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("run hearth");
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(stdin.as_bytes())
-            .expect("write stdin");
-        let out = child.wait_with_output().expect("hearth ends");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "hearth {args:?}: {text}");
+        let out = hearth::testing::run(hearth(args, &repo()), stdin).expect("run hearth");
+        let text = out.output();
+        assert!(out.success(), "hearth {args:?}: {text}");
         text
     }
 
@@ -160,27 +149,17 @@ impl Node {
         headers: &str,
         body: &str,
     ) -> (u16, String) {
-        use std::io::Read;
-        let mut s = std::net::TcpStream::connect(self.http).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(20)))
-            .expect("timeout");
-        // HTTP/1.0: the body comes as is, not chunked.
-        write!(
-            s,
-            "{method} {path} HTTP/1.0\r\nHost: {script}.localhost\r\n{headers}\
-             Content-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .expect("write");
-        let mut buf = String::new();
-        s.read_to_string(&mut buf).expect("read");
-        let status = buf
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("no status line in {buf:?}; log: {}", self.log()));
-        let body = buf.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-        (status, body.to_string())
+        let mut req = HttpRequest::new(method, &format!("{script}.localhost"), path)
+            .body(body)
+            .timeout(Duration::from_secs(20));
+        for line in headers.split("\r\n").filter(|l| !l.is_empty()) {
+            let (name, value) = line.split_once(':').expect("a header line");
+            req = req.header(name.trim(), value.trim());
+        }
+        let resp = req
+            .send(self.http())
+            .unwrap_or_else(|e| panic!("{e}; log: {}", self.log()));
+        (resp.status, resp.text())
     }
 
     fn get(&self, script: &str, path: &str) -> (u16, String) {
@@ -310,7 +289,14 @@ fn a_hono_app_builds_unchanged_and_serves_routes_env_and_bindings() {
 
     // A secret put after the deploy is in env from the next request.
     let put = node.hearth(
-        &["secret", "--admin", &node.admin, "put", "hono", "API_KEY"],
+        &[
+            "secret",
+            "--admin",
+            &node.admin_url(),
+            "put",
+            "hono",
+            "API_KEY",
+        ],
         "k-123-secret",
     );
     assert!(put.contains("secret API_KEY of hono set"), "{put}");

@@ -76,6 +76,17 @@ async fn reused(source: &str, id: &str) -> (tempfile::TempDir, Runtime) {
     (dir, rt)
 }
 
+/// `source` built and deployed as `id` with the `auto` lifecycle on
+/// [`runtime_with_wall`] (the runtime's directory is returned to keep it
+/// alive).
+async fn with_wall(source: &str, id: &str, wall: Duration) -> (tempfile::TempDir, Runtime) {
+    let component = build_js(source).expect("builds");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime_with_wall(&dir, wall);
+    deploy(&rt, id, Lifecycle::Auto, component).await;
+    (dir, rt)
+}
+
 /// Waits until no invocation is running, so the next request finds the
 /// instance that served the last one idle.
 async fn settle(rt: &Runtime) {
@@ -137,14 +148,8 @@ async fn json(rt: &Runtime, id: &str, path: &str, headers: &[(&str, &str)]) -> s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_json_echo_sample_is_served_by_one_reused_instance() {
     let source = js_module_sample().expect("the sample's source");
-    let component = build_js(&source).expect("the sample builds");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rt = runtime(&dir);
-    assert_eq!(
-        deploy(&rt, "echo", Lifecycle::Auto, component).await,
-        Lifecycle::Reuse,
-        "auto reuses the engine's instances"
-    );
+    // `auto` reuses the engine's instances.
+    let (_dir, rt) = reused(&source, "echo").await;
 
     for i in 1..=20u64 {
         let (status, bytes, path, sent) = if i % 2 == 0 {
@@ -422,10 +427,7 @@ fn a_top_level_secure_random_differs_between_builds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wall_deadline_and_a_caller_that_leaves_end_a_request_and_its_instance() {
     let source = js_module_sample().expect("the sample's source");
-    let component = build_js(&source).expect("the sample builds");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rt = runtime_with_wall(&dir, Duration::from_millis(500));
-    deploy(&rt, "echo", Lifecycle::Auto, component).await;
+    let (_dir, rt) = with_wall(&source, "echo", Duration::from_millis(500)).await;
     assert_eq!(json(&rt, "echo", "/", &[]).await["served"], 1);
 
     // A 10 s timer, and timers left behind: the 500 ms deadline ends it.
@@ -598,10 +600,7 @@ async fn a_streamed_body_is_sent_as_the_worker_makes_it() {
 /// discarded, and the next request gets a new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_without_end_is_cut_at_the_wall_deadline() {
-    let component = build_js(STREAMS).expect("builds");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rt = runtime_with_wall(&dir, Duration::from_millis(500));
-    deploy(&rt, "streams", Lifecycle::Auto, component).await;
+    let (_dir, rt) = with_wall(STREAMS, "streams", Duration::from_millis(500)).await;
     let before = rt.stats();
     let req = http::Request::get("http://streams.localhost/forever")
         .body(body::empty())

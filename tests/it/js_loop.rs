@@ -18,13 +18,12 @@ use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use hearth::testing::build_js;
+use hearth::testing::{NodeProcess, build_js};
 
-use super::serve_node::{BIN, ServeNode, free_port};
+use crate::{free_port, hearth};
 
 const TOKEN: &str = "js-loop-test-admin-token-0123456789";
 
@@ -173,56 +172,27 @@ impl Origin {
     }
 }
 
-/// `hearth deploy --store STORE --plan paid ARGS`; it must succeed.
-fn deploy(store: &Path, args: &[&str]) {
-    let store = store.to_string_lossy();
-    let mut all = vec!["deploy", "--store", &store, "--plan", "paid"];
-    all.extend_from_slice(args);
-    let out = Command::new(BIN)
-        .args(&all)
-        .current_dir(repo())
-        .stdin(Stdio::null())
-        .output()
-        .expect("run hearth deploy");
-    assert!(
-        out.status.success(),
-        "hearth {all:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+/// `hearth deploy --store STORE --name NAME --plan paid EXTRA… WASM`; it
+/// must succeed.
+fn deploy(store: &Path, name: &str, extra: &[&str], wasm: &str) {
+    let mut all = vec!["--plan", "paid"];
+    all.extend_from_slice(extra);
+    hearth()
+        .deploy(store, name, Path::new(wasm), &all)
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// `GET path` on Worker `script` with `headers` (`name: value\r\n` lines):
-/// status and body.
-fn get(node: &ServeNode, script: &str, path: &str, headers: &str) -> (u16, Vec<u8>) {
-    let mut s = std::net::TcpStream::connect(node.http).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
-    // HTTP/1.0: the body comes as is, not chunked, and the connection ends
-    // with it.
-    write!(
-        s,
-        "GET {path} HTTP/1.0\r\nHost: {script}.localhost\r\n{headers}\r\n"
-    )
-    .expect("write");
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).expect("read");
-    let end = buf
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or_else(|| panic!("no head in {:?}", String::from_utf8_lossy(&buf)));
-    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status line in {head:?}; log: {}", node.log()));
-    (status, buf[end + 4..].to_vec())
+/// `GET path` on Worker `script`: status and body.
+fn get(node: &NodeProcess, script: &str, path: &str) -> (u16, Vec<u8>) {
+    let resp = node
+        .get(&format!("{script}.localhost"), path)
+        .unwrap_or_else(|e| panic!("{script} {path}: {e}; log: {}", node.log()));
+    (resp.status, resp.body.to_vec())
 }
 
 /// `GET path` on `script`, answered 200 with JSON: the JSON.
-fn json(node: &ServeNode, script: &str, path: &str, headers: &str) -> serde_json::Value {
-    let (status, body) = get(node, script, path, headers);
+fn json(node: &NodeProcess, script: &str, path: &str) -> serde_json::Value {
+    let (status, body) = get(node, script, path);
     let text = String::from_utf8_lossy(&body);
     assert_eq!(status, 200, "{script} {path}: {text}; log: {}", node.log());
     serde_json::from_slice(&body).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
@@ -250,35 +220,23 @@ fn js_workers_run_timers_fetch_env_and_ctx_on_the_engine_s_event_loop() {
 
     // Deployed into the store before the node starts, as js_build does.
     let store = dir.path().join("store");
-    deploy(&store, &["--name", "auth-w", "--lifecycle", "reuse", &test]);
+    deploy(&store, "auth-w", &["--lifecycle", "reuse"], &test);
     deploy(
         &store,
-        &[
-            "--name",
-            "user-a",
-            "--dispatch-only",
-            "--lifecycle",
-            "reuse",
-            &test,
-        ],
+        "user-a",
+        &["--dispatch-only", "--lifecycle", "reuse"],
+        &test,
     );
     deploy(
         &store,
-        &[
-            "--name",
-            "fail",
-            "--lifecycle",
-            "reuse",
-            "--allow-host",
-            &origin.url,
-            &test,
-        ],
+        "fail",
+        &["--lifecycle", "reuse", "--allow-host", &origin.url],
+        &test,
     );
     deploy(
         &store,
+        "loop",
         &[
-            "--name",
-            "loop",
             "--lifecycle",
             "reuse",
             "--var",
@@ -291,15 +249,17 @@ fn js_workers_run_timers_fetch_env_and_ctx_on_the_engine_s_event_loop() {
             &origin.url,
             "--allow-host",
             &closed,
-            &test,
         ],
+        &test,
     );
     // The origin is on loopback, which egress refuses unless allowed.
-    let node = ServeNode::start(
+    let node = NodeProcess::standalone(
+        &hearth(),
         dir.path(),
         TOKEN,
         "[egress]\nallow_private_addresses = true\n",
-    );
+    )
+    .expect("the node starts");
 
     timers_fire_in_order(&node);
     a_finished_request_s_timers_never_run_in_the_next(&node);
@@ -317,8 +277,8 @@ fn js_workers_run_timers_fetch_env_and_ctx_on_the_engine_s_event_loop() {
 /// delay, an interval cleared after three runs, a microtask checkpoint
 /// after each callback, `scheduler.wait`. Only orders no scheduling delay can change are
 /// asserted (a later-created timer with a delay 50 ms longer is due later).
-fn timers_fire_in_order(node: &ServeNode) {
-    let v = json(node, "loop", "/timers", "");
+fn timers_fire_in_order(node: &NodeProcess) {
+    let v = json(node, "loop", "/timers");
     let log: Vec<String> = serde_json::from_value(v["log"].clone()).expect("a log");
     let want: HashSet<&str> = [
         "t0",
@@ -359,13 +319,13 @@ fn timers_fire_in_order(node: &ServeNode) {
 /// never run, not even while a later request on the same instance waits
 /// on a timer of its own (the JSON-echo sample's `x-js-leave` and
 /// `x-js-sleep` do the same in js_engine.rs).
-fn a_finished_request_s_timers_never_run_in_the_next(node: &ServeNode) {
-    let first = json(node, "fail", "/leave", "");
+fn a_finished_request_s_timers_never_run_in_the_next(node: &NodeProcess) {
+    let first = json(node, "fail", "/leave");
     assert_eq!(first["leaked"], false);
     // The instance is idle again before the next request, so the next one
     // is served by it.
     std::thread::sleep(Duration::from_millis(50));
-    let second = json(node, "fail", "/sleep?ms=20", "");
+    let second = json(node, "fail", "/sleep?ms=20");
     assert_eq!(
         second["served"].as_u64(),
         first["served"].as_u64().map(|n| n + 1),
@@ -378,17 +338,12 @@ fn a_finished_request_s_timers_never_run_in_the_next(node: &ServeNode) {
 }
 
 fn fetch_reaches_an_allowed_origin_and_fails_with_a_reason(
-    node: &ServeNode,
+    node: &NodeProcess,
     origin: &Origin,
     closed: &str,
     denied: &str,
 ) {
-    let v = json(
-        node,
-        "loop",
-        &format!("/fetch?url={}/hello", origin.url),
-        "",
-    );
+    let v = json(node, "loop", &format!("/fetch?url={}/hello", origin.url));
     assert_eq!(v["status"], 200, "{v}");
     assert_eq!(
         v["body"], "GET /hello x-test=loop",
@@ -398,12 +353,7 @@ fn fetch_reaches_an_allowed_origin_and_fails_with_a_reason(
 
     // A redirect is followed (the final URL is the response's), unless
     // the request says `redirect: "manual"`.
-    let v = json(
-        node,
-        "loop",
-        &format!("/fetch?url={}/redirect", origin.url),
-        "",
-    );
+    let v = json(node, "loop", &format!("/fetch?url={}/redirect", origin.url));
     assert_eq!(v["status"], 200, "{v}");
     assert_eq!(v["body"], "GET /moved?from=redirect x-test=loop", "{v}");
     assert_eq!(
@@ -415,35 +365,34 @@ fn fetch_reaches_an_allowed_origin_and_fails_with_a_reason(
         node,
         "loop",
         &format!("/fetch?url={}/redirect&redirect=manual", origin.url),
-        "",
     );
     assert_eq!(v["status"], 302, "{v}");
     assert_eq!(v["location"], "/moved?from=redirect", "{v}");
 
     // Two at once: both answered, each its own.
-    let v = json(node, "loop", &format!("/fetch2?url={}/two", origin.url), "");
+    let v = json(node, "loop", &format!("/fetch2?url={}/two", origin.url));
     assert_eq!(v[0]["body"], "GET /two?n=1 x-test=-", "{v}");
     assert_eq!(v[1]["body"], "GET /two?n=2 x-test=-", "{v}");
 
     // Failures reject with a TypeError that says why.
-    let v = json(node, "loop", &format!("/fetch?url={denied}/x"), "");
+    let v = json(node, "loop", &format!("/fetch?url={denied}/x"));
     let error = v["error"].as_str().unwrap_or_default();
     assert!(error.starts_with("TypeError: "), "{v}");
     assert!(
         error.contains("request denied"),
         "not on the allow-list: {v}"
     );
-    let v = json(node, "loop", &format!("/fetch?url={closed}/x"), "");
+    let v = json(node, "loop", &format!("/fetch?url={closed}/x"));
     let error = v["error"].as_str().unwrap_or_default();
     assert!(error.starts_with("TypeError: "), "{v}");
     assert!(error.contains("connection refused"), "nobody listens: {v}");
-    let v = json(node, "loop", "/fetch?url=ftp://example.com/", "");
+    let v = json(node, "loop", "/fetch?url=ftp://example.com/");
     let error = v["error"].as_str().unwrap_or_default();
     assert!(error.contains("not an absolute http(s) URL"), "{v}");
 }
 
-fn env_holds_vars_and_bindings(node: &ServeNode) {
-    let v = json(node, "loop", "/env", "");
+fn env_holds_vars_and_bindings(node: &NodeProcess) {
+    let v = json(node, "loop", "/env");
     assert_eq!(
         v["vars"],
         serde_json::json!({"FOO": "bar"}),
@@ -455,7 +404,7 @@ fn env_holds_vars_and_bindings(node: &ServeNode) {
     assert_eq!(bindings, want);
 
     // A service binding: the path and query go to the bound Worker.
-    let v = json(node, "loop", "/auth", "");
+    let v = json(node, "loop", "/auth");
     assert_eq!(v["status"], 200, "{v}");
     assert_eq!(v["header"], "callee", "{v}");
     let callee: serde_json::Value =
@@ -467,7 +416,7 @@ fn env_holds_vars_and_bindings(node: &ServeNode) {
 
     // A dispatch namespace's user Worker, with a method and a body; the
     // URL's host is replaced by the user Worker's.
-    let v = json(node, "loop", "/dispatch?name=user-a", "");
+    let v = json(node, "loop", "/dispatch?name=user-a");
     assert_eq!(v["status"], 200, "{v}");
     let callee: serde_json::Value =
         serde_json::from_str(v["body"].as_str().unwrap_or_default()).expect("callee JSON");
@@ -479,8 +428,8 @@ fn env_holds_vars_and_bindings(node: &ServeNode) {
 
 /// `ctx.waitUntil`: the answer comes while the work still waits on the
 /// origin's gate; the work finishes after it (its second fetch arrives).
-fn wait_until_work_runs_after_the_response(node: &ServeNode, origin: &Origin) {
-    let v = json(node, "loop", &format!("/wait-gate?url={}", origin.url), "");
+fn wait_until_work_runs_after_the_response(node: &NodeProcess, origin: &Origin) {
+    let v = json(node, "loop", &format!("/wait-gate?url={}", origin.url));
     assert_eq!(v["waiting"], true, "{v}");
     assert!(origin.saw("GET /gate "), "the work started");
     origin.open_gate();
@@ -492,8 +441,8 @@ fn wait_until_work_runs_after_the_response(node: &ServeNode, origin: &Origin) {
 }
 
 /// A 3 MiB response body from the Worker, and a 3 MiB body fetched whole.
-fn large_bodies_stream_both_ways(node: &ServeNode, origin: &Origin) {
-    let (status, body) = get(node, "loop", "/big?kb=3072", "");
+fn large_bodies_stream_both_ways(node: &NodeProcess, origin: &Origin) {
+    let (status, body) = get(node, "loop", "/big?kb=3072");
     assert_eq!(status, 200);
     assert_eq!(body.len(), 3 << 20);
     assert!(
@@ -502,12 +451,7 @@ fn large_bodies_stream_both_ways(node: &ServeNode, origin: &Origin) {
             .all(|(i, &b)| usize::from(b) == i % 251),
         "the bytes arrive unchanged"
     );
-    let v = json(
-        node,
-        "loop",
-        &format!("/fetch-len?url={}/big", origin.url),
-        "",
-    );
+    let v = json(node, "loop", &format!("/fetch-len?url={}/big", origin.url));
     let sum = (0..3u64 << 20).fold(0, |s, i| (s + (i % 253) * (i % 7)) % 1_000_003);
     assert_eq!(
         v,
@@ -519,7 +463,7 @@ fn large_bodies_stream_both_ways(node: &ServeNode, origin: &Origin) {
 /// nothing can settle each answer 500; those and a fetch still running at
 /// the end retire the instance (the next request starts a new one); a
 /// fetch aborted by its signal does not.
-fn a_failed_request_answers_500_and_retires_the_instance(node: &ServeNode, origin: &Origin) {
+fn a_failed_request_answers_500_and_retires_the_instance(node: &NodeProcess, origin: &Origin) {
     // An aborted fetch is not one still running: the instance stays.
     let v = keeps_its_instance(node, &format!("/fetch-abort?url={}", origin.url));
     assert_eq!(
@@ -528,27 +472,26 @@ fn a_failed_request_answers_500_and_retires_the_instance(node: &ServeNode, origi
     );
 
     for route in ["/throw", "/reject", "/not-response", "/never"] {
-        assert!(json(node, "fail", "/", "")["served"].as_u64() >= Some(1));
-        assert!(json(node, "fail", "/", "")["served"].as_u64() >= Some(2));
-        let (status, body) = get(node, "fail", route, "");
+        assert!(json(node, "fail", "/")["served"].as_u64() >= Some(1));
+        assert!(json(node, "fail", "/")["served"].as_u64() >= Some(2));
+        let (status, body) = get(node, "fail", route);
         assert_eq!(status, 500, "{route}: {}", String::from_utf8_lossy(&body));
         assert_eq!(body, b"Internal Server Error", "{route}");
         assert_eq!(
-            json(node, "fail", "/", "")["served"],
+            json(node, "fail", "/")["served"],
             1,
             "{route}: a new instance"
         );
     }
-    json(node, "fail", "/", "");
+    json(node, "fail", "/");
     let v = json(
         node,
         "fail",
         &format!("/fetch-leave?url={}/slow", origin.url),
-        "",
     );
     assert_eq!(v["left"], true);
     assert_eq!(
-        json(node, "fail", "/", "")["served"],
+        json(node, "fail", "/")["served"],
         1,
         "a fetch still running retires the instance"
     );
@@ -566,7 +509,7 @@ fn a_failed_request_answers_500_and_retires_the_instance(node: &ServeNode, origi
 /// instance serves on; nor is one aborted after its first piece, whose
 /// next read rejects with the abort. A body the Worker stopped reading
 /// costs no CPU while the Worker waits on something else.
-fn fetched_bodies_stream_and_one_left_unread_is_dropped(node: &ServeNode, origin: &Origin) {
+fn fetched_bodies_stream_and_one_left_unread_is_dropped(node: &NodeProcess, origin: &Origin) {
     let v = keeps_its_instance(node, &format!("/fetch-status?url={}/big", origin.url));
     assert_eq!(v["status"], 200, "{v}");
 
@@ -578,7 +521,6 @@ fn fetched_bodies_stream_and_one_left_unread_is_dropped(node: &ServeNode, origin
         node,
         "fail",
         &format!("/read-one-then-wait?url={}/big", origin.url),
-        "",
     );
     let spent = hearth::testing::ProcStat::of(node.pid())
         .expect("the node's /proc stat")
@@ -599,7 +541,7 @@ fn fetched_bodies_stream_and_one_left_unread_is_dropped(node: &ServeNode, origin
     );
 
     // Last: it lets every /drip send its rest.
-    let mut s = std::net::TcpStream::connect(node.http).expect("connect");
+    let mut s = std::net::TcpStream::connect(node.http()).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(20)))
         .expect("timeout");
     write!(
@@ -631,10 +573,10 @@ fn fetched_bodies_stream_and_one_left_unread_is_dropped(node: &ServeNode, origin
 
 /// Waits until the node runs no invocation (`hearth_in_flight 0` in its
 /// unauthenticated `/metrics`).
-fn idle(node: &ServeNode) {
+fn idle(node: &NodeProcess) {
     let mut last = String::new();
     for _ in 0..1000 {
-        last = node.metrics();
+        last = node.metrics().expect("/metrics");
         if last.lines().any(|l| l == "hearth_in_flight 0") {
             return;
         }
@@ -645,19 +587,19 @@ fn idle(node: &ServeNode) {
 
 /// `GET path` on `fail` (answered 200 with JSON), checked to leave the
 /// instance that served it serving the next request: the JSON.
-fn keeps_its_instance(node: &ServeNode, path: &str) -> serde_json::Value {
+fn keeps_its_instance(node: &NodeProcess, path: &str) -> serde_json::Value {
     // A client has its answer before the instance has finished the
     // request (the end-of-request work, a body left unread dropped): wait
     // until that instance is idle, or it would come back into the pool
     // after the requests below and serve the last one.
     idle(node);
-    let before = json(node, "fail", "/", "")["served"].as_u64();
-    let v = json(node, "fail", path, "");
+    let before = json(node, "fail", "/")["served"].as_u64();
+    let v = json(node, "fail", path);
     // Idle again before the next request, so the next one is served by it
     // unless it was retired.
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(
-        json(node, "fail", "/", "")["served"].as_u64(),
+        json(node, "fail", "/")["served"].as_u64(),
         before.map(|n| n + 2),
         "{path} retired its instance: {v}"
     );
@@ -665,7 +607,7 @@ fn keeps_its_instance(node: &ServeNode, path: &str) -> serde_json::Value {
 }
 
 /// Waits (10 s at most) until the node's log holds `line`.
-fn wait_for_log(node: &ServeNode, line: &str) {
+fn wait_for_log(node: &NodeProcess, line: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !node.log().contains(line) {
         assert!(
@@ -677,8 +619,8 @@ fn wait_for_log(node: &ServeNode, line: &str) {
     }
 }
 
-fn an_unhandled_rejection_is_one_line_of_the_log(node: &ServeNode) {
-    assert_eq!(json(node, "loop", "/unhandled", "")["ok"], true);
+fn an_unhandled_rejection_is_one_line_of_the_log(node: &NodeProcess) {
+    assert_eq!(json(node, "loop", "/unhandled")["ok"], true);
     wait_for_log(
         node,
         "Uncaught (in promise) Error: nobody handles this at fetch (worker.js:",

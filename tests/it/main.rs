@@ -9,7 +9,9 @@
 //!
 //! Every test therefore shares its process with the others: it must not set
 //! process-wide state (environment variables, the working directory, signal
-//! handlers, rlimits; start a child process for those), bind fixed ports, or
+//! handlers, rlimits; start a child process for those), bind fixed ports (the
+//! docs' console examples alone use 8000-9999, one document at a time: see
+//! `docs.rs`), or
 //! count the process's own threads, files or children. Each module is one
 //! former file, named as before; run one with
 //! `cargo test --release --test it serve::` (or one test with
@@ -21,6 +23,7 @@ mod cluster;
 mod demo;
 mod deploy_manifests;
 mod dev;
+mod docs;
 mod egress;
 mod env;
 mod front_door;
@@ -35,12 +38,26 @@ mod js_loop;
 mod js_web;
 mod nested;
 mod otlp;
+mod redirects;
 mod rolling_upgrade;
 mod routes;
 mod s3;
 mod serve;
-mod serve_node;
 mod tail;
 mod tail_bounds;
 mod unknown_names;
 mod versions;
+
+/// The `hearth` binary under test.
+const BIN: &str = env!("CARGO_BIN_EXE_hearth");
+
+/// The `hearth` binary under test, for the process harness
+/// (`hearth::testing::NodeProcess` and the commands a user types).
+fn hearth() -> hearth::testing::Hearth {
+    hearth::testing::Hearth::new(BIN)
+}
+
+/// A port on 127.0.0.1 that was free a moment ago.
+fn free_port() -> u16 {
+    hearth::testing::tcp_port().expect("a free port")
+}

@@ -4,29 +4,65 @@
 //! Workers are named so that their homes differ, and the nodes that served
 //! each level are checked from `x-hearth-node` as the samples report it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use hearth::cluster::ClusterConfig;
 use hearth::runtime::limits::MAX_DEPTH;
-use hearth::runtime::{Manifest, Plan};
+use hearth::runtime::{Lifecycle, Manifest, Plan, RuntimeConfig};
 use hearth::sharding::admission::OverloadConfig;
-use hearth::testing::TestCluster;
+use hearth::testing::{HttpRequest, TestCluster, TestResponse, eventually};
 
-fn sample(name: &str) -> Vec<u8> {
-    hearth_sample_workers::bytes(name).expect("sample built")
+/// How long a test waits for an asynchronous effect (a bounded wait, not a
+/// timing assertion).
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// `n` nodes whose runtimes pool 64 instances and are then configured by
+/// `runtime`.
+async fn cluster_with(
+    n: usize,
+    runtime: impl Fn(RuntimeConfig) -> RuntimeConfig + Send + Sync + 'static,
+) -> TestCluster {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = ClusterConfig::new(n, dir.path());
+    cfg.runtime = Arc::new(move |c| runtime(c.instance_pool_size(64)));
+    TestCluster::with_config(cfg, Some(dir))
+        .await
+        .expect("cluster")
 }
 
-/// Polls `f` for up to 10 s (a bounded wait for an asynchronous effect, not
-/// a timing assertion); whether it became true.
-async fn eventually(mut f: impl FnMut() -> bool) -> bool {
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while !f() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .is_ok()
+/// Deploys the sample `sample` as `id` with `manifest` through node 0.
+async fn deploy(c: &TestCluster, id: &str, manifest: Manifest, sample: &str) {
+    let wasm = hearth_sample_workers::bytes(sample).expect("sample built");
+    c.deploy_manifest(id, manifest, wasm).await.expect("deploy");
+}
+
+/// `cpu-hog`'s manifest: the paid plan, a fresh instance per request.
+fn hog() -> Manifest {
+    Manifest {
+        lifecycle: Lifecycle::Fresh,
+        ..Manifest::from(Plan::Paid)
+    }
+}
+
+/// A platform's manifest (the `dispatcher` sample): the dispatch namespace
+/// `users` holding `users`, and `outbound` as its outbound Worker.
+fn platform(users: &[&str], outbound: &str) -> Manifest {
+    let mut m = Manifest::default();
+    let namespace = m.bindings.dispatch.entry("users".into()).or_default();
+    for u in users {
+        namespace.insert((*u).to_string());
+    }
+    m.bindings.outbound = Some(outbound.into());
+    m
+}
+
+/// `GET /` of Worker `id` through node `i`, with `headers`.
+async fn get_with(c: &TestCluster, i: usize, id: &str, headers: &[(&str, &str)]) -> TestResponse {
+    c.send(i, id, http::Method::GET, "/", Bytes::new(), headers)
+        .await
+        .expect("request")
 }
 
 /// What the `tail-log` Worker `traces` on node `home` has received, once
@@ -89,9 +125,7 @@ async fn deploy_chain(c: &TestCluster, names: &[String]) {
             Some(next) => manifest(&[("next", next)]),
             None => Manifest::default(),
         };
-        c.deploy_manifest(name, m, sample("relay"))
-            .await
-            .expect("deploy");
+        deploy(c, name, m, "relay").await;
     }
 }
 
@@ -155,12 +189,8 @@ async fn a_loop_of_bindings_stops_at_the_depth_limit() {
     let c = TestCluster::start(3).await.expect("cluster");
     let names = names_on_distinct_homes(&c, "loop", 2);
     let (a, b) = (&names[0], &names[1]);
-    c.deploy_manifest(a, manifest(&[("next", b)]), sample("relay"))
-        .await
-        .expect("deploy");
-    c.deploy_manifest(b, manifest(&[("next", a)]), sample("relay"))
-        .await
-        .expect("deploy");
+    deploy(&c, a, manifest(&[("next", b)]), "relay").await;
+    deploy(&c, b, manifest(&[("next", a)]), "relay").await;
     let r = c.get(0, a, "/").await.expect("request");
     assert_eq!(r.status, 508, "{}", r.text());
     assert!(r.text().contains("loop detected"), "{}", r.text());
@@ -176,7 +206,7 @@ async fn a_loop_of_bindings_stops_at_the_depth_limit() {
     assert_eq!(too_deep, 1, "counted");
     // Nothing is left running or holding a slot.
     assert!(
-        eventually(|| (0..3).all(|i| c.stats(i).runtime.in_flight == 0)).await,
+        eventually(SETTLE, || (0..3).all(|i| c.stats(i).runtime.in_flight == 0)).await,
         "instance slots released"
     );
 }
@@ -184,29 +214,15 @@ async fn a_loop_of_bindings_stops_at_the_depth_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_reaches_nothing_outside_its_bindings() {
     let c = TestCluster::start(3).await.expect("cluster");
-    c.deploy("hello", Plan::Free, sample("hello"))
-        .await
-        .expect("deploy");
-    c.deploy_manifest("r", manifest(&[("greet", "hello")]), sample("relay"))
-        .await
-        .expect("deploy");
+    deploy(&c, "hello", Plan::Free.into(), "hello").await;
+    deploy(&c, "r", manifest(&[("greet", "hello")]), "relay").await;
     for url in [
         "http://hello.internal/",                // the script ID, not a binding name
         "http://hello.localhost/",               // an external host, no outbound Worker
         "http://hello.users.dispatch.internal/", // no such namespace
         "http://greet.other.internal/",          // not the binding scheme
     ] {
-        let r = c
-            .send(
-                0,
-                "r",
-                http::Method::GET,
-                "/",
-                Bytes::new(),
-                &[("x-relay-to", url)],
-            )
-            .await
-            .expect("request");
+        let r = get_with(&c, 0, "r", &[("x-relay-to", url)]).await;
         // Denied: the relay answers as the end of a chain.
         assert_eq!((r.status, r.text()), (200, "r".to_string()), "{url}");
     }
@@ -214,29 +230,15 @@ async fn a_worker_reaches_nothing_outside_its_bindings() {
     let denied: u64 = (0..3).map(|i| c.stats(i).runtime.nested_denied).sum();
     assert_eq!(denied, 4, "each denial counted");
     // The binding it has works.
-    let r = c
-        .send(
-            0,
-            "r",
-            http::Method::GET,
-            "/",
-            Bytes::new(),
-            &[("x-relay-to", "http://greet.internal/")],
-        )
-        .await
-        .expect("request");
+    let r = get_with(&c, 0, "r", &[("x-relay-to", "http://greet.internal/")]).await;
     assert_eq!(r.text(), "r > hello from hello");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_cannot_forge_the_hosts_headers_trust_or_depth() {
     let c = TestCluster::start(3).await.expect("cluster");
-    c.deploy("echo", Plan::Free, sample("echo"))
-        .await
-        .expect("deploy");
-    c.deploy_manifest("r", manifest(&[("next", "echo")]), sample("relay"))
-        .await
-        .expect("deploy");
+    deploy(&c, "echo", Plan::Free.into(), "echo").await;
+    deploy(&c, "r", manifest(&[("next", "echo")]), "relay").await;
     // The relay sends these on as x-hearth-trust etc.
     let forged = [
         ("x-forward-hearth-trust", "platform"),
@@ -245,10 +247,7 @@ async fn a_guest_cannot_forge_the_hosts_headers_trust_or_depth() {
         ("x-forward-hearth-cpu-ms", "999999999"),
         ("x-forward-hearth-tail", "spy"),
     ];
-    let r = c
-        .send(1, "r", http::Method::GET, "/", Bytes::new(), &forged)
-        .await
-        .expect("request");
+    let r = get_with(&c, 1, "r", &forged).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-echo-x-hearth-trust"), "standard");
     assert_eq!(r.header("x-echo-x-hearth-caller"), "r");
@@ -259,25 +258,14 @@ async fn a_guest_cannot_forge_the_hosts_headers_trust_or_depth() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nested_worker_gets_no_more_cpu_than_its_caller_had_left() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut cfg = ClusterConfig::new(3, dir.path());
     // The caller's plan allows 300 ms of CPU; the callee's 60 s.
-    cfg.runtime = std::sync::Arc::new(|c| {
-        c.instance_pool_size(64)
-            .request_cpu(Plan::Free, Duration::from_millis(300))
+    let c = cluster_with(3, |c| {
+        c.request_cpu(Plan::Free, Duration::from_millis(300))
             .request_cpu(Plan::Paid, Duration::from_secs(60))
-    });
-    let c = TestCluster::with_config(cfg, Some(dir))
-        .await
-        .expect("cluster");
-    let mut hog = Manifest::from(Plan::Paid);
-    hog.lifecycle = hearth::runtime::Lifecycle::Fresh;
-    c.deploy_manifest("hog", hog, sample("cpu-hog"))
-        .await
-        .expect("deploy");
-    c.deploy_manifest("r", manifest(&[("next", "hog")]), sample("relay"))
-        .await
-        .expect("deploy");
+    })
+    .await;
+    deploy(&c, "hog", hog(), "cpu-hog").await;
+    deploy(&c, "r", manifest(&[("next", "hog")]), "relay").await;
     let r = c.get(0, "r", "/").await.expect("request");
     assert_eq!(r.status, 503, "{}", r.text());
     let text = r.text();
@@ -296,25 +284,16 @@ async fn the_workers_for_platforms_flow_goes_through_the_outbound_worker() {
     let c = TestCluster::start(3).await.expect("cluster");
     let names = names_on_distinct_homes(&c, "wfp", 3);
     let (dispatcher, user, egress) = (&names[0], &names[1], &names[2]);
-    let mut m = Manifest::default();
-    m.bindings
-        .dispatch
-        .entry("users".into())
-        .or_default()
-        .insert(user.clone());
-    m.bindings.outbound = Some(egress.clone());
-    c.deploy_manifest(dispatcher, m, sample("dispatcher"))
-        .await
-        .expect("deploy");
-    c.deploy("user-a-direct", Plan::Free, sample("user-app"))
-        .await
-        .expect("deploy");
-    c.deploy(user, Plan::Free, sample("user-app"))
-        .await
-        .expect("deploy");
-    c.deploy(egress, Plan::Free, sample("egress"))
-        .await
-        .expect("deploy");
+    deploy(
+        &c,
+        dispatcher,
+        platform(&[user.as_str()], egress),
+        "dispatcher",
+    )
+    .await;
+    deploy(&c, "user-a-direct", Plan::Free.into(), "user-app").await;
+    deploy(&c, user, Plan::Free.into(), "user-app").await;
+    deploy(&c, egress, Plan::Free.into(), "egress").await;
     let entry = (c.home_of(dispatcher).expect("home") + 1) % 3;
 
     let r = c
@@ -359,51 +338,25 @@ async fn the_workers_for_platforms_flow_goes_through_the_outbound_worker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_middle_node_mid_flow_fails_the_flow_cleanly_and_once() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut cfg = ClusterConfig::new(3, dir.path());
     // The last link spins until its CPU limit (3 s), long enough to kill
     // the node in the middle while it waits.
-    cfg.runtime = std::sync::Arc::new(|c| {
-        c.instance_pool_size(64)
-            .request_cpu(Plan::Paid, Duration::from_secs(3))
-    });
-    let mut c = TestCluster::with_config(cfg, Some(dir))
-        .await
-        .expect("cluster");
+    let mut c = cluster_with(3, |c| c.request_cpu(Plan::Paid, Duration::from_secs(3))).await;
     let names = names_on_distinct_homes(&c, "mid", 3);
     let (first, middle, last) = (&names[0], &names[1], &names[2]);
-    c.deploy_manifest(first, manifest(&[("next", middle)]), sample("relay"))
-        .await
-        .expect("deploy");
-    c.deploy_manifest(middle, manifest(&[("next", last)]), sample("relay"))
-        .await
-        .expect("deploy");
-    let mut hog = Manifest::from(Plan::Paid);
-    hog.lifecycle = hearth::runtime::Lifecycle::Fresh;
-    c.deploy_manifest(last, hog, sample("cpu-hog"))
-        .await
-        .expect("deploy");
+    deploy(&c, first, manifest(&[("next", middle)]), "relay").await;
+    deploy(&c, middle, manifest(&[("next", last)]), "relay").await;
+    deploy(&c, last, hog(), "cpu-hog").await;
     let homes: Vec<usize> = names.iter().map(|n| c.home_of(n).expect("home")).collect();
     let addr = c.node(homes[0]).http_addr;
-    let id = first.clone();
+    let request = HttpRequest::get(&format!("{first}.localhost"), "/");
     let flow = tokio::spawn(async move {
-        use http_body_util::BodyExt;
-        let client =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .build_http::<http_body_util::Full<Bytes>>();
-        let req = http::Request::get(format!("http://{addr}/"))
-            .header(http::header::HOST, format!("{id}.localhost"))
-            .body(http_body_util::Full::new(Bytes::new()))
-            .expect("request");
-        let resp = client.request(req).await.expect("an answer");
-        let status = resp.status().as_u16();
-        let body = resp.into_body().collect().await.expect("body").to_bytes();
-        (status, String::from_utf8_lossy(&body).into_owned())
+        let resp = request.send_async(addr).await.expect("an answer");
+        (resp.status, resp.text())
     });
     // Wait until the last link is running (the middle one waits for it).
     let last_home = homes[2];
     assert!(
-        eventually(|| c.stats(last_home).runtime.in_flight >= 1).await,
+        eventually(SETTLE, || c.stats(last_home).runtime.in_flight >= 1).await,
         "the flow reached its last level"
     );
     c.kill(homes[1]);
@@ -421,51 +374,27 @@ async fn killing_the_middle_node_mid_flow_fails_the_flow_cleanly_and_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tail_worker_gets_the_whole_flow_from_every_node_in_one_invocation() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut cfg = ClusterConfig::new(3, dir.path());
     // One instance per Worker and node, reused: `tail-log` keeps what it
     // received in that instance's memory.
-    cfg.runtime = std::sync::Arc::new(|c| {
-        c.instance_pool_size(64)
-            .reuse(hearth::runtime::ReusePolicy {
-                max_concurrency: 1,
-                ..hearth::runtime::ReusePolicy::default()
-            })
-    });
-    let c = TestCluster::with_config(cfg, Some(dir))
-        .await
-        .expect("cluster");
+    let c = cluster_with(3, |c| {
+        c.reuse(hearth::runtime::ReusePolicy {
+            max_concurrency: 1,
+            ..hearth::runtime::ReusePolicy::default()
+        })
+    })
+    .await;
     let names = names_on_distinct_homes(&c, "traced", 3);
     let (dispatcher, user, egress) = (&names[0], &names[1], &names[2]);
-    let mut m = Manifest::default();
-    m.bindings
-        .dispatch
-        .entry("users".into())
-        .or_default()
-        .insert(user.clone());
-    m.bindings
-        .dispatch
-        .entry("users".into())
-        .or_default()
-        .insert("crashy".into());
-    m.bindings.outbound = Some(egress.clone());
+    let mut m = platform(&[user.as_str(), "crashy"], egress);
     m.bindings.tail = vec!["traces".into()];
-    c.deploy_manifest(dispatcher, m, sample("dispatcher"))
-        .await
-        .expect("deploy");
-    c.deploy(user, Plan::Free, sample("user-app"))
-        .await
-        .expect("deploy");
-    c.deploy(egress, Plan::Free, sample("egress"))
-        .await
-        .expect("deploy");
+    deploy(&c, dispatcher, m, "dispatcher").await;
+    deploy(&c, user, Plan::Free.into(), "user-app").await;
+    deploy(&c, egress, Plan::Free.into(), "egress").await;
     let reuse = Manifest {
-        lifecycle: hearth::runtime::Lifecycle::Reuse,
+        lifecycle: Lifecycle::Reuse,
         ..Manifest::default()
     };
-    c.deploy_manifest("traces", reuse, sample("tail-log"))
-        .await
-        .expect("deploy");
+    deploy(&c, "traces", reuse, "tail-log").await;
     let tail_home = c.home_of("traces").expect("home");
     let entry = (c.home_of(dispatcher).expect("home") + 1) % 3;
 
@@ -529,9 +458,7 @@ async fn the_tail_worker_gets_the_whole_flow_from_every_node_in_one_invocation()
     );
 
     // A user Worker that traps: its exception is in the flow's events.
-    c.deploy("crashy", Plan::Free, sample("trap"))
-        .await
-        .expect("deploy");
+    deploy(&c, "crashy", Plan::Free.into(), "trap").await;
     let r = c
         .get(entry, dispatcher, "/crashy/x")
         .await
@@ -553,31 +480,12 @@ async fn the_tail_worker_gets_the_whole_flow_from_every_node_in_one_invocation()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_worker_keeps_its_outbound_worker_through_its_own_bindings() {
     let c = TestCluster::start(3).await.expect("cluster");
-    let mut m = Manifest::default();
-    m.bindings
-        .dispatch
-        .entry("users".into())
-        .or_default()
-        .insert("shop".into());
-    m.bindings.outbound = Some("egress".into());
-    c.deploy_manifest("platform", m, sample("dispatcher"))
-        .await
-        .expect("deploy");
+    deploy(&c, "platform", platform(&["shop"], "egress"), "dispatcher").await;
     // The user Worker `shop` hands its work to its own service binding,
     // which makes the subrequest.
-    c.deploy_manifest(
-        "shop",
-        manifest(&[("next", "shop-backend")]),
-        sample("relay"),
-    )
-    .await
-    .expect("deploy");
-    c.deploy("shop-backend", Plan::Free, sample("user-app"))
-        .await
-        .expect("deploy");
-    c.deploy("egress", Plan::Free, sample("egress"))
-        .await
-        .expect("deploy");
+    deploy(&c, "shop", manifest(&[("next", "shop-backend")]), "relay").await;
+    deploy(&c, "shop-backend", Plan::Free.into(), "user-app").await;
+    deploy(&c, "egress", Plan::Free.into(), "egress").await;
     let r = c.get(0, "platform", "/shop/cart").await.expect("request");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(
@@ -588,31 +496,20 @@ async fn a_user_worker_keeps_its_outbound_worker_through_its_own_bindings() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_entry_workers_wall_clock_deadline_bounds_the_whole_flow() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut cfg = ClusterConfig::new(3, dir.path());
     // The entry (free plan) has 300 ms of wall time; the Worker it calls
     // (paid) would be allowed a minute of CPU and wall time on its own.
-    cfg.runtime = std::sync::Arc::new(|c| {
+    let c = cluster_with(3, |c| {
         let mut free = hearth::runtime::PlanLimits::default_for(Plan::Free);
         free.request_wall = Duration::from_millis(300);
         let mut paid = hearth::runtime::PlanLimits::default_for(Plan::Paid);
         paid.request_cpu = Duration::from_secs(60);
         paid.request_wall = Duration::from_secs(60);
-        c.instance_pool_size(64)
-            .plan_limits(Plan::Free, free)
+        c.plan_limits(Plan::Free, free)
             .plan_limits(Plan::Paid, paid)
-    });
-    let c = TestCluster::with_config(cfg, Some(dir))
-        .await
-        .expect("cluster");
-    let mut hog = Manifest::from(Plan::Paid);
-    hog.lifecycle = hearth::runtime::Lifecycle::Fresh;
-    c.deploy_manifest("hog", hog, sample("cpu-hog"))
-        .await
-        .expect("deploy");
-    c.deploy_manifest("r", manifest(&[("next", "hog")]), sample("relay"))
-        .await
-        .expect("deploy");
+    })
+    .await;
+    deploy(&c, "hog", hog(), "cpu-hog").await;
+    deploy(&c, "r", manifest(&[("next", "hog")]), "relay").await;
     let r = tokio::time::timeout(Duration::from_secs(20), c.get(0, "r", "/"))
         .await
         .expect("the flow ends at its deadline")
@@ -626,7 +523,7 @@ async fn the_entry_workers_wall_clock_deadline_bounds_the_whole_flow() {
     // The callee was stopped at the flow's deadline too, not left to spin
     // for its own minute.
     assert!(
-        eventually(|| (0..3).all(|i| c.stats(i).runtime.in_flight == 0)).await,
+        eventually(SETTLE, || (0..3).all(|i| c.stats(i).runtime.in_flight == 0)).await,
         "every level stopped"
     );
     assert!((0..3).map(|i| c.stats(i).runtime.wall_kills).sum::<u64>() >= 1);
@@ -635,41 +532,17 @@ async fn the_entry_workers_wall_clock_deadline_bounds_the_whole_flow() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fetch_in_a_javascript_worker_reaches_its_bindings_unchanged() {
     let c = TestCluster::start(3).await.expect("cluster");
-    c.deploy("hello", Plan::Free, sample("hello"))
-        .await
-        .expect("deploy");
+    deploy(&c, "hello", Plan::Free.into(), "hello").await;
     let mut m = manifest(&[("next", "hello")]);
     m.plan = Plan::Paid;
-    c.deploy_manifest("js", m, sample("js"))
-        .await
-        .expect("deploy");
-    let r = c
-        .send(
-            0,
-            "js",
-            http::Method::GET,
-            "/",
-            Bytes::new(),
-            &[("x-js-fetch", "http://next.internal/")],
-        )
-        .await
-        .expect("request");
+    deploy(&c, "js", m, "js").await;
+    let r = get_with(&c, 0, "js", &[("x-js-fetch", "http://next.internal/")]).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let answer: serde_json::Value = serde_json::from_str(&r.text()).expect("JSON");
     assert_eq!(answer["fetched"]["status"], 200, "{answer}");
     assert_eq!(answer["fetched"]["body"], "hello from hello", "{answer}");
     // Outside its bindings, fetch() rejects.
-    let r = c
-        .send(
-            0,
-            "js",
-            http::Method::GET,
-            "/",
-            Bytes::new(),
-            &[("x-js-fetch", "http://hello.localhost/")],
-        )
-        .await
-        .expect("request");
+    let r = get_with(&c, 0, "js", &[("x-js-fetch", "http://hello.localhost/")]).await;
     let answer: serde_json::Value = serde_json::from_str(&r.text()).expect("JSON");
     assert!(answer["fetchError"].is_string(), "{answer}");
     assert!(answer.get("fetched").is_none(), "{answer}");
@@ -678,15 +551,9 @@ async fn fetch_in_a_javascript_worker_reaches_its_bindings_unchanged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_concurrent_subrequests_are_bounded_per_invocation() {
     let c = TestCluster::start(1).await.expect("cluster");
-    c.deploy_manifest("fan", manifest(&[("next", "nap")]), sample("fan-out"))
-        .await
-        .expect("deploy");
-    c.deploy_manifest("nap", Manifest::default(), sample("fan-out"))
-        .await
-        .expect("deploy");
-    c.deploy("hello", Plan::Free, sample("hello"))
-        .await
-        .expect("deploy");
+    deploy(&c, "fan", manifest(&[("next", "nap")]), "fan-out").await;
+    deploy(&c, "nap", Manifest::default(), "fan-out").await;
+    deploy(&c, "hello", Plan::Free.into(), "hello").await;
     assert_eq!(c.get(0, "hello", "/").await.expect("hello").status, 200);
     // The fan-out sends 1,000 calls before awaiting any; each callee naps
     // 20 ms. The node's in-flight gauge counts every running instance:
@@ -746,25 +613,13 @@ async fn a_thousand_concurrent_subrequests_are_bounded_per_invocation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_nested_calls_of_a_flow_share_one_cpu_budget_across_the_hop() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut cfg = ClusterConfig::new(2, dir.path());
     // 200 ms of CPU per request: the flow's nested calls get 400 ms per
     // node (twice that).
-    cfg.runtime = std::sync::Arc::new(|c| {
-        c.instance_pool_size(64)
-            .request_cpu(Plan::Free, Duration::from_millis(200))
-    });
-    let c = TestCluster::with_config(cfg, Some(dir))
-        .await
-        .expect("cluster");
+    let c = cluster_with(2, |c| c.request_cpu(Plan::Free, Duration::from_millis(200))).await;
     let names = names_on_distinct_homes(&c, "burn", 2);
     let (fan, spin) = (&names[0], &names[1]);
-    c.deploy_manifest(fan, manifest(&[("next", spin)]), sample("fan-out"))
-        .await
-        .expect("deploy");
-    c.deploy_manifest(spin, Manifest::default(), sample("fan-out"))
-        .await
-        .expect("deploy");
+    deploy(&c, fan, manifest(&[("next", spin)]), "fan-out").await;
+    deploy(&c, spin, Manifest::default(), "fan-out").await;
     let entry = c.home_of(fan).expect("home");
     // 1,000 calls, each burning 10 ms of CPU at the callee's home, over
     // the shard hop: 10 s of CPU without a flow budget.

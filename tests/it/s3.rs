@@ -380,55 +380,36 @@ async fn a_cluster_over_the_bucket_serves_a_redeploy_everywhere_as_soon_as_it_re
 /// its own (no shared disk), forming a cluster by gossip; one is killed
 /// with SIGKILL under load.
 mod processes {
-    use std::io::{Read, Write};
     use std::net::SocketAddr;
     use std::path::Path;
-    use std::process::{Child, Command, Stdio};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
 
     use hearth::sharding::ring::{Member, Ring, RingConfig};
-    use hearth::testing::{Garage, udp_port};
+    use hearth::testing::{Garage, HttpRequest, NodeProcess, ServeCommand, Signal, udp_port};
 
-    use crate::serve_node::free_port;
+    use crate::{free_port, hearth};
 
-    const BIN: &str = env!("CARGO_BIN_EXE_hearth");
     const TOKEN: &str = "s3-test-token-long-enough-for-the-node";
     const GOSSIP_KEY: &str = "4f5e6d7c8b9a0f1e2d3c4b5a69788796a5b4c3d2e1f00112233445566778899a";
     const ARTIFACT_KEY: &str = "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9";
 
-    struct Proc(Child);
-
-    impl Drop for Proc {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-
-    /// One plain HTTP/1.1 GET on a fresh connection: status and the whole
-    /// answer, or `None` if the connection failed.
+    /// One plain HTTP/1.1 GET of `/` on a fresh connection: status and
+    /// body, or `None` if the connection failed.
     fn get(addr: SocketAddr, host: &str) -> Option<(u16, String)> {
-        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(15))).ok()?;
-        write!(
-            s,
-            "GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
-        let mut buf = String::new();
-        s.read_to_string(&mut buf).ok()?;
-        let status = buf.split_whitespace().nth(1)?.parse().ok()?;
-        Some((status, buf))
+        let r = HttpRequest::get(host, "/")
+            .timeout(Duration::from_secs(15))
+            .send(addr)
+            .ok()?;
+        Some((r.status, r.text()))
     }
 
     /// When a request was sent, for which Worker, and its answer.
     type Outcome = (Instant, String, Option<(u16, String)>);
 
+    /// One node's RPC and gossip ports.
     struct Ports {
-        http: u16,
-        admin: u16,
         rpc: u16,
         gossip: u16,
     }
@@ -436,13 +417,11 @@ mod processes {
     fn config(dir: &Path, me: usize, ports: &[Ports], garage: &Garage) -> std::path::PathBuf {
         let p = &ports[me];
         let text = format!(
-            "node_id = \"node-{n}\"\nlisten = \"127.0.0.1:{http}\"\nadmin = \"127.0.0.1:{admin}\"\n\
+            "node_id = \"node-{n}\"\n\
              store = \"{store}\"\ndata = \"{data}\"\nartifact_key = \"{ARTIFACT_KEY}\"\n\
              admin_token = \"{TOKEN}\"\n\n{s3}\n[cluster]\nrpc = \"127.0.0.1:{rpc}\"\npki = \"{pki}\"\n\
              gossip = \"127.0.0.1:{gossip}\"\nseeds = [\"127.0.0.1:{seed}\"]\ngossip_key = \"{GOSSIP_KEY}\"\n",
             n = me + 1,
-            http = p.http,
-            admin = p.admin,
             store = garage.url("procs"),
             data = dir.join(format!("data-{}", me + 1)).display(),
             s3 = garage.toml_section(),
@@ -472,14 +451,11 @@ mod processes {
     fn serve_fails(dir: &Path, config: &str) -> String {
         let path = dir.join("node.toml");
         std::fs::write(&path, config).expect("write config");
-        let out = Command::new(BIN)
-            .args(["serve", "--config"])
-            .arg(&path)
-            .stdin(Stdio::null())
-            .output()
+        let out = hearth()
+            .run(["serve", "--config", path.to_str().expect("utf8")], "")
             .expect("hearth serve");
-        assert!(!out.status.success(), "it started");
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        assert!(!out.success(), "it started");
+        out.stderr
     }
 
     #[test]
@@ -523,40 +499,24 @@ mod processes {
         };
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
-        let out = Command::new(BIN)
-            .args(["pki", "--dir"])
-            .arg(d.join("pki"))
-            .args(["node-1", "node-2", "node-3"])
-            .output()
-            .expect("hearth pki");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let pki = d.join("pki");
+        hearth()
+            .pki(&pki, &["node-1", "node-2", "node-3"])
+            .unwrap_or_else(|e| panic!("{e}"));
         let ports: Vec<Ports> = (0..3)
             .map(|_| Ports {
-                http: free_port(),
-                admin: free_port(),
                 rpc: free_port(),
                 gossip: udp_port().expect("a free UDP port"),
             })
             .collect();
-        let mut procs: Vec<Proc> = (0..3)
+        let nodes: Vec<NodeProcess> = (0..3)
             .map(|i| {
-                let cfg = config(d, i, &ports, &garage);
-                Proc(
-                    Command::new(BIN)
-                        .args(["serve", "--config"])
-                        .arg(&cfg)
-                        .stdout(Stdio::null())
-                        .stderr(
-                            std::fs::File::create(d.join(format!("node-{}.log", i + 1)))
-                                .expect("log file"),
-                        )
-                        .spawn()
-                        .expect("spawn hearth serve"),
-                )
+                ServeCommand::new(&hearth(), d.join(format!("node-{}.log", i + 1)))
+                    .expect("ports")
+                    .config(config(d, i, &ports, &garage))
+                    .token(TOKEN)
+                    .spawn()
+                    .expect("spawn hearth serve")
             })
             .collect();
         // Two Workers homed on each node.
@@ -582,22 +542,17 @@ mod processes {
         }
         // Deploy through node-1's admin API once it is up.
         let hello = hearth_sample_workers::path("hello").expect("hello built");
-        let admin = format!("http://127.0.0.1:{}", ports[0].admin);
         let deadline = Instant::now() + Duration::from_secs(30);
         for id in &ids {
             loop {
-                let out = Command::new(BIN)
-                    .args(["deploy", "--admin", &admin, "--token", TOKEN, "--name", id])
-                    .arg(hello.as_os_str())
-                    .output()
-                    .expect("hearth deploy");
-                if out.status.success() {
+                let out = nodes[0].deploy(id, hello, &[]).expect("hearth deploy");
+                if out.success() {
                     break;
                 }
                 assert!(
                     Instant::now() < deadline,
                     "deploy failed: {}\n{}",
-                    String::from_utf8_lossy(&out.stderr),
+                    out.stderr,
                     logs(d)
                 );
                 std::thread::sleep(Duration::from_millis(200));
@@ -605,12 +560,13 @@ mod processes {
         }
         // Wait until the three have met: a Worker homed at node-3 is served
         // there through node-1.
-        let node = |i: usize| SocketAddr::from(([127, 0, 0, 1], ports[i].http));
+        let fronts: Vec<SocketAddr> = nodes.iter().map(|n| n.http()).collect();
         let at3 = format!("{}.localhost", ids[4]);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Some((200, r)) = get(node(0), &at3)
-                && r.contains("x-hearth-node: node-3")
+            if let Ok(r) = nodes[0].get(&at3, "/")
+                && r.status == 200
+                && r.header("x-hearth-node") == "node-3"
             {
                 break;
             }
@@ -628,7 +584,7 @@ mod processes {
         let clients: Vec<_> = (0..6)
             .map(|c| {
                 let (stop, results, ids) = (stop.clone(), results.clone(), ids.clone());
-                let target = node(c % 2);
+                let target = fronts[c % 2];
                 std::thread::spawn(move || {
                     let mut k = c;
                     while !stop.load(Ordering::Relaxed) {
@@ -644,14 +600,7 @@ mod processes {
             .collect();
         std::thread::sleep(Duration::from_secs(2));
         let killed_at = Instant::now();
-        let pid = procs[2].0.id().to_string();
-        assert!(
-            Command::new("kill")
-                .args(["-KILL", &pid])
-                .status()
-                .expect("kill")
-                .success()
-        );
+        nodes[2].signal(Signal::Kill).expect("SIGKILL");
         std::thread::sleep(Duration::from_secs(6));
         stop.store(true, Ordering::Relaxed);
         for c in clients {
@@ -695,7 +644,6 @@ mod processes {
             "{total} requests, {} lost (had started on the killed node)",
             failed.len()
         );
-        procs.clear();
     }
 }
 

@@ -6,82 +6,27 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use hearth::sharding::ring::{Member, Ring, RingConfig};
+use hearth::testing::{HttpRequest, NodeProcess, Process, ServeCommand, Signal};
 
-use super::serve_node::free_port;
-
-const BIN: &str = env!("CARGO_BIN_EXE_hearth");
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn run_ok(args: &[&str]) {
-    let out = Command::new(BIN).args(args).output().expect("run hearth");
-    assert!(
-        out.status.success(),
-        "hearth {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn get(addr: SocketAddr, host: &str) -> Option<(u16, String)> {
-    get_path(addr, host, "/")
-}
-
-/// GET `path` on an admin listener.
-fn admin_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    get_path(addr, "admin", path)
-}
-
-fn get_path(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, buf))
-}
-
-fn header<'a>(resp: &'a str, name: &str) -> &'a str {
-    resp.lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case(name).then(|| v.trim())
-        })
-        .unwrap_or("")
-}
+use crate::{free_port, hearth};
 
 fn free_udp_port() -> u16 {
     hearth::testing::udp_port().expect("a free UDP port")
 }
-
-/// One node's ports: HTTP, admin, RPC, gossip.
-type Ports = (u16, u16, u16, u16);
 
 /// The one config file both nodes run with: the node ID from `$HOSTNAME`,
 /// the cluster ports from variables (as a pod's IP would be), and the seeds
 /// as names, the way a Kubernetes ConfigMap shared by a StatefulSet's pods
 /// writes them. (The Worker and admin ports differ by flag: on one host
 /// they cannot be the same.)
-fn shared_config(dir: &Path, ports: &[Ports]) -> std::path::PathBuf {
-    let seeds: Vec<String> = ports
+fn shared_config(dir: &Path, gossip_ports: &[u16]) -> std::path::PathBuf {
+    let seeds: Vec<String> = gossip_ports
         .iter()
-        .map(|p| format!("\"localhost:{}\"", p.3))
+        .map(|p| format!("\"localhost:{p}\""))
         .collect();
     let text = format!(
         "node_id = \"$HOSTNAME\"\n\
@@ -103,23 +48,18 @@ fn two_serve_processes_shard_and_drain() {
     let d = dir.path();
     let pki = d.join("pki");
     let store = d.join("store");
-    run_ok(&[
-        "pki",
-        "--dir",
-        pki.to_str().expect("utf8"),
-        "node-1",
-        "node-2",
-    ]);
+    hearth()
+        .pki(&pki, &["node-1", "node-2"])
+        .unwrap_or_else(|e| panic!("{e}"));
     let hello = hearth_sample_workers::path("hello").expect("hello built");
-    let ports: Vec<Ports> = (0..2)
-        .map(|_| (free_port(), free_port(), free_port(), free_udp_port()))
-        .collect();
+    // Each node's RPC and gossip ports.
+    let cluster: Vec<(u16, u16)> = (0..2).map(|_| (free_port(), free_udp_port())).collect();
     // Pick a script ID homed at node-2, so a request to node-1 is sharded.
     let ring = Ring::new(
         (0..2).map(|i| {
             Member::new(
                 format!("node-{}", i + 1),
-                SocketAddr::from(([127, 0, 0, 1], ports[i].2)),
+                SocketAddr::from(([127, 0, 0, 1], cluster[i].0)),
             )
         }),
         RingConfig::default(),
@@ -129,38 +69,25 @@ fn two_serve_processes_shard_and_drain() {
         .map(|i| format!("app{i}"))
         .find(|id| ring.home(id).is_some_and(|n| n.id.as_str() == "node-2"))
         .expect("some ID homed at node-2");
-    run_ok(&[
-        "deploy",
-        "--store",
-        store.to_str().expect("utf8"),
-        "--name",
-        &id,
-        hello.to_str().expect("utf8"),
-    ]);
+    hearth()
+        .deploy(&store, &id, hello, &[])
+        .unwrap_or_else(|e| panic!("{e}"));
 
-    let cfg = shared_config(d, &ports);
-    let mut procs: Vec<Proc> = (0..2)
+    let gossip: Vec<u16> = cluster.iter().map(|c| c.1).collect();
+    let cfg = shared_config(d, &gossip);
+    let mut nodes: Vec<NodeProcess> = (0..2)
         .map(|i| {
-            let (http, admin, rpc, gossip) = ports[i];
-            Proc(
-                Command::new(BIN)
-                    .args(["serve", "--config", cfg.to_str().expect("utf8")])
-                    .args(["--listen", &format!("127.0.0.1:{http}")])
-                    .args(["--admin", &format!("127.0.0.1:{admin}")])
-                    .env("HOSTNAME", format!("node-{}", i + 1))
-                    .env("RPC_PORT", rpc.to_string())
-                    .env("GOSSIP_PORT", gossip.to_string())
-                    .stdout(Stdio::null())
-                    .stderr(
-                        std::fs::File::create(d.join(format!("node-{}.log", i + 1)))
-                            .expect("log file"),
-                    )
-                    .spawn()
-                    .expect("spawn hearth serve"),
-            )
+            let (rpc, gossip) = cluster[i];
+            ServeCommand::new(&hearth(), d.join(format!("node-{}.log", i + 1)))
+                .expect("ports")
+                .config(&cfg)
+                .env("HOSTNAME", format!("node-{}", i + 1))
+                .env("RPC_PORT", rpc.to_string())
+                .env("GOSSIP_PORT", gossip.to_string())
+                .spawn()
+                .expect("spawn hearth serve")
         })
         .collect();
-    let node1: SocketAddr = ([127, 0, 0, 1], ports[0].0).into();
     let host = format!("{id}.localhost");
     let logs = || {
         format!(
@@ -171,27 +98,16 @@ fn two_serve_processes_shard_and_drain() {
     };
     // Both join through the seeds' names: ready once each has met the
     // other (and proved its node ID).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for (i, p) in ports.iter().enumerate() {
-        loop {
-            let ready = admin_get(([127, 0, 0, 1], p.1).into(), "/readyz");
-            if matches!(ready, Some((200, _))) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "node-{} never ready ({ready:?}); {}",
-                i + 1,
-                logs()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+    for node in &nodes {
+        node.wait_ready(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{e}; {}", logs()));
     }
     // Both on both rings: a request to node-1 is served at node-2.
     let deadline = Instant::now() + Duration::from_secs(10);
     let resp = loop {
-        if let Some((200, r)) = get(node1, &host)
-            && header(&r, "x-hearth-route") == "sharded"
+        if let Ok(r) = nodes[0].get(&host, "/")
+            && r.status == 200
+            && r.header("x-hearth-route") == "sharded"
         {
             break r;
         }
@@ -203,38 +119,21 @@ fn two_serve_processes_shard_and_drain() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(
-        header(&resp, "x-hearth-node"),
+        resp.header("x-hearth-node"),
         "node-2",
         "node ID from $HOSTNAME"
     );
-    assert!(resp.contains(&format!("hello from {id}")));
+    assert!(resp.text().contains(&format!("hello from {id}")));
 
     // SIGTERM (what systemd, Docker and Kubernetes send) on node-2: it
     // drains and exits cleanly; node-1 keeps serving.
-    let pid = procs[1].0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill")
-            .success()
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = procs[1].0.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "node-2 did not exit after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = nodes[1]
+        .stop(Signal::Term, Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("node-2 did not exit after SIGTERM: {e}"));
     assert!(status.success(), "node-2 exited with {status}");
-    let (code, resp) = get(node1, &host).expect("node-1 still answers");
-    assert_eq!(code, 200, "{resp}");
-    assert_eq!(header(&resp, "x-hearth-node"), "node-1");
-    procs.clear();
+    let resp = nodes[0].get(&host, "/").expect("node-1 still answers");
+    assert_eq!(resp.status, 200, "{resp:?}");
+    assert_eq!(resp.header("x-hearth-node"), "node-1");
 }
 
 #[test]
@@ -242,40 +141,40 @@ fn hearth_cluster_keeps_serving_when_nobody_reads_its_stdout() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = dir.path().join("store");
     let hello = hearth_sample_workers::path("hello").expect("hello built");
-    run_ok(&[
-        "deploy",
-        "--store",
-        store.to_str().expect("utf8"),
-        "--name",
-        "hello",
-        hello.to_str().expect("utf8"),
-    ]);
+    hearth()
+        .deploy(&store, "hello", hello, &[])
+        .unwrap_or_else(|e| panic!("{e}"));
     // One node's HTTP, admin, RPC and HTTPS ports count up from the base.
     let base = hearth::testing::tcp_port_block(4).expect("four free ports");
     let log = dir.path().join("cluster.log");
-    let mut cluster = Proc(
-        Command::new(BIN)
-            .args(["cluster", "--nodes", "1", "--base-port", &base.to_string()])
-            .arg("--store")
-            .arg(&store)
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).expect("log file"))
-            .spawn()
-            .expect("spawn hearth cluster"),
-    );
+    let mut cmd = hearth().command([
+        "cluster",
+        "--nodes",
+        "1",
+        "--base-port",
+        &base.to_string(),
+        "--store",
+        store.to_str().expect("utf8"),
+    ]);
+    cmd.stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).expect("log file"));
+    let mut cluster = Process::spawn(&mut cmd).expect("spawn hearth cluster");
     // The reader goes away before the cluster prints its addresses (as
     // `| head -1` or a script that has read what it needed would).
-    drop(cluster.0.stdout.take());
+    drop(cluster.take_stdout());
     let node: SocketAddr = ([127, 0, 0, 1], base).into();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Some(status) = cluster.0.try_wait().expect("wait") {
+        if let Some(status) = cluster.try_exit().expect("wait") {
             panic!(
                 "hearth cluster exited ({status}) when its stdout closed:\n{}",
                 std::fs::read_to_string(&log).unwrap_or_default()
             );
         }
-        if let Some((200, _)) = get(node, "hello.localhost") {
+        if HttpRequest::get("hello.localhost", "/")
+            .send(node)
+            .is_ok_and(|r| r.status == 200)
+        {
             break;
         }
         assert!(
@@ -285,11 +184,20 @@ fn hearth_cluster_keeps_serving_when_nobody_reads_its_stdout() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let log = std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(
-        log.contains("could not print to stdout"),
-        "the lost output is not reported:\n{log}"
-    );
+    // The cluster serves a moment before it prints its addresses (and
+    // logs that it could not): wait for that line rather than race it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("could not print to stdout") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the lost output is not reported:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// `node_id = "$HOSTNAME"` with no such variable, or with a hostname that
@@ -301,15 +209,14 @@ fn a_node_id_from_an_unusable_hostname_is_refused_at_start() {
     let cfg = dir.path().join("hearth.toml");
     std::fs::write(&cfg, "node_id = \"$HOSTNAME\"\n").expect("write config");
     let serve = |hostname: Option<&str>| {
-        let mut c = Command::new(BIN);
-        c.args(["serve", "--config", cfg.to_str().expect("utf8")]);
+        let mut c = hearth().command(["serve", "--config", cfg.to_str().expect("utf8")]);
         match hostname {
             Some(h) => c.env("HOSTNAME", h),
             None => c.env_remove("HOSTNAME"),
         };
-        let out = c.output().expect("run hearth serve");
-        assert!(!out.status.success(), "hearth serve started");
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        let out = hearth::testing::run(c, "").expect("run hearth serve");
+        assert!(!out.success(), "hearth serve started");
+        out.stderr
     };
     let unset = serve(None);
     assert!(
@@ -344,15 +251,10 @@ fn after_precompile_a_fresh_node_compiles_nothing_on_its_first_request() {
     let store_s = store.to_str().expect("utf8");
     let hello = hearth_sample_workers::path("hello").expect("hello built");
     let echo = hearth_sample_workers::path("echo").expect("echo built");
-    for (name, wasm) in [("pre", &hello), ("up", &echo)] {
-        run_ok(&[
-            "deploy",
-            "--store",
-            store_s,
-            "--name",
-            name,
-            wasm.to_str().expect("utf8"),
-        ]);
+    for (name, wasm) in [("pre", hello), ("up", echo)] {
+        hearth()
+            .deploy(&store, name, wasm, &[])
+            .unwrap_or_else(|e| panic!("{e}"));
     }
     // The deploys compiled for this engine; make their artifacts an older
     // engine's, as an upgrade finds them.
@@ -377,16 +279,9 @@ fn after_precompile_a_fresh_node_compiles_nothing_on_its_first_request() {
     }
     assert_eq!(renamed, 2, "each deploy wrote one artifact");
     let precompile = || {
-        let out = Command::new(BIN)
-            .args(["precompile", "pre", "--store", store_s])
-            .output()
-            .expect("run hearth precompile");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        hearth()
+            .ok(["precompile", "pre", "--store", store_s])
+            .unwrap_or_else(|e| panic!("{e}"))
     };
     let first = precompile();
     assert!(first.contains("pre: compiled"), "{first}");
@@ -395,56 +290,39 @@ fn after_precompile_a_fresh_node_compiles_nothing_on_its_first_request() {
         "{first}"
     );
     assert!(precompile().contains("pre: already cached"), "idempotent");
-    let all = Command::new(BIN)
-        .args(["precompile", "--all", "nope", "--store", store_s])
-        .output()
+    let all = hearth()
+        .run(["precompile", "--all", "nope", "--store", store_s], "")
         .expect("run hearth precompile");
-    assert!(
-        !all.status.success(),
-        "--all and names together are refused"
-    );
+    assert!(!all.success(), "--all and names together are refused");
 
-    let (http, admin) = (free_port(), free_port());
-    let log = dir.path().join("node.log");
     let out = dir.path().join("node.out");
-    let _node = Proc(
-        Command::new(BIN)
-            .args(["serve", "--store", store_s])
-            .args(["--listen", &format!("127.0.0.1:{http}")])
-            .args(["--admin", &format!("127.0.0.1:{admin}")])
-            .stdout(std::fs::File::create(&out).expect("stdout file"))
-            .stderr(std::fs::File::create(&log).expect("log file"))
-            .spawn()
-            .expect("spawn hearth serve"),
-    );
-    let admin: SocketAddr = ([127, 0, 0, 1], admin).into();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !matches!(admin_get(admin, "/readyz"), Some((200, _))) {
-        assert!(
-            Instant::now() < deadline,
-            "never ready: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let node = ServeCommand::new(&hearth(), dir.path().join("node.log"))
+        .expect("ports")
+        .store(&store)
+        .stdout(&out)
+        .spawn()
+        .expect("spawn hearth serve");
+    node.wait_ready(Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}"));
     let said = std::fs::read_to_string(&out).unwrap_or_default();
     assert!(
         said.contains("new engine: precompiled 1 Workers before reporting ready"),
         "{said}"
     );
-    let (_, metrics) = admin_get(admin, "/metrics").expect("metrics");
+    let metrics = node.metrics().expect("metrics");
     assert_eq!(
         counter(&metrics, "hearth_compiles"),
         1,
         "`up`, before ready"
     );
     for script in ["pre", "up"] {
-        let host = format!("{script}.localhost");
-        let (code, resp) = get(([127, 0, 0, 1], http).into(), &host).expect("answers");
-        assert_eq!(code, 200, "{resp}");
-        assert_eq!(header(&resp, "x-hearth-start"), "cold", "{resp}");
+        let resp = node
+            .get(&format!("{script}.localhost"), "/")
+            .expect("answers");
+        assert_eq!(resp.status, 200, "{resp:?}");
+        assert_eq!(resp.header("x-hearth-start"), "cold", "{resp:?}");
     }
-    let (_, metrics) = admin_get(admin, "/metrics").expect("metrics");
+    let metrics = node.metrics().expect("metrics");
     assert_eq!(
         counter(&metrics, "hearth_compiles"),
         1,
@@ -467,14 +345,15 @@ async fn the_admin_api_serves_https_with_the_nodes_own_certificate() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let pki = d.join("pki");
-    run_ok(&["pki", "--dir", pki.to_str().expect("utf8"), "node-1"]);
-    let (http, admin) = (free_port(), free_port());
+    hearth()
+        .pki(&pki, &["node-1"])
+        .unwrap_or_else(|e| panic!("{e}"));
     let token = "an-admin-token-of-at-least-32-bytes-0123456789";
     let cfg = d.join("node-1.toml");
     std::fs::write(
         &cfg,
         format!(
-            "node_id = \"node-1\"\nlisten = \"127.0.0.1:{http}\"\nadmin = \"127.0.0.1:{admin}\"\n\
+            "node_id = \"node-1\"\n\
              store = \"{}\"\nadmin_token = \"{token}\"\nadmin_tls_cert = \"{}\"\nadmin_tls_key = \"{}\"\n",
             d.join("store").display(),
             pki.join("node-1.pem").display(),
@@ -482,15 +361,13 @@ async fn the_admin_api_serves_https_with_the_nodes_own_certificate() {
         ),
     )
     .expect("config");
-    let _node = Proc(
-        Command::new(BIN)
-            .args(["serve", "--config", cfg.to_str().expect("utf8")])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(d.join("node-1.log")).expect("log file"))
-            .spawn()
-            .expect("spawn hearth serve"),
-    );
-    let url = format!("https://127.0.0.1:{admin}");
+    let node = ServeCommand::new(&hearth(), d.join("node-1.log"))
+        .expect("ports")
+        .config(&cfg)
+        .spawn()
+        .expect("spawn hearth serve");
+    let admin = node.admin();
+    let url = format!("https://{admin}");
     let client = AdminClient::with_ca(
         &url,
         Some(token.into()),
@@ -507,7 +384,7 @@ async fn the_admin_api_serves_https_with_the_nodes_own_certificate() {
                 assert!(
                     Instant::now() < deadline,
                     "no HTTPS admin answer: {e}; node log:\n{}",
-                    std::fs::read_to_string(d.join("node-1.log")).unwrap_or_default()
+                    node.log()
                 );
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -535,15 +412,16 @@ async fn the_admin_api_serves_https_with_the_nodes_own_certificate() {
         Some(http::StatusCode::UNAUTHORIZED)
     );
     // Plain HTTP to the admin port: no HTTP answer.
-    let plain =
-        tokio::task::spawn_blocking(move || admin_get(([127, 0, 0, 1], admin).into(), "/healthz"))
-            .await
-            .expect("plain request");
+    let plain = HttpRequest::get("admin", "/healthz")
+        .timeout(Duration::from_secs(10))
+        .send_async(admin)
+        .await
+        .ok();
     assert!(
-        plain.as_ref().is_none_or(|(code, _)| *code != 200),
+        plain.as_ref().is_none_or(|r| r.status != 200),
         "plain HTTP answered: {plain:?}"
     );
-    let http_client = AdminClient::new(&format!("http://127.0.0.1:{admin}"), Some(token.into()))
+    let http_client = AdminClient::new(&format!("http://{admin}"), Some(token.into()))
         .expect("client")
         .with_timeout(Duration::from_secs(5));
     assert!(matches!(
@@ -552,12 +430,9 @@ async fn the_admin_api_serves_https_with_the_nodes_own_certificate() {
     ));
     // A client that does not trust the node's CA is refused by the handshake.
     let other = tempfile::tempdir().expect("tempdir");
-    run_ok(&[
-        "pki",
-        "--dir",
-        other.path().to_str().expect("utf8"),
-        "node-1",
-    ]);
+    hearth()
+        .pki(other.path(), &["node-1"])
+        .unwrap_or_else(|e| panic!("{e}"));
     let stranger = AdminClient::with_ca(
         &url,
         Some(token.into()),

@@ -12,7 +12,7 @@ use hearth::cluster::ClusterConfig;
 use hearth::runtime::Plan;
 use hearth::runtime::outbound::live_tail::StatusFilter;
 use hearth::sharding::admission::OverloadConfig;
-use hearth::testing::TestCluster;
+use hearth::testing::{HttpRequest, TestCluster};
 use hearth_admin_client::{AdminClient, RequestEvent, TailItem, TailQuery, TailStream};
 
 fn sample(name: &str) -> Vec<u8> {
@@ -40,33 +40,15 @@ fn admin(c: &TestCluster, i: usize, token: &str) -> AdminClient {
     .expect("admin url")
 }
 
-/// `GET path` on the admin API at `addr` with `token`, over HTTP/1.0 (the
-/// body comes as is): status and body.
+/// `GET path` on the admin API at `addr` with `token`: status and body.
 async fn raw_get(addr: std::net::SocketAddr, path: &str, token: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(
-        format!("GET {path} HTTP/1.0\r\nHost: admin\r\nAuthorization: Bearer {token}\r\n\r\n")
-            .as_bytes(),
-    )
-    .await
-    .expect("write");
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+    let resp = HttpRequest::get("admin", path)
+        .header("authorization", &format!("Bearer {token}"))
+        .timeout(Duration::from_secs(5))
+        .send_async(addr)
         .await
-        .expect("answer within 5 s")
-        .expect("read");
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no status line in {text:?}"));
-    let body = text
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_string();
-    (status, body)
+        .expect("an answer within 5 s");
+    (resp.status, resp.text())
 }
 
 /// The next request event of `s`, within 5 s.

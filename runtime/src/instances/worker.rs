@@ -29,7 +29,7 @@ use crate::store::meta::ScriptMeta;
 /// after a request instead of serving another: it still answered this
 /// request, and the next one gets a fresh instance rather than failing at
 /// the limit part-way (JS engines' heaps grow a few KiB per request and
-/// give little back, docs/js-reuse.md).
+/// give little back, docs/js-engine.md).
 pub(crate) const RETIRE_AT_MEMORY: f64 = 0.75;
 
 /// What every Worker on a node shares: the node-wide instance slots and

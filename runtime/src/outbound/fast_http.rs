@@ -2,7 +2,7 @@
 //! host call each.
 //!
 //! The shim that runs a JS Worker on a reused instance (`sdk/js/shim.js`,
-//! docs/js-reuse.md) used to read a request with about seven wasi:http calls
+//! docs/js-engine.md) used to read a request with about seven wasi:http calls
 //! (method, scheme, authority, path, headers, their entries, a drop) and to
 //! answer with about eight (`fields.from-list`, `new outgoing-response`,
 //! `set-status-code`, `body`, `response-outparam.set`, a write, a drop,

@@ -22,6 +22,16 @@
 //!   no outbound Worker in force is fetched by the node if the Worker's
 //!   allow-list has it, and denied otherwise ([`crate::outbound::egress`]). It
 //!   holds a subrequest slot like a nested call.
+//! * **Redirects never lead into bindings.** A binding is reachable only by
+//!   a request the guest itself addressed to `.internal`: a redirect from
+//!   an origin (or from the outbound Worker that fetched for it) whose
+//!   `Location` leads into `.internal` reaches the guest without that
+//!   header (`guard_redirect`), counted as `redirects_into_bindings`. So
+//!   no guest, whatever language and whatever redirect code it runs (the JS
+//!   engine follows redirects; a Rust or Python guest may), can be sent by
+//!   an origin into its own bindings. A redirect from origin to origin is
+//!   followed by the guest as a new request, which the allow-list checks
+//!   like the first.
 //! * **Fan-out is bounded.** One invocation has at most
 //!   `RuntimeConfig::max_concurrent_subrequests` (6) subrequests in flight:
 //!   a call holds one of its slots from the moment it is made until the
@@ -141,6 +151,27 @@ impl Caller {
     }
 
     async fn send_inner(
+        &self,
+        request: http::Request<WasiBody>,
+        first_byte: Option<Duration>,
+    ) -> SendResult {
+        let uri = request.uri().clone();
+        let external = matches!(
+            resolve(&self.bindings, uri.authority().map_or("", |a| a.as_str())),
+            Resolved::External
+        );
+        let (mut response, io) = self.route(request, first_byte).await?;
+        if external && guard_redirect(&uri, &mut response) {
+            Stats::bump(&self.stats.redirects_into_bindings);
+            tracing::info!(script = %self.script_id, %uri,
+                "an origin's redirect into .internal was removed (bindings are reached only by requests made to them)");
+        }
+        Ok((response, io))
+    }
+
+    /// Sends `request` where its host leads: a binding, the outbound Worker,
+    /// an allowed origin, or nowhere.
+    async fn route(
         &self,
         request: http::Request<WasiBody>,
         first_byte: Option<Duration>,
@@ -319,5 +350,108 @@ impl Caller {
                 Err(refused.error)
             }
         }
+    }
+}
+
+/// Removes from `response` (to a request for `uri` that went outside
+/// `.internal`) a redirect's `Location` that leads into `.internal`, and
+/// says whether it did.
+///
+/// A `Location` leads there if the WHATWG URL parser (the one the JS engine
+/// and Rust's `url` crate use) resolves it, against `uri`, to a host in
+/// `.internal`, or if its text names `.internal` anywhere once
+/// percent-decoded and lowercased, with `\` read as `/` (another parser
+/// may split the same text differently; a false positive costs one
+/// redirect not followed, which the Worker sees as a 3xx without
+/// `Location`).
+pub(crate) fn guard_redirect<B>(uri: &http::Uri, response: &mut http::Response<B>) -> bool {
+    if !response.status().is_redirection() {
+        return false;
+    }
+    let leads_in = response
+        .headers()
+        .get_all(http::header::LOCATION)
+        .iter()
+        .any(|location| leads_into_internal(uri, location.as_bytes()));
+    if leads_in {
+        response.headers_mut().remove(http::header::LOCATION);
+    }
+    leads_in
+}
+
+/// Whether `location`, relative to `uri`, may lead into `.internal` (see
+/// [`guard_redirect`]).
+fn leads_into_internal(uri: &http::Uri, location: &[u8]) -> bool {
+    let text = percent_encoding::percent_decode(location)
+        .decode_utf8_lossy()
+        .to_lowercase()
+        .replace('\\', "/");
+    if text.contains(".internal") || text.contains("\u{ff0e}internal") {
+        return true;
+    }
+    let Ok(base) = url::Url::parse(&uri.to_string()) else {
+        return true;
+    };
+    let Ok(location) = std::str::from_utf8(location) else {
+        return true;
+    };
+    match base.join(location) {
+        Ok(next) => next.host_str().is_some_and(|host| {
+            let host = host.trim_end_matches('.');
+            host == crate::outbound::bindings::INTERNAL_DOMAIN
+                || host.ends_with(&format!(".{}", crate::outbound::bindings::INTERNAL_DOMAIN))
+        }),
+        // Nothing a parser could follow.
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod redirect_tests {
+    use super::*;
+
+    fn redirected(location: &str) -> http::Response<()> {
+        http::Response::builder()
+            .status(302)
+            .header("location", location)
+            .body(())
+            .expect("response")
+    }
+
+    #[test]
+    fn a_redirect_into_internal_loses_its_location_and_others_keep_it() {
+        let uri: http::Uri = "http://origin.example:8080/start?x=1".parse().expect("uri");
+        for location in [
+            "http://auth.internal/",
+            "HTTP://AUTH.INTERNAL./secret",
+            "//auth.internal/",
+            "http:\\\\auth.internal\\",
+            "http://auth%2Einternal/",
+            "http://auth.%69nternal/",
+            "http://user@w.ns.dispatch.internal:80/",
+            "http://evil.example\\@auth.internal/",
+            "http://auth\u{ff0e}internal/",
+        ] {
+            let mut resp = redirected(location);
+            assert!(guard_redirect(&uri, &mut resp), "{location} kept");
+            assert!(resp.headers().get("location").is_none(), "{location}");
+        }
+        for location in [
+            "/next",
+            "next",
+            "https://other.example/a",
+            "http://origin.example:8080/x",
+        ] {
+            let mut resp = redirected(location);
+            assert!(!guard_redirect(&uri, &mut resp), "{location} removed");
+            assert_eq!(resp.headers()["location"], location);
+        }
+        // Only redirects: a 200 with a Location header is left alone.
+        let mut ok = http::Response::builder()
+            .status(200)
+            .header("location", "http://auth.internal/")
+            .body(())
+            .expect("response");
+        assert!(!guard_redirect(&uri, &mut ok));
     }
 }

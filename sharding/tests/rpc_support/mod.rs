@@ -16,8 +16,9 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use hearth_sharding::context_stack::{ContextFrame, ContextStack, TraceEvent};
 use hearth_sharding::hosted_workers::{Body, BoxError, HostedWorkers};
+use hearth_sharding::ring::Member;
 use hearth_sharding::routing::{ROUTE_HEADER, Route};
-use hearth_sharding::rpc::{RpcConfig, RpcNode, ServerHandle};
+use hearth_sharding::rpc::{Forwarded, RpcConfig, RpcNode, ServerHandle};
 use hearth_sharding::tls::{NodeTls, generate_dev_pki};
 use http_body_util::{BodyExt, StreamBody};
 use tokio::sync::Notify;
@@ -247,6 +248,58 @@ pub(crate) async fn start_node(pki: &Pki, name: &str, tweak: impl FnOnce(&mut Rp
     }
 }
 
+/// Nodes `a` and `b` of a fresh development cluster, each with its config
+/// tweaked; the certificates come too, to start more members.
+pub(crate) async fn two_nodes(
+    tweak_a: impl FnOnce(&mut RpcConfig),
+    tweak_b: impl FnOnce(&mut RpcConfig),
+) -> (Pki, Node, Node) {
+    let pki = Pki::new(&["a", "b"]);
+    let a = start_node(&pki, "a", tweak_a).await;
+    let b = start_node(&pki, "b", tweak_b).await;
+    (pki, a, b)
+}
+
+/// A node's config as [`RpcConfig::new`] makes it (for [`two_nodes`]).
+pub(crate) fn as_is(_: &mut RpcConfig) {}
+
+/// Forwards `body` from `from` to Worker `worker` (a POST of `/WORKER`) at
+/// `home` with an empty context stack; fails the test if it gives no
+/// result within [`GUARD`].
+pub(crate) async fn forward(from: &Node, home: &Member, worker: &str, body: Body) -> Forwarded {
+    let what = format!("forward to {worker} on {}", home.id.as_str());
+    guard(
+        &what,
+        from.rpc.forward(
+            home,
+            worker,
+            ContextStack::new(),
+            request(&format!("/{worker}"), body),
+        ),
+    )
+    .await
+}
+
+/// [`forward`] in a task of its own: a request left in flight while the
+/// test does something else.
+pub(crate) fn spawn_forward(
+    from: &Node,
+    home: &Member,
+    worker: &str,
+    body: Body,
+) -> tokio::task::JoinHandle<Forwarded> {
+    let (rpc, home, worker) = (from.rpc.clone(), home.clone(), worker.to_string());
+    tokio::spawn(async move {
+        rpc.forward(
+            &home,
+            &worker,
+            ContextStack::new(),
+            request(&format!("/{worker}"), body),
+        )
+        .await
+    })
+}
+
 /// Deterministic, non-repeating-looking test data.
 pub(crate) fn pattern(len: usize) -> Vec<u8> {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -345,11 +398,11 @@ pub(crate) async fn assert_echo_sharded(
 ) {
     let ok = guard(
         what,
-        from.rpc.forward(
+        forward(
+            from,
             &to.home,
             "echo",
-            ContextStack::new(),
-            request("/echo", streaming_body(payload.to_vec(), chunk)),
+            streaming_body(payload.to_vec(), chunk),
         ),
     )
     .await;

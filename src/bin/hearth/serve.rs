@@ -68,7 +68,10 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let tasks = spawn_listeners(
         &node,
         listeners,
-        token,
+        hearth::admin::AdminAccess {
+            token,
+            metrics: cfg.settings.admin_metrics.unwrap_or_default(),
+        },
         cfg.settings.serve_limits(),
         stop_rx,
     );
