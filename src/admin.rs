@@ -331,7 +331,6 @@ fn secret_error(e: &hearth_runtime::store::secrets::SecretError) -> http::Respon
     let status = match e {
         SecretError::Env(_) => StatusCode::BAD_REQUEST,
         SecretError::UnknownScript(_) => StatusCode::NOT_FOUND,
-        SecretError::SplitActive(_) => StatusCode::CONFLICT,
         SecretError::Store(s) => store_status(s),
     };
     text(status, format!("{e}\n"))
@@ -357,6 +356,7 @@ fn version_error(e: &hearth_runtime::store::versions::VersionError) -> http::Res
 fn store_status(e: &hearth_runtime::StoreError) -> StatusCode {
     match e {
         hearth_runtime::StoreError::Remote { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        hearth_runtime::StoreError::Contended { .. } => StatusCode::CONFLICT,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

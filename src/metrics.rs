@@ -382,7 +382,7 @@ impl Collector for RuntimeCollector {
             ),
             (
                 "hearth_store_metadata_rejected",
-                "Script metadata refused on read: its source hash is not 64 lowercase hex digits",
+                "Store records refused on read: no MAC, a MAC that does not check, or a source hash that is not 64 lowercase hex digits",
                 s.store_metadata_rejected,
             ),
             (

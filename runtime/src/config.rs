@@ -92,6 +92,8 @@ pub struct RuntimeConfig {
     pub(crate) max_loop_passes: usize,
     pub(crate) egress: crate::outbound::egress::EgressConfig,
     pub(crate) tail_budget: crate::outbound::live_tail::TailBudget,
+    pub(crate) accept_unsigned_records: bool,
+    pub(crate) keep_versions: usize,
 }
 
 impl RuntimeConfig {
@@ -129,6 +131,8 @@ impl RuntimeConfig {
             max_loop_passes: crate::limits::MAX_LOOP_PASSES,
             egress: crate::outbound::egress::EgressConfig::default(),
             tail_budget: crate::outbound::live_tail::TailBudget::default(),
+            accept_unsigned_records: false,
+            keep_versions: crate::limits::DEFAULT_KEEP_VERSIONS,
         }
     }
 
@@ -250,6 +254,26 @@ impl RuntimeConfig {
     /// artifacts must share it.
     pub fn artifact_key(mut self, key: [u8; 32]) -> Self {
         self.artifact_key = key;
+        self
+    }
+
+    /// Reads store records that carry no MAC (default off: refused and
+    /// counted). Records written by a hearth from before records were
+    /// signed have none; turn this on while upgrading such a store, run
+    /// `hearth upgrade-store` once every node runs this build, then turn it
+    /// off ([`crate::store::records`]). A record whose MAC does not check
+    /// is refused either way.
+    pub fn accept_unsigned_records(mut self, accept: bool) -> Self {
+        self.accept_unsigned_records = accept;
+        self
+    }
+
+    /// How many versions of a script stay on record, the latest ones
+    /// (default [`crate::limits::DEFAULT_KEEP_VERSIONS`], at least 1);
+    /// each deploy deletes older version records, except those its
+    /// deployment serves. A rollback can reach only versions on record.
+    pub fn keep_versions(mut self, n: usize) -> Self {
+        self.keep_versions = n.max(1);
         self
     }
 

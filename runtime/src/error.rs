@@ -70,6 +70,38 @@ pub enum StoreError {
         /// The hash it records (at most its first 80 characters).
         hash: String,
     },
+    /// A record read from the store (a deployment, a version, a secret)
+    /// does not carry a valid MAC under this node's key
+    /// ([`crate::store::records`]): edited or forged by whoever can write
+    /// the store, or signed under another cluster's `artifact_key`, or
+    /// written by a hearth from before records were signed. Refused, and
+    /// counted (`store_metadata_rejected`).
+    #[error("refused store record at {path}: {reason}")]
+    Unauthenticated {
+        /// The record's file or object.
+        path: std::path::PathBuf,
+        /// Why: no MAC, or a MAC that does not check.
+        reason: String,
+    },
+    /// A record's place would not be a plain name inside the store (a
+    /// script ID that is not a DNS label, a name with other characters
+    /// than letters, digits, `_` and `-`): nothing is read or written.
+    #[error("refused store key {key:?}: not a plain name inside the store")]
+    BadKey {
+        /// The key as asked for (at most its first 80 characters).
+        key: String,
+    },
+    /// Writers on other nodes kept taking the version numbers this deploy
+    /// tried ([`crate::store::versions`]); nothing was made current.
+    #[error(
+        "could not take a version number for {script_id}: {attempts} attempts met other deploys; try again"
+    )]
+    Contended {
+        /// The script.
+        script_id: String,
+        /// How many numbers were tried.
+        attempts: u32,
+    },
     /// The stored source does not match its recorded hash.
     #[error("stored source of {script_id} does not match its hash {hash}")]
     HashMismatch {

@@ -251,3 +251,9 @@ mod millis {
         Ok(Duration::from_millis(u64::deserialize(d)?))
     }
 }
+
+/// Versions of a script a deploy keeps on record by default, the latest
+/// ones (the versions its deployment serves are kept whatever their age);
+/// older version records are deleted ([`crate::store::records`]). Set with
+/// [`crate::RuntimeConfig::keep_versions`] (node config `keep_versions`).
+pub const DEFAULT_KEEP_VERSIONS: usize = 20;

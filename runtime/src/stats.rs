@@ -107,9 +107,11 @@ pub struct StatsSnapshot {
     pub artifact_loads: u64,
     /// Artifacts refused (bad MAC or unloadable) and recompiled.
     pub artifacts_rejected: u64,
-    /// Script metadata refused on read because its source hash is not 64
-    /// lowercase hex digits (a damaged or forged file in the store; the
-    /// hash names files, so it never reaches a path).
+    /// Store records refused on read: a deployment, version or secret
+    /// record whose MAC does not check or that has none
+    /// ([`crate::store::records`]), or metadata whose source hash is not
+    /// 64 lowercase hex digits (the hash names files, so it never reaches
+    /// a path). Each is a record in the store that no node wrote.
     pub store_metadata_rejected: u64,
     /// Requests answered 503 because the body bytes they had buffered
     /// before taking a slot would pass their connection's or listener's

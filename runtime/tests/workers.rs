@@ -507,7 +507,17 @@ async fn artifacts_are_reused_across_restarts_and_tampering_is_refused() {
     drop(rt);
 
     // An artifact made under another cluster's key is foreign: refused too.
-    let rt = Runtime::new(config(&dir).artifact_key([9; 32])).expect("runtime");
+    // (That cluster's store: its records are signed under its own key, so
+    // this store's records would be refused there as well.)
+    let foreign = tempfile::tempdir().expect("tempdir");
+    let rt = Runtime::new(config(&foreign).artifact_key([9; 32])).expect("runtime");
+    rt.deploy("hello", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
+    let theirs = rt.artifacts().path(&report.meta.hash);
+    let tmp = theirs.with_extension("foreign");
+    std::fs::copy(&path, &tmp).expect("copy ours");
+    std::fs::rename(&tmp, &theirs).expect("rename over theirs");
     assert_eq!(call(&rt, "hello").await.0, 200);
     assert_eq!(rt.stats().artifacts_rejected, 1);
 }

@@ -397,6 +397,13 @@ pub struct NodeConfig {
     pub artifact_key: Option<String>,
     /// How to reach an S3 store.
     pub s3: Option<S3Settings>,
+    /// Read store records that carry no MAC, written by a hearth from
+    /// before records were signed (default false: refused); only while
+    /// upgrading such a store (`hearth upgrade-store`).
+    pub accept_unsigned_records: Option<bool>,
+    /// Versions of each script kept on record, the latest ones (default
+    /// 20); a deploy deletes older ones, except those serving.
+    pub keep_versions: Option<usize>,
     /// Admin API token.
     pub admin_token: Option<String>,
     /// Who may read the admin API's `/metrics`: `"open"` (default) or
@@ -449,6 +456,12 @@ impl NodeConfig {
 
     /// Applies the file's runtime settings to `cfg`.
     pub fn apply(&self, mut cfg: RuntimeConfig) -> RuntimeConfig {
+        if let Some(accept) = self.accept_unsigned_records {
+            cfg = cfg.accept_unsigned_records(accept);
+        }
+        if let Some(n) = self.keep_versions {
+            cfg = cfg.keep_versions(n);
+        }
         if let Some(size) = self.memory_budget {
             cfg = cfg.memory_budget(size.as_u64());
         }
@@ -591,6 +604,11 @@ mod tests {
         assert_eq!(c.node_id.as_deref(), Some("node-1"));
         assert_eq!(c.listen, Some("127.0.0.1:8080".parse().expect("addr")));
         assert_eq!(c.store.as_deref(), Some("./hearth-store"));
+        assert_eq!(
+            c.keep_versions,
+            Some(hearth_runtime::limits::DEFAULT_KEEP_VERSIONS)
+        );
+        assert_eq!(c.accept_unsigned_records, Some(false));
         assert_eq!(c.memory_budget, Some(ByteSize::gib(1)));
         assert_eq!(c.idle_timeout, Some(Duration::from_secs(300)));
         assert_eq!(c.limits.max_connections, Some(4096));

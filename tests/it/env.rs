@@ -148,10 +148,10 @@ fn vars_secrets_and_logs_on_a_real_node() {
 
     // No admin answer carries the value (nor its sealed form).
     let store = node.store().expect("the node's store");
-    let store_meta =
-        std::fs::read_to_string(store.join("scripts/config-echo.json")).expect("metadata");
-    let sealed: serde_json::Value = serde_json::from_str(&store_meta).expect("json");
-    let sealed = sealed["secrets"]["API_KEY"]
+    let record = std::fs::read_to_string(store.join("secrets/config-echo/API_KEY.json"))
+        .expect("the secret's record");
+    let sealed: serde_json::Value = serde_json::from_str(&record).expect("json");
+    let sealed = sealed["sealed"]
         .as_str()
         .expect("a sealed secret")
         .to_string();

@@ -2,7 +2,8 @@
 //! real server (Garage, started and stopped by each test; see
 //! `hearth::testing::Garage`): nodes with no shared disk deploy and serve
 //! through the bucket, redeploys reach every node at once, a tampered
-//! artifact is refused, and an unreachable store costs no warm Worker and
+//! artifact or record is refused, two nodes deploying at once never write
+//! the same version, and an unreachable store costs no warm Worker and
 //! half-writes nothing.
 
 use std::path::Path;
@@ -273,7 +274,7 @@ async fn an_unreachable_store_keeps_warm_workers_serving_and_half_writes_nothing
         tempfile::tempdir().expect("dir"),
         tempfile::tempdir().expect("dir"),
     );
-    let (a, store) = node(&garage, "u", da.path());
+    let (a, _) = node(&garage, "u", da.path());
     let (b, _) = node(&garage, "u", db.path());
     a.deploy("app", Plan::Free, sample("hello"))
         .await
@@ -314,7 +315,7 @@ async fn an_unreachable_store_keeps_warm_workers_serving_and_half_writes_nothing
     let (c, _) = node(&garage, "u", dc.path());
     assert_eq!(get(&c, "app").await.2, "hello from app");
     assert_eq!(get(&b, "other").await.0, 200);
-    let metas = store.list().await.expect("list");
+    let metas = c.script_store().list().await.expect("list");
     assert_eq!(metas.len(), 2);
 }
 
@@ -642,6 +643,97 @@ mod processes {
         eprintln!(
             "{total} requests, {} lost (had started on the killed node)",
             failed.len()
+        );
+    }
+}
+
+/// Whoever can write the bucket points `app`'s deployment at another
+/// Worker's blob (one that prints its environment): the next load refuses
+/// the record and counts it, and the secret is never printed. Before
+/// records were signed, the answer was `env=<secret>`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_edited_in_the_bucket_is_refused_and_counted() {
+    use hearth::runtime::store::script_store::RecordKey;
+    let Some(garage) = garage().await else {
+        return;
+    };
+    let (da, db) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let (a, store) = node(&garage, "signed", da.path());
+    let (b, _) = node(&garage, "signed", db.path());
+    let hello = a
+        .deploy("app", Plan::Free, sample("hello"))
+        .await
+        .expect("deploy");
+    a.put_secret("app", "TOKEN", "s3cr3t-in-the-bucket")
+        .await
+        .expect("secret");
+    let dumper = a
+        .deploy("dumper", Plan::Free, sample("config-echo"))
+        .await
+        .expect("deploy");
+    let key = RecordKey::deployment("app");
+    let record = store.get_record(key).await.expect("read").expect("record");
+    let text = String::from_utf8(record).expect("utf-8");
+    let forged = text.replace(&hello.meta.hash, &dumper.meta.hash);
+    assert_ne!(forged, text);
+    store
+        .put_record(key, forged.as_bytes())
+        .await
+        .expect("write");
+    let req = http::Request::get("http://app.localhost/TOKEN")
+        .body(body::full(""))
+        .expect("request");
+    let resp = b.serve("app", req).await;
+    assert_eq!(resp.status(), 500);
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    assert!(!String::from_utf8_lossy(&body).contains("s3cr3t"));
+    assert_eq!(b.stats().store_metadata_rejected, 1);
+    let e = b.script_store().meta("app").await.expect_err("refused");
+    assert!(matches!(e, StoreError::Unauthenticated { .. }), "{e}");
+}
+
+/// Two nodes with no shared disk deploy one script at the same moment,
+/// over and over: every deploy gets a version of its own, on record as it
+/// was deployed (Garage ignores conditional writes, so before numbers
+/// were claimed the second write replaced the first's version).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_deploying_at_once_never_share_a_version() {
+    let Some(garage) = garage().await else {
+        return;
+    };
+    let (da, db) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let (a, _) = node(&garage, "race", da.path());
+    let (b, _) = node(&garage, "race", db.path());
+    a.deploy("app", Plan::Free, sample("hello"))
+        .await
+        .expect("first");
+    let mut reports = Vec::new();
+    for _ in 0..5 {
+        let (ra, rb) = tokio::join!(
+            a.deploy("app", Plan::Free, sample("hello")),
+            b.deploy("app", Plan::Free, sample("hello")),
+        );
+        reports.push(ra.expect("a").meta);
+        reports.push(rb.expect("b").meta);
+    }
+    let mut numbers: Vec<u64> = reports.iter().map(|m| m.version).collect();
+    numbers.sort_unstable();
+    numbers.dedup();
+    assert_eq!(numbers.len(), reports.len(), "{numbers:?}");
+    let list = a.versions("app").await.expect("versions");
+    for m in &reports {
+        let on_record = list.versions.iter().find(|v| v.version == m.version);
+        assert_eq!(
+            on_record.map(|v| v.deployed_at_ms),
+            Some(m.deployed_at_ms),
+            "version {}",
+            m.version
         );
     }
 }

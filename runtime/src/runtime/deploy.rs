@@ -1,10 +1,11 @@
 //! Deploys, secrets and versions: what changes a script in the store.
 //!
 //! A deploy checks and compiles on the blocking pool, then, under the
-//! script's deploy lock, writes its next numbered version and makes it the
-//! current deployment; a secret change is a new version the same way; a
-//! rollback or a split only replaces the current deployment. Each drops
-//! the copy resident here, so the next request loads what the store has.
+//! script's deploy lock, claims its next version number, writes the
+//! version and makes it the current deployment, then prunes old versions;
+//! a secret change writes that secret's record only; a rollback or a split
+//! only replaces the current deployment. Each drops the copy resident
+//! here, so the next request loads what the store has.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -141,14 +142,18 @@ impl Runtime {
         // wrote.
         let name_lock = self.deploy_lock(script_id);
         let _serial = name_lock.lock().await;
-        // Secrets outlive redeploys: the new version keeps the old one's.
-        let old = self.inner.store.meta(script_id).await?;
-        let version = self.next_version(old.as_ref()).await?;
-        let secrets = match old {
-            Some(old) => old.secrets,
-            None => Default::default(),
-        };
-        crate::store::secrets::check_vars(&checked.vars, secrets.keys())?;
+        let store = &self.inner.store;
+        let old = self.current_upgraded(script_id).await?;
+        // Secrets belong to the script, not to a version: the new version
+        // runs with the ones the store holds (their names are checked
+        // against the vars here, and shown in the report).
+        let (secrets, secrets_tag) = old
+            .as_ref()
+            .map(|m| (m.secrets.clone(), m.secrets_tag.clone()))
+            .unwrap_or_default();
+        crate::store::secrets::check_vars(&checked.vars, secrets.iter())?;
+        store.put_blob(&checked.hash, &source).await?;
+        let claim = self.claim_next_version(script_id, old.as_ref()).await?;
         let meta = ScriptMeta {
             script_id: script_id.into(),
             plan: checked.plan,
@@ -160,13 +165,20 @@ impl Runtime {
             bindings: checked.bindings,
             vars: checked.vars,
             secrets,
+            secrets_tag,
+            legacy_secrets: Default::default(),
+            signed: true,
             dispatch_only: checked.dispatch_only,
-            version,
-            latest_version: version,
+            version: claim.number,
+            latest_version: claim.number,
             split: Vec::new(),
         };
-        self.inner.store.put(&meta, &source).await?;
+        let recorded = store.put_version(&meta).await;
+        store.release(script_id, &claim).await;
+        recorded?;
+        store.set_current(&meta).await?;
         self.invalidate(script_id);
+        store.prune(&meta).await;
         tracing::info!(script = script_id, version = meta.version, plan = %meta.plan, size = meta.size,
             compressed = meta.compressed_size, hash = %meta.hash,
             lifecycle = %meta.lifecycle.chosen, compile_time = ?checked.compile_time, "deployed");
@@ -241,11 +253,13 @@ impl Runtime {
         locks.entry(script_id.to_string()).or_default().clone()
     }
 
-    /// Seals `value` as secret `name` of `script_id` and stores it with the
-    /// script's metadata, replacing a secret of that name, as a new
-    /// version ([`crate::store::versions`]; refused during a split); the warm copy
-    /// here is dropped, so its next request sees it. Returns the new
-    /// metadata (announce its [`ScriptMeta::revision`] to the other
+    /// Seals `value` as secret `name` of `script_id` and stores it as the
+    /// script's record of that secret, replacing one of that name. It
+    /// writes no version and leaves the deployment as it is (a secret
+    /// belongs to the script: [`crate::store::secrets`]), so it cannot race
+    /// a deploy on another node. The warm copy here is dropped, so its next
+    /// request sees it. Returns the current deployment with the new
+    /// secrets (announce its [`ScriptMeta::revision`] to the other
     /// members, as a deploy does).
     pub async fn put_secret(
         &self,
@@ -263,39 +277,38 @@ impl Runtime {
             }
             .into());
         }
-        let key = self.inner.node.secrets_key.clone();
-        let (meta, _) = self
-            .change_secrets(script_id, |meta| {
-                if meta.vars.contains_key(name) {
-                    return Err(EnvError::Conflict { name: name.into() });
-                }
-                let count = meta.vars.len() + meta.secrets.len() + 1;
-                if !meta.secrets.contains_key(name) && count > MAX_ENTRIES {
-                    return Err(EnvError::TooMany { count });
-                }
-                let sealed = key.seal(script_id, name, value);
-                meta.secrets.insert(name.to_string(), sealed);
-                Ok(true)
-            })
-            .await?;
+        let (_serial, meta) = self.for_secret_change(script_id).await?;
+        if meta.vars.contains_key(name) {
+            return Err(EnvError::Conflict { name: name.into() }.into());
+        }
+        let count = meta.vars.len() + meta.secrets.len() + 1;
+        if !meta.secrets.iter().any(|s| s == name) && count > MAX_ENTRIES {
+            return Err(EnvError::TooMany { count }.into());
+        }
+        let sealed = self.inner.node.secrets_key.seal(script_id, name, value);
+        self.inner.store.put_secret(script_id, name, sealed).await?;
         tracing::info!(script = script_id, secret = name, "secret put");
-        Ok(meta)
+        self.after_secret_change(script_id).await
     }
 
-    /// Deletes secret `name` of `script_id` (as [`Runtime::put_secret`]
-    /// stores a change); the new metadata, and whether there was one.
+    /// Deletes secret `name` of `script_id` (its record: no version keeps
+    /// a copy, so it stays deleted through any rollback); the current
+    /// deployment, and whether there was such a secret.
     pub async fn delete_secret(
         &self,
         script_id: &str,
         name: &str,
     ) -> Result<(ScriptMeta, bool), SecretError> {
-        let (meta, deleted) = self
-            .change_secrets(script_id, |meta| Ok(meta.secrets.remove(name).is_some()))
-            .await?;
-        if deleted {
-            tracing::info!(script = script_id, secret = name, "secret deleted");
+        let (_serial, meta) = self.for_secret_change(script_id).await?;
+        if crate::store::secrets::check_name("secret", name).is_err() {
+            return Ok((meta, false));
         }
-        Ok((meta, deleted))
+        let deleted = self.inner.store.delete_secret(script_id, name).await?;
+        if !deleted {
+            return Ok((meta, false));
+        }
+        tracing::info!(script = script_id, secret = name, "secret deleted");
+        Ok((self.after_secret_change(script_id).await?, true))
     }
 
     /// The names of `script_id`'s secrets (never their values).
@@ -306,58 +319,81 @@ impl Runtime {
             .meta(script_id)
             .await?
             .ok_or_else(|| SecretError::UnknownScript(script_id.into()))?;
-        Ok(meta.secrets.into_keys().collect())
+        Ok(meta.secrets)
     }
 
-    /// Applies `change` to `script_id`'s metadata under its deploy lock,
-    /// and stores it (with the same source) if `change` says it changed.
-    async fn change_secrets(
+    /// `script_id`'s deploy lock (held until the guard is dropped) and its
+    /// current deployment, for a secret change.
+    async fn for_secret_change(
         &self,
         script_id: &str,
-        change: impl FnOnce(&mut ScriptMeta) -> Result<bool, crate::store::secrets::EnvError>,
-    ) -> Result<(ScriptMeta, bool), SecretError> {
-        let name_lock = self.deploy_lock(script_id);
-        let _serial = name_lock.lock().await;
-        let (mut meta, source) = self
-            .inner
-            .store
-            .get(script_id)
+    ) -> Result<(tokio::sync::OwnedMutexGuard<()>, ScriptMeta), SecretError> {
+        let serial = self.deploy_lock(script_id).lock_owned().await;
+        let meta = self
+            .current_upgraded(script_id)
             .await?
             .ok_or_else(|| SecretError::UnknownScript(script_id.into()))?;
-        if !meta.split.is_empty() {
-            return Err(SecretError::SplitActive(script_id.into()));
-        }
-        let changed = change(&mut meta)?;
-        if changed {
-            // A secret is part of what a version runs: a change is a new
-            // version ([`crate::store::versions`]).
-            let version = self.next_version(Some(&meta)).await?;
-            meta.version = version;
-            meta.latest_version = version;
-            meta.deployed_at_ms = unix_ms();
-            self.inner.store.put(&meta, &source).await?;
-            self.invalidate(script_id);
-        }
-        Ok((meta, changed))
+        Ok((serial, meta))
     }
 
-    /// The number of the next version of a script whose current
-    /// deployment is `current`; a script deployed before versions existed
-    /// is recorded as version 1 first, so it can be rolled back to.
-    async fn next_version(&self, current: Option<&ScriptMeta>) -> Result<u64, StoreError> {
-        let Some(current) = current else {
-            return Ok(1);
-        };
-        if current.version == 0 {
-            let legacy = ScriptMeta {
-                version: 1,
-                latest_version: 1,
-                split: Vec::new(),
-                ..current.clone()
-            };
-            self.inner.store.put_version(&legacy).await?;
+    /// After a secret of `script_id` changed: drops the warm copy here and
+    /// reads the deployment again, with the new listing of its secrets.
+    async fn after_secret_change(&self, script_id: &str) -> Result<ScriptMeta, SecretError> {
+        self.invalidate(script_id);
+        self.inner
+            .store
+            .meta(script_id)
+            .await?
+            .ok_or_else(|| SecretError::UnknownScript(script_id.into()))
+    }
+
+    /// The current deployment of `script_id`; if it is a record from
+    /// before records were signed (read under
+    /// [`crate::RuntimeConfig::accept_unsigned_records`]), the script is
+    /// upgraded first ([`crate::store::records`]), so a write here moves
+    /// its secrets into their records instead of dropping them.
+    async fn current_upgraded(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError> {
+        let store = &self.inner.store;
+        let current = store.meta(script_id).await?;
+        if store.upgrade_if_unsigned(current.as_ref()).await? == Default::default() {
+            return Ok(current);
         }
-        Ok(current.latest_version.max(current.number()) + 1)
+        store.meta(script_id).await
+    }
+
+    /// Claims the number of the next version of a script whose current
+    /// deployment is `current` ([`crate::store::records`]: unique even when
+    /// nodes deploy it at once); a script deployed before versions existed
+    /// is recorded as version 1 first, so it can be rolled back to.
+    async fn claim_next_version(
+        &self,
+        script_id: &str,
+        current: Option<&ScriptMeta>,
+    ) -> Result<crate::store::records::Claim, StoreError> {
+        let floor = match current {
+            None => 0,
+            Some(current) => {
+                self.record_as_version_1(current).await?;
+                current.latest_version.max(current.number())
+            }
+        };
+        self.inner.store.claim_version(script_id, floor).await
+    }
+
+    /// Records `current`, if it is a deployment from before versions
+    /// existed, as version 1 (what it counts as), so it can be rolled back
+    /// to once another version serves.
+    async fn record_as_version_1(&self, current: &ScriptMeta) -> Result<(), StoreError> {
+        if current.version != 0 {
+            return Ok(());
+        }
+        let legacy = ScriptMeta {
+            version: 1,
+            latest_version: 1,
+            split: Vec::new(),
+            ..current.clone()
+        };
+        self.inner.store.put_version(&legacy).await
     }
 
     /// The versions of `script_id`, its current deployment, and this
@@ -400,9 +436,7 @@ impl Runtime {
         let name_lock = self.deploy_lock(script_id);
         let _serial = name_lock.lock().await;
         let current = self
-            .inner
-            .store
-            .meta(script_id)
+            .current_upgraded(script_id)
             .await?
             .ok_or_else(|| VersionError::UnknownScript(script_id.into()))?;
         let mut first = None;
@@ -417,6 +451,8 @@ impl Runtime {
         let Some(first) = first else {
             return Err(VersionError::BadSplit("no versions given".into()));
         };
+        // The versions run with today's secrets: their names and tag are
+        // the script's, not the version's.
         let meta = ScriptMeta {
             latest_version: current.latest_version.max(current.number()),
             split: if shares.len() > 1 {
@@ -424,11 +460,13 @@ impl Runtime {
             } else {
                 Vec::new()
             },
+            secrets: current.secrets.clone(),
+            secrets_tag: current.secrets_tag.clone(),
             ..first
         };
-        if current.version == 0 && meta.version != 0 {
+        if meta.version != 0 {
             // Leaving a deployment from before versions: keep it as 1.
-            self.next_version(Some(&current)).await?;
+            self.record_as_version_1(&current).await?;
         }
         self.inner.store.set_current(&meta).await?;
         self.invalidate(script_id);

@@ -8,6 +8,7 @@
 //! During a split the script's other versions are loaded beside it on
 //! first use.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,7 @@ use crate::instances::lifecycle::{self, Lifecycle};
 use crate::instances::worker::Worker;
 use crate::stats::Stats;
 use crate::store::artifact::{Lookup, Precompiled};
-use crate::store::meta::ScriptMeta;
+use crate::store::meta::{ScriptMeta, Sealed};
 use crate::store::misses::Found;
 use crate::timing::{CodeSource, Start, Timing};
 
@@ -122,9 +123,33 @@ impl Runtime {
             // No split (any more): no per-version counts to keep.
             self.inner.versions.forget(script_id);
         }
-        self.build_worker(loaded.meta, &loaded.component)
+        let t = Instant::now();
+        let (meta, secrets) = self.with_secrets(loaded.meta).await?;
+        timing.fetch = Some(loaded.fetch + t.elapsed());
+        self.build_worker(meta, &secrets, &loaded.component)
             .map(Arc::new)
             .map_err(load_err)
+    }
+
+    /// `meta` with its script's secrets as the store holds them now (a
+    /// secret belongs to the script, not to a version:
+    /// [`crate::store::secrets`]), their names and tag set from the
+    /// listing they were read from, so the Worker's revision is what it
+    /// runs with.
+    async fn with_secrets(
+        &self,
+        mut meta: ScriptMeta,
+    ) -> Result<(ScriptMeta, BTreeMap<String, Sealed>), RuntimeError> {
+        let id = meta.script_id.clone();
+        let set = self
+            .inner
+            .store
+            .secrets(&id)
+            .await
+            .map_err(|e| store_error(&id, &e))?;
+        meta.secrets = set.values.keys().cloned().collect();
+        meta.secrets_tag = set.tag;
+        Ok((meta, set.values))
     }
 
     /// The code of [`Runtime::load`], timed by phase: reading from the
@@ -136,13 +161,7 @@ impl Runtime {
             script_id: script_id.into(),
             message,
         };
-        let store_err = |e: &crate::StoreError| match e {
-            crate::StoreError::Remote { .. } => RuntimeError::StoreUnavailable {
-                script_id: script_id.into(),
-                message: e.to_string(),
-            },
-            e => load_err(e.to_string()),
-        };
+        let store_err = |e: &crate::StoreError| store_error(script_id, e);
         let t = Instant::now();
         let meta = self
             .store_meta(script_id)
@@ -219,15 +238,22 @@ impl Runtime {
         })
     }
 
-    /// A Worker of `meta`'s version from its compiled `component`.
-    fn build_worker(&self, meta: ScriptMeta, component: &Component) -> Result<Worker, String> {
+    /// A Worker of `meta`'s version with its script's `secrets`, from its
+    /// compiled `component`.
+    fn build_worker(
+        &self,
+        meta: ScriptMeta,
+        secrets: &BTreeMap<String, Sealed>,
+        component: &Component,
+    ) -> Result<Worker, String> {
         let limits = *self.inner.config.limits(meta.plan);
         let mut reuse = self.inner.config.reuse;
         if !meta.lifecycle.reuses() {
             reuse.max_requests_per_instance = 1;
         }
-        let env = crate::store::secrets::WorkerEnv::open(&meta, &self.inner.node.secrets_key)
-            .map_err(|e| e.to_string())?;
+        let env =
+            crate::store::secrets::WorkerEnv::open(&meta, secrets, &self.inner.node.secrets_key)
+                .map_err(|e| e.to_string())?;
         Worker::new(
             &self.inner.engine,
             &self.inner.linker,
@@ -269,13 +295,7 @@ impl Runtime {
             script_id: script_id.into(),
             message,
         };
-        let store_err = |e: crate::StoreError| match e {
-            crate::StoreError::Remote { .. } => RuntimeError::StoreUnavailable {
-                script_id: script_id.into(),
-                message: e.to_string(),
-            },
-            e => load_err(e.to_string()),
-        };
+        let store_err = |e: crate::StoreError| store_error(script_id, &e);
         let store = &self.inner.store;
         Stats::bump(&self.inner.stats.store_reads);
         let found = match store.get_version(script_id, version).await {
@@ -301,7 +321,10 @@ impl Runtime {
             .await
             .map_err(|e| load_err(e.to_string()))?
             .map_err(|e| load_err(e.to_string()))?;
-        self.build_worker(meta, &component).map_err(load_err)
+        // Today's secrets, whichever version this is.
+        let (meta, secrets) = self.with_secrets(meta).await?;
+        self.build_worker(meta, &secrets, &component)
+            .map_err(load_err)
     }
 
     /// The metadata of `script_id` as the store has it (`None`: no Worker
@@ -461,5 +484,20 @@ impl Runtime {
         })
         .await;
         matches!(written, Ok(Ok(())))
+    }
+}
+
+/// What a request is answered when the store failed while loading
+/// `script_id`: 503 if it could not be reached, else the load failed.
+fn store_error(script_id: &str, e: &crate::StoreError) -> RuntimeError {
+    match e {
+        crate::StoreError::Remote { .. } => RuntimeError::StoreUnavailable {
+            script_id: script_id.into(),
+            message: e.to_string(),
+        },
+        e => RuntimeError::Load {
+            script_id: script_id.into(),
+            message: e.to_string(),
+        },
     }
 }

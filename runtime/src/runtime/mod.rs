@@ -37,6 +37,7 @@ use crate::instances::worker::{NodeShared, Worker};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::store::artifact::ArtifactCache;
 use crate::store::misses::Lookups;
+use crate::store::records::Records;
 use crate::store::script_store::{DirStore, ScriptStore};
 
 pub(crate) mod deploy;
@@ -69,7 +70,7 @@ struct Inner {
     engine: Engine,
     linker: Linker<Host>,
     _ticker: EpochTicker,
-    store: Arc<dyn ScriptStore>,
+    store: Records,
     artifacts: ArtifactCache,
     config: RuntimeConfig,
     resident: Mutex<Residency<String, Arc<Worker>>>,
@@ -142,10 +143,13 @@ impl Runtime {
         let artifacts = ArtifactCache::new(dir, config.artifact_key, &engine)
             .map_err(|e| ConfigError::Engine(format!("cannot open artifact cache: {e}")))?;
         let stats = Arc::new(Stats::default());
-        let store = Arc::new(crate::store::script_store::Counted {
-            inner: store,
-            stats: stats.clone(),
-        });
+        let store = Records::new(
+            store,
+            &config.artifact_key,
+            config.accept_unsigned_records,
+            config.keep_versions,
+            stats.clone(),
+        );
         let node = NodeShared::new(&config, stats.clone());
         let lookups = Lookups::new(config.miss_capacity, config.miss_ttl);
         let inner = Arc::new(Inner {
@@ -205,8 +209,9 @@ impl Runtime {
         &self.inner.config
     }
 
-    /// The script store.
-    pub fn script_store(&self) -> &Arc<dyn ScriptStore> {
+    /// The script store's records, authenticated
+    /// ([`crate::store::records`]).
+    pub fn script_store(&self) -> &Records {
         &self.inner.store
     }
 

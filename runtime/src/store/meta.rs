@@ -7,10 +7,11 @@
 //! A store ([`crate::store::script_store`], [`crate::store::s3_store`]) writes
 //! and reads these records as JSON; the concepts that give them meaning read
 //! them here: [`crate::store::versions`] (numbers, splits),
-//! [`crate::store::secrets`] (vars and sealed secrets),
+//! [`crate::store::secrets`] (vars and sealed secrets, [`SecretRecord`]),
 //! [`crate::store::misses`] (what a lookup found), and the runtime that loads a
 //! Worker from them. Fields added later have serde defaults, so metadata
-//! written by an older node still reads.
+//! written by an older node still reads. What is written and read as bytes,
+//! signed, is [`crate::store::records`]'s.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -48,10 +49,29 @@ pub struct ScriptMeta {
     /// Its vars, in the clear ([`crate::store::secrets`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub vars: BTreeMap<String, String>,
-    /// Its secrets, sealed ([`crate::store::secrets`]); the admin API shows only
-    /// their names.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub secrets: BTreeMap<String, Sealed>,
+    /// The names of its secrets as the store lists them when the
+    /// deployment is read ([`crate::store::secrets`]). Never part of a
+    /// record: a secret belongs to the script, not to a version, so a
+    /// rollback or a split keeps today's secrets. The admin API shows
+    /// these names, never a value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", skip_deserializing)]
+    pub secrets: Vec<String>,
+    /// A digest of its secret records as listed (each name, and what
+    /// changes when it is written), empty without secrets: part of
+    /// [`ScriptMeta::revision`], so a secret change is picked up like a
+    /// deploy. Not stored.
+    #[serde(skip)]
+    pub secrets_tag: String,
+    /// The sealed secrets a record written before secrets had records of
+    /// their own carried: read only to move them into their records
+    /// ([`crate::store::records::Records::upgrade`]), and never written.
+    #[serde(rename = "secrets", default, skip_serializing)]
+    pub(crate) legacy_secrets: BTreeMap<String, Sealed>,
+    /// Whether it was read from a record that authenticated (false for a
+    /// record accepted without a MAC while upgrading, see
+    /// [`crate::store::records`], and for metadata not read from a store).
+    #[serde(skip)]
+    pub(crate) signed: bool,
     /// A user Worker, served only as a nested call, never as a flow's
     /// entry ([`crate::store::manifest`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -83,17 +103,18 @@ pub fn is_source_hash(hash: &str) -> bool {
 
 impl ScriptMeta {
     /// What a node compares to tell whether its warm copy is current: the
-    /// source hash, and a digest of the vars and secrets when there are
-    /// any (so changing them takes effect like a redeploy). What a deploy
+    /// source hash, and a digest of the vars and of the secret records
+    /// ([`ScriptMeta::secrets_tag`]) when there are any (so changing them
+    /// takes effect like a redeploy). What a deploy
     /// or a secret change announces to the other members.
     /// The version number and the split are part of it, so a rollback or
     /// a new split is announced and picked up like a deploy.
     pub fn revision(&self) -> String {
         let mut rev = self.hash.clone();
-        if !(self.vars.is_empty() && self.secrets.is_empty()) {
+        if !(self.vars.is_empty() && self.secrets_tag.is_empty()) {
             let mut h = blake3::Hasher::new();
-            // Serializing maps of strings cannot fail.
-            h.update(&serde_json::to_vec(&(&self.vars, &self.secrets)).unwrap_or_default());
+            // Serializing a map of strings and a string cannot fail.
+            h.update(&serde_json::to_vec(&(&self.vars, &self.secrets_tag)).unwrap_or_default());
             rev = format!("{rev}+{}", &h.finalize().to_hex()[..16]);
         }
         if self.version > 0 {
@@ -141,6 +162,13 @@ impl std::fmt::Display for Share {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}@{}%", self.version, self.percent)
     }
+}
+
+/// One secret's record (`secrets/<id>/<NAME>.json`): its sealed value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretRecord {
+    /// The value, sealed for this script and name.
+    pub sealed: Sealed,
 }
 
 /// A secret's value as stored: hex of nonce and ciphertext, sealed and

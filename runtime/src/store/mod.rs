@@ -9,9 +9,15 @@
 //! [`script_store`]: a local directory, or an S3-compatible bucket for
 //! nodes that share no disk ([`s3_store`]). The current deployment is one
 //! version, or several sharing the traffic during a gradual rollout
-//! ([`versions`]). A Worker's vars travel in the clear in its record; its
-//! secrets are sealed under a key every node of the cluster derives
-//! ([`secrets`]).
+//! ([`versions`]). A Worker's vars travel in the clear in its records; its
+//! secrets are records of their own, one per secret, sealed under a key
+//! every node of the cluster derives, and belong to the script, not to a
+//! version ([`secrets`]).
+//!
+//! A store is bytes under names, and may be writable by others than the
+//! nodes: every record is signed and checked on every read ([`records`]),
+//! as compiled code is ([`artifact`]), so a write to the store cannot
+//! change what runs or read a secret.
 //!
 //! Compiled code is cached beside the sources, authenticated by a keyed
 //! MAC, so a node loads instead of compiling ([`artifact`]). A lookup of a
@@ -26,6 +32,7 @@ pub mod artifact;
 pub mod manifest;
 pub mod meta;
 pub mod misses;
+pub mod records;
 pub mod s3_store;
 pub mod script_store;
 pub mod secrets;

@@ -6,18 +6,24 @@
 //!
 //! ```text
 //! s3://BUCKET/PREFIX/blobs/<blake3>.wasm                sources, by hash (immutable)
-//! s3://BUCKET/PREFIX/versions/<id>/<n>.json             version n of script <id> (immutable)
 //! s3://BUCKET/PREFIX/scripts/<id>.json                  the current deployment per script ID
+//! s3://BUCKET/PREFIX/versions/<id>/<n>.json             version n of script <id> (immutable)
+//! s3://BUCKET/PREFIX/secrets/<id>/<NAME>.json           secret NAME of script <id>, sealed
+//! s3://BUCKET/PREFIX/claims/<id>/<n>-<nonce>.json       a deploy's claim on version number n
 //! s3://BUCKET/PREFIX/artifacts/<blake3>-<engine>.cwasm  precompiled artifacts
 //! ```
 //!
-//! A deploy uploads the blob, then the artifact, then the version's record
-//! ([`crate::store::versions`]), then the metadata object:
-//! an S3 `PUT` replaces an object atomically, so a reader sees the old
-//! metadata or the new one, and the new metadata is only written once its
-//! blob is in place. A deploy that fails part way leaves the old version
-//! serving (at worst an unreferenced blob or artifact, which is harmless:
-//! both are named by content).
+//! A deploy uploads the blob, then the artifact, then claims a version
+//! number, writes the version's record ([`crate::store::versions`]), then
+//! the current deployment: an S3 `PUT` replaces an object atomically, so a
+//! reader sees the old deployment or the new one, and the new one is only
+//! written once its blob is in place. A deploy that fails part way leaves
+//! the old version serving (at worst an unreferenced blob or artifact,
+//! which is harmless: both are named by content). Two nodes never write
+//! the same version's object: numbers are claimed first (S3 conditional
+//! writes would do, but Garage ignores them), see
+//! [`crate::store::records`]. The bucket is not trusted with records
+//! either: each carries a MAC the nodes check.
 //!
 //! Artifacts are shared through the bucket so that one node's compile
 //! serves every node of the same build (the engine fingerprint is in the
@@ -47,8 +53,7 @@ use object_store::{
 use serde::Deserialize;
 
 use crate::error::StoreError;
-use crate::store::meta::ScriptMeta;
-use crate::store::script_store::ScriptStore;
+use crate::store::script_store::{Kind, Listed, RecordKey, ScriptStore};
 
 /// How to reach an S3-compatible store. Every field is optional; what is
 /// not given comes from the standard environment variables
@@ -266,69 +271,52 @@ impl S3Store {
         .await
     }
 
-    fn parse_meta(key: &ObjectPath, bytes: &[u8]) -> Result<ScriptMeta, StoreError> {
-        ScriptMeta::parse(std::path::Path::new(key.as_ref()), bytes)
+    /// The object of record `key`.
+    fn record_key(&self, key: RecordKey<'_>) -> Result<ObjectPath, StoreError> {
+        let path = key.path()?;
+        Ok(self.key(&path.split('/').collect::<Vec<_>>()))
     }
 
-    /// Writes `meta` as JSON to object `key`.
-    async fn write_json(&self, key: ObjectPath, meta: &ScriptMeta) -> Result<(), StoreError> {
-        let json = serde_json::to_vec_pretty(meta).map_err(|e| StoreError::Corrupt {
-            path: key.to_string().into(),
-            message: e.to_string(),
-        })?;
-        self.write(key, json.into()).await
-    }
-
-    /// `meta` with its source from the bucket, checked against its hash.
-    async fn with_source(&self, meta: ScriptMeta) -> Result<(ScriptMeta, Vec<u8>), StoreError> {
-        let key = self.key(&["blobs", &format!("{}.wasm", meta.hash)]);
-        let source = self
-            .read(key.clone())
-            .await?
-            .ok_or_else(|| StoreError::Remote {
-                key: key.to_string(),
-                message: "the metadata names a source that is not in the bucket".into(),
-            })?;
-        if blake3::hash(&source).to_hex().as_str() != meta.hash {
-            return Err(StoreError::HashMismatch {
-                script_id: meta.script_id,
-                hash: meta.hash,
+    /// The object of the source with blake3 `hash`.
+    fn blob_key(&self, hash: &str) -> Result<ObjectPath, StoreError> {
+        if !crate::store::meta::is_source_hash(hash) {
+            return Err(StoreError::BadKey {
+                key: hash.chars().take(80).collect(),
             });
         }
-        Ok((meta, source.to_vec()))
+        Ok(self.key(&["blobs", &format!("{hash}.wasm")]))
     }
 
-    /// Every metadata object directly under `dir` (`*.json`; a listing is
-    /// recursive, so deeper keys are skipped), read 16 at a time.
-    async fn read_all(&self, dir: ObjectPath) -> Result<Vec<ScriptMeta>, StoreError> {
+    /// Every object directly under `dir` ending in `.json` (a listing is
+    /// recursive, so deeper keys are skipped), by name without the
+    /// extension, with its tag.
+    async fn list_json(&self, dir: ObjectPath) -> Result<Vec<Listed>, StoreError> {
         let store = self.store.clone();
         let depth = dir.parts().count() + 1;
         let listed = dir.clone();
-        let keys: Vec<ObjectPath> = self
+        let objects: Vec<object_store::ObjectMeta> = self
             .run(async move {
                 store
                     .list(Some(&listed))
-                    .map_ok(|o| o.location)
                     .try_collect()
                     .await
                     .map_err(|e| remote(&listed, e))
             })
             .await?;
-        let metas = futures::stream::iter(
-            keys.into_iter()
-                .filter(|k| k.extension() == Some("json") && k.parts().count() == depth),
-        )
-        .map(|key| async move {
-            match self.read(key.clone()).await? {
-                Some(bytes) => Self::parse_meta(&key, &bytes).map(Some),
-                // Deleted between the listing and the read.
-                None => Ok(None),
-            }
-        })
-        .buffer_unordered(16)
-        .try_collect::<Vec<_>>()
-        .await?;
-        Ok(metas.into_iter().flatten().collect())
+        Ok(objects
+            .into_iter()
+            .filter(|o| o.location.parts().count() == depth)
+            .filter_map(|o| {
+                let name = o.location.filename()?.strip_suffix(".json")?.to_string();
+                let tag = format!(
+                    "{}.{}.{}",
+                    o.e_tag.as_deref().unwrap_or(""),
+                    o.last_modified.timestamp_nanos_opt().unwrap_or(0),
+                    o.size
+                );
+                Some(Listed { name, tag })
+            })
+            .collect())
     }
 }
 
@@ -341,85 +329,58 @@ fn remote(key: &ObjectPath, e: object_store::Error) -> StoreError {
 
 #[async_trait::async_trait]
 impl ScriptStore for S3Store {
-    async fn put(&self, meta: &ScriptMeta, source: &[u8]) -> Result<(), StoreError> {
+    async fn put_blob(&self, hash: &str, bytes: &[u8]) -> Result<(), StoreError> {
         // Content-addressed, so rewriting an existing blob is harmless, and
         // it repairs one damaged in the bucket.
-        let blob = self.key(&["blobs", &format!("{}.wasm", meta.hash)]);
-        self.write(blob, Bytes::copy_from_slice(source)).await?;
-        if meta.version > 0 {
-            self.put_version(meta).await?;
-        }
-        self.set_current(meta).await
+        let key = self.blob_key(hash)?;
+        self.write(key, Bytes::copy_from_slice(bytes)).await
     }
 
-    async fn put_version(&self, meta: &ScriptMeta) -> Result<(), StoreError> {
-        let key = self.key(&[
-            "versions",
-            &meta.script_id,
-            &format!("{}.json", meta.version),
-        ]);
-        // A version record carries no split: that belongs to a deployment.
-        let record = ScriptMeta {
-            split: Vec::new(),
-            ..meta.clone()
+    async fn get_blob(&self, hash: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = self.blob_key(hash)?;
+        Ok(self.read(key).await?.map(|b| b.to_vec()))
+    }
+
+    async fn put_record(&self, key: RecordKey<'_>, bytes: &[u8]) -> Result<(), StoreError> {
+        let key = self.record_key(key)?;
+        self.write(key, Bytes::copy_from_slice(bytes)).await
+    }
+
+    async fn get_record(&self, key: RecordKey<'_>) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = self.record_key(key)?;
+        Ok(self.read(key).await?.map(|b| b.to_vec()))
+    }
+
+    async fn delete_record(&self, key: RecordKey<'_>) -> Result<(), StoreError> {
+        let key = self.record_key(key)?;
+        let store = self.store.clone();
+        self.run(async move {
+            match store.delete(&key).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(remote(&key, e)),
+            }
+        })
+        .await
+    }
+
+    async fn list_records(&self, kind: Kind, script_id: &str) -> Result<Vec<Listed>, StoreError> {
+        let dir = match kind {
+            Kind::Deployment => self.key(&[kind.dir()]),
+            kind => {
+                // The folder of a valid key: the script ID is checked.
+                RecordKey::of(kind, script_id, "x").path()?;
+                self.key(&[kind.dir(), script_id])
+            }
         };
-        self.write_json(key, &record).await
-    }
-
-    async fn set_current(&self, meta: &ScriptMeta) -> Result<(), StoreError> {
-        let key = self.key(&["scripts", &format!("{}.json", meta.script_id)]);
-        self.write_json(key, meta).await
-    }
-
-    async fn versions(&self, script_id: &str) -> Result<Vec<ScriptMeta>, StoreError> {
-        if !crate::store::validate::valid_script_id(script_id) {
-            return Ok(Vec::new());
-        }
-        let mut out = self.read_all(self.key(&["versions", script_id])).await?;
-        out.sort_by_key(|m| m.version);
-        Ok(out)
-    }
-
-    async fn get_version(
-        &self,
-        script_id: &str,
-        version: u64,
-    ) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError> {
-        if !crate::store::validate::valid_script_id(script_id) {
-            return Ok(None);
-        }
-        let key = self.key(&["versions", script_id, &format!("{version}.json")]);
-        match self.read(key.clone()).await? {
-            Some(bytes) => self
-                .with_source(Self::parse_meta(&key, &bytes)?)
-                .await
-                .map(Some),
-            None => Ok(None),
-        }
-    }
-
-    async fn meta(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError> {
-        if !crate::store::validate::valid_script_id(script_id) {
-            return Ok(None);
-        }
-        let key = self.key(&["scripts", &format!("{script_id}.json")]);
-        match self.read(key.clone()).await? {
-            Some(bytes) => Self::parse_meta(&key, &bytes).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    async fn get(&self, script_id: &str) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError> {
-        let Some(meta) = self.meta(script_id).await? else {
-            return Ok(None);
-        };
-        self.with_source(meta).await.map(Some)
-    }
-
-    async fn list(&self) -> Result<Vec<ScriptMeta>, StoreError> {
-        let mut out = self.read_all(self.key(&["scripts"])).await?;
-        out.sort_by(|a, b| a.script_id.cmp(&b.script_id));
-        Ok(out)
+        let mut listed = self.list_json(dir).await?;
+        listed.retain(|l| {
+            let key = match kind {
+                Kind::Deployment => RecordKey::deployment(&l.name),
+                kind => RecordKey::of(kind, script_id, &l.name),
+            };
+            key.path().is_ok()
+        });
+        Ok(listed)
     }
 
     async fn get_artifact(&self, name: &str) -> Result<Option<Bytes>, StoreError> {

@@ -1,81 +1,192 @@
-//! Where Worker sources live: the [`ScriptStore`] trait and its default, a
-//! local directory content-addressed by blake3. For nodes that share no
-//! disk, [`crate::store::s3_store::S3Store`] keeps the same layout in an
+//! Where Worker sources and records live: the [`ScriptStore`] trait and its
+//! default, a local directory. For nodes that share no disk,
+//! [`crate::store::s3_store::S3Store`] keeps the same layout in an
 //! S3-compatible bucket.
 //!
-//! The trait is async: a store may be across the network. Nothing on a
-//! warm request's path waits for it (a warm Worker is revalidated in the
-//! background, see [`crate::Runtime`]).
+//! A store keeps bytes under names and gives them back: it does not parse
+//! records and is not trusted to. Everything that reads a record goes
+//! through [`crate::store::records::Records`], which signs what it writes
+//! and refuses what does not authenticate, so a store (a directory, a
+//! bucket) can be written by others than the nodes without their writes
+//! being believed. The trait is async: a store may be across the network.
+//! Nothing on a warm request's path waits for it (a warm Worker is
+//! revalidated in the background, see [`crate::Runtime`]).
 //!
-//! Layout of a [`DirStore`]:
+//! Layout of a [`DirStore`] (each kind of record is a [`Kind`]):
 //!
 //! ```text
-//! DIR/blobs/<blake3>.wasm        sources, named by their hash (immutable)
-//! DIR/versions/<id>/<n>.json     version n of script <id>: its metadata as deployed (immutable)
-//! DIR/scripts/<id>.json          the current deployment: the metadata of the version
-//!                                serving (and the split, if several do)
+//! DIR/blobs/<blake3>.wasm           sources, named by their hash (immutable)
+//! DIR/scripts/<id>.json             the current deployment of script <id>: the metadata of
+//!                                   the version serving (and the split, if several do)
+//! DIR/versions/<id>/<n>.json        version n of script <id>, as deployed (immutable)
+//! DIR/secrets/<id>/<NAME>.json      secret NAME of script <id>, sealed (one record each)
+//! DIR/claims/<id>/<n>-<nonce>.json  a writer's claim on version number n, while it deploys
 //! ```
 //!
-//! Every deploy (and every secret change) is a new numbered version
-//! ([`crate::store::versions`]): a deploy writes the blob first, then the
-//! version's record, then replaces the current deployment with an atomic
-//! rename, so a reader sees either the old version or the new one, never a
-//! mix; a deploy that fails before the rename leaves the old version
-//! serving (at worst a version record that never served, which the next
-//! deploy's number replaces). A rollback or a split only replaces the
-//! current deployment ([`ScriptStore::set_current`]): the versions it names
-//! are on record already. A store written before versions existed has no
-//! `versions/` and no number in its metadata: its script is version 1.
-//! Several nodes may share one directory.
+//! What a deploy writes, in order, is [`crate::store::records`]'s: the blob,
+//! a claim, the version's record, then the current deployment, each with
+//! an atomic rename, so a reader sees either the old version or the new
+//! one, never a mix. Several nodes may share one directory.
 //!
 //! Durability: every file is written to a temporary name, fsynced, renamed
-//! into place, and then its directory is fsynced, blob before metadata. So
-//! once `put` returns, a crash or power loss at any later point leaves the
-//! new version, and a crash at any earlier point leaves the old one: the
-//! metadata never survives without its blob. `tests/crash.rs` stops a
-//! deploy at each step (a [`FaultHook`]) and checks exactly that.
+//! into place, and then its directory is fsynced; a deletion fsyncs its
+//! directory too. So once a write returns, a crash or power loss at any
+//! later point keeps it, and a deploy that crashes at any step before the
+//! current deployment is renamed into place leaves the old version
+//! serving. `tests/durability.rs` stops a deploy at each step (a
+//! [`FaultHook`]) and checks exactly that.
 
 use std::fs;
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::StoreError;
-use crate::store::meta::ScriptMeta;
 
-/// A place to keep Worker sources. Implementations must make [`put`]
-/// atomic per script ID: a reader sees the old version or the new one.
-///
-/// [`put`]: ScriptStore::put
+/// The kinds of record a store keeps, each in a folder of its own (see
+/// the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A script's current deployment, `scripts/<id>.json`.
+    Deployment,
+    /// One version of a script, `versions/<id>/<n>.json`.
+    Version,
+    /// One secret of a script, `secrets/<id>/<NAME>.json`.
+    Secret,
+    /// A writer's claim on a version number, `claims/<id>/<n>-<nonce>.json`.
+    Claim,
+}
+
+impl Kind {
+    /// The folder its records are kept in.
+    pub fn dir(self) -> &'static str {
+        match self {
+            Kind::Deployment => "scripts",
+            Kind::Version => "versions",
+            Kind::Secret => "secrets",
+            Kind::Claim => "claims",
+        }
+    }
+
+    /// The name of its write in a [`FaultHook`]'s steps (`meta.write`…).
+    fn step(self) -> &'static str {
+        match self {
+            Kind::Deployment => "meta",
+            Kind::Version => "version",
+            Kind::Secret => "secret",
+            Kind::Claim => "claim",
+        }
+    }
+}
+
+/// Where one record is: its kind, its script, and its name among that
+/// script's records of the kind (empty for a [`Kind::Deployment`], which
+/// a script has one of).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordKey<'a> {
+    /// Its kind.
+    pub kind: Kind,
+    /// Its script.
+    pub script_id: &'a str,
+    /// Its name (a version number, a secret's name, a claim).
+    pub name: &'a str,
+}
+
+/// Longest name of a record.
+const MAX_RECORD_NAME: usize = 128;
+
+/// Whether `name` may name a record: 1–128 letters, digits, `_` or `-`
+/// (so it is one plain path segment, on a disk or in a bucket).
+pub fn valid_record_name(name: &str) -> bool {
+    (1..=MAX_RECORD_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+impl<'a> RecordKey<'a> {
+    /// The current deployment of `script_id`.
+    pub fn deployment(script_id: &'a str) -> Self {
+        RecordKey {
+            kind: Kind::Deployment,
+            script_id,
+            name: "",
+        }
+    }
+
+    /// The record `name` of kind `kind` of `script_id`.
+    pub fn of(kind: Kind, script_id: &'a str, name: &'a str) -> Self {
+        RecordKey {
+            kind,
+            script_id,
+            name,
+        }
+    }
+
+    /// Its path inside the store (`scripts/app.json`,
+    /// `versions/app/3.json`), or [`StoreError::BadKey`] if a part is not
+    /// a plain name: nothing outside the store can be named.
+    pub fn path(&self) -> Result<String, StoreError> {
+        let bad = || StoreError::BadKey {
+            key: format!("{}/{}/{}", self.kind.dir(), self.script_id, self.name)
+                .chars()
+                .take(80)
+                .collect(),
+        };
+        if !crate::store::validate::valid_script_id(self.script_id) {
+            return Err(bad());
+        }
+        match self.kind {
+            Kind::Deployment if self.name.is_empty() => {
+                Ok(format!("scripts/{}.json", self.script_id))
+            }
+            Kind::Deployment => Err(bad()),
+            kind if valid_record_name(self.name) => Ok(format!(
+                "{}/{}/{}.json",
+                kind.dir(),
+                self.script_id,
+                self.name
+            )),
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// One record as a listing finds it: its name, and a tag that changes
+/// whenever the record is written again (a file's inode, time and size;
+/// an object's ETag and time), so a listing tells whether anything
+/// changed without reading each record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// The record's name (for [`Kind::Deployment`], the script ID).
+    pub name: String,
+    /// What changes when it is written.
+    pub tag: String,
+}
+
+/// A place to keep Worker sources and records as bytes. Each write of a
+/// record replaces it atomically: a reader sees the old bytes or the new,
+/// never a mix. A store checks only that keys are plain names
+/// ([`RecordKey::path`]); what the bytes mean, and whether to believe
+/// them, is [`crate::store::records`]'s.
 #[async_trait::async_trait]
 pub trait ScriptStore: Send + Sync + 'static {
-    /// Stores `source` under `meta.script_id`, replacing any earlier version
-    /// atomically: the blob, then (if `meta.version` is set) the version's
-    /// record, then the current deployment.
-    async fn put(&self, meta: &ScriptMeta, source: &[u8]) -> Result<(), StoreError>;
-    /// Records version `meta.version` of `meta.script_id` (its blob must be
-    /// stored already), written atomically like the current deployment.
-    async fn put_version(&self, meta: &ScriptMeta) -> Result<(), StoreError>;
-    /// Replaces the current deployment of `meta.script_id` with `meta`
-    /// atomically (a rollback or a split: the versions it names are on
-    /// record, their blobs stored).
-    async fn set_current(&self, meta: &ScriptMeta) -> Result<(), StoreError>;
-    /// The recorded versions of `script_id`, lowest number first (none for
-    /// a script deployed before versions existed).
-    async fn versions(&self, script_id: &str) -> Result<Vec<ScriptMeta>, StoreError>;
-    /// Version `version` of `script_id` and its source, if recorded; the
-    /// source is checked against its hash.
-    async fn get_version(
-        &self,
-        script_id: &str,
-        version: u64,
-    ) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError>;
-    /// The metadata of `script_id`, if deployed.
-    async fn meta(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError>;
-    /// The metadata and source of `script_id`, if deployed; the source is
-    /// checked against its hash.
-    async fn get(&self, script_id: &str) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError>;
-    /// Every deployed script's metadata.
-    async fn list(&self) -> Result<Vec<ScriptMeta>, StoreError>;
+    /// Stores source `bytes` under their blake3 `hash`, durably, before
+    /// any record names it.
+    async fn put_blob(&self, hash: &str, bytes: &[u8]) -> Result<(), StoreError>;
+    /// The source stored under `hash`, if any (unchecked: the caller
+    /// compares it with its hash).
+    async fn get_blob(&self, hash: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Writes record `key` atomically and durably.
+    async fn put_record(&self, key: RecordKey<'_>, bytes: &[u8]) -> Result<(), StoreError>;
+    /// Record `key`'s bytes, if there is such a record.
+    async fn get_record(&self, key: RecordKey<'_>) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Deletes record `key` durably (nothing if there is none).
+    async fn delete_record(&self, key: RecordKey<'_>) -> Result<(), StoreError>;
+    /// The records of kind `kind` of `script_id`; for
+    /// [`Kind::Deployment`], every deployed script (`script_id` is not
+    /// used). In no particular order.
+    async fn list_records(&self, kind: Kind, script_id: &str) -> Result<Vec<Listed>, StoreError>;
     /// The shared precompiled artifact `name`, for a store that keeps
     /// artifacts for every node (`None` if it has none, or keeps none).
     /// Whatever comes back is authenticated before use
@@ -99,70 +210,6 @@ pub trait ScriptStore: Send + Sync + 'static {
     fn location(&self) -> String;
 }
 
-/// The store a runtime reads through: `inner`, with every metadata read it
-/// refuses ([`StoreError::BadHash`]) counted in the runtime's stats
-/// (`store_metadata_rejected`, in `/metrics`).
-pub(crate) struct Counted {
-    /// The store.
-    pub(crate) inner: std::sync::Arc<dyn ScriptStore>,
-    /// Where refusals are counted.
-    pub(crate) stats: std::sync::Arc<crate::stats::Stats>,
-}
-
-impl Counted {
-    fn count<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
-        if let Err(StoreError::BadHash { path, hash }) = &r {
-            crate::stats::Stats::bump(&self.stats.store_metadata_rejected);
-            tracing::warn!(path = %path.display(), hash, "script metadata refused: its hash is not a source hash");
-        }
-        r
-    }
-}
-
-#[async_trait::async_trait]
-impl ScriptStore for Counted {
-    async fn put(&self, meta: &ScriptMeta, source: &[u8]) -> Result<(), StoreError> {
-        self.inner.put(meta, source).await
-    }
-    async fn put_version(&self, meta: &ScriptMeta) -> Result<(), StoreError> {
-        self.inner.put_version(meta).await
-    }
-    async fn set_current(&self, meta: &ScriptMeta) -> Result<(), StoreError> {
-        self.inner.set_current(meta).await
-    }
-    async fn versions(&self, script_id: &str) -> Result<Vec<ScriptMeta>, StoreError> {
-        self.count(self.inner.versions(script_id).await)
-    }
-    async fn get_version(
-        &self,
-        script_id: &str,
-        version: u64,
-    ) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError> {
-        self.count(self.inner.get_version(script_id, version).await)
-    }
-    async fn meta(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError> {
-        self.count(self.inner.meta(script_id).await)
-    }
-    async fn get(&self, script_id: &str) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError> {
-        self.count(self.inner.get(script_id).await)
-    }
-    async fn list(&self) -> Result<Vec<ScriptMeta>, StoreError> {
-        self.count(self.inner.list().await)
-    }
-    async fn get_artifact(&self, name: &str) -> Result<Option<bytes::Bytes>, StoreError> {
-        self.inner.get_artifact(name).await
-    }
-    async fn put_artifact(&self, name: &str, bytes: bytes::Bytes) -> Result<(), StoreError> {
-        self.inner.put_artifact(name, bytes).await
-    }
-    fn keeps_artifacts(&self) -> bool {
-        self.inner.keeps_artifacts()
-    }
-    fn location(&self) -> String {
-        self.inner.location()
-    }
-}
-
 /// A [`ScriptStore`] in a local directory.
 #[derive(Clone)]
 pub struct DirStore {
@@ -178,10 +225,11 @@ impl std::fmt::Debug for DirStore {
     }
 }
 
-/// Called with the name of each durable step of a [`DirStore::put`] before
-/// it is taken (`blob.write`, `blob.rename`, `blob.sync-dir`, `meta.write`,
-/// `meta.rename`, `meta.sync-dir`); an error stops the deploy there, as a
-/// crash would. For crash-injection tests.
+/// Called with the name of each durable step of a [`DirStore`] write
+/// before it is taken (`blob.write`, `blob.rename`, `blob.sync-dir`, then
+/// the same for `claim`, `version`, `meta` (the current deployment) and
+/// `secret`); an error stops the write there, as a crash would. For
+/// crash-injection tests.
 pub type FaultHook = std::sync::Arc<dyn Fn(&str) -> std::io::Result<()> + Send + Sync>;
 
 /// Fsyncs directory `dir`, so a rename or create inside it survives a
@@ -231,6 +279,15 @@ fn write_durable(
     Ok(file)
 }
 
+/// The bytes of file `path`, `None` if there is none.
+fn read_if_any(path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
+    match fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io(path)(e)),
+    }
+}
+
 impl DirStore {
     /// Opens (creating if needed) a store rooted at `root`.
     pub fn open(root: impl Into<PathBuf>) -> Result<Self, StoreError> {
@@ -246,7 +303,7 @@ impl DirStore {
     }
 
     /// The same store, with `hook` asked before each durable step of a
-    /// deploy (see [`FaultHook`]).
+    /// write (see [`FaultHook`]).
     pub fn with_fault_hook(mut self, hook: FaultHook) -> Self {
         self.fault = Some(hook);
         self
@@ -257,89 +314,100 @@ impl DirStore {
         &self.root
     }
 
-    fn meta_path(&self, id: &str) -> PathBuf {
-        self.root.join("scripts").join(format!("{id}.json"))
+    /// The file of record `key`.
+    pub fn record_path(&self, key: RecordKey<'_>) -> Result<PathBuf, StoreError> {
+        Ok(self.root.join(key.path()?))
     }
 
-    fn version_dir(&self, id: &str) -> PathBuf {
-        self.root.join("versions").join(id)
-    }
-
-    fn version_path(&self, id: &str, version: u64) -> PathBuf {
-        self.version_dir(id).join(format!("{version}.json"))
-    }
-
-    fn blob_path(&self, hash: &str) -> PathBuf {
-        self.root.join("blobs").join(format!("{hash}.wasm"))
-    }
-
-    fn read_meta(path: &Path) -> Result<Option<ScriptMeta>, StoreError> {
-        match fs::read(path) {
-            Ok(bytes) => ScriptMeta::parse(path, &bytes).map(Some),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io(path)(e)),
+    /// The file of the source with blake3 `hash`.
+    pub fn blob_path(&self, hash: &str) -> Result<PathBuf, StoreError> {
+        if !crate::store::meta::is_source_hash(hash) {
+            return Err(StoreError::BadKey {
+                key: hash.chars().take(80).collect(),
+            });
         }
+        Ok(self.root.join("blobs").join(format!("{hash}.wasm")))
+    }
+
+    /// Creates `dir` (a script's folder of records) durably if missing.
+    fn ensure_dir(&self, dir: &Path) -> Result<(), StoreError> {
+        if dir.is_dir() {
+            return Ok(());
+        }
+        fs::create_dir_all(dir).map_err(io(dir))?;
+        let mut parent = dir.parent();
+        while let Some(p) = parent {
+            sync_dir(p).map_err(io(p))?;
+            if p == self.root {
+                break;
+            }
+            parent = p.parent();
+        }
+        Ok(())
     }
 }
 
 /// The blocking operations behind [`DirStore`]'s [`ScriptStore`] methods,
 /// which run them on Tokio's blocking pool.
 impl DirStore {
-    /// [`ScriptStore::put`] on the calling thread.
-    pub fn put_blocking(&self, meta: &ScriptMeta, source: &[u8]) -> Result<(), StoreError> {
-        let blob = self.blob_path(&meta.hash);
+    /// [`ScriptStore::put_blob`] on the calling thread.
+    pub fn put_blob_blocking(&self, hash: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        let blob = self.blob_path(hash)?;
         // A blob already in place is reused only if it is intact (it was
         // written the same durable way, but disks do fail).
-        let intact = fs::read(&blob).is_ok_and(|b| blake3::hash(&b).to_hex().as_str() == meta.hash);
+        let intact = fs::read(&blob).is_ok_and(|b| blake3::hash(&b).to_hex().as_str() == hash);
         if !intact {
-            write_durable(&blob, source, "blob", self.fault.as_ref())?;
+            write_durable(&blob, bytes, "blob", self.fault.as_ref())?;
         }
-        if meta.version > 0 {
-            self.put_version_blocking(meta)?;
-        }
-        self.set_current_blocking(meta)
+        Ok(())
     }
 
-    /// [`ScriptStore::put_version`] on the calling thread.
-    pub fn put_version_blocking(&self, meta: &ScriptMeta) -> Result<(), StoreError> {
-        let dir = self.version_dir(&meta.script_id);
-        if !dir.is_dir() {
-            fs::create_dir_all(&dir).map_err(io(&dir))?;
-            let parent = dir.parent().unwrap_or(&self.root);
-            sync_dir(parent).map_err(io(parent))?;
-            sync_dir(&self.root).map_err(io(&self.root))?;
+    /// [`ScriptStore::get_blob`] on the calling thread.
+    pub fn get_blob_blocking(&self, hash: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        read_if_any(&self.blob_path(hash)?)
+    }
+
+    /// [`ScriptStore::put_record`] on the calling thread.
+    pub fn put_record_blocking(&self, key: RecordKey<'_>, bytes: &[u8]) -> Result<(), StoreError> {
+        let path = self.record_path(key)?;
+        if let Some(dir) = path.parent() {
+            self.ensure_dir(dir)?;
         }
-        // A version record carries no split: that belongs to a deployment.
-        let record = ScriptMeta {
-            split: Vec::new(),
-            ..meta.clone()
+        write_durable(&path, bytes, key.kind.step(), self.fault.as_ref())?;
+        Ok(())
+    }
+
+    /// [`ScriptStore::get_record`] on the calling thread.
+    pub fn get_record_blocking(&self, key: RecordKey<'_>) -> Result<Option<Vec<u8>>, StoreError> {
+        read_if_any(&self.record_path(key)?)
+    }
+
+    /// [`ScriptStore::delete_record`] on the calling thread.
+    pub fn delete_record_blocking(&self, key: RecordKey<'_>) -> Result<(), StoreError> {
+        let path = self.record_path(key)?;
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io(&path)(e)),
+        }
+        let dir = path.parent().unwrap_or(&self.root);
+        sync_dir(dir).map_err(io(dir))
+    }
+
+    /// [`ScriptStore::list_records`] on the calling thread.
+    pub fn list_records_blocking(
+        &self,
+        kind: Kind,
+        script_id: &str,
+    ) -> Result<Vec<Listed>, StoreError> {
+        let dir = match kind {
+            Kind::Deployment => self.root.join(kind.dir()),
+            _ => self
+                .record_path(RecordKey::of(kind, script_id, "x"))?
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| self.root.clone()),
         };
-        let path = self.version_path(&meta.script_id, meta.version);
-        let json = serde_json::to_vec_pretty(&record).map_err(|e| StoreError::Corrupt {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-        write_durable(&path, &json, "version", self.fault.as_ref())?;
-        Ok(())
-    }
-
-    /// [`ScriptStore::set_current`] on the calling thread.
-    pub fn set_current_blocking(&self, meta: &ScriptMeta) -> Result<(), StoreError> {
-        let path = self.meta_path(&meta.script_id);
-        let json = serde_json::to_vec_pretty(meta).map_err(|e| StoreError::Corrupt {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-        write_durable(&path, &json, "meta", self.fault.as_ref())?;
-        Ok(())
-    }
-
-    /// [`ScriptStore::versions`] on the calling thread.
-    pub fn versions_blocking(&self, script_id: &str) -> Result<Vec<ScriptMeta>, StoreError> {
-        if !crate::store::validate::valid_script_id(script_id) {
-            return Ok(Vec::new());
-        }
-        let dir = self.version_dir(script_id);
         let entries = match fs::read_dir(&dir) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -347,77 +415,29 @@ impl DirStore {
         };
         let mut out = Vec::new();
         for entry in entries {
-            let path = entry.map_err(io(&dir))?.path();
-            if path.extension().is_some_and(|e| e == "json")
-                && let Some(meta) = Self::read_meta(&path)?
-            {
-                out.push(meta);
+            let entry = entry.map_err(io(&dir))?;
+            let file_name = entry.file_name();
+            let Some(name) = file_name.to_str().and_then(|n| n.strip_suffix(".json")) else {
+                continue;
+            };
+            let named = match kind {
+                Kind::Deployment => RecordKey::deployment(name),
+                kind => RecordKey::of(kind, script_id, name),
+            };
+            if named.path().is_err() {
+                continue;
             }
-        }
-        out.sort_by_key(|m| m.version);
-        Ok(out)
-    }
-
-    /// [`ScriptStore::get_version`] on the calling thread.
-    pub fn get_version_blocking(
-        &self,
-        script_id: &str,
-        version: u64,
-    ) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError> {
-        if !crate::store::validate::valid_script_id(script_id) {
-            return Ok(None);
-        }
-        let Some(meta) = Self::read_meta(&self.version_path(script_id, version))? else {
-            return Ok(None);
-        };
-        self.with_source(meta).map(Some)
-    }
-
-    /// `meta` with its source, checked against its hash.
-    fn with_source(&self, meta: ScriptMeta) -> Result<(ScriptMeta, Vec<u8>), StoreError> {
-        let path = self.blob_path(&meta.hash);
-        let source = fs::read(&path).map_err(io(&path))?;
-        if blake3::hash(&source).to_hex().as_str() != meta.hash {
-            return Err(StoreError::HashMismatch {
-                script_id: meta.script_id,
-                hash: meta.hash,
+            let m = match entry.metadata() {
+                Ok(m) => m,
+                // Deleted between the listing and now.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io(&entry.path())(e)),
+            };
+            out.push(Listed {
+                name: name.to_string(),
+                tag: format!("{}.{}.{}.{}", m.ino(), m.mtime(), m.mtime_nsec(), m.len()),
             });
         }
-        Ok((meta, source))
-    }
-
-    /// [`ScriptStore::meta`] on the calling thread.
-    pub fn meta_blocking(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError> {
-        if !crate::store::validate::valid_script_id(script_id) {
-            return Ok(None);
-        }
-        Self::read_meta(&self.meta_path(script_id))
-    }
-
-    /// [`ScriptStore::get`] on the calling thread.
-    pub fn get_blocking(
-        &self,
-        script_id: &str,
-    ) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError> {
-        let Some(meta) = self.meta_blocking(script_id)? else {
-            return Ok(None);
-        };
-        self.with_source(meta).map(Some)
-    }
-
-    /// [`ScriptStore::list`] on the calling thread.
-    pub fn list_blocking(&self) -> Result<Vec<ScriptMeta>, StoreError> {
-        let dir = self.root.join("scripts");
-        let mut out = Vec::new();
-        for entry in fs::read_dir(&dir).map_err(io(&dir))? {
-            let path = entry.map_err(io(&dir))?.path();
-            if path.extension().is_some_and(|e| e == "json")
-                && let Some(meta) = Self::read_meta(&path)?
-            {
-                out.push(meta);
-            }
-        }
-        out.sort_by(|a, b| a.script_id.cmp(&b.script_id));
         Ok(out)
     }
 
@@ -436,50 +456,62 @@ impl DirStore {
     }
 }
 
+/// A [`RecordKey`] that owns its parts, to move onto the blocking pool.
+struct OwnedKey {
+    kind: Kind,
+    script_id: String,
+    name: String,
+}
+
+impl OwnedKey {
+    fn of(key: RecordKey<'_>) -> Self {
+        OwnedKey {
+            kind: key.kind,
+            script_id: key.script_id.to_string(),
+            name: key.name.to_string(),
+        }
+    }
+
+    fn key(&self) -> RecordKey<'_> {
+        RecordKey::of(self.kind, &self.script_id, &self.name)
+    }
+}
+
 #[async_trait::async_trait]
 impl ScriptStore for DirStore {
-    async fn put(&self, meta: &ScriptMeta, source: &[u8]) -> Result<(), StoreError> {
-        let (meta, source) = (meta.clone(), source.to_vec());
-        self.blocking(move |s| s.put_blocking(&meta, &source)).await
-    }
-
-    async fn put_version(&self, meta: &ScriptMeta) -> Result<(), StoreError> {
-        let meta = meta.clone();
-        self.blocking(move |s| s.put_version_blocking(&meta)).await
-    }
-
-    async fn set_current(&self, meta: &ScriptMeta) -> Result<(), StoreError> {
-        let meta = meta.clone();
-        self.blocking(move |s| s.set_current_blocking(&meta)).await
-    }
-
-    async fn versions(&self, script_id: &str) -> Result<Vec<ScriptMeta>, StoreError> {
-        let id = script_id.to_string();
-        self.blocking(move |s| s.versions_blocking(&id)).await
-    }
-
-    async fn get_version(
-        &self,
-        script_id: &str,
-        version: u64,
-    ) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError> {
-        let id = script_id.to_string();
-        self.blocking(move |s| s.get_version_blocking(&id, version))
+    async fn put_blob(&self, hash: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        let (hash, bytes) = (hash.to_string(), bytes.to_vec());
+        self.blocking(move |s| s.put_blob_blocking(&hash, &bytes))
             .await
     }
 
-    async fn meta(&self, script_id: &str) -> Result<Option<ScriptMeta>, StoreError> {
-        let id = script_id.to_string();
-        self.blocking(move |s| s.meta_blocking(&id)).await
+    async fn get_blob(&self, hash: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let hash = hash.to_string();
+        self.blocking(move |s| s.get_blob_blocking(&hash)).await
     }
 
-    async fn get(&self, script_id: &str) -> Result<Option<(ScriptMeta, Vec<u8>)>, StoreError> {
-        let id = script_id.to_string();
-        self.blocking(move |s| s.get_blocking(&id)).await
+    async fn put_record(&self, key: RecordKey<'_>, bytes: &[u8]) -> Result<(), StoreError> {
+        let (key, bytes) = (OwnedKey::of(key), bytes.to_vec());
+        self.blocking(move |s| s.put_record_blocking(key.key(), &bytes))
+            .await
     }
 
-    async fn list(&self) -> Result<Vec<ScriptMeta>, StoreError> {
-        self.blocking(|s| s.list_blocking()).await
+    async fn get_record(&self, key: RecordKey<'_>) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = OwnedKey::of(key);
+        self.blocking(move |s| s.get_record_blocking(key.key()))
+            .await
+    }
+
+    async fn delete_record(&self, key: RecordKey<'_>) -> Result<(), StoreError> {
+        let key = OwnedKey::of(key);
+        self.blocking(move |s| s.delete_record_blocking(key.key()))
+            .await
+    }
+
+    async fn list_records(&self, kind: Kind, script_id: &str) -> Result<Vec<Listed>, StoreError> {
+        let id = script_id.to_string();
+        self.blocking(move |s| s.list_records_blocking(kind, &id))
+            .await
     }
 
     fn location(&self) -> String {
@@ -490,101 +522,76 @@ impl ScriptStore for DirStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::instances::lifecycle::LifecycleChoice;
-    use crate::limits::Plan;
-    use crate::outbound::bindings::Bindings;
-    use std::collections::BTreeMap;
-
-    fn meta(id: &str, src: &[u8]) -> ScriptMeta {
-        ScriptMeta {
-            script_id: id.into(),
-            plan: Plan::Free,
-            size: src.len() as u64,
-            compressed_size: 0,
-            hash: blake3::hash(src).to_hex().to_string(),
-            deployed_at_ms: 1,
-            lifecycle: LifecycleChoice::default(),
-            bindings: Bindings::default(),
-            vars: BTreeMap::new(),
-            secrets: BTreeMap::new(),
-            dispatch_only: false,
-            version: 0,
-            latest_version: 0,
-            split: Vec::new(),
-        }
-    }
 
     #[test]
-    fn put_replaces_and_get_verifies_hash() {
+    fn records_are_kept_by_kind_and_name_and_keys_stay_inside_the_store() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = DirStore::open(dir.path()).expect("open");
-        store.put_blocking(&meta("a", b"one"), b"one").expect("put");
-        store.put_blocking(&meta("a", b"two"), b"two").expect("put");
-        let (m, src) = store.get_blocking("a").expect("get").expect("present");
-        assert_eq!(src, b"two");
-        assert_eq!(m.hash, blake3::hash(b"two").to_hex().to_string());
-        assert_eq!(store.list_blocking().expect("list").len(), 1);
-        // Damage the blob: the store refuses to hand it out.
-        fs::write(store.blob_path(&m.hash), b"evil").expect("write");
-        assert!(matches!(
-            store.get_blocking("a"),
-            Err(StoreError::HashMismatch { .. })
-        ));
-        assert!(store.get_blocking("missing").expect("get").is_none());
-        assert!(store.get_blocking("../etc").expect("get").is_none());
-    }
-
-    #[test]
-    fn every_version_is_kept_and_the_current_deployment_can_point_back() {
-        use crate::store::meta::Share;
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = DirStore::open(dir.path()).expect("open");
-        let v = |n: u64, src: &[u8]| ScriptMeta {
-            version: n,
-            latest_version: n,
-            ..meta("a", src)
-        };
-        store.put_blocking(&v(1, b"one"), b"one").expect("put");
-        store.put_blocking(&v(2, b"two"), b"two").expect("put");
-        let versions = store.versions_blocking("a").expect("versions");
-        let numbers: Vec<u64> = versions.iter().map(|m| m.version).collect();
-        assert_eq!(numbers, vec![1, 2]);
-        let (m1, src) = store
-            .get_version_blocking("a", 1)
-            .expect("get")
-            .expect("version 1");
-        assert_eq!((m1.version, src.as_slice()), (1, &b"one"[..]));
-        assert!(store.get_version_blocking("a", 3).expect("get").is_none());
-        assert!(store.versions_blocking("../etc").expect("list").is_empty());
-        // A split names version 1 first: its metadata becomes current, the
-        // record of version 1 stays as it was (no split in it).
-        let split = vec![
-            Share {
-                version: 1,
-                percent: 10,
-            },
-            Share {
-                version: 2,
-                percent: 90,
-            },
-        ];
-        let current = ScriptMeta {
-            latest_version: 2,
-            split: split.clone(),
-            ..m1
-        };
-        store.set_current_blocking(&current).expect("set current");
-        let (m, src) = store.get_blocking("a").expect("get").expect("current");
+        let v3 = RecordKey::of(Kind::Version, "app", "3");
+        store.put_record_blocking(v3, b"three").expect("put");
+        store
+            .put_record_blocking(RecordKey::deployment("app"), b"current")
+            .expect("put");
         assert_eq!(
-            (m.version, m.split, src.as_slice()),
-            (1, split, &b"one"[..])
+            store.get_record_blocking(v3).expect("get").as_deref(),
+            Some(&b"three"[..])
         );
-        let (m1, _) = store
-            .get_version_blocking("a", 1)
-            .expect("get")
-            .expect("version 1");
-        assert!(m1.split.is_empty());
-        // Version records are not scripts.
-        assert_eq!(store.list_blocking().expect("list").len(), 1);
+        assert!(dir.path().join("versions/app/3.json").is_file());
+        assert!(dir.path().join("scripts/app.json").is_file());
+        let listed = store
+            .list_records_blocking(Kind::Version, "app")
+            .expect("list");
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].name, "3");
+        // Written again: the tag changes.
+        store.put_record_blocking(v3, b"three").expect("put");
+        let again = store
+            .list_records_blocking(Kind::Version, "app")
+            .expect("list");
+        assert_ne!(listed[0].tag, again[0].tag);
+        let scripts = store
+            .list_records_blocking(Kind::Deployment, "")
+            .expect("list");
+        assert_eq!(
+            scripts.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(),
+            ["app"]
+        );
+        store.delete_record_blocking(v3).expect("delete");
+        store
+            .delete_record_blocking(v3)
+            .expect("deleting nothing is fine");
+        assert!(store.get_record_blocking(v3).expect("get").is_none());
+        for bad in [
+            RecordKey::of(Kind::Version, "../etc", "3"),
+            RecordKey::of(Kind::Secret, "app", "../x"),
+            RecordKey::of(Kind::Secret, "app", ""),
+            RecordKey::of(Kind::Deployment, "app", "x"),
+        ] {
+            assert!(
+                matches!(
+                    store.get_record_blocking(bad),
+                    Err(StoreError::BadKey { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(
+            store.get_blob_blocking("../x"),
+            Err(StoreError::BadKey { .. })
+        ));
+    }
+
+    #[test]
+    fn a_damaged_blob_is_rewritten() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = DirStore::open(dir.path()).expect("open");
+        let hash = blake3::hash(b"one").to_hex().to_string();
+        store.put_blob_blocking(&hash, b"one").expect("put");
+        fs::write(store.blob_path(&hash).expect("path"), b"evil").expect("damage");
+        store.put_blob_blocking(&hash, b"one").expect("put");
+        assert_eq!(
+            store.get_blob_blocking(&hash).expect("get").as_deref(),
+            Some(&b"one"[..])
+        );
     }
 }

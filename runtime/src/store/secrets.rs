@@ -7,12 +7,28 @@
 //! --var NAME=VALUE`, `var=NAME=VALUE` on the admin API): stored in the
 //! clear with the script's metadata and replaced by every deploy.
 //! *Secrets* are set one at a time after a deploy (`hearth secret put`),
-//! outlive redeploys, and are stored **sealed**: each value is encrypted
+//! belong to the script, not to a version, and are stored **sealed**, one
+//! record each (`secrets/<id>/<NAME>.json`, signed like every record,
+//! [`crate::store::records`]): each value is encrypted
 //! with XChaCha20-Poly1305 (a random 192-bit nonce per value, from the OS, so nonces
 //! never need coordinating between nodes) under the node's
 //! secrets key, with the script ID and the secret's name as associated
 //! data, so a sealed value copied to another name or Worker does not open.
 //! The admin API only ever shows their names.
+//!
+//! Because a secret is a record of its own, a Worker's secrets are always
+//! the ones the store holds *now*: a version record carries none, so a
+//! deploy keeps them, a rollback or a split serves today's secrets with
+//! the earlier code (never the values of that version's day), and a
+//! deleted secret stays deleted (its record is gone; no version restores
+//! it). A secret change writes no version and replaces no deployment, so
+//! it cannot race a deploy on another node: each writes its own records.
+//! Two changes of the same secret at once on two nodes: the last write
+//! wins. A change is picked up like a deploy: the listing of a script's
+//! secret records is part of its revision ([`ScriptMeta::secrets_tag`]).
+//! Whoever can write the store can put back a secret's earlier record
+//! (signed, so it authenticates): see what store access grants in
+//! [`crate::store::records`].
 //!
 //! The key is derived from the node's artifact key with
 //! `blake3::derive_key` (context [`SECRETS_KEY_CONTEXT`]): the artifact key
@@ -130,13 +146,6 @@ pub enum SecretError {
     /// No Worker of that name is deployed.
     #[error("no Worker named {0:?} is deployed")]
     UnknownScript(String),
-    /// The script is being rolled out gradually: there is no one version to
-    /// change ([`crate::store::versions`]).
-    #[error(
-        "{0} is being rolled out gradually (a split of several versions): end the split \
-         (`hearth versions deploy {0} N@100%`, or `hearth rollback {0}`) before changing a secret"
-    )]
-    SplitActive(String),
     /// The script store failed.
     #[error(transparent)]
     Store(#[from] crate::error::StoreError),
@@ -321,9 +330,13 @@ pub(crate) struct WorkerEnv {
 }
 
 impl WorkerEnv {
-    /// The environment of a Worker: `meta`'s vars, and its secrets opened
-    /// with `key`.
-    pub(crate) fn open(meta: &ScriptMeta, key: &SecretsKey) -> Result<Self, OpenError> {
+    /// The environment of a Worker: `meta`'s vars, and its script's
+    /// `secrets` opened with `key`.
+    pub(crate) fn open(
+        meta: &ScriptMeta,
+        secrets: &BTreeMap<String, Sealed>,
+        key: &SecretsKey,
+    ) -> Result<Self, OpenError> {
         let mut pairs = vec![(
             "HEARTH_SCRIPT_ID".to_string(),
             Zeroizing::new(meta.script_id.clone()),
@@ -343,10 +356,12 @@ impl WorkerEnv {
             pairs.push(("HEARTH_DISPATCH".to_string(), names(namespaces)));
         }
         let own = pairs.len();
-        for (name, value) in &meta.vars {
+        // A name is a var or a secret; should a deploy and a secret put on
+        // two nodes at once have made it both, the secret wins.
+        for (name, value) in meta.vars.iter().filter(|(n, _)| !secrets.contains_key(*n)) {
             pairs.push((name.clone(), Zeroizing::new(value.clone())));
         }
-        for (name, sealed) in &meta.secrets {
+        for (name, sealed) in secrets {
             pairs.push((name.clone(), key.open(&meta.script_id, name, sealed)?));
         }
         let config = pairs[own..]
@@ -419,12 +434,17 @@ mod tests {
             lifecycle: Default::default(),
             bindings,
             vars: [("MODE".to_string(), "test".to_string())].into(),
-            secrets: [("API_KEY".to_string(), key.seal("app", "API_KEY", "k1"))].into(),
+            secrets: Vec::new(),
+            secrets_tag: String::new(),
+            legacy_secrets: BTreeMap::new(),
+            signed: false,
             dispatch_only: false,
             version: 1,
             latest_version: 1,
             split: Vec::new(),
         };
+        let secrets: BTreeMap<String, Sealed> =
+            [("API_KEY".to_string(), key.seal("app", "API_KEY", "k1"))].into();
         let names = |env: &WorkerEnv| -> Vec<(String, String)> {
             env.pairs
                 .iter()
@@ -433,7 +453,7 @@ mod tests {
         };
         let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
         // Without bindings: as before.
-        let env = WorkerEnv::open(&meta(bindings.clone()), &key).expect("open");
+        let env = WorkerEnv::open(&meta(bindings.clone()), &secrets, &key).expect("open");
         assert_eq!(
             names(&env),
             [
@@ -451,7 +471,7 @@ mod tests {
         bindings
             .dispatch
             .insert("users".into(), ["user-a".to_string()].into());
-        let env = WorkerEnv::open(&meta(bindings), &key).expect("open");
+        let env = WorkerEnv::open(&meta(bindings), &secrets, &key).expect("open");
         assert_eq!(
             names(&env),
             [

@@ -2,13 +2,34 @@
 //!
 //! **A version** is an immutable record of one deploy: its number (1, 2,
 //! 3… per script, never reused), the source hash, and the plan, bindings,
-//! vars, sealed secrets, lifecycle and deploy time as deployed: a
-//! [`ScriptMeta`] with [`ScriptMeta::version`] set, kept in the store
-//! under `versions/<id>/<n>.json` ([`crate::store::script_store`]). Every deploy
-//! makes one, and so does every secret change (as on Cloudflare: a secret
-//! is part of what a version runs, so rolling back also rolls back a
-//! secret). Sources are content-addressed, so versions with the same code
-//! share one blob.
+//! vars, lifecycle and deploy time as deployed: a [`ScriptMeta`] with
+//! [`ScriptMeta::version`] set, kept in the store under
+//! `versions/<id>/<n>.json` ([`crate::store::script_store`]), signed like
+//! every record ([`crate::store::records`]). Every deploy makes one.
+//! Sources are content-addressed, so versions with the same code share one
+//! blob.
+//!
+//! **Secrets are not part of a version** (unlike Cloudflare, where a
+//! secret change is a new version and a rollback rolls it back): they are
+//! the script's, one record each ([`crate::store::secrets`]). A secret
+//! change writes no version; a rollback or a split runs the earlier code
+//! with *today's* secrets; a deleted secret stays deleted whatever version
+//! serves; a rotated one is rotated for every version. So a rollback
+//! cannot bring back a credential that was revoked, and the code of an
+//! earlier version must work with the secrets as they are now.
+//!
+//! **Numbers without races**: nodes deploy concurrently and S3 overwrites
+//! (Garage ignores conditional writes), so a deploy claims its number
+//! before writing its record, and two nodes never write the same version
+//! (the protocol is in [`crate::store::records`]). A number whose claim
+//! lost, or whose deploy crashed, is skipped, so numbers have gaps then.
+//!
+//! **Pruning**: each deploy keeps the latest
+//! [`crate::RuntimeConfig::keep_versions`] versions on record (default
+//! [`crate::limits::DEFAULT_KEEP_VERSIONS`]) and deletes older version
+//! records, except the ones the deployment serves; a rollback or a split
+//! can name only versions on record. Source blobs are not deleted (they
+//! are shared by content, and a concurrent deploy may be reusing one).
 //!
 //! **The current deployment** (`scripts/<id>.json`) is the metadata of
 //! one version, plus, during a gradual rollout, a *split*: two or more
@@ -18,8 +39,7 @@
 //! version below the current one); `versions deploy` sets a split, whose
 //! first entry is the version whose metadata is current. Neither a
 //! rollback nor a split writes a version: they only replace the current
-//! deployment. A secret change during a split is refused (finish or end
-//! the split first), as there is no one version to change.
+//! deployment.
 //!
 //! **Which version serves a request** during a split: the request's *key*
 //! ([`split_key`]) is hashed with the script ID into 100 buckets, and the

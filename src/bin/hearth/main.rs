@@ -13,6 +13,7 @@ mod ring;
 mod secret;
 mod serve;
 mod tail;
+mod upgrade_store;
 mod versions;
 
 use std::path::PathBuf;
@@ -77,6 +78,10 @@ enum Command {
     /// cache ahead of a rollout, so upgraded nodes load instead of
     /// compiling on their first request.
     Precompile(precompile::PrecompileArgs),
+    /// Sign every record of a store written before store records were
+    /// signed, and move Workers' secrets into records of their own (once
+    /// every node runs this build; see `accept_unsigned_records`).
+    UpgradeStore(upgrade_store::UpgradeStoreArgs),
     /// List the sample Workers built with hearth, with their paths.
     Samples,
     /// Build a JavaScript Worker in the Workers module syntax (`export
@@ -165,6 +170,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Tail(args) => tail::run(args).await,
         Command::HandBack(args) => hand_back::run(args).await,
         Command::Precompile(args) => precompile::run(args).await,
+        Command::UpgradeStore(args) => upgrade_store::run(args).await,
         Command::Cluster(args) => cluster::run(args).await,
         Command::Pki { dir, nodes } => {
             if !dir.join("ca.pem").exists() {

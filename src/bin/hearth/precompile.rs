@@ -31,19 +31,30 @@ pub(crate) struct PrecompileArgs {
     store: Option<String>,
 }
 
-/// Precompiles the Workers asked for; fails if any could not be.
-pub(crate) async fn run(args: PrecompileArgs) -> anyhow::Result<()> {
+/// A runtime over the nodes' store, as a node with their config
+/// (`config`) or over `store` would be, and where the store is: for the
+/// tools that work on the store ahead of or after a rollout.
+pub(crate) async fn store_runtime(
+    config: Option<PathBuf>,
+    store: Option<String>,
+) -> anyhow::Result<(Runtime, String)> {
     let cfg = ServeArgs {
-        config: args.config,
-        store: args.store,
+        config,
+        store,
         ..ServeArgs::default()
     }
     .resolve()?;
     let store = NodeStore::open(&cfg.store, &cfg.settings).await?;
-    let runtime = Runtime::with_store(cfg.settings.apply(store.runtime), store.scripts.clone())?;
+    let runtime = Runtime::with_store(cfg.settings.apply(store.runtime), store.scripts)?;
+    Ok((runtime, cfg.store))
+}
+
+/// Precompiles the Workers asked for; fails if any could not be.
+pub(crate) async fn run(args: PrecompileArgs) -> anyhow::Result<()> {
+    let (runtime, location) = store_runtime(args.config, args.store).await?;
     let scripts = if args.all {
-        let mut ids: Vec<String> = store
-            .scripts
+        let mut ids: Vec<String> = runtime
+            .script_store()
             .list()
             .await?
             .into_iter()
@@ -69,7 +80,7 @@ pub(crate) async fn run(args: PrecompileArgs) -> anyhow::Result<()> {
         "{} of {} Workers have artifacts for this engine in {}",
         scripts.len() - failed,
         scripts.len(),
-        cfg.store
+        location
     );
     if failed > 0 {
         bail!("{failed} Workers could not be precompiled");
