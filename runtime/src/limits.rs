@@ -195,7 +195,7 @@ pub(crate) const HOST_RESERVE: u64 =
 pub(crate) const MAX_RANDOM_BYTES: u64 = 64 * 1024;
 
 /// Default open connections to origins per node, idle ones included
-/// (`[egress] max_connections`; [`crate::outbound::connections`]).
+/// (`[egress] max_connections`; `outbound::connections`).
 pub const EGRESS_MAX_CONNECTIONS: usize = 1024;
 
 /// Default connections to origins one Worker may use at once on a node

@@ -35,7 +35,7 @@
 //! Over HTTP/1.1, or HTTPS with rustls (the `ring` provider) trusting the
 //! Mozilla roots of `webpki-roots`; connections are kept alive and pooled,
 //! one pool per node shared by every Worker, within the connection caps of
-//! [`crate::outbound::connections`]: open connections per node, connections
+//! `outbound::connections`: open connections per node, connections
 //! in use per Worker, idle ones closed after `idle_timeout` or whenever a
 //! fetch needs the room. Redirects are **not** followed: the Worker sees the
 //! 3xx and decides.
@@ -427,7 +427,7 @@ pub struct EgressConfig {
     /// either way.
     pub dns_servers: Vec<SocketAddr>,
     /// Open connections to origins the node keeps at most, idle ones
-    /// included ([`crate::outbound::connections`]).
+    /// included (`outbound::connections`).
     pub max_connections: usize,
     /// Connections one Worker may use at once on the node (a fetch uses
     /// one from sending its request until its response body is done).
@@ -483,7 +483,7 @@ pub enum SubrequestOutcome {
     /// The response body is over the size cap.
     TooLarge,
     /// No connection came free under the node's or the Worker's
-    /// connection cap in time ([`crate::outbound::connections`]).
+    /// connection cap in time (`outbound::connections`).
     ConnectionLimit,
     /// Any other failure (DNS, refused connection, TLS, protocol).
     Error,
@@ -523,7 +523,7 @@ impl SubrequestOutcome {
 #[derive(Debug, Default)]
 pub(crate) struct SubrequestCounters {
     by_outcome: [AtomicU64; SubrequestOutcome::ALL.len()],
-    /// Connections to origins open now ([`crate::outbound::connections`]).
+    /// Connections to origins open now (`outbound::connections`).
     pub(crate) open: AtomicU64,
     /// Idle connections closed to make room under the node's cap.
     pub(crate) idle_closed: AtomicU64,

@@ -14,7 +14,7 @@
 //! * an origin on the Worker's allow-list is fetched by the node's own
 //!   client, which refuses private addresses and caps what comes back
 //!   ([`egress`]) and bounds how many connections it holds open
-//!   ([`connections`]), unless an outbound Worker intercepts it;
+//!   (`connections`), unless an outbound Worker intercepts it;
 //! * anything else is denied.
 //!
 //! What a Worker writes to stdout and stderr, and how its requests went,

@@ -65,7 +65,7 @@
 //! A deploy on one node may race a deploy of the same script on another,
 //! and S3 overwrites objects (Garage ignores conditional writes), so two
 //! nodes must never write the same `versions/<id>/<n>.json`. A deploy
-//! first *claims* its number ([`Records::claim_version`]): it writes
+//! first *claims* its number (`Records::claim_version`): it writes
 //! `claims/<id>/<n>-<nonce>.json`, a name no other writer uses, lists the
 //! claims, and keeps `n` only if no other claim for `n` and no record `n`
 //! exist; otherwise it withdraws and tries the next number. Two writers
