@@ -127,11 +127,9 @@ async fn each_nodes_requests_stream_with_their_logs_filtered_and_never_blocked()
         assert_eq!(e.node, c.node(i).node.id());
         assert_eq!((e.script_id.as_str(), e.status), ("chatty", 200));
         assert_eq!((e.method.as_str(), e.outcome.as_str()), ("GET", "ok"));
-        assert!(
-            e.url.contains(&format!("lines=2&bytes={}", i + 1)),
-            "{}",
-            e.url
-        );
+        // Query values are redacted in the live tail (they carry keys);
+        // the names stay, and the logs below tell the requests apart.
+        assert_eq!(e.url, "/?lines=REDACTED&bytes=REDACTED");
         assert!(e.wall_ms >= e.cpu_ms && e.wall_ms > 0.0, "{e:?}");
         assert_eq!(e.sample_rate, 1.0);
         let x = "x".repeat(i + 1);
