@@ -751,7 +751,7 @@ impl tower_service::Service<Name> for Resolver {
 /// never go to DNS, and always mean this machine), whatever the system's
 /// resolver would say. Loopback is then refused like any private address
 /// unless the node allows those.
-fn loopback_name(host: &str) -> bool {
+pub fn loopback_name(host: &str) -> bool {
     let host = host.trim_end_matches('.');
     let tail = host.len().saturating_sub("localhost".len());
     host.get(tail..)

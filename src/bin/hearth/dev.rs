@@ -638,11 +638,8 @@ fn loopback_host(host: Option<&str>) -> bool {
         Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
         _ => host,
     };
-    if name.parse::<std::net::Ipv4Addr>().is_ok() {
-        return true;
-    }
-    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
-    name == "localhost" || name.ends_with(".localhost")
+    name.parse::<std::net::Ipv4Addr>().is_ok()
+        || hearth::runtime::outbound::egress::loopback_name(name)
 }
 
 /// Reads `.dev.vars` beside FILE, if there is one, into the manifest's
