@@ -162,6 +162,12 @@ impl ObjectStorage {
         self.head.epoch
     }
 
+    /// The head as of the last successful flush (or the claim): which
+    /// snapshot and segments hold the object's durable state.
+    pub fn head(&self) -> &Head {
+        &self.head
+    }
+
     /// Bytes (keys plus values) the object stores now, flushed or not.
     pub fn bytes(&self) -> u64 {
         self.bytes
@@ -406,7 +412,11 @@ impl ObjectStorage {
             && (self.head.segments.len() >= crate::COMPACT_AFTER_SEGMENTS
                 || segment_bytes > snapshot_bytes.max(COMPACT_MIN_SEGMENT_BYTES));
         let mut head = self.head.clone();
-        head.bytes = self.bytes;
+        // The committed bytes: an open transaction's writes are not flushed.
+        head.bytes = self
+            .transaction
+            .as_ref()
+            .map_or(self.bytes, |transaction| transaction.bytes_at_begin);
         if compact {
             let snapshot = self.conn.serialize(rusqlite::MAIN_DB)?.to_vec();
             head.snapshot = Some(self.put_blob(&snapshot).await?);
