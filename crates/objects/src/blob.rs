@@ -134,3 +134,36 @@ impl BlobStore for DirBlobStore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn stores_keep_blobs_and_refuse_names_that_are_not_hashes() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let stores: [Box<dyn BlobStore>; 2] = [
+            Box::new(MemoryBlobStore::new()),
+            Box::new(DirBlobStore::new(dir.path().join("blobs"))),
+        ];
+        for store in stores {
+            let hash = blob_hash(b"segment");
+            assert_eq!(store.get(&hash).await.expect("get"), None);
+            store.put(&hash, b"segment").await.expect("put");
+            assert_eq!(
+                store.get(&hash).await.expect("get"),
+                Some(b"segment".to_vec())
+            );
+            for bad in ["../../etc/passwd", "", &hash.to_uppercase(), &hash[..63]] {
+                assert!(matches!(
+                    store.put(bad, b"x").await,
+                    Err(ObjectsError::Invalid(_))
+                ));
+                assert!(matches!(
+                    store.get(bad).await,
+                    Err(ObjectsError::Invalid(_))
+                ));
+            }
+        }
+    }
+}

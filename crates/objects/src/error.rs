@@ -4,7 +4,7 @@
 /// Why a string is not an object ID of a namespace.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdError {
-    /// Not 64 lowercase hexadecimal digits.
+    /// Not 64 hexadecimal digits.
     #[error("malformed object ID: {0}")]
     Malformed(String),
     /// A well-formed ID made by another namespace (another script or

@@ -138,7 +138,9 @@ impl Objects {
     ///
     /// Call it once per residency: the returned storage is the only one
     /// that may write the object until another `open` (here or on another
-    /// node) supersedes it.
+    /// node) supersedes it. The claim comes first, so an error after it (a
+    /// blob store down) leaves no owner that can write; the next `open`
+    /// claims again.
     pub async fn open(&self, key: &ObjectKey) -> Result<ObjectStorage, ObjectsError> {
         let ring_key = key.ring_key();
         let claim = self.fence.claim(&ring_key).await?;

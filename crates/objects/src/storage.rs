@@ -352,14 +352,7 @@ impl ObjectStorage {
     /// Commits the open transaction: its writes join those the next flush
     /// makes durable.
     pub fn transaction_commit(&mut self) -> Result<(), StorageError> {
-        self.check_live()?;
-        let Some(transaction) = self.transaction.take() else {
-            return Err(StorageError::Invalid("no transaction is open".to_owned()));
-        };
-        if let Err(error) = self.conn.execute_batch("COMMIT") {
-            self.transaction = Some(transaction);
-            return Err(error.into());
-        }
+        let transaction = self.end_transaction("COMMIT")?;
         if transaction.ops.first() == Some(&Op::DeleteAll) {
             self.pending.clear();
         }
@@ -369,16 +362,23 @@ impl ObjectStorage {
 
     /// Undoes the open transaction's writes.
     pub fn transaction_rollback(&mut self) -> Result<(), StorageError> {
+        let transaction = self.end_transaction("ROLLBACK")?;
+        self.bytes = transaction.bytes_at_begin;
+        Ok(())
+    }
+
+    /// Ends the open transaction with `statement` (COMMIT or ROLLBACK);
+    /// it stays open if SQLite refuses.
+    fn end_transaction(&mut self, statement: &str) -> Result<Transaction, StorageError> {
         self.check_live()?;
         let Some(transaction) = self.transaction.take() else {
             return Err(StorageError::Invalid("no transaction is open".to_owned()));
         };
-        if let Err(error) = self.conn.execute_batch("ROLLBACK") {
+        if let Err(error) = self.conn.execute_batch(statement) {
             self.transaction = Some(transaction);
             return Err(error.into());
         }
-        self.bytes = transaction.bytes_at_begin;
-        Ok(())
+        Ok(transaction)
     }
 
     /// Whether committed writes wait for a flush.
@@ -396,7 +396,11 @@ impl ObjectStorage {
     /// nothing was written into the head and the instance must be
     /// discarded (every later call fails the same way).
     /// [`StorageError::Unavailable`]: the stores failed; the writes stay
-    /// pending and the next flush retries them.
+    /// pending and the next flush retries them. (If the answer was lost but
+    /// the advance did land, the next flush finds the fence moved and
+    /// reports `Superseded`: the instance is discarded, and the next owner
+    /// restores the head that landed. Never a write applied twice or lost
+    /// after an `Ok`.)
     pub async fn flush(&mut self) -> Result<(), StorageError> {
         self.check_live()?;
         if self.pending.is_empty() {
