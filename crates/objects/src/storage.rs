@@ -299,11 +299,17 @@ impl ObjectStorage {
         } else {
             " ORDER BY key ASC"
         });
-        if let Some(limit) = options.limit {
-            sql.push_str(&format!(" LIMIT {limit}"));
-        }
+        // The limit is bound, not written into the SQL, so the statement
+        // cache holds one statement per shape of options; -1 is no limit.
+        sql.push_str(&format!(" LIMIT ?{}", bounds.len() + 1));
+        let limit = options.limit.map_or(-1, i64::from);
         let mut select = self.conn.prepare_cached(&sql)?;
-        let rows = select.query_map(rusqlite::params_from_iter(bounds.iter()), |row| {
+        let mut values: Vec<rusqlite::types::Value> = bounds
+            .into_iter()
+            .map(rusqlite::types::Value::Blob)
+            .collect();
+        values.push(rusqlite::types::Value::Integer(limit));
+        let rows = select.query_map(rusqlite::params_from_iter(values), |row| {
             Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, Vec<u8>>(1)?))
         })?;
         let mut pairs = Vec::new();
