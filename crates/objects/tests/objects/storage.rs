@@ -418,3 +418,35 @@ async fn compaction_keeps_the_state_and_bounds_the_segments() {
     assert_eq!(again.list(&ListOptions::default()).expect("list"), expected);
     assert_eq!(again.bytes(), bytes);
 }
+
+#[tokio::test]
+async fn a_head_naming_a_missing_or_altered_blob_is_an_error() {
+    use std::sync::Arc;
+
+    use hearth_objects::{BlobStore, MemoryBlobStore, Objects, ObjectsError};
+
+    let stores = Stores::new();
+    let mut storage = stores.open().await;
+    put(&mut storage, "n", "1");
+    storage.flush().await.expect("flush");
+    let segment = storage.head().segments[0].hash.clone();
+    drop(storage);
+
+    // The fence's head, blobs from a store that lacks them.
+    let empty: Arc<dyn BlobStore> = Arc::new(MemoryBlobStore::new());
+    let node = Objects::new(
+        Arc::clone(&stores.fence),
+        Arc::clone(&empty),
+        StorageLimits::default(),
+    );
+    match node.open(&counter()).await {
+        Err(ObjectsError::MissingBlob(hash)) => assert_eq!(hash, segment),
+        other => panic!("expected MissingBlob, got {other:?}"),
+    }
+    // The same name holding other bytes.
+    empty.put(&segment, b"not the segment").await.expect("put");
+    assert!(matches!(
+        node.open(&counter()).await,
+        Err(ObjectsError::Corrupt(_))
+    ));
+}
