@@ -23,6 +23,9 @@ pub enum NodeConfigError {
     /// the file).
     #[error("[egress] extra_roots: {0}")]
     EgressRoot(crate::https::HttpsError),
+    /// `[limits]` that cannot work together.
+    #[error("[limits] {0}")]
+    Limits(#[from] crate::listener::ServeLimitsError),
     /// The `[telemetry]` section is not usable.
     #[error("[telemetry] {0}")]
     Telemetry(String),
