@@ -429,10 +429,11 @@ impl ObjectStorage {
             .map_or(self.bytes, |transaction| transaction.bytes_at_begin);
         if compact {
             let snapshot = self.conn.serialize(rusqlite::MAIN_DB)?.to_vec();
-            head.snapshot = Some(self.put_blob(&snapshot).await?);
+            head.snapshot = Some(put_blob(self.blobs.as_ref(), &snapshot).await?);
             head.segments.clear();
         } else {
-            head.segments.push(self.put_blob(&segment).await?);
+            head.segments
+                .push(put_blob(self.blobs.as_ref(), &segment).await?);
         }
         match self.fence.advance(&self.ring_key, self.token, &head).await {
             Ok(token) => {
@@ -447,15 +448,6 @@ impl ObjectStorage {
             }
             Err(other) => Err(other.into()),
         }
-    }
-
-    async fn put_blob(&self, bytes: &[u8]) -> Result<BlobRef, StorageError> {
-        let hash = blob_hash(bytes);
-        self.blobs.put(&hash, bytes).await?;
-        Ok(BlobRef {
-            hash,
-            len: bytes.len() as u64,
-        })
     }
 
     fn check_live(&self) -> Result<(), StorageError> {
@@ -565,3 +557,23 @@ fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     }
     None
 }
+
+/// Stores `bytes` as a blob and returns its reference. A free function
+/// over the blob store alone, not a method: `flush` must not hold a shared
+/// reference to the storage (whose SQLite connection is not `Sync`) across
+/// an await, or its future is not `Send` and the host cannot spawn it.
+async fn put_blob(blobs: &dyn BlobStore, bytes: &[u8]) -> Result<BlobRef, StorageError> {
+    let hash = blob_hash(bytes);
+    blobs.put(&hash, bytes).await?;
+    Ok(BlobRef {
+        hash,
+        len: bytes.len() as u64,
+    })
+}
+
+/// A compile-time check: `flush`'s future is `Send`, so it can run on a
+/// multi-threaded runtime's task (the host spawns it).
+const _: fn(&mut ObjectStorage) = |storage| {
+    fn send<T: Send>(_: T) {}
+    send(storage.flush());
+};
