@@ -110,6 +110,11 @@ impl NodeObjects {
         lock(&self.resident).len()
     }
 
+    /// Whether `key` is resident here now (its next request is warm).
+    pub(crate) fn is_resident(&self, key: &ObjectKey) -> bool {
+        lock(&self.resident).contains_key(key)
+    }
+
     /// Remembers that `id` of `ns` was made from `name`.
     pub(crate) fn remember_name(&self, ns: &Namespace, id: &ObjectId, name: &str) {
         if name.len() <= MAX_NAME_REMEMBERED {

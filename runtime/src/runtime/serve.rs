@@ -102,6 +102,9 @@ impl Runtime {
         script_id: &str,
         req: http::Request<Body>,
     ) -> Result<Served, RuntimeError> {
+        if script_id.starts_with(hearth_objects::RING_KEY_PREFIX) {
+            return self.handle_object(script_id, req).await;
+        }
         let inner = &self.inner;
         Stats::bump(&inner.stats.requests);
         let mut timing = Timing::default();
@@ -166,6 +169,47 @@ impl Runtime {
             response,
             start,
             timing,
+        })
+    }
+
+    /// Serves `req` on the Durable Object whose ring key is `ring_key`
+    /// (`do:<script>/<class>/<id>`): the node routed it here because this
+    /// node is the object's home ([`crate::objects`]). Only a nested call
+    /// (a request with a [`crate::flow::Flow`]) reaches an object: a
+    /// client's request for a ring key, like one for a key that names no
+    /// object of its namespace, is an unknown script (404), so no front
+    /// door can address an object directly.
+    async fn handle_object(
+        &self,
+        ring_key: &str,
+        req: http::Request<Body>,
+    ) -> Result<Served, RuntimeError> {
+        let unknown = || RuntimeError::UnknownScript(ring_key.into());
+        let flow = req
+            .extensions()
+            .get::<crate::flow::Flow>()
+            .ok_or_else(unknown)?;
+        let key = hearth_objects::ObjectKey::from_ring_key(ring_key).map_err(|_| unknown())?;
+        let deadline = flow.deadline.unwrap_or_else(|| {
+            Instant::now()
+                + crate::limits::PlanLimits::default_for(crate::limits::Plan::default())
+                    .request_wall
+        });
+        let objects = &self.inner.node.objects;
+        let start = if objects.is_resident(&key) {
+            Start::Warm
+        } else {
+            Start::Cold
+        };
+        let t = Instant::now();
+        let response = objects.call(key, req, deadline).await?;
+        Ok(Served {
+            response,
+            start,
+            timing: Timing {
+                handler: Some(t.elapsed()),
+                ..Timing::default()
+            },
         })
     }
 
