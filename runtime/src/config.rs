@@ -138,6 +138,11 @@ impl RuntimeConfig {
         }
     }
 
+    /// The node's Durable Objects settings ([`RuntimeConfig::objects`]).
+    pub fn objects_config(&self) -> &crate::objects::ObjectsConfig {
+        &self.objects
+    }
+
     /// The node's Durable Objects settings: the fence, objects resident at
     /// most, storage calls per request, bytes per object (default
     /// [`crate::objects::ObjectsConfig::default`]; see [`crate::objects`]).

@@ -26,6 +26,9 @@ pub enum NodeConfigError {
     /// `[limits]` that cannot work together.
     #[error("[limits] {0}")]
     Limits(#[from] crate::listener::ServeLimitsError),
+    /// The `[objects]` section is not usable.
+    #[error("[objects] {0}")]
+    Objects(String),
     /// The `[telemetry]` section is not usable.
     #[error("[telemetry] {0}")]
     Telemetry(String),

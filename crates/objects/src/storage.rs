@@ -558,10 +558,10 @@ fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-/// Stores `bytes` as a blob and returns its reference. A free function
-/// over the blob store alone, not a method: `flush` must not hold a shared
-/// reference to the storage (whose SQLite connection is not `Sync`) across
-/// an await, or its future is not `Send` and the host cannot spawn it.
+/// Stores `bytes` in `blobs` under their hash. A free function, not a
+/// method: `flush` must not hold `&ObjectStorage` across an await, or its
+/// future is not `Send` (the working copy's connection is not `Sync`), and
+/// the host flushes from tokio tasks.
 async fn put_blob(blobs: &dyn BlobStore, bytes: &[u8]) -> Result<BlobRef, StorageError> {
     let hash = blob_hash(bytes);
     blobs.put(&hash, bytes).await?;
@@ -571,8 +571,7 @@ async fn put_blob(blobs: &dyn BlobStore, bytes: &[u8]) -> Result<BlobRef, Storag
     })
 }
 
-/// A compile-time check: `flush`'s future is `Send`, so it can run on a
-/// multi-threaded runtime's task (the host spawns it).
+/// `flush`'s future is `Send`: checked at compile time.
 const _: fn(&mut ObjectStorage) = |storage| {
     fn send<T: Send>(_: T) {}
     send(storage.flush());
