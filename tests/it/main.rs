@@ -39,6 +39,7 @@ mod js_web;
 mod js_web_inputs;
 mod loops;
 mod nested;
+mod objects;
 mod otlp;
 mod redirects;
 mod rolling_upgrade;
