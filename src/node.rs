@@ -395,6 +395,10 @@ pub const OBJECT_RETRY_FIRST: Duration = Duration::from_millis(50);
 /// The longest wait between two tries of a Durable Object call.
 pub const OBJECT_RETRY_MAX: Duration = Duration::from_millis(800);
 
+/// How often a node drops the idle resident Durable Objects whose ring
+/// home is another node now ([`Node::join`]).
+pub const OBJECT_HOME_SWEEP: Duration = Duration::from_millis(250);
+
 /// How long a readiness check waits for the store.
 pub const READY_STORE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -528,8 +532,54 @@ impl Node {
         self.state
             .metrics
             .observe_ring(link.self_id.clone(), link.ring.clone());
-        let _ = self.state.link.set(link);
+        if self.state.link.set(link).is_ok() {
+            self.watch_object_homes();
+        }
         self
+    }
+
+    /// Keeps this node's resident Durable Objects to those it is the ring
+    /// home of: every [`OBJECT_HOME_SWEEP`], the idle residents whose home
+    /// is now another node are dropped
+    /// ([`hearth_runtime::objects::NodeObjects::release_where`]). An object
+    /// a node took over while its home was down is then reopened from
+    /// storage, with a new epoch, if the ring ever gives it back to this
+    /// node, never served from a working copy other owners have since
+    /// written past. The task ends with the node (it holds it weakly);
+    /// outside a tokio runtime there is none.
+    fn watch_object_homes(&self) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let state = Arc::downgrade(&self.state);
+        handle.spawn(async move {
+            let mut tick = tokio::time::interval(OBJECT_HOME_SWEEP);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(state) = state.upgrade() else {
+                    return;
+                };
+                let Some(link) = state.link.get() else {
+                    continue;
+                };
+                let ring = link.ring.load();
+                let objects = state.runtime.objects();
+                if objects.resident_count() == 0 {
+                    continue;
+                }
+                let released = objects.release_where(|key| {
+                    ring.home(&key.ring_key())
+                        .is_none_or(|home| home.id == link.self_id)
+                });
+                if released > 0 {
+                    tracing::debug!(
+                        released,
+                        "Durable Objects homed elsewhere now were released"
+                    );
+                }
+            }
+        });
     }
 
     /// This node's ID.
@@ -974,6 +1024,14 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::NotReady;
+
+    #[test]
+    fn the_router_and_the_objects_agree_on_ring_keys() {
+        assert_eq!(
+            hearth_sharding::routing::OBJECT_KEY_PREFIX,
+            hearth_runtime::objects::RING_KEY_PREFIX
+        );
+    }
 
     #[test]
     fn readiness_without_the_token_names_the_reason_not_the_stores_error() {

@@ -66,6 +66,7 @@ use hearth_objects::{ObjectKey, StorageError};
 pub(crate) mod host;
 pub(crate) mod resident;
 
+pub use hearth_objects::RING_KEY_PREFIX;
 pub use resident::NodeObjects;
 
 /// The request header that carries the URL an object's request has (see

@@ -206,6 +206,19 @@ impl NodeObjects {
         }
     }
 
+    /// Drops every idle resident object (no request running or waiting)
+    /// that `keep` refuses, and returns how many: the node's placement
+    /// calls it with "is this node the object's ring home?", so an object
+    /// whose home moved away is reopened from storage (a new epoch) if it
+    /// ever comes back, instead of serving the working copy it had before
+    /// another node owned it. A busy one stays until a later call.
+    pub fn release_where(&self, keep: impl Fn(&ObjectKey) -> bool) -> usize {
+        let mut table = lock(&self.resident);
+        let before = table.len();
+        table.retain(|key, r| keep(key) || Arc::strong_count(r) > 1 || r.gate.try_lock().is_err());
+        before - table.len()
+    }
+
     /// Serves `req` on the object `key`: through its input gate, on its
     /// instance, with the output gate before the response head (see the
     /// module docs). The gate is held until the handler returns.
