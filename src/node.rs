@@ -30,7 +30,7 @@ use hearth_sharding::hosted_workers::{HostedWorkers, PrewarmOutcome};
 use hearth_sharding::inline::MAX_INLINE_BODY_BYTES;
 use hearth_sharding::ring::{Member, NodeId, SharedRing};
 use hearth_sharding::routing::{
-    Decision, Route, decide, decide_object, is_object_key, may_fall_back,
+    Decision, Route, decide, decide_object, is_object_key, may_fall_back, object_script,
 };
 use hearth_sharding::rpc::RpcNode;
 
@@ -161,9 +161,11 @@ impl NodeState {
             }
         };
         self.metrics.record(role, start);
-        // Names nobody deployed get no per-Worker series.
+        // Names nobody deployed get no per-Worker series; an object's
+        // requests count under its script, not one series per object.
         if deployed {
-            self.metrics.workers.record(script_id, start);
+            let worker = object_script(script_id).unwrap_or(script_id);
+            self.metrics.workers.record(worker, start);
         }
         self.stamp(&mut resp, role);
         if let Some((telemetry, span, depth)) = span {

@@ -147,6 +147,13 @@ pub fn is_object_key(key: &str) -> bool {
     key.starts_with(OBJECT_KEY_PREFIX)
 }
 
+/// The script whose class a Durable Object's ring key names (`counter`
+/// for `do:counter/Counter/…`), or `None` for a key that is not an
+/// object's: what per-Worker counters count an object's requests under.
+pub fn object_script(key: &str) -> Option<&str> {
+    key.strip_prefix(OBJECT_KEY_PREFIX)?.split('/').next()
+}
+
 /// The routing decision for a request for a Durable Object whose ring
 /// home is `home`, arriving at `this_node`: served here only if this node
 /// is its home ([`Route::Home`]; with no ring, a node is every object's
@@ -257,6 +264,8 @@ mod tests {
         assert!(!may_fall_back(key));
         assert!(!is_object_key("counter"));
         assert!(may_fall_back("counter"));
+        assert_eq!(object_script(key), Some("counter"));
+        assert_eq!(object_script("counter"), None);
     }
 
     #[test]
