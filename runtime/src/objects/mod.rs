@@ -15,7 +15,13 @@
 //! `http://<binding>.<id>.object.internal/<path>` (the stub's `fetch`). The
 //! host resolves the binding beside service bindings
 //! ([`crate::outbound::bindings::resolve`]), checks the ID against the
-//! binding's namespace, and serves the request on this node's **resident
+//! binding's namespace, and hands the call to the node's invoker with the
+//! object's *ring key* ([`hearth_objects::ObjectKey::ring_key`],
+//! `do:<script>/<class>/<id>`) as its target
+//! ([`crate::outbound::bindings::CallKind::Object`]): the node routes it to
+//! the ring's home of that key, and only there, over the shard hop if need
+//! be ([`crate::Runtime::handle`] takes ring keys; a runtime without a node
+//! is every object's home). The home serves it on its **resident
 //! object**:
 //!
 //! * **One instance per object.** A resident object holds one instance of
@@ -55,8 +61,8 @@
 //! heads in the fence the config names ([`ObjectFence`]: an embedded
 //! SQLite file under the store directory by default, or etcd).
 //!
-//! Not here yet: placement on the ring (an object is served by the node
-//! its caller runs on; see docs/durable-objects.md), alarms, `sql.exec`.
+//! Not here yet: alarms, `sql.exec` (see docs/durable-objects.md, which
+//! also describes placement and failover).
 
 use std::path::PathBuf;
 use std::sync::Arc;
