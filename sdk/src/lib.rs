@@ -28,8 +28,6 @@
 //!   request and response, whose subrequests can run concurrently
 //!   ([`join_all`]).
 //! - [`tail::parse`] reads what hearth sends a tail Worker.
-//! - [`objects`]: Durable Objects: IDs, stubs that call objects
-//!   (`env().durable_object("COUNTER")`), and the object's storage.
 //! - [`config::get`] reads a var or secret through `wasi:config/store`
 //!   (hearth also puts them in the environment, for `std::env::var`).
 //!
@@ -103,7 +101,6 @@
 
 pub mod config;
 pub mod fetch;
-pub mod objects;
 pub mod tail;
 pub mod worker;
 
@@ -138,11 +135,6 @@ impl Env {
     /// Dispatch namespace `name`.
     pub fn dispatch(&self, name: &str) -> fetch::Namespace {
         fetch::dispatch(name)
-    }
-
-    /// Durable Object binding `name` ([`objects`]).
-    pub fn durable_object(&self, name: &str) -> objects::Namespace {
-        objects::namespace(name)
     }
 }
 

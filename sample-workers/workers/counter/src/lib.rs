@@ -1,5 +1,5 @@
 //! `counter`: a Durable Object and the front Worker that calls it, in one
-//! script (a Rust Worker has no classes: [`this_object`] tells the two
+//! script (a Rust Worker has no classes: `this_object()` tells the two
 //! apart). Deployed with `[durable_objects] COUNTER = "Counter"` (its own
 //! class), or with `COUNTER = { class = "Counter", script = "<a script
 //! deployed from this file>" }`.
@@ -24,8 +24,8 @@
 //! storage outside an object: 409 with the error.
 
 use hearth_sdk::fetch::{Request, Response};
-use hearth_sdk::objects::{self, storage};
 use hearth_sdk::{Env, Worker};
+use hearth_sdk_objects::{self as objects, storage};
 
 struct Counter;
 
@@ -86,7 +86,7 @@ fn object(req: &Request, me: objects::ThisObject) -> Result<Response, storage::S
     })
 }
 
-fn front(req: &Request, env: Env) -> Response {
+fn front(req: &Request) -> Response {
     let path = req.path();
     let (route, _) = path.split_once('?').unwrap_or((path, ""));
     if route == "/storage" {
@@ -96,7 +96,7 @@ fn front(req: &Request, env: Env) -> Response {
         };
     }
     let binding = query(path, "binding").unwrap_or("COUNTER");
-    let ns = env.durable_object(binding);
+    let ns = objects::namespace(binding);
     let rest = route.trim_start_matches('/');
     let (id, rest) = match rest.split_once('/') {
         Some(("id", rest)) => {
@@ -121,12 +121,12 @@ fn front(req: &Request, env: Env) -> Response {
 }
 
 impl Worker for Counter {
-    async fn fetch(req: Request, env: Env) -> Response {
+    async fn fetch(req: Request, _env: Env) -> Response {
         match objects::this_object() {
             Some(me) => {
                 object(&req, me).unwrap_or_else(|e| Response::new(500, e.to_string()))
             }
-            None => front(&req, env),
+            None => front(&req),
         }
     }
 }

@@ -1,5 +1,8 @@
-//! Durable Objects: hearth's `hearth:objects` interfaces (IDs and the
-//! object's storage) and stubs that call objects.
+//! # hearth-sdk-objects
+//!
+//! Durable Objects for Rust Workers: hearth's `hearth:objects` interfaces
+//! (IDs and the object's storage) and stubs that call objects. Used beside
+//! `hearth-sdk`.
 //!
 //! A Worker deployed with a Durable Object binding (`[durable_objects]`
 //! `COUNTER = "Counter"` in its manifest, or `hearth deploy
@@ -11,13 +14,13 @@
 //!
 //! ```no_run
 //! use hearth_sdk::fetch::{Request, Response};
-//! use hearth_sdk::objects::{self, storage};
 //! use hearth_sdk::{Env, Worker};
+//! use hearth_sdk_objects::{self as objects, storage};
 //!
 //! struct Counter;
 //!
 //! impl Worker for Counter {
-//!     async fn fetch(req: Request, env: Env) -> Response {
+//!     async fn fetch(req: Request, _env: Env) -> Response {
 //!         if objects::this_object().is_some() {
 //!             // The object: its count lives in its storage.
 //!             let n = storage::get("n").ok().flatten().map_or(0, |v| {
@@ -29,7 +32,7 @@
 //!             };
 //!         }
 //!         // The front Worker: the object called "global".
-//!         let counter = env.durable_object("COUNTER");
+//!         let counter = objects::namespace("COUNTER");
 //!         match counter.id_from_name("global") {
 //!             Ok(id) => counter.get(&id).fetch(Request::get(req.path()))
 //!                 .unwrap_or_else(|e| Response::new(502, e.to_string())),
@@ -46,12 +49,12 @@
 //! ([`storage::sync`] does so now). Values are bytes: encode them as you
 //! like.
 
-use crate::fetch::{self, FetchError, Request, Response};
+use hearth_sdk::fetch::{self, FetchError, Request, Response};
 
 #[allow(missing_docs, unreachable_pub, clippy::all)]
 mod bindings {
     wit_bindgen::generate!({
-        path: "../wit/hearth-objects",
+        path: "../../wit/hearth-objects",
         inline: "
             package hearth:sdk-objects;
             world objects {
