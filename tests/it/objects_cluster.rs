@@ -106,7 +106,10 @@ async fn an_object_is_served_at_its_ring_home_and_fails_over_with_its_count() {
     assert_ne!(new_home, home);
     // Once the ring has settled: the next request, timed alone.
     let t = Instant::now();
-    let r = c.get(new_home, "counter", "/global/").await.expect("request");
+    let r = c
+        .get(new_home, "counter", "/global/")
+        .await
+        .expect("request");
     eprintln!(
         "objects failover: next request {} in {:?}",
         r.status,
