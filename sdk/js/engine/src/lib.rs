@@ -41,6 +41,7 @@ mod engine;
 mod env;
 mod event_loop;
 mod fetch;
+mod objects;
 mod request;
 mod timers;
 mod web;
@@ -63,9 +64,12 @@ mod init {
             "wasi:io/poll@0.2.10": hearth_sdk::wasi::io::poll,
             "wasi:clocks/monotonic-clock@0.2.10": hearth_sdk::wasi::clocks::monotonic_clock,
             "hearth:js/fast-http": generate,
+            "hearth:objects/ids@0.1.0": generate,
+            "hearth:objects/storage@0.1.0": generate,
         },
     });
     pub(crate) use hearth::js::fast_http;
+    pub(crate) use hearth::objects::{ids, storage};
 
     /// The `hearth-js-init` export.
     pub(crate) struct Init;

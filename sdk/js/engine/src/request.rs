@@ -54,7 +54,7 @@ use crate::engine::{self, Engine};
 use crate::event_loop::{self, Ran};
 use crate::init::fast_http;
 use crate::web::{self, Usv};
-use crate::{env, fetch, timers};
+use crate::{env, fetch, objects, timers};
 
 /// The largest body [`fast_http::respond`] takes: the host's
 /// `OUTGOING_BODY_BYTES` (runtime/src/limits.rs), what one outgoing body
@@ -171,9 +171,24 @@ fn answer<'js>(
         let hearth: Object = e.hearth.clone().restore(ctx)?;
         let env = env::get(ctx, &hearth)?;
         let jsctx: Value = hearth.get("ctx")?;
-        let fetch = e.fetch.clone().restore(ctx)?;
-        let default = e.default.clone().restore(ctx)?;
-        let result: Value = fetch.call((This(default), req, env, jsctx))?;
+        let object = if e.objects {
+            objects::this_object()
+        } else {
+            None
+        };
+        let result: Value = match object {
+            None => {
+                let fetch = e.fetch.clone().restore(ctx)?;
+                let default = e.default.clone().restore(ctx)?;
+                fetch.call((This(default), req, env, jsctx))?
+            }
+            // A Durable Object's request: its class's instance answers
+            // (`__hearth.objectFetch`, objects.js).
+            Some((class, id, name)) => {
+                let dispatch: Function = hearth.get("objectFetch")?;
+                dispatch.call((class, id, name, req, env))?
+            }
+        };
         let resp = match settled(ctx, result, "the Worker's fetch") {
             Ok(r) => r,
             Err(why) => return Ok(Err(why)),

@@ -186,6 +186,22 @@
     };
   }
 
+  // A Durable Object stub's `fetch` (objects.js): `input` and `init` as
+  // for the global `fetch`, sent to `host` (`<binding>.<id>.object.internal`)
+  // with its path and query, and the URL given in the header
+  // `hearth-object-url` (the object sees it as its request's URL; a
+  // `hearth-object-url` of the caller's own is replaced).
+  async function fetchObject(host, input, init) {
+    const a = await W.toFetch(input, init);
+    const pairs = [];
+    for (let i = 0; i < a[2].length; i += 2) {
+      if (a[2][i].toLowerCase() !== 'hearth-object-url') pairs.push(a[2][i], a[2][i + 1]);
+    }
+    pairs.push('hearth-object-url', a[1]);
+    const signal = optionOf(input, init, 'signal');
+    return send(a[0], 'http://' + host + pathOf(a[1]), pairs, a[3], signal, optionOf(input, init, 'redirect'));
+  }
+
   // The key a binding named `name` also has in `env`: AUTH_V2 for auth-v2.
   function bindingKey(name) {
     return name.toUpperCase().split('-').join('_');
@@ -246,6 +262,7 @@
     // Called by the host per request: the Request for fetch.
     request: W.incoming,
     makeEnv,
+    fetchObject,
     // One for every request (nothing in it is per request).
     ctx: {
       waitUntil(promise) {
