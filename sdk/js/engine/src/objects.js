@@ -16,6 +16,7 @@
 //   remembered (the bindings of an instance never change: a deploy makes
 //   new instances). So `env.COUNTER` works as on Cloudflare, `env.NOPE` is
 //   undefined, but `Object.keys(env)` lists a binding only once read.
+// - **RPC**: `stub.method(...args)` is a POST to the object (see `rpc`).
 // - **A stub's fetch** is an outgoing request to
 //   `http://<binding>.<id>.object.internal<path and query>` with the header
 //   `hearth-object-url: <the URL the caller gave>` (runtime.js's
@@ -486,6 +487,52 @@
     }
   }
 
+  // RPC (`stub.method(...args)`): a POST to the object with the method's
+  // name in RPC_HEADER and the arguments, serialized, as its body; the
+  // object answers 200 with RPC_TYPE and [0, result] or [1, thrown]
+  // serialized. Arguments and results are structured-clone values (no
+  // functions, stubs or streams, which Cloudflare's RPC also carries).
+  const RPC_HEADER = 'hearth-object-rpc';
+  const RPC_TYPE = 'application/x-hearth-rpc';
+
+  async function rpc(host, method, args) {
+    const body = serialize(args);
+    const response = await H.fetchObject(host, 'http://' + host + '/', {
+      method: 'POST',
+      headers: { 'content-type': RPC_TYPE },
+      body,
+    }, method);
+    if (response.headers.get('content-type') !== RPC_TYPE) {
+      const text = await response.text();
+      throw new Error('the Durable Object did not answer ' + method + '() (' + response.status + '): ' + text);
+    }
+    const [failed, value] = deserialize(new Uint8Array(await response.arrayBuffer()));
+    if (failed) throw value;
+    return value;
+  }
+
+  // The object's side of an RPC call to `o`.
+  async function rpcAnswer(o, method, request) {
+    let out;
+    try {
+      const f = o[method];
+      if (typeof f !== 'function' || method === 'constructor' || method === 'fetch' || f === Object.prototype[method]) {
+        throw new TypeError('The RPC receiver does not implement the method "' + method + '".');
+      }
+      const args = deserialize(new Uint8Array(await request.arrayBuffer()));
+      out = [0, await f.apply(o, args)];
+    } catch (e) {
+      out = [1, e];
+    }
+    let bytes;
+    try {
+      bytes = serialize(out);
+    } catch (e) {
+      bytes = serialize([1, out[0] === 1 ? new Error(String(out[1])) : e]);
+    }
+    return new Response(bytes, { headers: { 'content-type': RPC_TYPE } });
+  }
+
   class DurableObjectStub {
     #id;
     #host;
@@ -505,7 +552,23 @@
     fetch(input, init) {
       return H.fetchObject(this.#host, input, init);
     }
+    static hostOf(stub) {
+      return stub.#host;
+    }
   }
+
+  // A stub's own members, or else an RPC method of that name (not `then`:
+  // a stub is not a promise).
+  const stubHandler = {
+    get(target, prop) {
+      if (typeof prop !== 'string' || prop in target || prop === 'then') {
+        const v = Reflect.get(target, prop, target);
+        return typeof v === 'function' ? v.bind(target) : v;
+      }
+      const host = DurableObjectStub.hostOf(target);
+      return (...args) => rpc(host, prop, args);
+    },
+  };
 
   // The object's address: http://<binding>.<id>.object.internal
   const objectHost = (binding, id) => binding + '.' + id + '.object.internal';
@@ -533,7 +596,7 @@
       // An ID made by another binding: the host says whether it is one of
       // this namespace's.
       if (DurableObjectId.bindingOf(id) !== this.#binding) idCall(2, this.#binding, id.toString());
-      return new DurableObjectStub(TOKEN, id, objectHost(this.#binding, id.toString()));
+      return new Proxy(new DurableObjectStub(TOKEN, id, objectHost(this.#binding, id.toString())), stubHandler);
     }
     getByName(name) {
       return this.get(this.idFromName(name));
@@ -801,6 +864,8 @@
       throw e;
     }
     const o = entry.object;
+    const method = request.headers.get(RPC_HEADER);
+    if (method !== null) return rpcAnswer(o, method, request);
     if (typeof o.fetch !== 'function') {
       throw new TypeError('the Durable Object class ' + cls + ' has no fetch() method');
     }

@@ -189,15 +189,19 @@
   // A Durable Object stub's `fetch` (objects.js): `input` and `init` as
   // for the global `fetch`, sent to `host` (`<binding>.<id>.object.internal`)
   // with its path and query, and the URL given in the header
-  // `hearth-object-url` (the object sees it as its request's URL; a
-  // `hearth-object-url` of the caller's own is replaced).
-  async function fetchObject(host, input, init) {
+  // `hearth-object-url` (the object sees it as its request's URL). The
+  // caller's own `hearth-object-url` and `hearth-object-rpc` headers are
+  // dropped (a client's request passed on must not call an RPC method);
+  // `rpc` names the method of an RPC call (objects.js).
+  async function fetchObject(host, input, init, rpc) {
     const a = await W.toFetch(input, init);
     const pairs = [];
     for (let i = 0; i < a[2].length; i += 2) {
-      if (a[2][i].toLowerCase() !== 'hearth-object-url') pairs.push(a[2][i], a[2][i + 1]);
+      const name = a[2][i].toLowerCase();
+      if (name !== 'hearth-object-url' && name !== 'hearth-object-rpc') pairs.push(a[2][i], a[2][i + 1]);
     }
     pairs.push('hearth-object-url', a[1]);
+    if (rpc !== undefined) pairs.push('hearth-object-rpc', rpc);
     const signal = optionOf(input, init, 'signal');
     return send(a[0], 'http://' + host + pathOf(a[1]), pairs, a[3], signal, optionOf(input, init, 'redirect'));
   }
