@@ -17,7 +17,9 @@
 //! vars and secrets as strings, minus the runtime's own `HEARTH_*` entries,
 //! and an object with `fetch(input, init)` for each binding (`get(name)`
 //! giving one for a namespace's user Worker), under the binding's name and
-//! its upper-case form with `-` as `_`.
+//! its upper-case form with `-` as `_`. Durable Object bindings are not in
+//! the environment: `objects.js` gives `env` a prototype that asks the
+//! host about a name when it is first read ([`crate::objects`]).
 
 use std::cell::RefCell;
 

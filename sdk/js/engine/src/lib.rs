@@ -28,6 +28,10 @@
 //!   work runs, the request's leftover timers are cancelled, and a failed
 //!   request retires the instance. `env` ([`env`]) is read from the
 //!   environment on an instance's first request.
+//! - **Durable Objects** ([`objects`], `objects.js`): `cloudflare:workers`,
+//!   namespace bindings on `env`, stubs, and a request the host says is an
+//!   object's answered by that object's instance of the exported class,
+//!   with `ctx.storage` on `hearth:objects`.
 //! - **Reuse**: one instance serves request after request (hearth's `auto`
 //!   lifecycle picks reuse: the component is Rust and C); module state
 //!   persists between requests, as on workerd.

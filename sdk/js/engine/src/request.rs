@@ -13,7 +13,10 @@
 //!    running the Worker. `env`
 //!    ([`crate::env`]) is built on the instance's first request; `ctx` is
 //!    `runtime.js`'s (`waitUntil`, `passThroughOnException`, a no-op).
-//! 2. The Worker's `fetch` runs; the event loop ([`crate::event_loop`])
+//! 2. The Worker's `fetch` runs (or, when the module exports a class and
+//!    the host says the request is a Durable Object's, that object's
+//!    instance answers: [`crate::objects`], `objects.js`); the event loop
+//!    ([`crate::event_loop`])
 //!    runs jobs, timers and outgoing fetches until its promise settles, then
 //!    until the `Response` is taken apart (`__hearth_web.outgoing`).
 //! 3. The answer is sent: status, headers (hop-by-hop ones left out) and
