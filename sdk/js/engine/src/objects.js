@@ -8,14 +8,10 @@
 // `wit/hearth-objects/objects.wit`, through the natives objects.rs defines
 // as `__hearth_objects` (taken off the global object here).
 //
-// - **Bindings are found when first read**: the engine is not told the
-//   Worker's Durable Object bindings. `env`'s prototype is a Proxy: reading
-//   a name `env` does not have asks the host (`ids.id-from-string(name,
-//   "")`: `unknown-binding` means no such binding, anything else means
-//   one); a binding then becomes an own property of `env`, a miss is
-//   remembered (the bindings of an instance never change: a deploy makes
-//   new instances). So `env.COUNTER` works as on Cloudflare, `env.NOPE` is
-//   undefined, but `Object.keys(env)` lists a binding only once read.
+// - **Bindings**: hearth names the Worker's Durable Object bindings in
+//   its environment (`HEARTH_DURABLE_OBJECTS`, comma-separated, as
+//   `HEARTH_SERVICES` for service bindings); each is a namespace on `env`
+//   under its name. The host checks the binding again on every ID call.
 // - **RPC**: `stub.method(...args)` is a POST to the object (see `rpc`).
 // - **A stub's fetch** is an outgoing request to
 //   `http://<binding>.<id>.object.internal<path and query>` with the header
@@ -603,49 +599,17 @@
     }
   }
 
-  // Names read on `env` that are no binding (bounded: a Worker reading
-  // names from its input must not grow it without end).
-  const notBindings = new Set();
-  const bindings = new Map();
-  // The namespace `name` binds, or undefined (one host call per name).
-  function binding(name) {
-    const known = bindings.get(name);
-    if (known !== undefined || notBindings.has(name)) return known;
-    const r = N.ids(2, name, '');
-    if (Array.isArray(r) && r[0] === 0) {
-      if (notBindings.size >= 256) notBindings.clear();
-      notBindings.add(name);
-      return undefined;
-    }
-    const ns = new DurableObjectNamespace(TOKEN, name);
-    bindings.set(name, ns);
-    return ns;
-  }
-
-  // `env`'s prototype: a name `env` lacks may be a binding (see the top).
-  function bindingsProto() {
-    const target = {};
-    return new Proxy(target, {
-      get(t, prop, receiver) {
-        if (typeof prop !== 'string' || prop in t) return Reflect.get(t, prop, receiver);
-        const ns = binding(prop);
-        if (ns !== undefined) {
-          Object.defineProperty(receiver, prop, {
-            value: ns, writable: true, enumerable: true, configurable: true,
-          });
-        }
-        return ns;
-      },
-      has(t, prop) {
-        return prop in t || (typeof prop === 'string' && binding(prop) !== undefined);
-      },
-    });
-  }
-
+  // `env` (runtime.js's) with a namespace for each Durable Object binding
+  // the environment names.
   const makeEnv = H.makeEnv;
   H.makeEnv = (pairs) => {
     const env = makeEnv(pairs);
-    Object.setPrototypeOf(env, bindingsProto());
+    for (let i = 0; i < pairs.length; i += 2) {
+      if (pairs[i] !== 'HEARTH_DURABLE_OBJECTS') continue;
+      for (const name of pairs[i + 1].split(',')) {
+        if (name.length > 0) env[name] = new DurableObjectNamespace(TOKEN, name);
+      }
+    }
     return env;
   };
 

@@ -9,7 +9,7 @@
 //! - **IDs** are the host's (`ids`): the same name gives the same ID in
 //!   every language; an unknown binding or a malformed ID comes back as
 //!   `[kind, message]` for `objects.js` to throw (kind 0: no such binding,
-//!   which is also how it learns a name on `env` is no binding).
+//!   1: not an ID of the namespace).
 //! - **Storage** calls are synchronous host calls on the object this
 //!   request runs as; keys are strings, values the bytes of `objects.js`'s
 //!   storage format. A refused call throws an `Error` with the host's
