@@ -26,8 +26,10 @@
 //! (one user Worker per parameter), `tail=<script>`, and `outbound=<script>`
 //! once; so is the allow-list of origins, `allow_host=<scheme://host[:port]>`
 //! (repeatable, see [`hearth_runtime::outbound::egress`]; a bad entry is a 422 that
-//! says why). The deploy report and `GET /v1/scripts` show them under
-//! `bindings`.
+//! says why); Durable Object bindings are `durable_object=<name>:<Class>`
+//! or `durable_object=<name>:<Class>@<script>` (repeatable, see
+//! [`hearth_runtime::objects`]). The deploy report and `GET /v1/scripts`
+//! show them under `bindings`.
 //! Vars are `var=<NAME>=<value>`, repeatable ([`hearth_runtime::store::secrets`]).
 //! No answer carries a secret's value: wherever a script's metadata is
 //! shown, its `secrets` are the list of their names.
@@ -471,6 +473,11 @@ fn manifest_from_query(query: &[(String, String)]) -> Result<Manifest, String> {
             "outbound" => m.bindings.outbound = Some(v.to_string()),
             "tail" => m.bindings.tail.push(v.to_string()),
             "allow_host" => m.bindings.allowed_hosts.push(v.to_string()),
+            "durable_object" => {
+                let (name, class) = split(k, v)?;
+                let class = class.parse().map_err(|e| format!("{k}={v}: {e}"))?;
+                m.bindings.durable_objects.insert(name, class);
+            }
             "var" => {
                 let (name, value) = v
                     .split_once('=')
@@ -506,6 +513,9 @@ pub fn manifest_query(m: &Manifest) -> String {
     }
     for h in &m.bindings.allowed_hosts {
         pairs.push(("allow_host", h.clone()));
+    }
+    for (name, class) in &m.bindings.durable_objects {
+        pairs.push(("durable_object", format!("{name}:{class}")));
     }
     for (name, value) in &m.vars {
         pairs.push(("var", format!("{name}={value}")));
@@ -598,9 +608,11 @@ mod tests {
         let m = Manifest::from_toml(
             "plan = \"paid\"\noutbound = \"egress\"\ntail = [\"t1\", \"t2\"]\ndispatch_only = true\n\
              allowed_hosts = [\"https://api.example.com\", \"http://*.example.com:8080\"]\n\
-             [services]\nauth = \"auth-worker\"\n[dispatch]\nusers = [\"a\", \"b\"]\n",
+             [services]\nauth = \"auth-worker\"\n[dispatch]\nusers = [\"a\", \"b\"]\n\
+             [durable_objects]\nCOUNTER = \"Counter\"\nROOMS = { class = \"Room\", script = \"chat\" }\n",
         )
         .expect("manifest");
+        assert_eq!(m.bindings.durable_objects.len(), 2);
         let uri: http::Uri = format!("/v1/scripts/x?{}", manifest_query(&m))
             .parse()
             .expect("uri");

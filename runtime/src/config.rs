@@ -94,6 +94,7 @@ pub struct RuntimeConfig {
     pub(crate) tail_budget: crate::outbound::live_tail::TailBudget,
     pub(crate) accept_unsigned_records: bool,
     pub(crate) keep_versions: usize,
+    pub(crate) objects: crate::objects::ObjectsConfig,
 }
 
 impl RuntimeConfig {
@@ -133,7 +134,21 @@ impl RuntimeConfig {
             tail_budget: crate::outbound::live_tail::TailBudget::default(),
             accept_unsigned_records: false,
             keep_versions: crate::limits::DEFAULT_KEEP_VERSIONS,
+            objects: crate::objects::ObjectsConfig::default(),
         }
+    }
+
+    /// The node's Durable Objects settings ([`RuntimeConfig::objects`]).
+    pub fn objects_config(&self) -> &crate::objects::ObjectsConfig {
+        &self.objects
+    }
+
+    /// The node's Durable Objects settings: the fence, objects resident at
+    /// most, storage calls per request, bytes per object (default
+    /// [`crate::objects::ObjectsConfig::default`]; see [`crate::objects`]).
+    pub fn objects(mut self, objects: crate::objects::ObjectsConfig) -> Self {
+        self.objects = objects;
+        self
     }
 
     /// How long a request may wait for an instance slot (its Worker's or

@@ -183,6 +183,16 @@ pub enum RuntimeError {
     /// The Worker returned without setting a response.
     #[error("Worker {0} returned without sending a response")]
     NoResponse(String),
+    /// A Durable Object could not serve: its storage could not be opened,
+    /// or its writes could not be made durable before its response (the
+    /// output gate, [`crate::objects`]); the instance was discarded.
+    #[error("Durable Object {object} is unavailable: {message}; retry shortly")]
+    ObjectUnavailable {
+        /// The object (`do:<script>/<class>/<id>`).
+        object: String,
+        /// What failed.
+        message: String,
+    },
     /// The Worker could not be loaded (store, compile, link).
     #[error("Worker {script_id} could not be loaded: {message}")]
     Load {
@@ -284,6 +294,7 @@ impl RuntimeError {
             | RuntimeError::Busy { .. }
             | RuntimeError::PreSlotFull { .. }
             | RuntimeError::StoreUnavailable { .. }
+            | RuntimeError::ObjectUnavailable { .. }
             | RuntimeError::CpuExceeded { .. }
             | RuntimeError::FlowCpuExceeded { .. }
             | RuntimeError::MemoryExceeded { .. } => S::SERVICE_UNAVAILABLE,
@@ -301,6 +312,7 @@ impl RuntimeError {
             RuntimeError::Busy { .. }
                 | RuntimeError::PreSlotFull { .. }
                 | RuntimeError::StoreUnavailable { .. }
+                | RuntimeError::ObjectUnavailable { .. }
         )
         .then_some(1)
     }

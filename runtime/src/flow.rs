@@ -81,14 +81,18 @@ use crate::outbound::bindings::{Bindings, CallKind};
 /// Prefix of the headers only the host sets on a nested request; a
 /// guest's own are removed.
 pub const HOST_HEADER_PREFIX: &str = "x-hearth-";
-/// Removes every [`HOST_HEADER_PREFIX`] header from `headers`: only the
+/// Removes every [`HOST_HEADER_PREFIX`] header from `headers`, and
+/// [`OBJECT_URL_HEADER`](crate::objects::OBJECT_URL_HEADER): only the
 /// host may set them, so whatever a client or a guest sent is dropped
 /// before a Worker sees the request (at every front door, and on every
-/// nested call).
+/// nested call; a request to an object reads its URL header first).
 pub fn strip_host_headers(headers: &mut http::HeaderMap) {
     let forged: Vec<_> = headers
         .keys()
-        .filter(|k| k.as_str().starts_with(HOST_HEADER_PREFIX))
+        .filter(|k| {
+            k.as_str().starts_with(HOST_HEADER_PREFIX)
+                || k.as_str() == crate::objects::OBJECT_URL_HEADER
+        })
         .cloned()
         .collect();
     for k in forged {

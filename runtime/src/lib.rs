@@ -36,11 +36,15 @@
 //!   A flow started by a Worker with tail Workers reports every level's
 //!   logs, subrequests, exceptions and outcome to its first node, which
 //!   hands them to the tail Workers in one invocation ([`outbound`]).
+//! * A Worker with Durable Object bindings addresses objects by ID (the
+//!   `hearth:objects` interfaces, and `.object.internal` requests): each
+//!   object is served by one instance of its own, one request at a time,
+//!   its storage flushed before its answers leave ([`objects`]).
 //! * Every outcome is counted ([`stats`]).
 //!
 //! # The layout
 //!
-//! The crate is three wings around a small root, and imports between its
+//! The crate is three wings (and Durable Objects beside them) around a small root, and imports between its
 //! files never go in a circle:
 //!
 //! * [`instances`]: the instance lifecycle: the engine, the host state of
@@ -48,6 +52,8 @@
 //!   the epoch ticker, and what a client may cost before its request runs.
 //! * [`outbound`]: the guest's ways out: its outgoing requests, its
 //!   bindings, fetches of origins, tail Workers and the live tail.
+//! * [`objects`]: Durable Objects: the `hearth:objects` host interfaces and
+//!   the node's resident objects, over the `hearth-objects` crate's storage.
 //! * [`store`]: where code and records live: the script stores, the
 //!   records they share ([`store::meta`]), versions, secrets, manifests,
 //!   deploy-time validation, compiled artifacts and the negative cache.
@@ -83,6 +89,7 @@ pub mod eviction;
 pub mod flow;
 pub mod instances;
 pub mod limits;
+pub mod objects;
 pub mod outbound;
 mod runtime;
 pub mod stats;

@@ -60,6 +60,9 @@ pub struct Stats {
     pub(crate) subrequests: std::sync::Arc<crate::outbound::egress::SubrequestCounters>,
     pub(crate) dispatch_only_refused: AtomicU64,
     pub(crate) nested_cpu_refused: AtomicU64,
+    pub(crate) object_requests: AtomicU64,
+    pub(crate) objects_opened: AtomicU64,
+    pub(crate) objects_evicted: AtomicU64,
 }
 
 impl Stats {
@@ -195,6 +198,12 @@ pub struct StatsSnapshot {
     /// Nested calls refused because their flow's CPU budget for nested
     /// invocations on this node was spent ([`crate::instances::cpu::FlowCpu`]).
     pub nested_cpu_refused: u64,
+    /// Requests served by Durable Objects on this node ([`crate::objects`]).
+    pub object_requests: u64,
+    /// Objects made resident (their storage opened: claimed and restored).
+    pub objects_opened: u64,
+    /// Idle objects evicted past `objects.max_resident`.
+    pub objects_evicted: u64,
     /// Bytes live instances hold now against the node's instance memory
     /// cap: linear memories, tables and each one's host reserve.
     pub instance_bytes: u64,
@@ -264,6 +273,9 @@ impl StatsSnapshot {
             subrequests: s.subrequests.snapshot(),
             dispatch_only_refused: g(&s.dispatch_only_refused),
             nested_cpu_refused: g(&s.nested_cpu_refused),
+            object_requests: g(&s.object_requests),
+            objects_opened: g(&s.objects_opened),
+            objects_evicted: g(&s.objects_evicted),
             instance_bytes,
             resident_workers,
             resident_bytes,

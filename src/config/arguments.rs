@@ -119,6 +119,7 @@ impl ServeArgs {
         file.expand_secrets()?;
         file.check_secrets()?;
         file.egress.load_roots()?;
+        file.objects.check()?;
         let node_id = match self.node_id {
             Some(id) => node_id("--node-id", &id)?,
             None => match file.node_id.take() {

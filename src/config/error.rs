@@ -23,6 +23,9 @@ pub enum NodeConfigError {
     /// the file).
     #[error("[egress] extra_roots: {0}")]
     EgressRoot(crate::https::HttpsError),
+    /// The `[objects]` section is not usable.
+    #[error("[objects] {0}")]
+    Objects(String),
     /// The `[telemetry]` section is not usable.
     #[error("[telemetry] {0}")]
     Telemetry(String),

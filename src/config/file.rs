@@ -3,8 +3,8 @@
 //! [`NodeConfig`] is the whole file, every field optional, with a struct
 //! per section: `[limits]` ([`ClientLimits`], what clients may hold),
 //! `[plans.*]` ([`Plans`] of [`PlanOverrides`]), `[egress]`
-//! ([`EgressSection`]), `[live_tail]` ([`LiveTailSection`]), `[telemetry]`
-//! ([`TelemetrySection`]) and
+//! ([`EgressSection`]), `[live_tail]` ([`LiveTailSection`]), `[objects]`
+//! ([`ObjectsSection`]), `[telemetry]` ([`TelemetrySection`]) and
 //! `[cluster]` ([`ClusterSection`], with its [`StaticNode`]s); `[s3]` is
 //! the runtime's own `S3Settings`. Unknown keys are refused. What the
 //! settings mean is here too: [`NodeConfig::apply`] lays them over the
@@ -139,6 +139,66 @@ impl LiveTailSection {
             b.node_bytes = bytes_usize(v);
         }
         cfg.tail_budget(b)
+    }
+}
+
+/// The `[objects]` section: Durable Objects on this node
+/// ([`hearth_runtime::objects`]).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectsSection {
+    /// The SQLite file that fences the objects' heads (default
+    /// `<store>/objects/fence.sqlite`); nodes on one machine share it.
+    pub fence: Option<PathBuf>,
+    /// etcd endpoints (`http://host:2379`) that fence the heads instead,
+    /// for nodes that share no disk.
+    pub etcd: Option<Vec<String>>,
+    /// Objects resident on the node at most (default 1000); idle ones
+    /// past it are evicted and reloaded from storage on their next request.
+    pub max_resident: Option<usize>,
+    /// Storage calls one request of an object may make (default 10000).
+    pub ops_per_request: Option<u32>,
+    /// Bytes of keys and values one object may store (default 64 MiB).
+    pub max_object_bytes: Option<ByteSize>,
+}
+
+impl ObjectsSection {
+    /// Checks what cannot be applied: one fence only, endpoints given.
+    pub(super) fn check(&self) -> Result<(), NodeConfigError> {
+        match (&self.fence, &self.etcd) {
+            (Some(_), Some(_)) => Err(NodeConfigError::Objects(
+                "give `fence` (an SQLite file) or `etcd` (endpoints), not both".into(),
+            )),
+            (_, Some(e)) if e.is_empty() => {
+                Err(NodeConfigError::Objects("`etcd` lists no endpoint".into()))
+            }
+            _ if self.max_resident == Some(0) => Err(NodeConfigError::Objects(
+                "`max_resident` must be at least 1".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// `cfg` with this section's settings (unset ones keep theirs).
+    fn apply(&self, cfg: RuntimeConfig) -> RuntimeConfig {
+        use hearth_runtime::objects::{ObjectFence, ObjectsConfig};
+        let mut o: ObjectsConfig = ObjectsConfig::default();
+        if let Some(path) = &self.fence {
+            o.fence = ObjectFence::Sqlite(Some(path.clone()));
+        }
+        if let Some(endpoints) = &self.etcd {
+            o.fence = ObjectFence::Etcd(endpoints.clone());
+        }
+        if let Some(n) = self.max_resident {
+            o.max_resident = n;
+        }
+        if let Some(n) = self.ops_per_request {
+            o.ops_per_request = n;
+        }
+        if let Some(b) = self.max_object_bytes {
+            o.max_object_bytes = b.as_u64();
+        }
+        cfg.objects(o)
     }
 }
 
@@ -431,6 +491,9 @@ pub struct NodeConfig {
     /// The live tail's byte budgets.
     #[serde(default)]
     pub live_tail: LiveTailSection,
+    /// Durable Objects: the fence, objects resident, storage limits.
+    #[serde(default)]
+    pub objects: ObjectsSection,
     /// Cluster membership; absent for a standalone node.
     pub cluster: Option<ClusterSection>,
     /// OpenTelemetry export of request spans; absent, off.
@@ -554,7 +617,8 @@ impl NodeConfig {
             egress.max_response_size = v.as_u64();
         }
         egress.extra_roots.extend(e.loaded_roots.iter().cloned());
-        self.live_tail.apply(cfg.egress(egress))
+        let cfg = self.live_tail.apply(cfg.egress(egress));
+        self.objects.apply(cfg)
     }
 
     /// The node's prewarm settings: the defaults with the file's.
@@ -730,6 +794,35 @@ mod tests {
             hearth_runtime::outbound::live_tail::TailBudget::default()
         );
         assert!(toml::from_str::<NodeConfig>("[live_tail]\nqueue_bytes = 1\n").is_err());
+    }
+
+    #[test]
+    fn the_objects_section_reaches_the_runtime_and_is_checked() {
+        use hearth_runtime::objects::{ObjectFence, ObjectsConfig};
+        let c: NodeConfig = toml::from_str(
+            "[objects]\netcd = [\"http://10.0.0.5:2379\"]\nmax_resident = 3\n\
+             ops_per_request = 50\nmax_object_bytes = \"1MiB\"\n",
+        )
+        .expect("[objects]");
+        c.objects.check().expect("usable");
+        let cfg = c.apply(RuntimeConfig::new("/tmp/hearth-objects-config"));
+        assert_eq!(
+            *cfg.objects_config(),
+            ObjectsConfig {
+                fence: ObjectFence::Etcd(vec!["http://10.0.0.5:2379".into()]),
+                max_resident: 3,
+                ops_per_request: 50,
+                max_object_bytes: 1 << 20,
+            }
+        );
+        let default = NodeConfig::default().apply(RuntimeConfig::new("/tmp/hearth-objects-config"));
+        assert_eq!(*default.objects_config(), ObjectsConfig::default());
+        let both: NodeConfig =
+            toml::from_str("[objects]\nfence = \"/f.sqlite\"\netcd = [\"http://e:2379\"]\n")
+                .expect("parses");
+        let err = both.objects.check().expect_err("two fences");
+        assert!(err.to_string().contains("not both"), "{err}");
+        assert!(toml::from_str::<NodeConfig>("[objects]\nmax_residents = 1\n").is_err());
     }
 
     #[test]

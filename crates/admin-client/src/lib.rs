@@ -271,6 +271,36 @@ pub struct BindingsInfo {
     /// Origins it may fetch (`scheme://host[:port]`).
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
+    /// Durable Object bindings: name → the class whose objects it
+    /// addresses.
+    #[serde(default)]
+    pub durable_objects: BTreeMap<String, ObjectBindingInfo>,
+}
+
+/// The class a Durable Object binding of a [`BindingsInfo`] names: of the
+/// Worker's own script (a bare class name) or of another script.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum ObjectBindingInfo {
+    /// A class of the Worker's own script.
+    Class(String),
+    /// A class of another script.
+    Script {
+        /// The class.
+        class: String,
+        /// The script exporting it.
+        script: String,
+    },
+}
+
+impl std::fmt::Display for ObjectBindingInfo {
+    /// `Class`, or `Class@script` (as `hearth deploy --durable-object` takes it).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ObjectBindingInfo::Class(c) => f.write_str(c),
+            ObjectBindingInfo::Script { class, script } => write!(f, "{class}@{script}"),
+        }
+    }
 }
 
 /// What a deploy reports.

@@ -53,8 +53,9 @@ pub(crate) fn build_engine(cfg: &RuntimeConfig) -> Result<Engine, ConfigError> {
     Engine::new(&c).map_err(|e| ConfigError::Engine(e.to_string()))
 }
 
-/// Builds the linker: all of WASI 0.2 plus wasi:http, and hearth's
-/// `hearth:js/fast-http` for JS Workers built with `hearth build`. Real Workers
+/// Builds the linker: all of WASI 0.2 plus wasi:http, hearth's
+/// `hearth:js/fast-http` for JS Workers built with `hearth build`, and
+/// `hearth:objects` (Durable Objects) for every Worker. Real Workers
 /// (Rust std, componentize-js, componentize-py, wstd) import `wasi:cli/*` and
 /// mix 0.2.x patch versions; wasmtime matches those by semver.
 pub(crate) fn build_linker(engine: &Engine) -> Result<Linker<Host>, ConfigError> {
@@ -69,6 +70,9 @@ pub(crate) fn build_linker(engine: &Engine) -> Result<Linker<Host>, ConfigError>
     // What the JS engine reads a request and answers with
     // (crate::outbound::fast_http).
     crate::outbound::fast_http::add_to_linker(&mut linker)
+        .map_err(|e| ConfigError::Engine(e.to_string()))?;
+    // Durable Objects' IDs and storage, for every Worker (crate::objects).
+    crate::objects::host::add_to_linker(&mut linker)
         .map_err(|e| ConfigError::Engine(e.to_string()))?;
     Ok(linker)
 }

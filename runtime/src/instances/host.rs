@@ -2,7 +2,7 @@
 //!
 //! Each instance gets a full WASI 0.2 context (clocks, random, cli with an
 //! environment holding `HEARTH_SCRIPT_ID`, the names of its bindings
-//! (`HEARTH_SERVICES`, `HEARTH_DISPATCH`, if any) and the Worker's vars and
+//! (`HEARTH_SERVICES`, `HEARTH_DISPATCH`, `HEARTH_DURABLE_OBJECTS`, if any) and the Worker's vars and
 //! secrets, a filesystem with no preopens, sockets denied), the same vars and
 //! secrets through `wasi:config/store` ([`crate::store::secrets`]), stdout and
 //! stderr that go to the node's log and any trace ([`crate::outbound::tail`]),

@@ -61,6 +61,8 @@ pub(crate) struct NodeShared {
     pub(crate) cpu_observer: std::sync::OnceLock<crate::instances::cpu::CpuObserver>,
     /// Who watches this node's requests live ([`crate::outbound::live_tail`]).
     pub(crate) live: Arc<crate::outbound::live_tail::LiveTail>,
+    /// The node's Durable Objects ([`crate::objects`]).
+    pub(crate) objects: Arc<crate::objects::NodeObjects>,
 }
 
 impl NodeShared {
@@ -83,6 +85,11 @@ impl NodeShared {
             cpu_observer: std::sync::OnceLock::new(),
             live: Arc::new(crate::outbound::live_tail::LiveTail::new(
                 cfg.tail_budget,
+                stats.clone(),
+            )),
+            objects: Arc::new(crate::objects::NodeObjects::new(
+                cfg.objects.clone(),
+                cfg.store_dir.clone(),
                 stats.clone(),
             )),
             stats,
@@ -154,6 +161,15 @@ pub(crate) struct Worker {
     /// During a split ([`crate::store::versions`]), the script's other versions,
     /// loaded on first use and dropped with this one (the current version).
     pub(crate) alts: Mutex<std::collections::HashMap<u64, Arc<tokio::sync::OnceCell<Arc<Worker>>>>>,
+}
+
+/// A Durable Object's request: the object's own instance (none: start
+/// one), the object it runs as, and where the instance goes back when the
+/// handler returns healthy ([`crate::objects`]).
+pub(crate) struct Pinned {
+    pub(crate) instance: Option<Instance>,
+    pub(crate) object: Arc<crate::objects::ObjectCtx>,
+    pub(crate) back: tokio::sync::oneshot::Sender<Instance>,
 }
 
 /// A new instance's startup figures.
@@ -384,6 +400,27 @@ impl Worker {
         self: &Arc<Self>,
         req: http::Request<Body>,
     ) -> Result<(http::Response<Body>, Option<Started>), RuntimeError> {
+        self.serve_on(req, None).await
+    }
+
+    /// Serves a Durable Object's request as [`Worker::serve`] does, on the
+    /// object's own instance (started if it has none), never the idle
+    /// pool's: the instance goes back through `pinned.back`, and the
+    /// object's writes are flushed before the response head is returned
+    /// (the output gate, [`crate::objects`]).
+    pub(crate) async fn serve_pinned(
+        self: &Arc<Self>,
+        req: http::Request<Body>,
+        pinned: Pinned,
+    ) -> Result<(http::Response<Body>, Option<Started>), RuntimeError> {
+        self.serve_on(req, Some(pinned)).await
+    }
+
+    async fn serve_on(
+        self: &Arc<Self>,
+        req: http::Request<Body>,
+        pinned: Option<Pinned>,
+    ) -> Result<(http::Response<Body>, Option<Started>), RuntimeError> {
         let (parts, body) = req.into_parts();
         // Where this request sits in its flow, as the node said; a client's
         // request is a flow's entry. Limits only tighten.
@@ -436,14 +473,23 @@ impl Worker {
         if let Some(c) = charge {
             c.settle();
         }
-        let (inst, started) = match self.take_idle() {
+        let (own, object, back) = match pinned {
+            Some(p) => (Some(p.instance), Some(p.object), Some(p.back)),
+            None => (None, None, None),
+        };
+        // An object's own instance, or (for a plain request) an idle one.
+        let found = match own {
+            Some(inst) => inst,
+            None => self.take_idle(),
+        };
+        let (inst, started) = match found {
             Some(i) => (i, None),
             None => {
                 let (i, s) = self.start_instance().await?;
                 (i, Some(s))
             }
         };
-        let on_done = self.on_done(slots, inst.meter());
+        let on_done = self.on_done(slots, inst.meter(), back);
         // An instance that served before (not one just started, nor one a
         // prewarm parked unused) is a reused one.
         let reused = inst.served > 0;
@@ -465,6 +511,8 @@ impl Worker {
                 stats: self.stats.clone(),
                 subrequests: Arc::new(Semaphore::new(self.node.subrequests)),
                 flow_cpu,
+                objects: self.node.objects.clone(),
+                object: object.clone(),
             })),
         };
         let (mut task, mut rx) =
@@ -508,6 +556,17 @@ impl Worker {
             script_id: self.script_id.to_string(),
             message: format!("Worker answered with error code {code:?}"),
         })?;
+        // The output gate: an object's writes so far are durable before
+        // its response head leaves. A failure answers 503; dropping the
+        // guard cancels the invocation, and the instance is not kept.
+        if let Some(object) = &object
+            && let Err(e) = object.flush().await
+        {
+            return Err(RuntimeError::ObjectUnavailable {
+                object: object.describe(),
+                message: format!("its writes could not be made durable: {e}"),
+            });
+        }
         let length = resp
             .headers()
             .get(http::header::CONTENT_LENGTH)
@@ -585,6 +644,7 @@ impl Worker {
         self: &Arc<Self>,
         slots: Slots,
         meter: Arc<crate::instances::cpu::CpuMeter>,
+        back: Option<tokio::sync::oneshot::Sender<Instance>>,
     ) -> OnDone {
         let me = self.clone();
         Box::new(move |r| {
@@ -593,7 +653,12 @@ impl Worker {
                 observe(&me.script_id, meter.used());
             }
             match r {
-                Ok(inst) => me.put_idle(inst),
+                // An object's instance goes back to its object, never to
+                // the pool; one the object no longer waits for is dropped.
+                Ok(inst) => match back {
+                    Some(back) => drop(back.send(inst)),
+                    None => me.put_idle(inst),
+                },
                 Err(e) => {
                     let c = match e {
                         RuntimeError::CpuExceeded { .. } | RuntimeError::FlowCpuExceeded { .. } => {

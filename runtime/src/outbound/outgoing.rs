@@ -99,6 +99,11 @@ pub(crate) struct Caller {
     pub(crate) subrequests: Arc<tokio::sync::Semaphore>,
     /// Its flow's CPU budget for nested invocations ([`crate::instances::cpu`]).
     pub(crate) flow_cpu: crate::instances::cpu::FlowCpuHandle,
+    /// The node's Durable Objects: its calls to objects, and the names its
+    /// IDs are made from ([`crate::objects`]).
+    pub(crate) objects: Arc<crate::objects::NodeObjects>,
+    /// The object this invocation runs as, if it is an object's.
+    pub(crate) object: Option<Arc<crate::objects::ObjectCtx>>,
 }
 
 /// The wasi:http hooks of an instance: outgoing requests are nested calls
@@ -147,6 +152,15 @@ impl Caller {
         request: http::Request<WasiBody>,
         first_byte: Option<Duration>,
     ) -> SendResult {
+        // The output gate: an object's writes are durable before any of
+        // its requests leaves ([`crate::objects`]).
+        if let Some(object) = &self.object
+            && let Err(e) = object.flush().await
+        {
+            return Err(wasmtime_wasi_http::Error::InternalError(Some(format!(
+                "the object's writes could not be made durable, so its request was not sent: {e}"
+            ))));
+        }
         let what = format!(
             "{} {}",
             request.method(),
@@ -197,6 +211,11 @@ impl Caller {
             .unwrap_or_default();
         let (target, kind) = match resolve(&self.bindings, &host) {
             Resolved::Worker { script_id, kind } => (script_id, kind),
+            Resolved::Object {
+                binding,
+                target,
+                id,
+            } => return self.call_object(request, &binding, &target, &id).await,
             Resolved::External => match &self.flow.outbound {
                 Some(o) => (o.clone(), CallKind::Outbound),
                 None => return self.fetch(request, first_byte).await,
@@ -273,6 +292,119 @@ impl Caller {
         {
             flow_cpu.spend_all();
         }
+        // The slot goes back when the response body ends or is dropped.
+        let response = response.map(|b| {
+            b.map_err(|e| Error::InternalError(Some(e.to_string())))
+                .map_frame(move |frame| {
+                    let _held = &slot;
+                    frame
+                })
+                .boxed_unsync()
+        });
+        Ok((response, Box::new(async { Ok(()) })))
+    }
+
+    /// A request to a Durable Object of binding `binding`
+    /// (`http://<binding>.<id>.object.internal/`): the ID checked against
+    /// the binding's namespace, the request made one more level of the
+    /// flow (as a binding's call), its URL the caller's
+    /// [`OBJECT_URL_HEADER`](crate::objects::OBJECT_URL_HEADER) if it gave
+    /// one, and served by the node's resident object
+    /// ([`crate::objects`]). A failure of the object is a response with an
+    /// error status, as for a Worker.
+    async fn call_object(
+        &self,
+        request: http::Request<WasiBody>,
+        binding: &str,
+        target: &crate::outbound::bindings::ObjectBinding,
+        id: &str,
+    ) -> SendResult {
+        use wasmtime_wasi_http::Error;
+        let namespace =
+            hearth_objects::Namespace::new(target.script_or(&self.script_id), target.class());
+        let id = match namespace.id_from_string(id) {
+            Ok(id) => id,
+            Err(e) => {
+                Stats::bump(&self.stats.nested_denied);
+                tracing::debug!(script = %self.script_id, binding, %id, error = %e,
+                    "request to an object refused: not an ID of the binding's namespace");
+                return Err(Error::InternalError(Some(format!(
+                    "{id:?} is not an object ID of Durable Object binding {binding:?} \
+                     (class {} of script {}): {e}",
+                    namespace.class, namespace.script
+                ))));
+            }
+        };
+        let key = hearth_objects::ObjectKey { namespace, id };
+        let depth = self.flow.depth + 2;
+        if depth > MAX_DEPTH {
+            Stats::bump(&self.stats.nested_too_deep);
+            return Err(Error::LoopDetected);
+        }
+        if Instant::now() >= self.deadline {
+            return Err(Error::HttpResponseTimeout);
+        }
+        let (mut parts, body) = request.into_parts();
+        let url = parts
+            .headers
+            .remove(crate::objects::OBJECT_URL_HEADER)
+            .map(|v| {
+                v.to_str()
+                    .ok()
+                    .and_then(|v| v.parse::<http::Uri>().ok())
+                    .filter(|u| u.scheme().is_some() && u.authority().is_some())
+                    .ok_or_else(|| {
+                        Error::InternalError(Some(format!(
+                            "{}: not an absolute URL",
+                            crate::objects::OBJECT_URL_HEADER
+                        )))
+                    })
+            })
+            .transpose()?;
+        let slot = self.slot(&key.ring_key()).await?;
+        let (flow_id, flow_cpu) = self.flow_cpu.pool();
+        if flow_cpu.left().is_zero() {
+            Stats::bump(&self.stats.nested_cpu_refused);
+            return Err(Error::InternalError(Some(format!(
+                "nested call refused: this flow's CPU budget for nested calls ({:?} on this node) is spent",
+                flow_cpu.budget()
+            ))));
+        }
+        if let Some(url) = url {
+            parts.uri = url;
+        }
+        strip_host_headers(&mut parts.headers);
+        if let Ok(v) = http::HeaderValue::from_str(&self.script_id) {
+            parts.headers.insert(CALLER_HEADER, v);
+        }
+        parts
+            .headers
+            .insert(DEPTH_HEADER, http::HeaderValue::from(depth));
+        self.mark.carry(&mut parts.headers);
+        parts.extensions = http::Extensions::new();
+        parts.extensions.insert(Flow {
+            depth: depth - 1,
+            cpu: Some((self.meter.budget().saturating_sub(self.meter.used())).min(flow_cpu.left())),
+            memory: None,
+            deadline: Some(self.deadline),
+            outbound: None,
+            nested_cpu: Some(crate::instances::cpu::NestedCpu {
+                flow_id,
+                left: flow_cpu.left(),
+            }),
+        });
+        if let Some(t) = self.extensions.get::<crate::outbound::tail::Tracing>() {
+            parts.extensions.insert(t.clone());
+        }
+        Stats::bump(&self.stats.nested_calls);
+        let request = http::Request::from_parts(parts, crate::body::boxed(body));
+        let response = tokio::time::timeout_at(
+            self.deadline.into(),
+            self.objects.call(key, request, self.deadline),
+        )
+        .await
+        .map_err(|_| Error::HttpResponseTimeout)?
+        .unwrap_or_else(|e| crate::runtime::serve::error_response(&e));
         // The slot goes back when the response body ends or is dropped.
         let response = response.map(|b| {
             b.map_err(|e| Error::InternalError(Some(e.to_string())))

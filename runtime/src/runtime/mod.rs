@@ -88,6 +88,36 @@ struct Inner {
     versions: crate::store::versions::VersionCounters,
 }
 
+/// How the node's objects load their script's current Worker: through the
+/// runtime they belong to, held weakly ([`crate::objects`]).
+struct ObjectLoader {
+    inner: std::sync::Weak<Inner>,
+    sweeper: std::sync::Weak<IdleSweeper>,
+}
+
+impl crate::objects::resident::LoadWorker for ObjectLoader {
+    fn load<'a>(
+        &'a self,
+        script_id: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Arc<Worker>, crate::RuntimeError>> {
+        Box::pin(async move {
+            let (Some(inner), Some(sweeper)) = (self.inner.upgrade(), self.sweeper.upgrade())
+            else {
+                return Err(crate::RuntimeError::Load {
+                    script_id: script_id.into(),
+                    message: "the runtime is shutting down".into(),
+                });
+            };
+            let runtime = Runtime { inner, sweeper };
+            let mut timing = crate::timing::Timing::default();
+            runtime
+                .worker(script_id, &mut timing, false)
+                .await
+                .map(|(worker, _)| worker)
+        })
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -143,6 +173,7 @@ impl Runtime {
         let artifacts = ArtifactCache::new(dir, config.artifact_key, &engine)
             .map_err(|e| ConfigError::Engine(format!("cannot open artifact cache: {e}")))?;
         let stats = Arc::new(Stats::default());
+        let store_for_objects = store.clone();
         let store = Records::new(
             store,
             &config.artifact_key,
@@ -151,6 +182,7 @@ impl Runtime {
             stats.clone(),
         );
         let node = NodeShared::new(&config, stats.clone());
+        let blobs = store_for_objects.clone();
         let lookups = Lookups::new(config.miss_capacity, config.miss_ttl);
         let inner = Arc::new(Inner {
             idle: IdleRule::of(&config),
@@ -179,10 +211,20 @@ impl Runtime {
             None => false,
         })
         .map_err(|e| ConfigError::Engine(format!("cannot start the idle sweep: {e}")))?;
-        Ok(Runtime {
+        let runtime = Runtime {
             inner,
             sweeper: Arc::new(sweeper),
-        })
+        };
+        // Objects load their script's Worker through the runtime, held
+        // weakly: the runtime owns its objects, not the other way round.
+        runtime.inner.node.objects.install(
+            blobs,
+            Box::new(ObjectLoader {
+                inner: Arc::downgrade(&runtime.inner),
+                sweeper: Arc::downgrade(&runtime.sweeper),
+            }),
+        );
+        Ok(runtime)
     }
 
     /// Installs what carries this node's nested Worker calls (the node

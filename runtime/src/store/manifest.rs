@@ -25,6 +25,9 @@
 //! auth = "auth-worker"
 //! [dispatch]                     # http://user-a.users.dispatch.internal/
 //! users = ["user-a", "user-b"]
+//! [durable_objects]              # http://COUNTER.<id>.object.internal/ (crate::objects)
+//! COUNTER = "Counter"            # a class of this script
+//! ROOMS = { class = "Room", script = "chat" }   # a class of another script
 //! ```
 //!
 //! Vars (see [`crate::store::secrets`]; secrets are never in a manifest):
@@ -179,6 +182,32 @@ mod tests {
         assert_eq!(b.tail, vec!["traces".to_string()]);
         let back = Manifest::from_toml(&toml::to_string(&m).expect("writes")).expect("reads");
         assert_eq!(back, m);
+    }
+
+    #[test]
+    fn durable_object_bindings_are_a_table_and_round_trip() {
+        use crate::outbound::bindings::ObjectBinding;
+        let m = Manifest::from_toml(
+            "[durable_objects]\nCOUNTER = \"Counter\"\nROOMS = { class = \"Room\", script = \"chat\" }\n",
+        )
+        .expect("manifest");
+        let d = &m.bindings.durable_objects;
+        assert_eq!(d["COUNTER"], ObjectBinding::new("Counter", None));
+        assert_eq!(d["ROOMS"], ObjectBinding::new("Room", Some("chat")));
+        assert!(m.bindings.validate().is_ok());
+        let back = Manifest::from_toml(&toml::to_string(&m).expect("writes")).expect("reads");
+        assert_eq!(back, m);
+        let json = serde_json::to_string(&m).expect("json");
+        assert!(
+            json.contains("\"durable_objects\":{\"COUNTER\":\"Counter\",\"ROOMS\":{\"class\":\"Room\",\"script\":\"chat\"}}"),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<Manifest>(&json).expect("reads"), m);
+        assert!(
+            Manifest::from_toml("[durable_objects]\nX = { class = \"C\", scrpt = \"s\" }\n")
+                .is_err(),
+            "a typo in the long form is refused"
+        );
     }
 
     #[test]

@@ -318,8 +318,8 @@ fn from_hex(s: &str) -> Option<Vec<u8>> {
 }
 
 /// What a Worker's instances see: `HEARTH_SCRIPT_ID` (and, if it has
-/// bindings, `HEARTH_SERVICES` and `HEARTH_DISPATCH`: their names,
-/// comma-separated), its vars and its opened secrets, as environment
+/// bindings, `HEARTH_SERVICES`, `HEARTH_DISPATCH` and
+/// `HEARTH_DURABLE_OBJECTS`: their names, comma-separated), its vars and its opened secrets, as environment
 /// variables, and the vars and secrets as `wasi:config/store`.
 /// Built once per loaded Worker; the plaintext it holds is wiped on drop.
 pub(crate) struct WorkerEnv {
@@ -354,6 +354,14 @@ impl WorkerEnv {
         if !bindings.dispatch.is_empty() {
             let namespaces = bindings.dispatch.keys().map(String::as_str).collect();
             pairs.push(("HEARTH_DISPATCH".to_string(), names(namespaces)));
+        }
+        if !bindings.durable_objects.is_empty() {
+            let objects = bindings
+                .durable_objects
+                .keys()
+                .map(String::as_str)
+                .collect();
+            pairs.push(("HEARTH_DURABLE_OBJECTS".to_string(), names(objects)));
         }
         let own = pairs.len();
         // A name is a var or a secret; should a deploy and a secret put on
@@ -471,6 +479,10 @@ mod tests {
         bindings
             .dispatch
             .insert("users".into(), ["user-a".to_string()].into());
+        bindings.durable_objects.insert(
+            "COUNTER".into(),
+            crate::outbound::bindings::ObjectBinding::new("Counter", Some("other")),
+        );
         let env = WorkerEnv::open(&meta(bindings), &secrets, &key).expect("open");
         assert_eq!(
             names(&env),
@@ -478,6 +490,7 @@ mod tests {
                 pair("HEARTH_SCRIPT_ID", "app"),
                 pair("HEARTH_SERVICES", "auth,billing"),
                 pair("HEARTH_DISPATCH", "users"),
+                pair("HEARTH_DURABLE_OBJECTS", "COUNTER"),
                 pair("MODE", "test"),
                 pair("API_KEY", "k1"),
             ],

@@ -46,6 +46,12 @@ pub(crate) struct DeployArgs {
     /// http://*.example.com:8080. Any other host is denied.
     #[arg(long = "allow-host", value_name = "URL")]
     allow_hosts: Vec<String>,
+    /// Durable Object binding BINDING=Class or BINDING=Class@script
+    /// (repeatable; adds to the manifest's [durable_objects]): the Worker
+    /// addresses objects of that class at
+    /// http://BINDING.<id>.object.internal/.
+    #[arg(long = "durable-object", value_name = "BINDING=CLASS[@SCRIPT]")]
+    durable_objects: Vec<String>,
     /// Var NAME=VALUE the Worker reads from its environment (repeatable;
     /// over the manifest's [vars]). Secrets: `hearth secret put`.
     #[arg(long = "var", value_name = "NAME=VALUE")]
@@ -104,6 +110,14 @@ impl DeployArgs {
         m.bindings
             .allowed_hosts
             .extend(self.allow_hosts.iter().cloned());
+        for d in &self.durable_objects {
+            let (name, class) = d.split_once('=').with_context(|| {
+                format!("--durable-object {d}: expected BINDING=CLASS[@SCRIPT]")
+            })?;
+            m.bindings
+                .durable_objects
+                .insert(name.into(), class.parse()?);
+        }
         for v in &self.vars {
             let (name, value) = v
                 .split_once('=')
@@ -210,6 +224,9 @@ fn print_report(name: &str, report: &DeployReport) {
     }
     if !b.allowed_hosts.is_empty() {
         println!("allowed hosts: {}", b.allowed_hosts.join(", "));
+    }
+    for (name, class) in &b.durable_objects {
+        println!("Durable Object binding: http://{name}.<id>.object.internal/ -> {class}");
     }
     if !meta.vars.is_empty() {
         let names: Vec<&str> = meta.vars.keys().map(String::as_str).collect();

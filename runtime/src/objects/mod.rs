@@ -1,0 +1,211 @@
+//! Durable Objects on this node: the host side of `hearth:objects`
+//! (`wit/hearth-objects/objects.wit`), the `.object.internal` address, and
+//! the resident objects.
+//!
+//! # The model
+//!
+//! A Worker declares **Durable Object bindings** at deploy: a binding name
+//! → a class of its own script or of another
+//! ([`crate::outbound::bindings::ObjectBinding`]). An *object* is
+//! (script, class, id) ([`ObjectKey`]); its ID is 64 hex digits that the
+//! host computes (`hearth:objects/ids`), so every language gets the same
+//! IDs, and an ID of one namespace is refused by another.
+//!
+//! A Worker calls an object with a plain wasi:http request to
+//! `http://<binding>.<id>.object.internal/<path>` (the stub's `fetch`). The
+//! host resolves the binding beside service bindings
+//! ([`crate::outbound::bindings::resolve`]), checks the ID against the
+//! binding's namespace, and serves the request on this node's **resident
+//! object**:
+//!
+//! * **One instance per object.** A resident object holds one instance of
+//!   its script of its own (not from the Worker's shared pool; the same
+//!   memory and CPU limits as any of the Worker's instances) and the
+//!   object's storage ([`hearth_objects::ObjectStorage`], opened with
+//!   [`hearth_objects::Objects::open`], which claims the object in the
+//!   fence and restores its state).
+//! * **The input gate.** A per-object async mutex: one request runs at a
+//!   time, from the moment it takes the object until its handler returns
+//!   (the response body may still be streaming). Others wait in order, up
+//!   to their flow's deadline.
+//! * **The output gate.** Writes are visible to the object at once and
+//!   durable once flushed. The host flushes before the response head is
+//!   released to the caller, before every outgoing request of the object,
+//!   and when the handler returns. A failed flush answers the caller 503
+//!   and discards the instance and its storage (the writes were never
+//!   confirmed to anyone); a `superseded` flush means another owner claimed
+//!   the object, and this instance must not run again.
+//! * **Eviction.** At most [`ObjectsConfig::max_resident`] objects are
+//!   resident per node; past that, the least recently used idle ones (no
+//!   request running or waiting) are dropped, and reloaded from storage on
+//!   their next request.
+//!
+//! The guest's `hearth:objects/storage` calls go to the object its
+//! invocation runs as (`this-object()`); in a plain Worker request they
+//! fail with `not-an-object`. Every call counts against
+//! [`ObjectsConfig::ops_per_request`].
+//!
+//! The header [`OBJECT_URL_HEADER`] on a request to an object carries the
+//! URL the caller gave its stub: the object's request has that URL. The
+//! header is the host's: it is removed from every request that reaches a
+//! Worker any other way ([`crate::flow::strip_host_headers`]).
+//!
+//! Storage lives in the node's [`hearth_objects::Objects`]: blobs in the
+//! runtime's script store (content-addressed by blake3, [`StoreBlobs`]) and
+//! heads in the fence the config names ([`ObjectFence`]: an embedded
+//! SQLite file under the store directory by default, or etcd).
+//!
+//! Not here yet: placement on the ring (an object is served by the node
+//! its caller runs on; see docs/durable-objects.md), alarms, `sql.exec`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use hearth_objects::{ObjectKey, StorageError};
+
+pub(crate) mod host;
+pub(crate) mod resident;
+
+pub use resident::NodeObjects;
+
+/// The request header that carries the URL an object's request has (see
+/// the module docs); only the host reads it, and it is stripped from every
+/// other request.
+pub const OBJECT_URL_HEADER: &str = "hearth-object-url";
+
+/// Default of [`ObjectsConfig::max_resident`].
+pub const DEFAULT_MAX_RESIDENT: usize = 1000;
+/// Default of [`ObjectsConfig::ops_per_request`].
+pub const DEFAULT_OPS_PER_REQUEST: u32 = 10_000;
+/// Default of [`ObjectsConfig::max_object_bytes`]: 64 MiB.
+pub const DEFAULT_MAX_OBJECT_BYTES: u64 = 64 << 20;
+
+/// Where the node's objects' heads are fenced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ObjectFence {
+    /// An SQLite file (the default: `<store>/objects/fence.sqlite`). Nodes
+    /// that share the file (one machine) share the fence.
+    Sqlite(Option<PathBuf>),
+    /// etcd, at these endpoints (`http://host:2379`), for nodes that share
+    /// no disk.
+    Etcd(Vec<String>),
+}
+
+/// The node's Durable Objects settings (the `[objects]` section of the
+/// node config).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectsConfig {
+    /// Where heads are fenced.
+    pub fence: ObjectFence,
+    /// Objects resident on the node at most (idle ones past it are evicted).
+    pub max_resident: usize,
+    /// Storage calls one request of an object may make.
+    pub ops_per_request: u32,
+    /// Bytes of keys and values one object may store.
+    pub max_object_bytes: u64,
+}
+
+impl Default for ObjectsConfig {
+    fn default() -> Self {
+        ObjectsConfig {
+            fence: ObjectFence::Sqlite(None),
+            max_resident: DEFAULT_MAX_RESIDENT,
+            ops_per_request: DEFAULT_OPS_PER_REQUEST,
+            max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
+        }
+    }
+}
+
+/// The `hearth-objects` blob store of a node: the runtime's script store's
+/// content-addressed blobs (a [`crate::DirStore`] directory, or the S3
+/// bucket of an [`crate::S3Store`]).
+pub struct StoreBlobs(pub Arc<dyn crate::ScriptStore>);
+
+#[async_trait::async_trait]
+impl hearth_objects::BlobStore for StoreBlobs {
+    async fn put(&self, hash: &str, bytes: &[u8]) -> Result<(), hearth_objects::ObjectsError> {
+        self.0
+            .put_blob(hash, bytes)
+            .await
+            .map_err(|e| hearth_objects::ObjectsError::Blob(e.to_string()))
+    }
+
+    async fn get(&self, hash: &str) -> Result<Option<Vec<u8>>, hearth_objects::ObjectsError> {
+        self.0
+            .get_blob(hash)
+            .await
+            .map_err(|e| hearth_objects::ObjectsError::Blob(e.to_string()))
+    }
+}
+
+/// The object one invocation runs as: what its `hearth:objects/storage`
+/// calls and the output gate reach.
+pub(crate) struct ObjectCtx {
+    pub(crate) key: ObjectKey,
+    /// The name its ID was made from, if this node saw it.
+    pub(crate) name: Option<String>,
+    /// The resident object's storage (shared with the next invocations).
+    pub(crate) storage: Arc<tokio::sync::Mutex<hearth_objects::ObjectStorage>>,
+    ops: std::sync::atomic::AtomicU32,
+    ops_limit: u32,
+    /// Set once a flush failed: the instance and the storage are dropped
+    /// when the invocation ends.
+    lost: std::sync::atomic::AtomicBool,
+}
+
+impl ObjectCtx {
+    pub(crate) fn new(
+        key: ObjectKey,
+        name: Option<String>,
+        storage: Arc<tokio::sync::Mutex<hearth_objects::ObjectStorage>>,
+        ops_limit: u32,
+    ) -> Self {
+        ObjectCtx {
+            key,
+            name,
+            storage,
+            ops: Default::default(),
+            ops_limit,
+            lost: Default::default(),
+        }
+    }
+
+    /// Counts one storage call against the request's limit.
+    pub(crate) fn op(&self) -> Result<(), StorageError> {
+        use std::sync::atomic::Ordering;
+        let n = self.ops.fetch_add(1, Ordering::Relaxed);
+        if n >= self.ops_limit {
+            return Err(StorageError::Limit(format!(
+                "more than {} storage calls in one request (objects.ops_per_request)",
+                self.ops_limit
+            )));
+        }
+        Ok(())
+    }
+
+    /// The output gate: makes every write so far durable. A failure marks
+    /// the object lost (see [`ObjectCtx::lost`]).
+    pub(crate) async fn flush(&self) -> Result<(), StorageError> {
+        let mut storage = self.storage.lock().await;
+        if !storage.has_unflushed() {
+            return Ok(());
+        }
+        let flushed = storage.flush().await;
+        if let Err(e) = &flushed {
+            self.lost.store(true, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(object = %self.key.ring_key(), error = %e,
+                "an object's flush failed: its caller gets 503 and the instance is discarded");
+        }
+        flushed
+    }
+
+    /// Whether a flush failed: the instance and storage must not serve again.
+    pub(crate) fn lost(&self) -> bool {
+        self.lost.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The object's name for logs and errors.
+    pub(crate) fn describe(&self) -> String {
+        self.key.ring_key()
+    }
+}
