@@ -19,13 +19,19 @@
 //! same Worker, the same requests, its in-memory Durable Objects) are
 //! those, and hearth's must be too. Without workerd the comparison is
 //! skipped, saying so, unless `HEARTH_REQUIRE_WORKERD` is set.
+//!
+//! On a real node ([`the_counter_keeps_counting_after_its_node_is_killed`]):
+//! issue 43's counter built with `hearth build`, deployed with `hearth
+//! deploy --durable-object`, served by `hearth serve`, whose process is
+//! killed (SIGKILL) and started again: the count goes on from where the
+//! answered requests left it.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use http_body_util::BodyExt;
 
-use hearth::testing::Workerd;
+use hearth::testing::{ServeCommand, Signal, Workerd};
 use hearth_js_engine::{BuildError, build_logged};
 use hearth_runtime::{Lifecycle, Manifest, Runtime, RuntimeConfig, body};
 
@@ -423,5 +429,65 @@ async fn cloudflare_examples_answer_as_on_workerd() {
                 check("workerd", &example, step, answer(resp).await);
             }
         }
+    }
+}
+
+#[test]
+fn the_counter_keeps_counting_after_its_node_is_killed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("counter.js"),
+        include_str!("js_objects/counter.js"),
+    )
+    .expect("write the Worker");
+    let wasm = dir.path().join("counter.wasm");
+    let mut build = Command::new(crate::BIN);
+    build
+        .args(["build", "counter.js", "-o"])
+        .arg(&wasm)
+        .current_dir(dir.path())
+        .env("HEARTH_CACHE_DIR", dir.path().join("cache"))
+        .stdin(Stdio::null());
+    match hearth::testing::js_toolchain() {
+        Some(modules) => build.env("HEARTH_JS_NODE_MODULES", modules),
+        None => build.env_remove("HEARTH_JS_NODE_MODULES"),
+    };
+    let out = build.output().expect("run hearth build");
+    assert!(
+        out.status.success(),
+        "hearth build: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    crate::hearth()
+        .deploy(
+            &dir.path().join("store"),
+            "counter",
+            &wasm,
+            &["--durable-object", "COUNTER=Counter"],
+        )
+        .expect("hearth deploy");
+
+    let serve = ServeCommand::standalone(&crate::hearth(), dir.path(), "js-objects-test-token", "")
+        .expect("the node's config");
+    let count = |node: &hearth::testing::NodeProcess| {
+        let resp = node
+            .get("counter.localhost", "/")
+            .unwrap_or_else(|e| panic!("{e}; log: {}", node.log()));
+        assert_eq!(resp.status, 200, "{}; log: {}", resp.text(), node.log());
+        resp.text()
+    };
+    let mut node = serve.spawn().expect("the node starts");
+    node.wait_listening(Duration::from_secs(60))
+        .expect("the node listens");
+    for want in ["1", "2", "3"] {
+        assert_eq!(count(&node), want);
+    }
+    node.signal(Signal::Kill).expect("SIGKILL");
+    node.wait_exit(Duration::from_secs(20)).expect("killed");
+    let node = serve.spawn().expect("the node starts again");
+    node.wait_listening(Duration::from_secs(60))
+        .expect("the node listens again");
+    for want in ["4", "5"] {
+        assert_eq!(count(&node), want);
     }
 }

@@ -686,6 +686,18 @@
     'Durable Object alarms are not supported by hearth yet (setAlarm, getAlarm, deleteAlarm)'));
   const always = () => {};
   let inTransaction = false;
+  // Commits the open transaction; if the host refuses (a limit), rolls it
+  // back, so no transaction stays open, and throws the refusal.
+  function commit() {
+    try {
+      N.txn(1);
+    } catch (e) {
+      try {
+        N.txn(2);
+      } catch {}
+      throw e;
+    }
+  }
 
   class DurableObjectStorage {
     constructor(token) {
@@ -709,7 +721,8 @@
         if (!open) return;
         open = false;
         inTransaction = false;
-        N.txn(op);
+        if (op === 1) commit();
+        else N.txn(2);
       };
       const txn = operations(live);
       txn.rollback = () => end(2);
@@ -733,16 +746,17 @@
     transactionSync(closure) {
       if (inTransaction) throw new Error('transactions do not nest');
       N.txn(0);
+      let r;
       try {
-        const r = closure();
-        N.txn(1);
-        return r;
+        r = closure();
       } catch (e) {
         try {
           N.txn(2);
         } catch {}
         throw e;
       }
+      commit();
+      return r;
     }
     async sync() {
       N.sync();
