@@ -45,6 +45,7 @@ const WORKERS: &[&str] = &[
     "fan-out",
     "fetcher",
     "config-echo",
+    "counter",
 ];
 
 /// A sample Worker in another language, built by its own toolchain.

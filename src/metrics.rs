@@ -491,6 +491,21 @@ impl Collector for RuntimeCollector {
                 s.nested_cpu_refused,
             ),
             (
+                "hearth_object_requests",
+                "Requests served by Durable Objects on this node",
+                s.object_requests,
+            ),
+            (
+                "hearth_objects_opened",
+                "Durable Objects made resident on this node (their storage claimed and restored)",
+                s.objects_opened,
+            ),
+            (
+                "hearth_objects_evicted",
+                "Idle Durable Objects evicted past [objects] max_resident",
+                s.objects_evicted,
+            ),
+            (
                 "hearth_egress_idle_closed",
                 "Idle connections to origins closed to make room under the node's connection cap",
                 s.subrequests.idle_closed,

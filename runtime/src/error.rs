@@ -336,6 +336,9 @@ impl RuntimeError {
             RuntimeError::BadRequest { script_id, .. } => {
                 format!("bad request for Worker {script_id}")
             }
+            RuntimeError::ObjectUnavailable { object, .. } => {
+                format!("Durable Object {object} is unavailable; retry shortly")
+            }
             other => other.to_string(),
         }
     }

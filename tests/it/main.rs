@@ -40,6 +40,7 @@ mod js_web;
 mod js_web_inputs;
 mod loops;
 mod nested;
+mod objects;
 mod otlp;
 mod redirects;
 mod rolling_upgrade;

@@ -429,10 +429,11 @@ impl ObjectStorage {
             .map_or(self.bytes, |transaction| transaction.bytes_at_begin);
         if compact {
             let snapshot = self.conn.serialize(rusqlite::MAIN_DB)?.to_vec();
-            head.snapshot = Some(self.put_blob(&snapshot).await?);
+            head.snapshot = Some(put_blob(self.blobs.as_ref(), &snapshot).await?);
             head.segments.clear();
         } else {
-            head.segments.push(self.put_blob(&segment).await?);
+            head.segments
+                .push(put_blob(self.blobs.as_ref(), &segment).await?);
         }
         match self.fence.advance(&self.ring_key, self.token, &head).await {
             Ok(token) => {
@@ -447,15 +448,6 @@ impl ObjectStorage {
             }
             Err(other) => Err(other.into()),
         }
-    }
-
-    async fn put_blob(&self, bytes: &[u8]) -> Result<BlobRef, StorageError> {
-        let hash = blob_hash(bytes);
-        self.blobs.put(&hash, bytes).await?;
-        Ok(BlobRef {
-            hash,
-            len: bytes.len() as u64,
-        })
     }
 
     fn check_live(&self) -> Result<(), StorageError> {
@@ -565,3 +557,22 @@ fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     }
     None
 }
+
+/// Stores `bytes` in `blobs` under their hash. A free function, not a
+/// method: `flush` must not hold `&ObjectStorage` across an await, or its
+/// future is not `Send` (the working copy's connection is not `Sync`), and
+/// the host flushes from tokio tasks.
+async fn put_blob(blobs: &dyn BlobStore, bytes: &[u8]) -> Result<BlobRef, StorageError> {
+    let hash = blob_hash(bytes);
+    blobs.put(&hash, bytes).await?;
+    Ok(BlobRef {
+        hash,
+        len: bytes.len() as u64,
+    })
+}
+
+/// `flush`'s future is `Send`: checked at compile time.
+const _: fn(&mut ObjectStorage) = |storage| {
+    fn send<T: Send>(_: T) {}
+    send(storage.flush());
+};

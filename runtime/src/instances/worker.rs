@@ -110,7 +110,10 @@ fn allow_list(meta: &ScriptMeta) -> crate::outbound::egress::AllowList {
 /// The two slots a serving instance holds (its Worker's and the node's),
 /// counted in the `in_flight` gauge while held.
 struct Slots {
-    _worker: tokio::sync::OwnedSemaphorePermit,
+    /// None for an object's request: its one instance is its own, bounded
+    /// by the node's resident objects, not by the Worker's instances (the
+    /// front Worker calling its own objects must not wait for itself).
+    _worker: Option<tokio::sync::OwnedSemaphorePermit>,
     _node: tokio::sync::OwnedSemaphorePermit,
     stats: Arc<Stats>,
 }
@@ -358,9 +361,10 @@ impl Worker {
         }
     }
 
-    /// Takes this Worker's slot and then one of the node's, each waited for
-    /// at most the slot wait in all; `Busy` if none came free.
-    async fn take_slots(&self) -> Result<Slots, RuntimeError> {
+    /// Takes this Worker's slot (unless `object`, see [`Slots`]) and then
+    /// one of the node's, each waited for at most the slot wait in all;
+    /// `Busy` if none came free.
+    async fn take_slots(&self, object: bool) -> Result<Slots, RuntimeError> {
         let wait = self.node.slot_wait;
         let busy = || {
             Stats::bump(&self.stats.busy);
@@ -374,10 +378,15 @@ impl Worker {
             script_id: self.script_id.to_string(),
             message: "Worker is shutting down".into(),
         };
-        let worker = tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned())
-            .await
-            .map_err(|_| busy())?
-            .map_err(closed)?;
+        let worker = match object {
+            true => None,
+            false => Some(
+                tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned())
+                    .await
+                    .map_err(|_| busy())?
+                    .map_err(closed)?,
+            ),
+        };
         let node = tokio::time::timeout_at(deadline, self.node.slots.clone().acquire_owned())
             .await
             .map_err(|_| busy())?
@@ -468,7 +477,7 @@ impl Worker {
         let budget = parts.extensions.get::<PreSlotBudget>().cloned();
         let (body, charge) = self.read_body_prefix(body, budget).await?;
         let req = http::Request::from_parts(parts, body);
-        let slots = self.take_slots().await?;
+        let slots = self.take_slots(pinned.is_some()).await?;
         // The buffered bytes are the instance's now.
         if let Some(c) = charge {
             c.settle();

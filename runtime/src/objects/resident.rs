@@ -182,13 +182,15 @@ impl NodeObjects {
 
     /// Drops the least recently used idle objects until the table is
     /// within its count. Idle: nothing but the table holds the entry (no
-    /// request runs or waits on it; requests take their clone under the
-    /// table's lock), so two residencies of one object never overlap here.
+    /// request waits for it: requests take their clone under the table's
+    /// lock and drop it once they hold the gate) and its gate is open (no
+    /// handler runs, no final flush is under way), so two residencies of
+    /// one object never overlap on this node.
     fn evict(&self, table: &mut HashMap<ObjectKey, Arc<Resident>>) {
         let over = table.len().saturating_sub(self.config.max_resident);
         let mut idle: Vec<(u64, ObjectKey)> = table
             .iter()
-            .filter(|(_, r)| Arc::strong_count(r) == 1)
+            .filter(|(_, r)| Arc::strong_count(r) == 1 && r.gate.try_lock().is_ok())
             .map(|(k, r)| (r.used_ms.load(Ordering::Relaxed), k.clone()))
             .collect();
         idle.sort_unstable_by_key(|(used, _)| *used);
