@@ -316,7 +316,7 @@ fn examples() -> Vec<Example> {
             steps: vec![get(
                 "/",
                 200,
-                r#"{"nope":"undefined","inEnv":true,"notInEnv":false,"hex":true,"same":true,"differs":true,"uniqueHex":true,"name":"a","uniqueName":null,"fromString":true,"invalid":"TypeError","inside":{"url":"https://example.com/path?q=1","idIsHex":true,"asked":true,"storage":"function","env":"object"},"rpc":true,"getByName":true}"#,
+                r#"{"nope":"undefined","inEnv":true,"notInEnv":false,"hex":true,"same":true,"differs":true,"uniqueHex":true,"name":"a","uniqueName":null,"fromString":true,"invalid":"TypeError","inside":{"url":"http://example.com/path?q=1","idIsHex":true,"asked":true,"storage":"function","env":"object"},"rpc":true,"getByName":true}"#,
             )],
         },
     ]
@@ -467,8 +467,13 @@ fn the_counter_keeps_counting_after_its_node_is_killed() {
         )
         .expect("hearth deploy");
 
-    let serve = ServeCommand::standalone(&crate::hearth(), dir.path(), "js-objects-test-token", "")
-        .expect("the node's config");
+    let serve = ServeCommand::standalone(
+        &crate::hearth(),
+        dir.path(),
+        "js-objects-test-admin-token-0123456789",
+        "",
+    )
+    .expect("the node's config");
     let count = |node: &hearth::testing::NodeProcess| {
         let resp = node
             .get("counter.localhost", "/")

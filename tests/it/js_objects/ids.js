@@ -32,7 +32,7 @@ export default {
       invalid = e.name;
     }
     const stub = ns.get(a);
-    const inside = await (await stub.fetch("https://example.com/path?q=1", { headers: { "x-id": a.toString() } })).json();
+    const inside = await (await stub.fetch("http://example.com/path?q=1", { headers: { "x-id": a.toString() } })).json();
     return Response.json({
       nope: typeof env.NOPE,
       inEnv: "PROBES" in env,
