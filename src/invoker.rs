@@ -24,7 +24,9 @@
 //!    like a client's ([`crate::node::Node::route`]): warm here → here;
 //!    else to its home over the shard client with the stack; a refusing or
 //!    unreachable home → served here lazily. The stack travels as Cap'n
-//!    Proto and is rebuilt on the home.
+//!    Proto and is rebuilt on the home. A call to a Durable Object is
+//!    placed by the object's ring key instead, never by where its script
+//!    is warm ([`crate::node::Node::route_object`]).
 //!
 //! Wherever a level is served, [`attach_flow`] turns the stack into the
 //! runtime's [`Flow`]: depth, tightest CPU and memory overrides, deadline,
@@ -124,7 +126,14 @@ impl Invoker for NodeInvoker {
             if let Some((_, span)) = &span {
                 stack.set_trace(Some(span.context()));
             }
-            let resp = node.route(&call.target, req, stack).await;
+            // A Durable Object's home is its own ring key's, never "warm
+            // here" (hearth_runtime::objects).
+            let resp = match &call.kind {
+                CallKind::Object(ring_key) => {
+                    node.route_object(&call.target, ring_key, req, stack).await
+                }
+                _ => node.route(&call.target, req, stack).await,
+            };
             if let Some((telemetry, span)) = span {
                 let mut attributes = crate::telemetry::response_attributes(&call.target, &resp);
                 attributes.push(("hearth.caller", call.caller.clone().into()));
@@ -173,7 +182,9 @@ pub fn callee_frame(stack: &ContextStack, call: &NestedCall) -> ContextFrame {
         .unwrap_or(u64::MAX)
         .max(1);
     let (trust, outbound) = match &call.kind {
-        CallKind::Service(_) => (caller.trust, caller.outbound.clone()),
+        // An object runs as a level of its caller's flow, like a service
+        // binding's Worker.
+        CallKind::Service(_) | CallKind::Object(_) => (caller.trust, caller.outbound.clone()),
         CallKind::Dispatch(namespace) => (
             TrustLevel::Untrusted,
             call.caller_bindings
@@ -219,6 +230,7 @@ fn call_kind_name(kind: &CallKind) -> &'static str {
         CallKind::Dispatch(_) => "dispatch",
         CallKind::Outbound => "outbound",
         CallKind::Tail => "tail",
+        CallKind::Object(_) => "object",
     }
 }
 

@@ -815,6 +815,49 @@ impl Node {
         resp
     }
 
+    /// A nested request (`context`) for a Durable Object of `script_id`
+    /// whose ring key is `ring_key` ([`hearth_runtime::objects`]): served
+    /// by the ring's home of that key, here or over the shard hop, never on
+    /// this node because its script is warm here. (A home that refuses or
+    /// cannot be reached still has the request served here, as any
+    /// forward; the objects' fence keeps such a second residency from
+    /// writing: its caller gets 503.)
+    pub async fn route_object(
+        &self,
+        script_id: &str,
+        ring_key: &str,
+        mut req: http::Request<Body>,
+        context: ContextStack,
+    ) -> http::Response<Body> {
+        if !context.frames().is_empty() || context.trace().is_some() {
+            req.extensions_mut().insert(context.clone());
+        }
+        let cluster = self.state.link.get().zip(self.state.rpc.get());
+        let ring = cluster.map(|(link, _)| link.ring.load());
+        let home = cluster.zip(ring.as_ref()).and_then(|((_, rpc), ring)| {
+            Some(HomeVia {
+                member: ring.home(ring_key)?,
+                rpc,
+            })
+        });
+        match decide(&self.state.id, home.as_ref(), false) {
+            Decision::Forward(home) => {
+                let forwarded = home.rpc.forward(home.member, script_id, context, req).await;
+                let hop = forwarded.hop;
+                let route = forwarded.route();
+                let mut resp = forwarded.response;
+                self.state.metrics.hop_latency.observe(hop.as_secs_f64());
+                if !resp.headers().contains_key(ROUTE_HEADER) {
+                    self.state.metrics.record(route, "error");
+                    self.state.stamp(&mut resp, route);
+                }
+                add_hop_timing(resp.headers_mut(), hop);
+                resp
+            }
+            Decision::Serve(_) => self.state.serve(Route::Home, script_id, req).await,
+        }
+    }
+
     /// [`Node::handle`] for a request of a flow with `context` (a nested
     /// invocation; see [`crate::invoker`]): served here, the context is in
     /// the request's extensions; forwarded, it travels with the request.

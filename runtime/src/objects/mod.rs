@@ -55,8 +55,19 @@
 //! heads in the fence the config names ([`ObjectFence`]: an embedded
 //! SQLite file under the store directory by default, or etcd).
 //!
-//! Not here yet: placement on the ring (an object is served by the node
-//! its caller runs on; see docs/durable-objects.md), alarms, `sql.exec`.
+//! **Placement.** On a node in a cluster, a call to an object is a nested
+//! call placed by the object's ring key
+//! ([`hearth_objects::ObjectKey::ring_key`]), not its script's: the node's
+//! [`crate::Invoker`] gets it as [`CallKind::Object`] and sends it to the
+//! object's home, where the request (marked with [`OBJECT_HEADER`]) is
+//! served by that node's resident object. A runtime without an invoker
+//! serves objects itself. The fence keeps a second residency elsewhere (a
+//! home that refused and a request served where it arrived, a ring that
+//! moved) from writing: its flush fails and its caller gets 503.
+//!
+//! Not here yet: alarms, `sql.exec`.
+//!
+//! [`CallKind::Object`]: crate::outbound::bindings::CallKind::Object
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -72,6 +83,13 @@ pub use resident::NodeObjects;
 /// the module docs); only the host reads it, and it is stripped from every
 /// other request.
 pub const OBJECT_URL_HEADER: &str = "hearth-object-url";
+
+/// The host's header on a request to an object that travels as a nested
+/// call (to the object's home on the ring): `<class>/<id>` of an object of
+/// the request's script. Only the host sets it (every `x-hearth-*` header a
+/// client or guest sends is removed), and a runtime reads it only on a
+/// nested invocation ([`crate::flow::Flow`] present).
+pub const OBJECT_HEADER: &str = "x-hearth-object";
 
 /// Default of [`ObjectsConfig::max_resident`].
 pub const DEFAULT_MAX_RESIDENT: usize = 1000;

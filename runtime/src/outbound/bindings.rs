@@ -318,6 +318,10 @@ pub enum CallKind {
     Outbound,
     /// The delivery of a finished flow's trace events to a tail Worker.
     Tail,
+    /// A request to a Durable Object of the target script: placed by the
+    /// object's ring key (`do:<script>/<class>/<id>`), not by the script
+    /// ([`crate::objects`]).
+    Object(String),
 }
 
 /// What an outgoing request's host name means for a Worker.

@@ -397,14 +397,46 @@ impl Caller {
             parts.extensions.insert(t.clone());
         }
         Stats::bump(&self.stats.nested_calls);
-        let request = http::Request::from_parts(parts, crate::body::boxed(body));
-        let response = tokio::time::timeout_at(
-            self.deadline.into(),
-            self.objects.call(key, request, self.deadline),
-        )
-        .await
-        .map_err(|_| Error::HttpResponseTimeout)?
-        .unwrap_or_else(|e| crate::runtime::serve::error_response(&e));
+        let response = match &self.invoker {
+            // In a cluster: a nested call to the object's home on the ring.
+            Some(invoker) => {
+                let mark = format!("{}/{}", key.namespace.class, key.id);
+                if let Ok(v) = http::HeaderValue::from_str(&mark) {
+                    parts.headers.insert(crate::objects::OBJECT_HEADER, v);
+                }
+                parts.extensions = http::Extensions::new();
+                let call = NestedCall {
+                    caller: self.script_id.to_string(),
+                    target: key.namespace.script.clone(),
+                    kind: CallKind::Object(key.ring_key()),
+                    depth,
+                    cpu_left: (self.meter.budget().saturating_sub(self.meter.used()))
+                        .min(flow_cpu.left()),
+                    deadline: self.deadline,
+                    caller_bindings: self.bindings.clone(),
+                    caller_extensions: self.extensions.clone(),
+                    nested_cpu: Some(crate::instances::cpu::NestedCpu {
+                        flow_id,
+                        left: flow_cpu.left(),
+                    }),
+                };
+                let request = http::Request::from_parts(parts, crate::body::boxed(body));
+                tokio::time::timeout_at(self.deadline.into(), invoker.invoke(call, request))
+                    .await
+                    .map_err(|_| Error::HttpResponseTimeout)?
+            }
+            // A runtime on its own serves its objects itself.
+            None => {
+                let request = http::Request::from_parts(parts, crate::body::boxed(body));
+                tokio::time::timeout_at(
+                    self.deadline.into(),
+                    self.objects.call(key, request, self.deadline),
+                )
+                .await
+                .map_err(|_| Error::HttpResponseTimeout)?
+                .unwrap_or_else(|e| crate::runtime::serve::error_response(&e))
+            }
+        };
         // The slot goes back when the response body ends or is dropped.
         let response = response.map(|b| {
             b.map_err(|e| Error::InternalError(Some(e.to_string())))

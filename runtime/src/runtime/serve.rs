@@ -104,6 +104,9 @@ impl Runtime {
     ) -> Result<Served, RuntimeError> {
         let inner = &self.inner;
         Stats::bump(&inner.stats.requests);
+        if let Some((key, deadline)) = self.object_of(script_id, &req)? {
+            return self.handle_object(key, req, deadline).await;
+        }
         let mut timing = Timing::default();
         let (primary, mut start) = match self.worker(script_id, &mut timing, false).await {
             Ok(found) => found,
@@ -166,6 +169,64 @@ impl Runtime {
             response,
             start,
             timing,
+        })
+    }
+
+    /// The object a nested request of `script_id` is for, if the host
+    /// marked it so ([`OBJECT_HEADER`](crate::objects::OBJECT_HEADER), on a
+    /// request of a flow), with the flow's deadline. A malformed mark (the
+    /// host's bug, never a guest's: the header is the host's alone) is a
+    /// bad request.
+    fn object_of(
+        &self,
+        script_id: &str,
+        req: &http::Request<Body>,
+    ) -> Result<Option<(hearth_objects::ObjectKey, Instant)>, RuntimeError> {
+        let (Some(flow), Some(mark)) = (
+            req.extensions().get::<crate::flow::Flow>(),
+            req.headers().get(crate::objects::OBJECT_HEADER),
+        ) else {
+            return Ok(None);
+        };
+        let bad = |why: String| RuntimeError::BadRequest {
+            script_id: script_id.to_string(),
+            message: format!("{}: {why}", crate::objects::OBJECT_HEADER),
+        };
+        let (class, id) = mark
+            .to_str()
+            .ok()
+            .and_then(|m| m.split_once('/'))
+            .ok_or_else(|| bad("not <class>/<id>".into()))?;
+        let namespace = hearth_objects::Namespace::new(script_id, class);
+        let id = namespace
+            .id_from_string(id)
+            .map_err(|e| bad(e.to_string()))?;
+        let deadline = flow
+            .deadline
+            .unwrap_or_else(|| Instant::now() + self.inner.config.free.request_wall);
+        Ok(Some((
+            hearth_objects::ObjectKey { namespace, id },
+            deadline,
+        )))
+    }
+
+    /// Serves `req` on this node's resident object `key` ([`crate::objects`]).
+    async fn handle_object(
+        &self,
+        key: hearth_objects::ObjectKey,
+        mut req: http::Request<Body>,
+        deadline: Instant,
+    ) -> Result<Served, RuntimeError> {
+        req.headers_mut().remove(crate::objects::OBJECT_HEADER);
+        let t = Instant::now();
+        let response = self.inner.node.objects.call(key, req, deadline).await?;
+        Ok(Served {
+            response,
+            start: Start::Warm,
+            timing: Timing {
+                handler: Some(t.elapsed()),
+                ..Timing::default()
+            },
         })
     }
 
