@@ -34,6 +34,9 @@ pub enum ClusterError {
     /// A loopback cluster was asked for zero nodes.
     #[error("a cluster needs at least one node")]
     NoNodes,
+    /// The listeners' limits cannot work together.
+    #[error(transparent)]
+    Limits(#[from] crate::listener::ServeLimitsError),
     /// The node's cluster certificate is missing, unreadable or not its own.
     #[error("loading the cluster certificate of {node_id} from {}", pki_dir.display())]
     NodeCertificate {

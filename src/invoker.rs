@@ -24,9 +24,13 @@
 //!    like a client's ([`crate::node::Node::route`]): warm here → here;
 //!    else to its home over the shard client with the stack; a refusing or
 //!    unreachable home → served here lazily. The stack travels as Cap'n
-//!    Proto and is rebuilt on the home. A call to a Durable Object is
-//!    placed by the object's ring key instead, never by where its script
-//!    is warm ([`crate::node::Node::route_object`]).
+//!    Proto and is rebuilt on the home.
+//!
+//! A call to a **Durable Object** ([`CallKind::Object`]) is one of these
+//! calls whose target is the object's ring key (`do:<script>/<class>/<id>`)
+//! and whose level runs as the object's script, with a service binding's
+//! trust: the node routes it to the object's home and nowhere else (no
+//! warm copy, no lazy fallback: see [`crate::node::Node::route`]).
 //!
 //! Wherever a level is served, [`attach_flow`] turns the stack into the
 //! runtime's [`Flow`]: depth, tightest CPU and memory overrides, deadline,
@@ -126,14 +130,7 @@ impl Invoker for NodeInvoker {
             if let Some((_, span)) = &span {
                 stack.set_trace(Some(span.context()));
             }
-            // A Durable Object's home is its own ring key's, never "warm
-            // here" (hearth_runtime::objects).
-            let resp = match &call.kind {
-                CallKind::Object(ring_key) => {
-                    node.route_object(&call.target, ring_key, req, stack).await
-                }
-                _ => node.route(&call.target, req, stack).await,
-            };
+            let resp = node.route(&call.target, req, stack).await;
             if let Some((telemetry, span)) = span {
                 let mut attributes = crate::telemetry::response_attributes(&call.target, &resp);
                 attributes.push(("hearth.caller", call.caller.clone().into()));
@@ -182,9 +179,9 @@ pub fn callee_frame(stack: &ContextStack, call: &NestedCall) -> ContextFrame {
         .unwrap_or(u64::MAX)
         .max(1);
     let (trust, outbound) = match &call.kind {
-        // An object runs as a level of its caller's flow, like a service
-        // binding's Worker.
-        CallKind::Service(_) | CallKind::Object(_) => (caller.trust, caller.outbound.clone()),
+        // An object is its script's, reached like that script through a
+        // service binding.
+        CallKind::Service(_) | CallKind::Object { .. } => (caller.trust, caller.outbound.clone()),
         CallKind::Dispatch(namespace) => (
             TrustLevel::Untrusted,
             call.caller_bindings
@@ -208,8 +205,14 @@ pub fn callee_frame(stack: &ContextStack, call: &NestedCall) -> ContextFrame {
         ),
         CallKind::Tail => (TrustLevel::Standard, None),
     };
+    // The level runs as a script: an object's call targets its ring key,
+    // and runs as the script of its class.
+    let script_id = match &call.kind {
+        CallKind::Object { script, .. } => script.clone(),
+        _ => call.target.clone(),
+    };
     ContextFrame {
-        script_id: call.target.clone(),
+        script_id,
         ownership_override: caller.ownership_override.clone(),
         limits: LimitOverrides {
             cpu_ms: Some(cpu_ms),
@@ -230,7 +233,7 @@ fn call_kind_name(kind: &CallKind) -> &'static str {
         CallKind::Dispatch(_) => "dispatch",
         CallKind::Outbound => "outbound",
         CallKind::Tail => "tail",
-        CallKind::Object(_) => "object",
+        CallKind::Object { .. } => "object",
     }
 }
 
@@ -376,6 +379,24 @@ mod tests {
         let o = callee_frame(&stack, &call(CallKind::Outbound, Bindings::default()));
         assert_eq!(o.trust, TrustLevel::Platform);
         assert!(o.outbound.is_none());
+    }
+
+    #[test]
+    fn an_objects_level_runs_as_its_script_with_a_service_bindings_trust() {
+        let mut stack = ContextStack::new();
+        stack.push(entry_frame("dispatcher", &dispatcher()));
+        let mut object = call(
+            CallKind::Object {
+                binding: "COUNTER".into(),
+                script: "counter".into(),
+            },
+            Bindings::default(),
+        );
+        object.target = "do:counter/Counter/00".into();
+        let f = callee_frame(&stack, &object);
+        assert_eq!(f.script_id, "counter", "the script, not the ring key");
+        assert_eq!(f.trust, TrustLevel::Platform, "the caller's trust");
+        assert_eq!(call_kind_name(&object.kind), "object");
     }
 
     #[test]

@@ -68,6 +68,18 @@ pub struct ServeLimits {
     /// budget between the plain and the HTTPS listener): the node's bound
     /// on memory that clients fill before any Worker limit applies.
     pub max_pre_slot_bytes: usize,
+    /// The receive window an HTTP/2 connection grants its client, for the
+    /// connection and for each stream (default [`H2_MIN_WINDOW`], 64 KiB
+    /// less one byte, the protocol's own initial window, as nginx's
+    /// `http2_body_preread_size`): the request body bytes the client may
+    /// send before any of them is read. Each HTTP/2 connection reserves it
+    /// from both pre-slot budgets for as long as it is open, so the
+    /// budgets bound what clients fill on HTTP/2 too; a connection the
+    /// node's budget has no room for is closed before it is served. At
+    /// least [`H2_MIN_WINDOW`], at most
+    /// [`ServeLimits::max_pre_slot_bytes_per_connection`]
+    /// ([`ServeLimits::check`]).
+    pub h2_window: u32,
     /// A response write that makes no progress for this long closes the
     /// connection (default 30 s): a client that stops reading holds
     /// nothing. On HTTP/2 this includes a client that never grants
@@ -87,9 +99,50 @@ impl Default for ServeLimits {
             h2_keep_alive: Duration::from_secs(10),
             max_pre_slot_bytes_per_connection: 1 << 20,
             max_pre_slot_bytes: 64 << 20,
+            h2_window: H2_MIN_WINDOW,
             write_timeout: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(30),
         }
+    }
+}
+
+/// HTTP/2's initial flow-control window (RFC 9113 §6.9.2): a connection's
+/// cannot be smaller, so it is the least [`ServeLimits::h2_window`].
+pub const H2_MIN_WINDOW: u32 = 65_535;
+
+/// Limits that cannot work together.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ServeLimitsError {
+    /// The HTTP/2 window is under the protocol's minimum, over its
+    /// maximum, or over the per-connection pre-slot budget it is reserved
+    /// from (so no HTTP/2 connection could be served).
+    #[error(
+        "h2_window = {window} bytes: it must be at least {H2_MIN_WINDOW} (HTTP/2's initial window), \
+         at most 2147483647, and at most max_pre_slot_bytes_per_connection ({per_connection} bytes), \
+         which every HTTP/2 connection reserves it from"
+    )]
+    H2Window {
+        /// The window asked for.
+        window: u64,
+        /// The per-connection budget.
+        per_connection: usize,
+    },
+}
+
+impl ServeLimits {
+    /// Checks that the limits can work together (see [`ServeLimitsError`]).
+    pub fn check(&self) -> Result<(), ServeLimitsError> {
+        let w = self.h2_window;
+        if w < H2_MIN_WINDOW
+            || w > i32::MAX as u32
+            || w as usize > self.max_pre_slot_bytes_per_connection
+        {
+            return Err(ServeLimitsError::H2Window {
+                window: u64::from(w),
+                per_connection: self.max_pre_slot_bytes_per_connection,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -230,6 +283,7 @@ async fn serve_connection<H, F>(
         ByteBudget::new(limits.max_pre_slot_bytes_per_connection, "this connection"),
         listener_budget,
     ]);
+    let connection_budget = budget.clone();
     let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
         let h = handler.clone();
         let mut req = req.map(body::boxed);
@@ -283,6 +337,16 @@ async fn serve_connection<H, F>(
             drive(watcher.watch(conn), peer).await
         }
         crate::https::Protocol::Http2 => {
+            // The receive window the client may fill before anything reads
+            // it is held of the pre-slot budgets while the connection is
+            // open; no room on the node, no connection.
+            let _window = match connection_budget.reserve(limits.h2_window as usize) {
+                Ok(w) => w,
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "HTTP/2 connection refused: no room for its window");
+                    return;
+                }
+            };
             // The connection's streams, watched for its idle close and for
             // a client that stops granting window (`h2_watch`).
             let watch = h2_watch::Watch::new();
@@ -303,6 +367,8 @@ async fn serve_connection<H, F>(
                 hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
                     .timer(TokioTimer::new())
                     .max_concurrent_streams(MAX_H2_STREAMS)
+                    .initial_connection_window_size(limits.h2_window)
+                    .initial_stream_window_size(limits.h2_window)
                     .keep_alive_interval(Some(limits.h2_keep_alive))
                     .keep_alive_timeout(limits.h2_keep_alive)
                     .serve_connection(io, svc2);

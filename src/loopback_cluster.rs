@@ -301,6 +301,7 @@ impl LoopbackCluster {
         if cfg.nodes == 0 {
             return Err(ClusterError::NoNodes);
         }
+        cfg.serve_limits.check()?;
         std::fs::create_dir_all(&cfg.store)?;
         crate::cluster::log_fd_limit();
         let names: Vec<String> = (0..cfg.nodes).map(node_name).collect();

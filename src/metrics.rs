@@ -53,6 +53,10 @@ pub struct Metrics {
     /// Requests, errors and cold starts by Worker (top N, the rest
     /// `_other`).
     pub workers: WorkerMetrics,
+    /// Durable Object requests whose home refused them or could not be
+    /// reached, answered 503 instead of being served on the receiving
+    /// node (`hearth_object_home_unavailable_total`, [`crate::node`]).
+    pub object_home_unavailable: Counter,
     /// Spans exported, dropped and lost by OpenTelemetry export
     /// ([`crate::telemetry`]; zero while it is off).
     pub otel: crate::telemetry::ExportCounters,
@@ -780,6 +784,12 @@ impl Metrics {
             "Prewarms from TLS ClientHellos (and homes' prewarm calls), by where they ran (here, home) and outcome",
             prewarms.clone(),
         );
+        let object_home_unavailable = Counter::default();
+        registry.register(
+            "hearth_object_home_unavailable",
+            "Durable Object requests whose home refused them or could not be reached: answered 503, never served on another node",
+            object_home_unavailable.clone(),
+        );
         let otel = crate::telemetry::ExportCounters::default();
         registry.register(
             "hearth_otel_spans_exported",
@@ -814,6 +824,7 @@ impl Metrics {
             hop_latency,
             prewarms,
             workers,
+            object_home_unavailable,
             otel,
         }
     }

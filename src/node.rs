@@ -27,8 +27,11 @@ use hearth_runtime::timing::SERVER_TIMING_HEADER;
 use hearth_runtime::{DeployReport, Runtime, error_response};
 use hearth_sharding::context_stack::ContextStack;
 use hearth_sharding::hosted_workers::{HostedWorkers, PrewarmOutcome};
+use hearth_sharding::inline::MAX_INLINE_BODY_BYTES;
 use hearth_sharding::ring::{Member, NodeId, SharedRing};
-use hearth_sharding::routing::{Decision, Route, decide};
+use hearth_sharding::routing::{
+    Decision, Route, decide, decide_object, is_object_key, may_fall_back, object_script,
+};
 use hearth_sharding::rpc::RpcNode;
 
 use crate::metrics::Metrics;
@@ -37,6 +40,9 @@ use crate::telemetry::{SpanKind, Telemetry};
 
 /// Response header naming the node that served the request.
 pub const NODE_HEADER: &str = "x-hearth-node";
+/// Response header of a 503 for a Durable Object whose home did not take
+/// the request: the home the answering node sees on its ring.
+pub const OBJECT_HOME_HEADER: &str = "x-hearth-object-home";
 pub use hearth_sharding::routing::ROUTE_HEADER;
 
 /// What every handle of a [`Node`] shares: its ID, runtime, metrics,
@@ -99,9 +105,14 @@ impl NodeState {
     /// its own store reads and by its homes' "not deployed" answers) is
     /// answered here, as `local`: the same 404 its home would give, without
     /// the shard hop.
+    ///
+    /// A Durable Object's ring key ([`is_object_key`]) is placed by
+    /// [`decide_object`]: at its home only, whatever is warm or missing
+    /// here.
     fn place(&self, script_id: &str) -> Placement<'_> {
-        let warm = self.runtime.is_warm(script_id);
-        if !warm && self.runtime.is_known_missing(script_id) {
+        let object = is_object_key(script_id);
+        let warm = !object && self.runtime.is_warm(script_id);
+        if !object && !warm && self.runtime.is_known_missing(script_id) {
             return Placement::Here(Route::Local);
         }
         let cluster = self.link.get().zip(self.rpc.get());
@@ -112,7 +123,12 @@ impl NodeState {
                 rpc,
             })
         });
-        match decide(&self.id, home.as_ref(), warm) {
+        let decision = if object {
+            decide_object(&self.id, home.as_ref())
+        } else {
+            decide(&self.id, home.as_ref(), warm)
+        };
+        match decision {
             Decision::Serve(route) => Placement::Here(route),
             Decision::Forward(home) => Placement::Home(home.member.clone(), home.rpc),
         }
@@ -129,6 +145,9 @@ impl NodeState {
         script_id: &str,
         mut req: http::Request<Body>,
     ) -> http::Response<Body> {
+        if role == Route::Fallback && !may_fall_back(script_id) {
+            return self.object_home_unavailable(script_id);
+        }
         crate::invoker::attach_flow(&mut req);
         let span = self.start_worker_span(&mut req);
         let (mut resp, start, deployed) = match self.runtime.handle(script_id, req).await {
@@ -142,9 +161,11 @@ impl NodeState {
             }
         };
         self.metrics.record(role, start);
-        // Names nobody deployed get no per-Worker series.
+        // Names nobody deployed get no per-Worker series; an object's
+        // requests count under its script, not one series per object.
         if deployed {
-            self.metrics.workers.record(script_id, start);
+            let worker = object_script(script_id).unwrap_or(script_id);
+            self.metrics.workers.record(worker, start);
         }
         self.stamp(&mut resp, role);
         if let Some((telemetry, span, depth)) = span {
@@ -155,6 +176,40 @@ impl NodeState {
             let error = resp.status().is_server_error();
             telemetry.finish(span, "hearth.worker", SpanKind::Server, attributes, error);
         }
+        resp
+    }
+
+    /// The answer to a request for a Durable Object whose home refused it
+    /// or could not be reached ([`Route::Fallback`]): never served here
+    /// (that would be a second live instance, [`may_fall_back`]), but 503
+    /// with `retry-after: 1`, naming the home this node sees, and counted
+    /// (`hearth_object_home_unavailable_total`, and as a `fallback` with
+    /// start `error`).
+    fn object_home_unavailable(&self, ring_key: &str) -> http::Response<Body> {
+        let home = self
+            .link
+            .get()
+            .and_then(|link| Some(link.ring.load().home(ring_key)?.id.to_string()))
+            .unwrap_or_else(|| "unknown".to_string());
+        self.metrics.object_home_unavailable.inc();
+        self.metrics.record(Route::Fallback, "error");
+        tracing::debug!(object = ring_key, %home,
+            "a Durable Object's home did not take its request: 503, not served here");
+        let mut resp = hearth_runtime::body::text_response(
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the Durable Object's home ({home}) did not take the request; it is not served \
+                 anywhere else, retry shortly\n"
+            ),
+        );
+        resp.headers_mut().insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static("1"),
+        );
+        if let Ok(v) = http::HeaderValue::from_str(&home) {
+            resp.headers_mut().insert(OBJECT_HOME_HEADER, v);
+        }
+        self.stamp(&mut resp, Route::Fallback);
         resp
     }
 
@@ -336,6 +391,16 @@ impl NotReady {
     }
 }
 
+/// The first wait before a Durable Object call its home did not take is
+/// sent again ([`Node::route`]).
+pub const OBJECT_RETRY_FIRST: Duration = Duration::from_millis(50);
+/// The longest wait between two tries of a Durable Object call.
+pub const OBJECT_RETRY_MAX: Duration = Duration::from_millis(800);
+
+/// How often a node drops the idle resident Durable Objects whose ring
+/// home is another node now ([`Node::join`]).
+pub const OBJECT_HOME_SWEEP: Duration = Duration::from_millis(250);
+
 /// How long a readiness check waits for the store.
 pub const READY_STORE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -469,8 +534,54 @@ impl Node {
         self.state
             .metrics
             .observe_ring(link.self_id.clone(), link.ring.clone());
-        let _ = self.state.link.set(link);
+        if self.state.link.set(link).is_ok() {
+            self.watch_object_homes();
+        }
         self
+    }
+
+    /// Keeps this node's resident Durable Objects to those it is the ring
+    /// home of: every [`OBJECT_HOME_SWEEP`], the idle residents whose home
+    /// is now another node are dropped
+    /// ([`hearth_runtime::objects::NodeObjects::release_where`]). An object
+    /// a node took over while its home was down is then reopened from
+    /// storage, with a new epoch, if the ring ever gives it back to this
+    /// node, never served from a working copy other owners have since
+    /// written past. The task ends with the node (it holds it weakly);
+    /// outside a tokio runtime there is none.
+    fn watch_object_homes(&self) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let state = Arc::downgrade(&self.state);
+        handle.spawn(async move {
+            let mut tick = tokio::time::interval(OBJECT_HOME_SWEEP);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(state) = state.upgrade() else {
+                    return;
+                };
+                let Some(link) = state.link.get() else {
+                    continue;
+                };
+                let ring = link.ring.load();
+                let objects = state.runtime.objects();
+                if objects.resident_count() == 0 {
+                    continue;
+                }
+                let released = objects.release_where(|key| {
+                    ring.home(&key.ring_key())
+                        .is_none_or(|home| home.id == link.self_id)
+                });
+                if released > 0 {
+                    tracing::debug!(
+                        released,
+                        "Durable Objects homed elsewhere now were released"
+                    );
+                }
+            }
+        });
     }
 
     /// This node's ID.
@@ -789,7 +900,16 @@ impl Node {
     /// `max_loop_passes` times (its `CDN-Loop`) is answered 508 here,
     /// before it is routed or takes a slot anywhere
     /// ([`Runtime::admit_loop`]).
+    ///
+    /// A Durable Object's ring key is never a client's to address: it is
+    /// answered 404 like a name no Worker has, before it is routed (objects
+    /// are reached only through their bindings, [`Node::route`]).
     pub async fn handle(&self, script_id: &str, req: http::Request<Body>) -> http::Response<Body> {
+        if is_object_key(script_id) {
+            return error_response(&hearth_runtime::RuntimeError::UnknownScript(
+                script_id.into(),
+            ));
+        }
         if let Err(e) = self.state.runtime.admit_loop(script_id, req.headers()) {
             return error_response(&e);
         }
@@ -815,67 +935,74 @@ impl Node {
         resp
     }
 
-    /// A nested request (`context`) for a Durable Object of `script_id`
-    /// whose ring key is `ring_key` ([`hearth_runtime::objects`]): served
-    /// by the ring's home of that key, here or over the shard hop, never on
-    /// this node because its script is warm here. (A home that refuses or
-    /// cannot be reached still has the request served here, as any
-    /// forward; the objects' fence keeps such a second residency from
-    /// writing: its caller gets 503.)
-    pub async fn route_object(
-        &self,
-        script_id: &str,
-        ring_key: &str,
-        mut req: http::Request<Body>,
-        context: ContextStack,
-    ) -> http::Response<Body> {
-        if !context.frames().is_empty() || context.trace().is_some() {
-            req.extensions_mut().insert(context.clone());
-        }
-        let cluster = self.state.link.get().zip(self.state.rpc.get());
-        let ring = cluster.map(|(link, _)| link.ring.load());
-        let home = cluster.zip(ring.as_ref()).and_then(|((_, rpc), ring)| {
-            Some(HomeVia {
-                member: ring.home(ring_key)?,
-                rpc,
-            })
-        });
-        match decide(&self.state.id, home.as_ref(), false) {
-            Decision::Forward(home) => {
-                let forwarded = home.rpc.forward(home.member, script_id, context, req).await;
-                let hop = forwarded.hop;
-                let route = forwarded.route();
-                let mut resp = forwarded.response;
-                self.state.metrics.hop_latency.observe(hop.as_secs_f64());
-                if !resp.headers().contains_key(ROUTE_HEADER) {
-                    self.state.metrics.record(route, "error");
-                    self.state.stamp(&mut resp, route);
-                }
-                add_hop_timing(resp.headers_mut(), hop);
-                resp
-            }
-            Decision::Serve(_) => self.state.serve(Route::Home, script_id, req).await,
-        }
-    }
-
     /// [`Node::handle`] for a request of a flow with `context` (a nested
     /// invocation; see [`crate::invoker`]): served here, the context is in
     /// the request's extensions; forwarded, it travels with the request.
+    ///
+    /// A Durable Object's ring key (a call through an object binding) goes
+    /// to the object's home only ([`decide_object`]). If the home refuses
+    /// it or cannot be reached, this node does not serve it: the answer is
+    /// a 503 naming the home (`NodeState::serve`). A request whose body
+    /// is small and complete is tried again until the flow's deadline
+    /// ([`OBJECT_RETRY_FIRST`], doubling up to [`OBJECT_RETRY_MAX`]), each
+    /// time placed afresh, so a call made while the ring drops a dead home
+    /// reaches the object's new home; a larger or streaming body gets the
+    /// 503 at once.
     pub async fn route(
+        &self,
+        script_id: &str,
+        req: http::Request<Body>,
+        context: ContextStack,
+    ) -> http::Response<Body> {
+        if !is_object_key(script_id) {
+            return self.route_once(script_id, req, context).await.0;
+        }
+        let Some(deadline) = context.deadline() else {
+            return self.route_once(script_id, req, context).await.0;
+        };
+        let (parts, body) = req.into_parts();
+        let body = match hearth_sharding::inline::whole(body, MAX_INLINE_BODY_BYTES).await {
+            Ok(bytes) => bytes,
+            Err(body) => {
+                let req = http::Request::from_parts(parts, body);
+                return self.route_once(script_id, req, context).await.0;
+            }
+        };
+        let mut wait = OBJECT_RETRY_FIRST;
+        loop {
+            let req =
+                http::Request::from_parts(parts.clone(), hearth_runtime::body::full(body.clone()));
+            let (resp, route) = self.route_once(script_id, req, context.clone()).await;
+            if route != Route::Fallback || std::time::Instant::now() + wait >= deadline {
+                return resp;
+            }
+            tracing::debug!(
+                object = script_id,
+                ?wait,
+                "the object's home did not take the call; trying again within the deadline"
+            );
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(OBJECT_RETRY_MAX);
+        }
+    }
+
+    /// Routes `req` once ([`Node::route`]): served here or forwarded to
+    /// its home, and the route it was served in.
+    async fn route_once(
         &self,
         script_id: &str,
         mut req: http::Request<Body>,
         context: ContextStack,
-    ) -> http::Response<Body> {
+    ) -> (http::Response<Body>, Route) {
         if !context.frames().is_empty() || context.trace().is_some() {
             req.extensions_mut().insert(context.clone());
         }
         match self.state.place(script_id) {
-            Placement::Here(role) => self.state.serve(role, script_id, req).await,
+            Placement::Here(role) => (self.state.serve(role, script_id, req).await, role),
             Placement::Home(home, rpc) => {
                 let generation = self.state.runtime.miss_generation();
                 let forwarded = rpc.forward(&home, script_id, context, req).await;
-                if is_not_deployed(&forwarded.response) {
+                if !is_object_key(script_id) && is_not_deployed(&forwarded.response) {
                     self.state.runtime.remember_missing(script_id, generation);
                 }
                 let hop = forwarded.hop;
@@ -890,7 +1017,7 @@ impl Node {
                     self.state.stamp(&mut resp, route);
                 }
                 add_hop_timing(resp.headers_mut(), hop);
-                resp
+                (resp, route)
             }
         }
     }
@@ -899,6 +1026,14 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::NotReady;
+
+    #[test]
+    fn the_router_and_the_objects_agree_on_ring_keys() {
+        assert_eq!(
+            hearth_sharding::routing::OBJECT_KEY_PREFIX,
+            hearth_runtime::objects::RING_KEY_PREFIX
+        );
+    }
 
     #[test]
     fn readiness_without_the_token_names_the_reason_not_the_stores_error() {

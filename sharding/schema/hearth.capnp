@@ -157,6 +157,13 @@ interface ShardServer {
   # Asks the home to take a request for `scriptId`. Returns a Worker to send
   # the request to: one hosted by the home (accepted), or `lazy` itself
   # (refused; never an error to the end user).
+  #
+  # `scriptId` (here and in `call`) is a Worker's script ID or a Durable
+  # Object's ring key, `do:<script>/<class>/<id>` (no script ID starts with
+  # `do:`). The home of an object always accepts (the request queues at the
+  # object's input gate) and serves it on its resident object; if it
+  # refuses anyway (it cannot read the call), the caller answers 503 and
+  # does not serve the object itself.
   dispatch @0 (scriptId :Text, context :ContextStack, lazy :Worker) -> (worker :Worker);
 
   # The one-round-trip form of `dispatch` + `fetch`, for the common request

@@ -18,6 +18,13 @@
 //! and keeps the Worker warm locally, which is how a hot Worker spreads over
 //! the data center. A refusal is never an error to the end user.
 //!
+//! A request for a **Durable Object** (its ring key,
+//! [`crate::routing::is_object_key`]) is always admitted, and counted: it
+//! cannot be served anywhere but its home (a refusal would be a 503, not a
+//! fallback, [`crate::routing::may_fall_back`]), and its object serves one
+//! request at a time anyway, so its requests queue at the object's input
+//! gate until their deadline.
+//!
 //! Admission returns a [`Permit`] that counts the request as in flight until
 //! it is dropped, so the counters cannot leak however a request ends.
 //!
@@ -179,12 +186,17 @@ impl OverloadGate {
         can_host: impl FnOnce() -> bool,
     ) -> Result<Permit, RefusalReason> {
         let mut per_worker = self.lock();
-        let verdict = admit(
-            &self.config,
-            self.node_in_flight.load(Ordering::Acquire),
-            per_worker.get(script_id).copied().unwrap_or(0),
-            can_host,
-        );
+        // An object's home takes every request for it (see the module docs).
+        let verdict = if crate::routing::is_object_key(script_id) {
+            Ok(())
+        } else {
+            admit(
+                &self.config,
+                self.node_in_flight.load(Ordering::Acquire),
+                per_worker.get(script_id).copied().unwrap_or(0),
+                can_host,
+            )
+        };
         if let Err(reason) = verdict {
             drop(per_worker);
             self.counter(reason).fetch_add(1, Ordering::Relaxed);
@@ -279,6 +291,26 @@ mod tests {
             (c.max_in_flight_per_worker, c.max_in_flight_node),
             (64, 1024)
         );
+    }
+
+    #[test]
+    fn an_objects_home_admits_every_request_for_it_and_counts_them() {
+        let g = gate(1, 1);
+        let key = "do:counter/Counter/00";
+        let p1 = g
+            .try_admit(key, || false)
+            .expect("an object is always admitted");
+        let _p2 = g
+            .try_admit(key, || false)
+            .expect("past every threshold too");
+        assert_eq!(g.in_flight_for(key), 2);
+        // The objects' requests count toward the node's in flight.
+        assert_eq!(
+            g.try_admit("w", || true).unwrap_err(),
+            RefusalReason::NodeBusy
+        );
+        drop(p1);
+        assert_eq!(g.in_flight_for(key), 1);
     }
 
     #[test]

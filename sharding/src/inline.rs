@@ -47,6 +47,17 @@ pub(crate) enum Gathered {
     Streaming(Body),
 }
 
+/// [`gather`] for callers outside this crate: the whole body if it is
+/// small and complete (as for an inline `call`), else an equivalent body
+/// that replays what was read. The node uses it to hold a Durable Object
+/// request it may send again.
+pub async fn whole(body: Body, limit: usize) -> Result<Bytes, Body> {
+    match gather(body, limit).await {
+        Gathered::Whole(bytes) => Ok(bytes),
+        Gathered::Streaming(body) => Err(body),
+    }
+}
+
 /// Reads `body` to its end if it is at most `limit` bytes and arrives
 /// within [`INLINE_PATIENCE`]; otherwise hands back an equivalent body
 /// (what was read, then the rest, then its error if it failed).

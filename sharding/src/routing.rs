@@ -24,9 +24,25 @@
 //! and counts it in its metrics, so each request is counted once, by the
 //! node that ran it.
 //!
+//! # Durable Objects
+//!
+//! A Durable Object is routed by its *ring key* (`do:<script>/<class>/<id>`,
+//! [`is_object_key`]) and has stricter rules, because there must be at
+//! most one live instance of it in the cluster ([`decide_object`]):
+//!
+//! * its home on the ring serves it, always: never a warm copy elsewhere
+//!   (there is none: an object is not a pool of instances), so
+//!   [`Route::Local`] is never chosen for an object;
+//! * a home admits every request for its objects (they queue at the
+//!   object's input gate, [`crate::admission`]);
+//! * a request the home refused, or that could not reach it, is **not**
+//!   served on the receiving node ([`may_fall_back`] is false): the caller
+//!   gets a 503 naming the home (or retries within its deadline), never a
+//!   second instance.
+//!
 //! Nothing here does I/O or reads a clock: the live node and the data-center
 //! simulator call the same functions, so the simulator measures the real
-//! policy.
+//! policy. (The simulator models Workers only; objects are not simulated.)
 
 use std::fmt;
 use std::str::FromStr;
@@ -120,6 +136,47 @@ pub fn decide<'a, T: ?Sized, N: PartialEq<T> + ?Sized>(
     }
 }
 
+/// The prefix of a Durable Object's ring key, `do:<script>/<class>/<id>`
+/// (`hearth_objects::ObjectKey::ring_key`). No script ID can start with it
+/// (script IDs are lowercase letters, digits and `-`), so a key names a
+/// Worker or an object, never both.
+pub const OBJECT_KEY_PREFIX: &str = "do:";
+
+/// Whether `key` (a script ID or a ring key) names a Durable Object.
+pub fn is_object_key(key: &str) -> bool {
+    key.starts_with(OBJECT_KEY_PREFIX)
+}
+
+/// The script whose class a Durable Object's ring key names (`counter`
+/// for `do:counter/Counter/…`), or `None` for a key that is not an
+/// object's: what per-Worker counters count an object's requests under.
+pub fn object_script(key: &str) -> Option<&str> {
+    key.strip_prefix(OBJECT_KEY_PREFIX)?.split('/').next()
+}
+
+/// The routing decision for a request for a Durable Object whose ring
+/// home is `home`, arriving at `this_node`: served here only if this node
+/// is its home ([`Route::Home`]; with no ring, a node is every object's
+/// home), else forwarded to the home. Unlike [`decide`] there is no warm
+/// copy to use: one object has one instance, at its home.
+pub fn decide_object<'a, T: ?Sized, N: PartialEq<T> + ?Sized>(
+    this_node: &T,
+    home: Option<&'a N>,
+) -> Decision<'a, N> {
+    match home {
+        Some(home) if home != this_node => Decision::Forward(home),
+        _ => Decision::Serve(Route::Home),
+    }
+}
+
+/// Whether a request for `key` that its home refused or could not take
+/// may be served on the receiving node instead ([`Route::Fallback`]): a
+/// Worker's may (its instances are interchangeable); a Durable Object's
+/// may not, since that would make a second live instance of it.
+pub fn may_fall_back(key: &str) -> bool {
+    !is_object_key(key)
+}
+
 /// How the home dealt with a forwarded request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HomeAnswer {
@@ -184,6 +241,31 @@ mod tests {
     #[test]
     fn cold_elsewhere_is_forwarded_to_the_home() {
         assert_eq!(decide(&1u32, Some(&7u32), false), Decision::Forward(&7));
+    }
+
+    #[test]
+    fn an_object_is_served_at_its_home_only() {
+        // Elsewhere: forwarded, whatever is warm (nothing is, for an object).
+        assert_eq!(decide_object("n1", Some("n2")), Decision::Forward("n2"));
+        assert_eq!(
+            decide_object("n2", Some("n2")),
+            Decision::Serve(Route::Home)
+        );
+        assert_eq!(
+            decide_object::<str, str>("n1", None),
+            Decision::Serve(Route::Home)
+        );
+    }
+
+    #[test]
+    fn an_object_never_falls_back() {
+        let key = "do:counter/Counter/00ff";
+        assert!(is_object_key(key));
+        assert!(!may_fall_back(key));
+        assert!(!is_object_key("counter"));
+        assert!(may_fall_back("counter"));
+        assert_eq!(object_script(key), Some("counter"));
+        assert_eq!(object_script("counter"), None);
     }
 
     #[test]

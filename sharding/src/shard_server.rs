@@ -15,6 +15,13 @@
 //!   is the whole refusal: no error, no "go away" message. The caller
 //!   recognises its own object and serves the request itself.
 //!
+//! A request for a Durable Object (`scriptId` is its ring key,
+//! `do:<script>/<class>/<id>`, [`crate::routing::is_object_key`]) is always
+//! admitted ([`crate::admission`]) and served by the node's objects
+//! (through the same [`crate::hosted_workers::HostedWorkers::serve`]); the
+//! script-ID check here ([`MAX_SCRIPT_ID_BYTES`], UTF-8) takes ring keys
+//! as they are, and the runtime checks the key itself.
+//!
 //! For `call`, "admitted" means the Worker runs right away, on this RPC
 //! thread, and the return carries its response when that is small and
 //! complete; otherwise the response streams into the caller's sink and the

@@ -23,6 +23,9 @@ pub enum NodeConfigError {
     /// the file).
     #[error("[egress] extra_roots: {0}")]
     EgressRoot(crate::https::HttpsError),
+    /// `[limits]` that cannot work together.
+    #[error("[limits] {0}")]
+    Limits(#[from] crate::listener::ServeLimitsError),
     /// The `[objects]` section is not usable.
     #[error("[objects] {0}")]
     Objects(String),

@@ -285,6 +285,9 @@ pub struct ClientLimits {
     pub max_pre_slot_bytes_per_connection: Option<ByteSize>,
     /// The same over every front-door connection of the node together.
     pub max_pre_slot_bytes: Option<ByteSize>,
+    /// The receive window of an HTTP/2 connection and of each of its
+    /// streams, reserved from both pre-slot budgets while it is open.
+    pub h2_window: Option<ByteSize>,
     /// Subrequests one invocation may have in flight.
     pub max_concurrent_subrequests: Option<usize>,
     /// How long a name no Worker is deployed under is answered 404 without
@@ -630,11 +633,12 @@ impl NodeConfig {
         }
     }
 
-    /// The listeners' limits: the defaults with the file's `[limits]`.
-    pub fn serve_limits(&self) -> ServeLimits {
+    /// The listeners' limits: the defaults with the file's `[limits]`,
+    /// checked to work together.
+    pub fn serve_limits(&self) -> Result<ServeLimits, NodeConfigError> {
         let d = ServeLimits::default();
         let c = &self.limits;
-        ServeLimits {
+        let limits = ServeLimits {
             max_connections: c.max_connections.unwrap_or(d.max_connections),
             max_per_peer: c.max_connections_per_peer.unwrap_or(d.max_per_peer),
             write_timeout: c.write_timeout.unwrap_or(d.write_timeout),
@@ -647,7 +651,12 @@ impl NodeConfig {
             max_pre_slot_bytes: c
                 .max_pre_slot_bytes
                 .map_or(d.max_pre_slot_bytes, bytes_usize),
-        }
+            h2_window: c.h2_window.map_or(d.h2_window, |w| {
+                u32::try_from(w.as_u64()).unwrap_or(u32::MAX)
+            }),
+        };
+        limits.check()?;
+        Ok(limits)
     }
 }
 
@@ -680,6 +689,7 @@ mod tests {
         assert_eq!(c.limits.slot_wait, Some(Duration::from_secs(2)));
         assert_eq!(c.limits.unknown_script_cache, Some(16384));
         assert_eq!(c.limits.max_loop_passes, Some(8));
+        assert_eq!(c.limits.h2_window, Some(ByteSize::b(65_535)));
         let cluster = c.cluster.as_ref().expect("[cluster]");
         assert_eq!(
             cluster.rpc,
@@ -896,7 +906,7 @@ mod tests {
             Some(ByteSize::mib(64)),
             "bare bytes"
         );
-        let limits = c.serve_limits();
+        let limits = c.serve_limits().expect("limits");
         assert_eq!(limits.write_timeout, Duration::from_secs(5));
         assert_eq!(limits.drain_timeout, Duration::from_secs(60));
 
@@ -916,10 +926,11 @@ mod tests {
             "[limits]\nheader_read_timeout = \"3s\"\nh2_keep_alive = \"20s\"\n\
              max_pre_slot_bytes_per_connection = \"256KiB\"\nmax_pre_slot_bytes = \"8MiB\"\n\
              max_concurrent_subrequests = 3\nunknown_script_ttl = \"2s\"\n\
-             unknown_script_cache = 100\nmax_loop_passes = 4\n",
+             unknown_script_cache = 100\nmax_loop_passes = 4\nh2_window = \"128KiB\"\n",
         )
         .expect("config");
-        let limits = c.serve_limits();
+        let limits = c.serve_limits().expect("limits");
+        assert_eq!(limits.h2_window, 128 << 10);
         assert_eq!(limits.header_read_timeout, Duration::from_secs(3));
         assert_eq!(limits.h2_keep_alive, Duration::from_secs(20));
         assert_eq!(limits.max_pre_slot_bytes_per_connection, 256 << 10);
@@ -935,7 +946,7 @@ mod tests {
             assert!(rt.contains(field), "{field} not in {rt}");
         }
         // Unset, each keeps its default.
-        let d = NodeConfig::default().serve_limits();
+        let d = NodeConfig::default().serve_limits().expect("defaults");
         assert_eq!(
             d.header_read_timeout,
             ServeLimits::default().header_read_timeout
@@ -945,6 +956,24 @@ mod tests {
             ServeLimits::default().max_pre_slot_bytes
         );
         assert!(toml::from_str::<NodeConfig>("[limits]\nh2_keep_alive = 10\n").is_err());
+        assert_eq!(d.h2_window, ServeLimits::default().h2_window);
+    }
+
+    #[test]
+    fn an_h2_window_the_protocol_or_the_connection_budget_cannot_hold_is_refused() {
+        for (text, why) in [
+            ("h2_window = \"16KiB\"\n", "under HTTP/2's initial window"),
+            ("h2_window = \"4GiB\"\n", "over HTTP/2's largest window"),
+            (
+                "h2_window = \"512KiB\"\nmax_pre_slot_bytes_per_connection = \"256KiB\"\n",
+                "over the budget it is reserved from",
+            ),
+        ] {
+            let c: NodeConfig = toml::from_str(&format!("[limits]\n{text}")).expect("parses");
+            let err = c.serve_limits().expect_err(why).to_string();
+            assert!(err.contains("h2_window"), "{why}: {err}");
+            assert!(err.contains("max_pre_slot_bytes_per_connection"), "{err}");
+        }
     }
 
     #[test]

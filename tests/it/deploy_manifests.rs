@@ -215,7 +215,7 @@ fn the_statefulset_matches_the_config_it_mounts() {
     let grace = at(pod, "terminationGracePeriodSeconds")
         .as_u64()
         .expect("terminationGracePeriodSeconds");
-    let drain = cfg.serve_limits().drain_timeout;
+    let drain = cfg.serve_limits().expect("limits").drain_timeout;
     assert!(
         Duration::from_secs(grace) > drain,
         "terminationGracePeriodSeconds {grace} must be above drain_timeout {drain:?}"

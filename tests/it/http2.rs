@@ -1,7 +1,8 @@
 //! The HTTPS front door's HTTP/2 limits, against a real node with a raw h2
 //! client: the idle close, the preface (head) deadline, the write timeout
 //! applied to a client that grants no flow-control window, and the bound
-//! on request bytes buffered before a slot. Limits are set short
+//! on request bytes buffered before a slot, the receive windows a client
+//! may fill unread included. Limits are set short
 //! (`ServeLimits`), so nothing waits for the defaults.
 
 use std::time::{Duration, Instant};
@@ -206,10 +207,13 @@ async fn refused(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pre_slot_bytes_over_the_connection_and_listener_caps_get_503_and_others_are_served() {
-    // 16 frames of 16 KiB per connection, 24 over the listener.
+    // Each connection holds its 64 KiB window of both budgets: 12 frames
+    // of 16 KiB fit beside it on a connection, 24 on the listener, less
+    // the windows of the connections open.
     let limits = ServeLimits {
         max_pre_slot_bytes_per_connection: 256 * 1024,
-        max_pre_slot_bytes: 384 * 1024,
+        max_pre_slot_bytes: 448 * 1024,
+        h2_window: 64 * 1024,
         ..ServeLimits::default()
     };
     let (c, _dir) = node(limits).await;
@@ -219,26 +223,32 @@ async fn pre_slot_bytes_over_the_connection_and_listener_caps_get_503_and_others
     let refused_a = refused(&mut posts_a, wait).await;
     assert_eq!(
         refused_a.len(),
-        8,
-        "the connection holds 16 × 16 KiB: {refused_a:?}"
+        12,
+        "the connection holds its window and 12 × 16 KiB: {refused_a:?}"
     );
     assert!(refused_a[0].contains("this connection"), "{}", refused_a[0]);
     assert_eq!(
         posts_a.len(),
-        16,
-        "the 16 within the cap wait for the rest of their bodies"
+        12,
+        "the 12 within the cap wait for the rest of their bodies"
     );
 
-    // A second connection: the listener has room for 8 more.
+    // A second connection: the listener has room for its window and 4 more
+    // (448 - 64 - 192 - 64 = 128 KiB, of which a third connection's window
+    // is kept: it is opened first).
     let (mut b, _conn_b) = h2_client(&c, h2::client::Builder::new()).await;
+    let (cl, _conn_c) = h2_client(&c, h2::client::Builder::new()).await;
+    // Served, so its window is held before b's bodies arrive.
+    let mut ready = cl.clone().ready().await.expect("ready");
+    let (resp, _) = ready.send_request(request("GET"), true).expect("send");
+    assert_eq!(resp.await.expect("response").status(), 200);
     let mut posts_b = stalled_posts(&mut b, 24).await;
     let refused_b = refused(&mut posts_b, wait).await;
-    assert_eq!(refused_b.len(), 16, "{refused_b:?}");
+    assert_eq!(refused_b.len(), 20, "{refused_b:?}");
     assert!(refused_b[0].contains("this node"), "{}", refused_b[0]);
 
-    // A request that buffers nothing is served on a third connection, on
+    // A request that buffers nothing is served on the third connection, on
     // the crowded connection itself, and on the plain listener.
-    let (cl, _conn_c) = h2_client(&c, h2::client::Builder::new()).await;
     for send in [cl, a] {
         let mut send = send.clone().ready().await.expect("ready");
         let (resp, _) = send.send_request(request("GET"), true).expect("send");
@@ -250,10 +260,85 @@ async fn pre_slot_bytes_over_the_connection_and_listener_caps_get_503_and_others
     }
     let r = c.get(0, "hello", "/").await.expect("hello");
     assert_eq!(r.status, 200);
-    assert_eq!(c.stats(0).runtime.pre_slot_refused, 24);
+    assert_eq!(c.stats(0).runtime.pre_slot_refused, 32);
     let metrics = c.node(0).node.metrics().render();
     assert!(
-        metrics.contains("hearth_pre_slot_refused_total 24"),
+        metrics.contains("hearth_pre_slot_refused_total 32"),
         "{metrics}"
     );
+}
+
+/// The send window `send`'s node grants one request body: what a client
+/// may send on it before the node reads a byte.
+async fn granted_window(send: &h2::client::SendRequest<Bytes>) -> usize {
+    let mut ready = send.clone().ready().await.expect("ready");
+    // A round trip first, so the node's SETTINGS and window updates are in.
+    let (resp, _) = ready.send_request(request("GET"), true).expect("send");
+    assert_eq!(resp.await.expect("response").status(), 200);
+    let mut ready = send.clone().ready().await.expect("ready");
+    let (_resp, mut body) = ready.send_request(request("POST"), false).expect("send");
+    body.reserve_capacity(4 << 20);
+    let granted = std::future::poll_fn(|cx| body.poll_capacity(cx));
+    tokio::time::timeout(Duration::from_secs(5), granted)
+        .await
+        .expect("some window within 5 s")
+        .expect("a window")
+        .expect("no error")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_receive_windows_are_held_of_the_node_budget_and_a_connection_past_it_is_refused() {
+    // Room for the windows of three connections (the default window, the
+    // protocol's 65,535 bytes) and a little more, not a fourth.
+    let limits = ServeLimits {
+        max_pre_slot_bytes: 3 * 65_535 + 1000,
+        ..ServeLimits::default()
+    };
+    let (c, _dir) = node(limits).await;
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        let (send, conn) = h2_client(&c, h2::client::Builder::new()).await;
+        let window = granted_window(&send).await;
+        // hyper's defaults granted 1 MiB to each (and up to 128 streams
+        // of 1 MiB), none of it counted.
+        assert!(window <= 65_535, "a client may send {window} bytes unread");
+        open.push((send, conn));
+    }
+
+    // A fourth h2 connection: no room for its window on the node.
+    let (send, conn) = h2_client(&c, h2::client::Builder::new()).await;
+    let answered = async move {
+        let mut ready = send.ready().await?;
+        let (resp, _) = ready.send_request(request("GET"), true)?;
+        resp.await
+    };
+    let r = tokio::time::timeout(Duration::from_secs(5), answered)
+        .await
+        .expect("refused within 5 s, not left hanging");
+    assert!(r.is_err(), "served past the node's budget: {r:?}");
+    assert!(
+        closed_within(conn, Duration::from_secs(5)).await.is_some(),
+        "the refused connection is closed"
+    );
+
+    // HTTP/1.1 is served meanwhile, and a closed connection gives its
+    // window back.
+    assert_eq!(c.get(0, "hello", "/").await.expect("hello").status, 200);
+    let (send, conn) = open.pop().expect("three open");
+    drop(send);
+    conn.abort();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (send, _conn) = h2_client(&c, h2::client::Builder::new()).await;
+        let mut ready = send.ready().await.expect("ready");
+        let (resp, _) = ready.send_request(request("GET"), true).expect("send");
+        match tokio::time::timeout(Duration::from_secs(2), resp).await {
+            Ok(Ok(r)) => {
+                assert_eq!(r.status(), 200);
+                break;
+            }
+            _ if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
+            other => panic!("the window was not given back: {other:?}"),
+        }
+    }
 }

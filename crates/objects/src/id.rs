@@ -156,6 +156,11 @@ fn hash_field(hasher: &mut blake3::Hasher, field: &[u8]) {
     hasher.update(field);
 }
 
+/// The prefix of every ring key ([`ObjectKey::ring_key`]). No Worker's
+/// script ID can start with it (they have no `:`), so a key the node
+/// routes names a Worker or an object, never both.
+pub const RING_KEY_PREFIX: &str = "do:";
+
 /// An object: its namespace and its ID. The unit of placement, ownership
 /// and storage.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -171,9 +176,32 @@ impl ObjectKey {
     /// which the fence keeps its head: `do:<script>/<class>/<id>`.
     pub fn ring_key(&self) -> String {
         format!(
-            "do:{}/{}/{}",
+            "{RING_KEY_PREFIX}{}/{}/{}",
             self.namespace.script, self.namespace.class, self.id
         )
+    }
+
+    /// The object a ring key names: the inverse of [`ObjectKey::ring_key`],
+    /// for a key that crossed the shard hop. The ID must be one its
+    /// namespace made ([`Namespace::id_from_string`]) and the key spelled as
+    /// `ring_key` spells it (lowercase ID), so one object has one key;
+    /// anything else is [`IdError::Malformed`] or
+    /// [`IdError::OtherNamespace`].
+    pub fn from_ring_key(key: &str) -> Result<ObjectKey, IdError> {
+        let malformed = || IdError::Malformed(format!("not a ring key: {key:?}"));
+        let rest = key.strip_prefix(RING_KEY_PREFIX).ok_or_else(malformed)?;
+        let (script, rest) = rest.split_once('/').ok_or_else(malformed)?;
+        let (class, id) = rest.rsplit_once('/').ok_or_else(malformed)?;
+        if script.is_empty() || class.is_empty() {
+            return Err(malformed());
+        }
+        let namespace = Namespace::new(script, class);
+        let id = namespace.id_from_string(id)?;
+        let object = ObjectKey { namespace, id };
+        if object.ring_key() != key {
+            return Err(malformed());
+        }
+        Ok(object)
     }
 }
 
@@ -194,6 +222,36 @@ mod tests {
             Namespace::new("ab", "c").id_from_name("x"),
             Namespace::new("a", "bc").id_from_name("x")
         );
+    }
+
+    #[test]
+    fn ring_keys_round_trip_and_are_checked() {
+        let ns = Namespace::new("app", "Counter");
+        let key = ObjectKey {
+            id: ns.id_from_name("global"),
+            namespace: ns,
+        };
+        let text = key.ring_key();
+        assert_eq!(ObjectKey::from_ring_key(&text), Ok(key.clone()));
+        // Another namespace's ID, a key in capitals, and non-keys.
+        let other = format!("do:app/Room/{}", key.id);
+        assert_eq!(
+            ObjectKey::from_ring_key(&other),
+            Err(IdError::OtherNamespace)
+        );
+        for bad in [
+            text.to_uppercase(),
+            format!("do:app/Counter/{}", key.id.to_string().to_uppercase()),
+            "app".to_string(),
+            "do:app/Counter".to_string(),
+            format!("do:/Counter/{}", key.id),
+            format!("do:app//{}", key.id),
+        ] {
+            assert!(
+                matches!(ObjectKey::from_ring_key(&bad), Err(IdError::Malformed(_))),
+                "{bad} must be refused"
+            );
+        }
     }
 
     #[test]

@@ -87,7 +87,7 @@ pub use blob::{BlobStore, DirBlobStore, MemoryBlobStore, blob_hash};
 pub use error::{IdError, ObjectsError, StorageError};
 pub use etcd::EtcdFence;
 pub use fence::{BlobRef, Claim, Fence, Head};
-pub use id::{Namespace, ObjectId, ObjectKey};
+pub use id::{Namespace, ObjectId, ObjectKey, RING_KEY_PREFIX};
 pub use sqlite_fence::SqliteFence;
 pub use storage::{ListOptions, ObjectStorage, StorageLimits};
 

@@ -98,6 +98,35 @@ impl PreSlotBudget {
             b.give(n);
         }
     }
+
+    /// Takes `n` bytes from every budget for as long as the returned
+    /// [`Reservation`] lives, or from none. For memory a connection holds
+    /// on its requests' behalf whatever they read: an HTTP/2 connection's
+    /// receive window, which a client may fill before any request body is
+    /// read.
+    pub fn reserve(&self, n: usize) -> Result<Reservation, OverBudget> {
+        self.take(n).map_err(|b| OverBudget {
+            scope: b.scope,
+            cap: b.cap,
+        })?;
+        Ok(Reservation {
+            budget: self.clone(),
+            bytes: n,
+        })
+    }
+}
+
+/// Bytes held of a [`PreSlotBudget`] until dropped ([`PreSlotBudget::reserve`]).
+#[derive(Debug)]
+pub struct Reservation {
+    budget: PreSlotBudget,
+    bytes: usize,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.budget.give(self.bytes);
+    }
 }
 
 /// A request's next body bytes would pass one of its budgets.
@@ -229,5 +258,31 @@ mod tests {
         b.add(100).expect("room again");
         drop(b);
         assert_eq!(node.used(), 0, "a dropped request gives its bytes back");
+    }
+
+    #[test]
+    fn a_reservation_holds_its_bytes_until_dropped_and_leaves_less_for_bodies() {
+        let conn = ByteBudget::new(100, "this connection");
+        let node = ByteBudget::new(150, "this node");
+        let budget = PreSlotBudget::new(vec![conn.clone(), node.clone()]);
+        let window = budget.reserve(64).expect("fits");
+        assert_eq!((conn.used(), node.used()), (64, 64));
+        let body = Charge {
+            budget: budget.clone(),
+            state: Mutex::new((0, false)),
+        };
+        let err = body
+            .add(40)
+            .expect_err("64 + 40 is over the connection's 100");
+        assert_eq!(err.scope, "this connection");
+        let other = PreSlotBudget::new(vec![ByteBudget::new(100, "other"), node.clone()]);
+        let err = other
+            .reserve(100)
+            .expect_err("64 + 100 is over the node's 150");
+        assert_eq!(err.scope, "this node");
+        assert_eq!(node.used(), 64, "a refused reservation takes nothing");
+        drop(window);
+        assert_eq!((conn.used(), node.used()), (0, 0));
+        body.add(40).expect("room again");
     }
 }

@@ -15,7 +15,13 @@
 //! `http://<binding>.<id>.object.internal/<path>` (the stub's `fetch`). The
 //! host resolves the binding beside service bindings
 //! ([`crate::outbound::bindings::resolve`]), checks the ID against the
-//! binding's namespace, and serves the request on this node's **resident
+//! binding's namespace, and hands the call to the node's invoker with the
+//! object's *ring key* ([`hearth_objects::ObjectKey::ring_key`],
+//! `do:<script>/<class>/<id>`) as its target
+//! ([`crate::outbound::bindings::CallKind::Object`]): the node routes it to
+//! the ring's home of that key, and only there, over the shard hop if need
+//! be ([`crate::Runtime::handle`] takes ring keys; a runtime without a node
+//! is every object's home). The home serves it on its **resident
 //! object**:
 //!
 //! * **One instance per object.** A resident object holds one instance of
@@ -55,19 +61,8 @@
 //! heads in the fence the config names ([`ObjectFence`]: an embedded
 //! SQLite file under the store directory by default, or etcd).
 //!
-//! **Placement.** On a node in a cluster, a call to an object is a nested
-//! call placed by the object's ring key
-//! ([`hearth_objects::ObjectKey::ring_key`]), not its script's: the node's
-//! [`crate::Invoker`] gets it as [`CallKind::Object`] and sends it to the
-//! object's home, where the request (marked with [`OBJECT_HEADER`]) is
-//! served by that node's resident object. A runtime without an invoker
-//! serves objects itself. The fence keeps a second residency elsewhere (a
-//! home that refused and a request served where it arrived, a ring that
-//! moved) from writing: its flush fails and its caller gets 503.
-//!
-//! Not here yet: alarms, `sql.exec`.
-//!
-//! [`CallKind::Object`]: crate::outbound::bindings::CallKind::Object
+//! Not here yet: alarms, `sql.exec` (see docs/durable-objects.md, which
+//! also describes placement and failover).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -77,19 +72,13 @@ use hearth_objects::{ObjectKey, StorageError};
 pub(crate) mod host;
 pub(crate) mod resident;
 
+pub use hearth_objects::RING_KEY_PREFIX;
 pub use resident::NodeObjects;
 
 /// The request header that carries the URL an object's request has (see
 /// the module docs); only the host reads it, and it is stripped from every
 /// other request.
 pub const OBJECT_URL_HEADER: &str = "hearth-object-url";
-
-/// The host's header on a request to an object that travels as a nested
-/// call (to the object's home on the ring): `<class>/<id>` of an object of
-/// the request's script. Only the host sets it (every `x-hearth-*` header a
-/// client or guest sends is removed), and a runtime reads it only on a
-/// nested invocation ([`crate::flow::Flow`] present).
-pub const OBJECT_HEADER: &str = "x-hearth-object";
 
 /// Default of [`ObjectsConfig::max_resident`].
 pub const DEFAULT_MAX_RESIDENT: usize = 1000;

@@ -110,6 +110,11 @@ impl NodeObjects {
         lock(&self.resident).len()
     }
 
+    /// Whether `key` is resident here now (its next request is warm).
+    pub(crate) fn is_resident(&self, key: &ObjectKey) -> bool {
+        lock(&self.resident).contains_key(key)
+    }
+
     /// Remembers that `id` of `ns` was made from `name`.
     pub(crate) fn remember_name(&self, ns: &Namespace, id: &ObjectId, name: &str) {
         if name.len() <= MAX_NAME_REMEMBERED {
@@ -199,6 +204,19 @@ impl NodeObjects {
             Stats::bump(&self.stats.objects_evicted);
             tracing::debug!(object = %key.ring_key(), "idle object evicted (objects.max_resident)");
         }
+    }
+
+    /// Drops every idle resident object (no request running or waiting)
+    /// that `keep` refuses, and returns how many: the node's placement
+    /// calls it with "is this node the object's ring home?", so an object
+    /// whose home moved away is reopened from storage (a new epoch) if it
+    /// ever comes back, instead of serving the working copy it had before
+    /// another node owned it. A busy one stays until a later call.
+    pub fn release_where(&self, keep: impl Fn(&ObjectKey) -> bool) -> usize {
+        let mut table = lock(&self.resident);
+        let before = table.len();
+        table.retain(|key, r| keep(key) || Arc::strong_count(r) > 1 || r.gate.try_lock().is_err());
+        before - table.len()
     }
 
     /// Serves `req` on the object `key`: through its input gate, on its

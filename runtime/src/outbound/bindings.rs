@@ -318,10 +318,16 @@ pub enum CallKind {
     Outbound,
     /// The delivery of a finished flow's trace events to a tail Worker.
     Tail,
-    /// A request to a Durable Object of the target script: placed by the
-    /// object's ring key (`do:<script>/<class>/<id>`), not by the script
-    /// ([`crate::objects`]).
-    Object(String),
+    /// To a Durable Object through object binding `binding`; the call's
+    /// target is the object's ring key (`do:<script>/<class>/<id>`), which
+    /// routes it to the object's home, and `script` is the script that
+    /// exports its class (the callee's level runs as that script).
+    Object {
+        /// The binding's name.
+        binding: String,
+        /// The script of the object's class.
+        script: String,
+    },
 }
 
 /// What an outgoing request's host name means for a Worker.

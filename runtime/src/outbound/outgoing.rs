@@ -106,6 +106,29 @@ pub(crate) struct Caller {
     pub(crate) object: Option<Arc<crate::objects::ObjectCtx>>,
 }
 
+/// Takes the caller's [`OBJECT_URL_HEADER`](crate::objects::OBJECT_URL_HEADER)
+/// off a request to an object: the URL the object's request gets, if the
+/// caller gave one (an absolute URL, else the call fails).
+fn take_object_url(
+    headers: &mut http::HeaderMap,
+) -> Result<Option<http::Uri>, wasmtime_wasi_http::Error> {
+    headers
+        .remove(crate::objects::OBJECT_URL_HEADER)
+        .map(|v| {
+            v.to_str()
+                .ok()
+                .and_then(|v| v.parse::<http::Uri>().ok())
+                .filter(|u| u.scheme().is_some() && u.authority().is_some())
+                .ok_or_else(|| {
+                    wasmtime_wasi_http::Error::InternalError(Some(format!(
+                        "{}: not an absolute URL",
+                        crate::objects::OBJECT_URL_HEADER
+                    )))
+                })
+        })
+        .transpose()
+}
+
 /// The wasi:http hooks of an instance: outgoing requests are nested calls
 /// of the request it is serving, fetches of allowed origins, or denied.
 #[derive(Default)]
@@ -215,7 +238,18 @@ impl Caller {
                 binding,
                 target,
                 id,
-            } => return self.call_object(request, &binding, &target, &id).await,
+            } => {
+                let key = self.object_key(&binding, &target, &id)?;
+                if self.invoker.is_none() {
+                    // A runtime on its own (no node, so no ring) is every
+                    // object's home.
+                    return self.call_object(request, key).await;
+                }
+                // Through the node, like a binding's call: routed by the
+                // ring key to the object's home ([`crate::objects`]).
+                let script = key.namespace.script.clone();
+                (key.ring_key(), CallKind::Object { binding, script })
+            }
             Resolved::External => match &self.flow.outbound {
                 Some(o) => (o.clone(), CallKind::Outbound),
                 None => return self.fetch(request, first_byte).await,
@@ -255,6 +289,11 @@ impl Caller {
             ))));
         }
         let (mut parts, body) = request.into_parts();
+        if matches!(kind, CallKind::Object { .. })
+            && let Some(url) = take_object_url(&mut parts.headers)?
+        {
+            parts.uri = url;
+        }
         strip_host_headers(&mut parts.headers);
         if let Ok(v) = http::HeaderValue::from_str(&self.script_id) {
             parts.headers.insert(CALLER_HEADER, v);
@@ -304,38 +343,46 @@ impl Caller {
         Ok((response, Box::new(async { Ok(()) })))
     }
 
-    /// A request to a Durable Object of binding `binding`
+    /// The object `id` of object binding `binding` names
     /// (`http://<binding>.<id>.object.internal/`): the ID checked against
-    /// the binding's namespace, the request made one more level of the
-    /// flow (as a binding's call), its URL the caller's
-    /// [`OBJECT_URL_HEADER`](crate::objects::OBJECT_URL_HEADER) if it gave
-    /// one, and served by the node's resident object
-    /// ([`crate::objects`]). A failure of the object is a response with an
-    /// error status, as for a Worker.
-    async fn call_object(
+    /// the binding's namespace (an ID of another namespace is refused).
+    fn object_key(
         &self,
-        request: http::Request<WasiBody>,
         binding: &str,
         target: &crate::outbound::bindings::ObjectBinding,
         id: &str,
-    ) -> SendResult {
-        use wasmtime_wasi_http::Error;
+    ) -> Result<hearth_objects::ObjectKey, wasmtime_wasi_http::Error> {
         let namespace =
             hearth_objects::Namespace::new(target.script_or(&self.script_id), target.class());
-        let id = match namespace.id_from_string(id) {
-            Ok(id) => id,
+        match namespace.id_from_string(id) {
+            Ok(id) => Ok(hearth_objects::ObjectKey { namespace, id }),
             Err(e) => {
                 Stats::bump(&self.stats.nested_denied);
                 tracing::debug!(script = %self.script_id, binding, %id, error = %e,
                     "request to an object refused: not an ID of the binding's namespace");
-                return Err(Error::InternalError(Some(format!(
+                Err(wasmtime_wasi_http::Error::InternalError(Some(format!(
                     "{id:?} is not an object ID of Durable Object binding {binding:?} \
                      (class {} of script {}): {e}",
                     namespace.class, namespace.script
-                ))));
+                ))))
             }
-        };
-        let key = hearth_objects::ObjectKey { namespace, id };
+        }
+    }
+
+    /// A request to the Durable Object `key` from a runtime without a node
+    /// (no invoker, so no ring: this runtime is every object's home): made
+    /// one more level of the flow (as a binding's call), its URL the
+    /// caller's [`OBJECT_URL_HEADER`](crate::objects::OBJECT_URL_HEADER) if
+    /// it gave one, and served by the resident object here
+    /// ([`crate::objects`]). On a node, object calls go through the
+    /// invoker instead, to the object's home on the ring. A failure of the
+    /// object is a response with an error status, as for a Worker.
+    async fn call_object(
+        &self,
+        request: http::Request<WasiBody>,
+        key: hearth_objects::ObjectKey,
+    ) -> SendResult {
+        use wasmtime_wasi_http::Error;
         let depth = self.flow.depth + 2;
         if depth > MAX_DEPTH {
             Stats::bump(&self.stats.nested_too_deep);
@@ -345,22 +392,7 @@ impl Caller {
             return Err(Error::HttpResponseTimeout);
         }
         let (mut parts, body) = request.into_parts();
-        let url = parts
-            .headers
-            .remove(crate::objects::OBJECT_URL_HEADER)
-            .map(|v| {
-                v.to_str()
-                    .ok()
-                    .and_then(|v| v.parse::<http::Uri>().ok())
-                    .filter(|u| u.scheme().is_some() && u.authority().is_some())
-                    .ok_or_else(|| {
-                        Error::InternalError(Some(format!(
-                            "{}: not an absolute URL",
-                            crate::objects::OBJECT_URL_HEADER
-                        )))
-                    })
-            })
-            .transpose()?;
+        let url = take_object_url(&mut parts.headers)?;
         let slot = self.slot(&key.ring_key()).await?;
         let (flow_id, flow_cpu) = self.flow_cpu.pool();
         if flow_cpu.left().is_zero() {
@@ -397,46 +429,14 @@ impl Caller {
             parts.extensions.insert(t.clone());
         }
         Stats::bump(&self.stats.nested_calls);
-        let response = match &self.invoker {
-            // In a cluster: a nested call to the object's home on the ring.
-            Some(invoker) => {
-                let mark = format!("{}/{}", key.namespace.class, key.id);
-                if let Ok(v) = http::HeaderValue::from_str(&mark) {
-                    parts.headers.insert(crate::objects::OBJECT_HEADER, v);
-                }
-                parts.extensions = http::Extensions::new();
-                let call = NestedCall {
-                    caller: self.script_id.to_string(),
-                    target: key.namespace.script.clone(),
-                    kind: CallKind::Object(key.ring_key()),
-                    depth,
-                    cpu_left: (self.meter.budget().saturating_sub(self.meter.used()))
-                        .min(flow_cpu.left()),
-                    deadline: self.deadline,
-                    caller_bindings: self.bindings.clone(),
-                    caller_extensions: self.extensions.clone(),
-                    nested_cpu: Some(crate::instances::cpu::NestedCpu {
-                        flow_id,
-                        left: flow_cpu.left(),
-                    }),
-                };
-                let request = http::Request::from_parts(parts, crate::body::boxed(body));
-                tokio::time::timeout_at(self.deadline.into(), invoker.invoke(call, request))
-                    .await
-                    .map_err(|_| Error::HttpResponseTimeout)?
-            }
-            // A runtime on its own serves its objects itself.
-            None => {
-                let request = http::Request::from_parts(parts, crate::body::boxed(body));
-                tokio::time::timeout_at(
-                    self.deadline.into(),
-                    self.objects.call(key, request, self.deadline),
-                )
-                .await
-                .map_err(|_| Error::HttpResponseTimeout)?
-                .unwrap_or_else(|e| crate::runtime::serve::error_response(&e))
-            }
-        };
+        let request = http::Request::from_parts(parts, crate::body::boxed(body));
+        let response = tokio::time::timeout_at(
+            self.deadline.into(),
+            self.objects.call(key, request, self.deadline),
+        )
+        .await
+        .map_err(|_| Error::HttpResponseTimeout)?
+        .unwrap_or_else(|e| crate::runtime::serve::error_response(&e));
         // The slot goes back when the response body ends or is dropped.
         let response = response.map(|b| {
             b.map_err(|e| Error::InternalError(Some(e.to_string())))

@@ -227,6 +227,11 @@ impl Runtime {
         Ok(runtime)
     }
 
+    /// The node's Durable Objects ([`crate::objects`]).
+    pub fn objects(&self) -> &crate::objects::NodeObjects {
+        &self.inner.node.objects
+    }
+
     /// Installs what carries this node's nested Worker calls (the node
     /// does, see [`crate::flow`]); replaces any earlier one. Until then
     /// every nested call is denied.

@@ -102,11 +102,11 @@ impl Runtime {
         script_id: &str,
         req: http::Request<Body>,
     ) -> Result<Served, RuntimeError> {
+        if script_id.starts_with(hearth_objects::RING_KEY_PREFIX) {
+            return self.handle_object(script_id, req).await;
+        }
         let inner = &self.inner;
         Stats::bump(&inner.stats.requests);
-        if let Some((key, deadline)) = self.object_of(script_id, &req)? {
-            return self.handle_object(key, req, deadline).await;
-        }
         let mut timing = Timing::default();
         let (primary, mut start) = match self.worker(script_id, &mut timing, false).await {
             Ok(found) => found,
@@ -172,57 +172,40 @@ impl Runtime {
         })
     }
 
-    /// The object a nested request of `script_id` is for, if the host
-    /// marked it so ([`OBJECT_HEADER`](crate::objects::OBJECT_HEADER), on a
-    /// request of a flow), with the flow's deadline. A malformed mark (the
-    /// host's bug, never a guest's: the header is the host's alone) is a
-    /// bad request.
-    fn object_of(
-        &self,
-        script_id: &str,
-        req: &http::Request<Body>,
-    ) -> Result<Option<(hearth_objects::ObjectKey, Instant)>, RuntimeError> {
-        let (Some(flow), Some(mark)) = (
-            req.extensions().get::<crate::flow::Flow>(),
-            req.headers().get(crate::objects::OBJECT_HEADER),
-        ) else {
-            return Ok(None);
-        };
-        let bad = |why: String| RuntimeError::BadRequest {
-            script_id: script_id.to_string(),
-            message: format!("{}: {why}", crate::objects::OBJECT_HEADER),
-        };
-        let (class, id) = mark
-            .to_str()
-            .ok()
-            .and_then(|m| m.split_once('/'))
-            .ok_or_else(|| bad("not <class>/<id>".into()))?;
-        let namespace = hearth_objects::Namespace::new(script_id, class);
-        let id = namespace
-            .id_from_string(id)
-            .map_err(|e| bad(e.to_string()))?;
-        let deadline = flow
-            .deadline
-            .unwrap_or_else(|| Instant::now() + self.inner.config.free.request_wall);
-        Ok(Some((
-            hearth_objects::ObjectKey { namespace, id },
-            deadline,
-        )))
-    }
-
-    /// Serves `req` on this node's resident object `key` ([`crate::objects`]).
+    /// Serves `req` on the Durable Object whose ring key is `ring_key`
+    /// (`do:<script>/<class>/<id>`): the node routed it here because this
+    /// node is the object's home ([`crate::objects`]). Only a nested call
+    /// (a request with a [`crate::flow::Flow`]) reaches an object: a
+    /// client's request for a ring key, like one for a key that names no
+    /// object of its namespace, is an unknown script (404), so no front
+    /// door can address an object directly.
     async fn handle_object(
         &self,
-        key: hearth_objects::ObjectKey,
-        mut req: http::Request<Body>,
-        deadline: Instant,
+        ring_key: &str,
+        req: http::Request<Body>,
     ) -> Result<Served, RuntimeError> {
-        req.headers_mut().remove(crate::objects::OBJECT_HEADER);
+        let unknown = || RuntimeError::UnknownScript(ring_key.into());
+        let flow = req
+            .extensions()
+            .get::<crate::flow::Flow>()
+            .ok_or_else(unknown)?;
+        let key = hearth_objects::ObjectKey::from_ring_key(ring_key).map_err(|_| unknown())?;
+        let deadline = flow.deadline.unwrap_or_else(|| {
+            Instant::now()
+                + crate::limits::PlanLimits::default_for(crate::limits::Plan::default())
+                    .request_wall
+        });
+        let objects = &self.inner.node.objects;
+        let start = if objects.is_resident(&key) {
+            Start::Warm
+        } else {
+            Start::Cold
+        };
         let t = Instant::now();
-        let response = self.inner.node.objects.call(key, req, deadline).await?;
+        let response = objects.call(key, req, deadline).await?;
         Ok(Served {
             response,
-            start: Start::Warm,
+            start,
             timing: Timing {
                 handler: Some(t.elapsed()),
                 ..Timing::default()

@@ -21,6 +21,7 @@ use hearth::runtime::Runtime;
 /// Runs the node: store, runtime, cluster, listeners, then the drain.
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let cfg = args.resolve()?;
+    let serve_limits = cfg.settings.serve_limits()?;
     hearth::cluster::log_fd_limit();
     let store = NodeStore::open(&cfg.store, &cfg.settings).await?;
     // The certificate first: a bad path is a startup error before anything
@@ -72,7 +73,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             token,
             metrics: cfg.settings.admin_metrics.unwrap_or_default(),
         },
-        cfg.settings.serve_limits(),
+        serve_limits,
         stop_rx,
     );
     notify_systemd(sd_notify::NotifyState::Ready);
