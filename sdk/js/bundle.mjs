@@ -13,7 +13,10 @@
 //
 // esbuild bundles the Worker (ES module, imports resolved from the Worker's
 // directory, the `workerd`/`worker`/`browser` export conditions Cloudflare's
-// tooling uses): a syntax error or a missing import stops here with
+// tooling uses; `cloudflare:workers`, and hearth's own name for it,
+// `hearth:workers`, stay an import of `cloudflare:workers`, which the
+// engine provides, as workerd does, so a `--bundle-only` bundle runs on
+// both): a syntax error or a missing import stops here with
 // esbuild's message, and so does a bundle without a default export. Whether
 // that export has `fetch` is the engine's check, when it starts the module.
 //
@@ -78,6 +81,17 @@ try {
   fail(`esbuild is not installed next to ${here} (run npm ci there): ${e.message}`);
 }
 
+// The runtime's own modules: left as imports (see the top).
+const builtins = {
+  name: 'hearth-builtins',
+  setup(build) {
+    build.onResolve({ filter: /^(cloudflare|hearth):workers$/ }, () => ({
+      path: 'cloudflare:workers',
+      external: true,
+    }));
+  },
+};
+
 let result;
 try {
   result = await esbuild.build({
@@ -92,6 +106,7 @@ try {
     logLevel: 'silent',
     write: false,
     metafile: true,
+    plugins: [builtins],
   });
 } catch (e) {
   if (e && Array.isArray(e.errors) && e.errors.length > 0) {

@@ -110,6 +110,37 @@ impl Workerd {
     /// Serves `module` (one ES module in the Workers syntax, no imports) on
     /// a free port of 127.0.0.1, once workerd listens there.
     pub fn serve(module: &str) -> Result<Workerd, WorkerdError> {
+        Workerd::serve_with_objects(module, &[])
+    }
+
+    /// [`Workerd::serve`] with Durable Object bindings: (binding name,
+    /// class the module exports) each, objects stored in memory (workerd's
+    /// `inMemory` storage: lost when it stops).
+    pub fn serve_with_objects(
+        module: &str,
+        objects: &[(&str, &str)],
+    ) -> Result<Workerd, WorkerdError> {
+        let mut extra = String::new();
+        if !objects.is_empty() {
+            let bindings: Vec<String> = objects
+                .iter()
+                .map(|(name, class)| {
+                    format!("(name = \"{name}\", durableObjectNamespace = \"{class}\")")
+                })
+                .collect();
+            let classes: Vec<String> = objects
+                .iter()
+                .map(|(_, class)| {
+                    format!("(className = \"{class}\", uniqueKey = \"hearth-test-{class}\")")
+                })
+                .collect();
+            extra = format!(
+                "  bindings = [ {} ],\n  durableObjectNamespaces = [ {} ],\n  \
+                 durableObjectStorage = (inMemory = void),\n",
+                bindings.join(", "),
+                classes.join(", ")
+            );
+        }
         let binary = workerd_binary()?;
         let dir = tempfile::tempdir()?;
         let addr = SocketAddr::from(([127, 0, 0, 1], super::tcp_port()?));
@@ -125,7 +156,7 @@ const config :Workerd.Config = (
 const worker :Workerd.Worker = (
   modules = [ (name = "worker.mjs", esModule = embed "worker.mjs") ],
   compatibilityDate = "{COMPATIBILITY_DATE}",
-);
+{extra});
 "#
             ),
         )?;

@@ -35,6 +35,7 @@ mod https;
 mod js_build;
 mod js_engine;
 mod js_loop;
+mod js_objects;
 mod js_web;
 mod js_web_inputs;
 mod loops;

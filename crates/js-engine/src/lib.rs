@@ -66,6 +66,30 @@ pub const ENGINE: &[u8] = include_bytes!("../prebuilt/engine.wasm");
 /// snapshot keeps it, refusing a second call.
 const INIT: &str = "hearth-js-init";
 
+/// The `hearth:objects` functions the engine imports
+/// (`wit/hearth-objects/objects.wit`), linked as traps at build time.
+const OBJECTS_IMPORTS: [(&str, &[&str]); 2] = [
+    (
+        "hearth:objects/ids@0.1.0",
+        &["id-from-name", "new-unique-id", "id-from-string"],
+    ),
+    (
+        "hearth:objects/storage@0.1.0",
+        &[
+            "this-object",
+            "get",
+            "put",
+            "delete",
+            "list",
+            "delete-all",
+            "transaction-begin",
+            "transaction-commit",
+            "transaction-rollback",
+            "sync",
+        ],
+    ),
+];
+
 /// Why a Worker did not build.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BuildError {
@@ -270,6 +294,24 @@ impl Builder {
                     ))
                 })
                 .map_err(|e| BuildError::engine("link", e))?;
+        }
+        // `hearth:objects` (Durable Objects' IDs and storage) needs a
+        // request of the Worker: none exists at build time, so its calls
+        // trap here (the engine refuses them outside a request first);
+        // `hearth serve` links the real ones.
+        for (interface, names) in OBJECTS_IMPORTS {
+            let mut instance = linker
+                .instance(interface)
+                .map_err(|e| BuildError::engine("link", e))?;
+            for name in names {
+                instance
+                    .func_new(name, move |_, _, _, _| {
+                        Err(wasmtime::format_err!(
+                            "{interface} {name} called at build time: there is no request"
+                        ))
+                    })
+                    .map_err(|e| BuildError::engine("link", e))?;
+            }
         }
         let init = component
             .get_export_index(None, INIT)

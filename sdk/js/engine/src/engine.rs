@@ -14,6 +14,24 @@ use crate::web;
 /// The per-request glue (`env`, `ctx`, building the `Request`).
 const RUNTIME_JS: &str = include_str!("runtime.js");
 
+/// Durable Objects (`DurableObject`, namespaces on `env`, `ctx.storage`,
+/// dispatch to an object's class), on `objects.rs`'s natives.
+const OBJECTS_JS: &str = include_str!("objects.js");
+
+/// The modules the engine provides, which the bundle leaves as imports
+/// (`sdk/js/bundle.mjs`): Cloudflare's `cloudflare:workers`, and
+/// hearth's own name for it, `hearth:workers` (the same module: one
+/// `DurableObject` class). Declared before the Worker's module, so
+/// QuickJS finds them among the loaded modules when it resolves the
+/// Worker's imports (no module loader is needed).
+const BUILTIN_MODULES: [(&str, &str); 2] = [
+    (
+        "cloudflare:workers",
+        "export const DurableObject = globalThis.__hearth.workers.DurableObject;",
+    ),
+    ("hearth:workers", "export * from 'cloudflare:workers';"),
+];
+
 /// The module's name in QuickJS's messages and stacks.
 const MODULE_NAME: &str = "worker.js";
 
@@ -31,6 +49,10 @@ pub(crate) struct Engine {
     pub(crate) request: Persistent<Function<'static>>,
     /// `__hearth.answer`: the Worker's `Response` taken apart.
     pub(crate) answer: Persistent<Function<'static>>,
+    /// Whether the module exports a class (a function besides `default`):
+    /// only then can a request be a Durable Object's, and the host is
+    /// asked ([`crate::objects::this_object`]).
+    pub(crate) objects: bool,
     /// The context everything runs in.
     pub(crate) context: Context,
     _runtime: Runtime,
@@ -224,8 +246,14 @@ fn start(worker: &str) -> Result<Engine, StartError> {
             define_instance_state(&ctx)?;
             web::define(&ctx)?;
             crate::event_loop::define(&ctx)?;
+            crate::objects::define(&ctx)?;
             ctx.eval::<(), _>(web::WEB_JS)?;
-            ctx.eval::<(), _>(RUNTIME_JS)
+            ctx.eval::<(), _>(RUNTIME_JS)?;
+            ctx.eval::<(), _>(OBJECTS_JS)?;
+            for (name, source) in BUILTIN_MODULES {
+                Module::declare(ctx.clone(), name, source)?;
+            }
+            Ok(())
         };
         setup().map_err(|e| start_error(&ctx, 3, e))?;
         let module = Module::declare(ctx.clone(), MODULE_NAME, worker)
@@ -259,9 +287,11 @@ fn start(worker: &str) -> Result<Engine, StartError> {
             let hearth: Object = ctx.globals().get("__hearth")?;
             let request: Function = hearth.get("request")?;
             let answer: Function = hearth.get("answer")?;
-            Ok((hearth, request, answer))
+            let set_exports: Function = hearth.get("setExports")?;
+            let objects: bool = set_exports.call((module.namespace()?,))?;
+            Ok((hearth, request, answer, objects))
         };
-        let (hearth, request, answer) = glue().map_err(|e| start_error(&ctx, 3, e))?;
+        let (hearth, request, answer, objects) = glue().map_err(|e| start_error(&ctx, 3, e))?;
         // Jobs the module queued (promise reactions) run now, not in the
         // first request; a rejection the top level left unhandled is a line
         // of the build's log, as it would be on workerd's console, not one
@@ -274,9 +304,10 @@ fn start(worker: &str) -> Result<Engine, StartError> {
             Persistent::save(&ctx, hearth),
             Persistent::save(&ctx, request),
             Persistent::save(&ctx, answer),
+            objects,
         ))
     });
-    let (default, fetch, hearth, request, answer) = match parts {
+    let (default, fetch, hearth, request, answer, objects) = match parts {
         Ok(parts) => parts,
         Err(e) => {
             // A failed start may leave objects referenced (the pending
@@ -294,6 +325,7 @@ fn start(worker: &str) -> Result<Engine, StartError> {
         hearth,
         request,
         answer,
+        objects,
         context,
         _runtime: runtime,
     })

@@ -5,7 +5,8 @@
 //!
 //! hearth gives an instance its vars, secrets and the names of its bindings
 //! as its environment (`wasi:cli/environment`; the bindings in
-//! `HEARTH_SERVICES` and `HEARTH_DISPATCH`, comma-separated). The
+//! `HEARTH_SERVICES`, `HEARTH_DISPATCH` and `HEARTH_DURABLE_OBJECTS`,
+//! comma-separated). The
 //! environment is read on the instance's **first request**, not when the
 //! engine starts: the started engine is snapshotted at build time, where
 //! the environment is the build machine's. An instance's environment never
@@ -17,7 +18,9 @@
 //! vars and secrets as strings, minus the runtime's own `HEARTH_*` entries,
 //! and an object with `fetch(input, init)` for each binding (`get(name)`
 //! giving one for a namespace's user Worker), under the binding's name and
-//! its upper-case form with `-` as `_`.
+//! its upper-case form with `-` as `_`; `objects.js` adds a namespace for
+//! each Durable Object binding `HEARTH_DURABLE_OBJECTS` names
+//! ([`crate::objects`]).
 
 use std::cell::RefCell;
 

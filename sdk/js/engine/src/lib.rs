@@ -28,6 +28,10 @@
 //!   work runs, the request's leftover timers are cancelled, and a failed
 //!   request retires the instance. `env` ([`env`]) is read from the
 //!   environment on an instance's first request.
+//! - **Durable Objects** ([`objects`], `objects.js`): `cloudflare:workers`,
+//!   namespace bindings on `env`, stubs, and a request the host says is an
+//!   object's answered by that object's instance of the exported class,
+//!   with `ctx.storage` on `hearth:objects`.
 //! - **Reuse**: one instance serves request after request (hearth's `auto`
 //!   lifecycle picks reuse: the component is Rust and C); module state
 //!   persists between requests, as on workerd.
@@ -41,6 +45,7 @@ mod engine;
 mod env;
 mod event_loop;
 mod fetch;
+mod objects;
 mod request;
 mod timers;
 mod web;
@@ -63,9 +68,12 @@ mod init {
             "wasi:io/poll@0.2.10": hearth_sdk::wasi::io::poll,
             "wasi:clocks/monotonic-clock@0.2.10": hearth_sdk::wasi::clocks::monotonic_clock,
             "hearth:js/fast-http": generate,
+            "hearth:objects/ids@0.1.0": generate,
+            "hearth:objects/storage@0.1.0": generate,
         },
     });
     pub(crate) use hearth::js::fast_http;
+    pub(crate) use hearth::objects::{ids, storage};
 
     /// The `hearth-js-init` export.
     pub(crate) struct Init;

@@ -13,7 +13,10 @@
 //!    running the Worker. `env`
 //!    ([`crate::env`]) is built on the instance's first request; `ctx` is
 //!    `runtime.js`'s (`waitUntil`, `passThroughOnException`, a no-op).
-//! 2. The Worker's `fetch` runs; the event loop ([`crate::event_loop`])
+//! 2. The Worker's `fetch` runs (or, when the module exports a class and
+//!    the host says the request is a Durable Object's, that object's
+//!    instance answers: [`crate::objects`], `objects.js`); the event loop
+//!    ([`crate::event_loop`])
 //!    runs jobs, timers and outgoing fetches until its promise settles, then
 //!    until the `Response` is taken apart (`__hearth_web.outgoing`).
 //! 3. The answer is sent: status, headers (hop-by-hop ones left out) and
@@ -54,7 +57,7 @@ use crate::engine::{self, Engine};
 use crate::event_loop::{self, Ran};
 use crate::init::fast_http;
 use crate::web::{self, Usv};
-use crate::{env, fetch, timers};
+use crate::{env, fetch, objects, timers};
 
 /// The largest body [`fast_http::respond`] takes: the host's
 /// `OUTGOING_BODY_BYTES` (runtime/src/limits.rs), what one outgoing body
@@ -171,9 +174,24 @@ fn answer<'js>(
         let hearth: Object = e.hearth.clone().restore(ctx)?;
         let env = env::get(ctx, &hearth)?;
         let jsctx: Value = hearth.get("ctx")?;
-        let fetch = e.fetch.clone().restore(ctx)?;
-        let default = e.default.clone().restore(ctx)?;
-        let result: Value = fetch.call((This(default), req, env, jsctx))?;
+        let object = if e.objects {
+            objects::this_object()
+        } else {
+            None
+        };
+        let result: Value = match object {
+            None => {
+                let fetch = e.fetch.clone().restore(ctx)?;
+                let default = e.default.clone().restore(ctx)?;
+                fetch.call((This(default), req, env, jsctx))?
+            }
+            // A Durable Object's request: its class's instance answers
+            // (`__hearth.objectFetch`, objects.js).
+            Some((class, id, name)) => {
+                let dispatch: Function = hearth.get("objectFetch")?;
+                dispatch.call((class, id, name, req, env))?
+            }
+        };
         let resp = match settled(ctx, result, "the Worker's fetch") {
             Ok(r) => r,
             Err(why) => return Ok(Err(why)),

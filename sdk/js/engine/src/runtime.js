@@ -186,6 +186,26 @@
     };
   }
 
+  // A Durable Object stub's `fetch` (objects.js): `input` and `init` as
+  // for the global `fetch`, sent to `host` (`<binding>.<id>.object.internal`)
+  // with its path and query, and the URL given in the header
+  // `hearth-object-url` (the object sees it as its request's URL). The
+  // caller's own `hearth-object-url` and `hearth-object-rpc` headers are
+  // dropped (a client's request passed on must not call an RPC method);
+  // `rpc` names the method of an RPC call (objects.js).
+  async function fetchObject(host, input, init, rpc) {
+    const a = await W.toFetch(input, init);
+    const pairs = [];
+    for (let i = 0; i < a[2].length; i += 2) {
+      const name = a[2][i].toLowerCase();
+      if (name !== 'hearth-object-url' && name !== 'hearth-object-rpc') pairs.push(a[2][i], a[2][i + 1]);
+    }
+    pairs.push('hearth-object-url', a[1]);
+    if (rpc !== undefined) pairs.push('hearth-object-rpc', rpc);
+    const signal = optionOf(input, init, 'signal');
+    return send(a[0], 'http://' + host + pathOf(a[1]), pairs, a[3], signal, optionOf(input, init, 'redirect'));
+  }
+
   // The key a binding named `name` also has in `env`: AUTH_V2 for auth-v2.
   function bindingKey(name) {
     return name.toUpperCase().split('-').join('_');
@@ -246,6 +266,7 @@
     // Called by the host per request: the Request for fetch.
     request: W.incoming,
     makeEnv,
+    fetchObject,
     // One for every request (nothing in it is per request).
     ctx: {
       waitUntil(promise) {
