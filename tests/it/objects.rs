@@ -111,7 +111,8 @@ async fn bindings_ids_and_limits_fail_with_clear_errors() {
     let r = get(&c, "/x/get?binding=NOPE").await;
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(
-        r.text().contains("no Durable Object binding named \"NOPE\""),
+        r.text()
+            .contains("no Durable Object binding named \"NOPE\""),
         "{}",
         r.text()
     );
@@ -126,7 +127,8 @@ async fn bindings_ids_and_limits_fail_with_clear_errors() {
     let r = get(&c, &format!("/id/{other_id}/get")).await;
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(
-        r.text().contains("not an ID of Durable Object binding \"COUNTER\""),
+        r.text()
+            .contains("not an ID of Durable Object binding \"COUNTER\""),
         "{}",
         r.text()
     );
@@ -138,7 +140,11 @@ async fn bindings_ids_and_limits_fail_with_clear_errors() {
     // Storage outside an object.
     let r = get(&c, "/storage").await;
     assert_eq!(r.status, 409, "{}", r.text());
-    assert!(r.text().contains("not running as a Durable Object"), "{}", r.text());
+    assert!(
+        r.text().contains("not running as a Durable Object"),
+        "{}",
+        r.text()
+    );
     // A value over Cloudflare's 128 KiB; one within it is stored.
     let r = get(&c, "/v/big?bytes=200000").await;
     assert_eq!(r.status, 413, "{}", r.text());
@@ -176,7 +182,10 @@ async fn the_object_url_header_is_the_hosts_alone() {
             http::Method::GET,
             "/",
             bytes::Bytes::new(),
-            &[("hearth-object-url", "http://evil.example/"), ("x-kept", "1")],
+            &[
+                ("hearth-object-url", "http://evil.example/"),
+                ("x-kept", "1"),
+            ],
         )
         .await
         .expect("request");
@@ -186,5 +195,33 @@ async fn the_object_url_header_is_the_hosts_alone() {
         r.headers.get("x-echo-hearth-object-url").is_none(),
         "a client's hearth-object-url reached a Worker: {:?}",
         r.headers
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn objects_live_on_their_ring_home_whichever_node_calls() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = ClusterConfig::new(3, dir.path());
+    cfg.runtime = Arc::new(|c| c.instance_pool_size(32));
+    let c = TestCluster::with_config(cfg, None).await.expect("cluster");
+    deploy_counter(&c).await;
+    let names = ["a", "b", "c", "d", "e", "f", "g", "h"];
+    for name in names {
+        // Each front door in turn: one count, wherever the call comes from.
+        for (n, node) in [0, 1, 2, 0].into_iter().enumerate() {
+            let r = c
+                .get(node, "counter", &format!("/{name}/"))
+                .await
+                .expect("request");
+            assert_eq!(r.status, 200, "{name} via node {node}: {}", r.text());
+            assert_eq!(r.text(), (n + 1).to_string(), "{name} via node {node}");
+        }
+    }
+    // Each object was made resident once, on its home; the homes differ.
+    let opened: Vec<u64> = (0..3).map(|i| c.stats(i).runtime.objects_opened).collect();
+    assert_eq!(opened.iter().sum::<u64>(), names.len() as u64, "{opened:?}");
+    assert!(
+        opened.iter().filter(|n| **n > 0).count() >= 2,
+        "8 objects on one node of 3: {opened:?}"
     );
 }

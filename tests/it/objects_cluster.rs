@@ -90,15 +90,33 @@ async fn an_object_is_served_at_its_ring_home_and_fails_over_with_its_count() {
     c.kill(home);
     let door = (home + 1) % 3;
     let killed = Instant::now();
-    let r = c.get(door, "counter", "/global/").await.expect("request");
+    let mut r = c.get(door, "counter", "/global/").await.expect("request");
     let first = killed.elapsed();
     eprintln!(
         "objects failover: first request after the home's kill answered {} in {first:?} \
          (includes the ring dropping the dead home)",
         r.status
     );
+    // A call sent on a connection to the home that the kill was cutting
+    // may have reached it: that is a 502, never replayed by hearth (at
+    // most once). The client may try again; the count then shows whether
+    // the failed call ran (an error's request may count, an answered one
+    // always does).
+    let mut errors = 0;
+    while r.status == 502 && errors < 3 {
+        errors += 1;
+        eprintln!(
+            "objects failover: a 502 ({}), the client tries again",
+            r.text()
+        );
+        r = c.get(door, "counter", "/global/").await.expect("request");
+    }
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.text(), (N + 1).to_string(), "the count survived its home");
+    let count: u64 = r.text().parse().expect("a count");
+    assert!(
+        count == N + 1 || (errors > 0 && count > N && count <= N + 1 + errors),
+        "the count survived its home: {count} after {N} and {errors} errors"
+    );
     c.wait_for_ring(2, Duration::from_secs(15))
         .await
         .expect("every survivor's ring dropped the dead home");
@@ -122,7 +140,7 @@ async fn an_object_is_served_at_its_ring_home_and_fails_over_with_its_count() {
     let r2 = c.get(other, "counter", "/global/").await.expect("request");
     assert_eq!(
         (r.status, r.text(), r2.status, r2.text()),
-        (200, (N + 2).to_string(), 200, (N + 3).to_string())
+        (200, (count + 1).to_string(), 200, (count + 2).to_string())
     );
     let opened = objects_opened(&c);
     assert_eq!(

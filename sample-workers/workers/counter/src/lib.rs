@@ -19,7 +19,8 @@
 //! As the **front Worker**: `/<name>/<rest>` calls object `<name>`
 //! (`id_from_name`) with `/<rest>`; `/id/<id>/<rest>` calls the object of
 //! ID `<id>` (`id_from_string`); `?binding=B` uses binding `B` instead of
-//! `COUNTER`; `?url=U` gives the object the URL `U`. An ID error is 400,
+//! `COUNTER`; `?url=U` gives the object the URL `U` (else the query goes
+//! on to the object). An ID error is 400,
 //! a failed call 502, each with the error in the body. `/storage` tries the
 //! storage outside an object: 409 with the error.
 
@@ -88,7 +89,7 @@ fn object(req: &Request, me: objects::ThisObject) -> Result<Response, storage::S
 
 fn front(req: &Request) -> Response {
     let path = req.path();
-    let (route, _) = path.split_once('?').unwrap_or((path, ""));
+    let (route, query_string) = path.split_once('?').unwrap_or((path, ""));
     if route == "/storage" {
         return match storage::get("n") {
             Ok(_) => Response::new(200, "storage answered outside an object"),
@@ -112,7 +113,8 @@ fn front(req: &Request) -> Response {
     };
     let target = match query(path, "url") {
         Some(url) => url.to_owned(),
-        None => format!("/{rest}"),
+        None if query_string.is_empty() => format!("/{rest}"),
+        None => format!("/{rest}?{query_string}"),
     };
     match ns.get(&id).fetch(Request::get(&target)) {
         Ok(r) => r,
