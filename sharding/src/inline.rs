@@ -47,9 +47,9 @@ pub(crate) enum Gathered {
     Streaming(Body),
 }
 
-/// [`gather`] for callers outside this crate: the whole body if it is
-/// small and complete (as for an inline `call`), else an equivalent body
-/// that replays what was read. The node uses it to hold a Durable Object
+/// The crate's gathering of a body (as for an inline `call`), for callers
+/// outside it: the whole body if it is small and complete, else an
+/// equivalent body that replays what was read. The node uses it to hold a Durable Object
 /// request it may send again.
 pub async fn whole(body: Body, limit: usize) -> Result<Bytes, Body> {
     match gather(body, limit).await {
