@@ -294,15 +294,7 @@ impl Caller {
         {
             parts.uri = url;
         }
-        strip_host_headers(&mut parts.headers);
-        if let Ok(v) = http::HeaderValue::from_str(&self.script_id) {
-            parts.headers.insert(CALLER_HEADER, v);
-        }
-        parts
-            .headers
-            .insert(DEPTH_HEADER, http::HeaderValue::from(depth));
-        self.mark.carry(&mut parts.headers);
-        parts.extensions = http::Extensions::new();
+        self.nested_head(&mut parts, depth);
         let body = crate::body::boxed(body);
         Stats::bump(&self.stats.nested_calls);
         let call = NestedCall {
@@ -369,6 +361,21 @@ impl Caller {
         }
     }
 
+    /// Makes `parts` the head of a nested call at level `depth`: the
+    /// guest's host headers dropped, the host's caller, depth and loop
+    /// mark set, and no extensions of the guest's request carried over.
+    fn nested_head(&self, parts: &mut http::request::Parts, depth: usize) {
+        strip_host_headers(&mut parts.headers);
+        if let Ok(v) = http::HeaderValue::from_str(&self.script_id) {
+            parts.headers.insert(CALLER_HEADER, v);
+        }
+        parts
+            .headers
+            .insert(DEPTH_HEADER, http::HeaderValue::from(depth));
+        self.mark.carry(&mut parts.headers);
+        parts.extensions = http::Extensions::new();
+    }
+
     /// A request to the Durable Object `key` from a runtime without a node
     /// (no invoker, so no ring: this runtime is every object's home): made
     /// one more level of the flow (as a binding's call), its URL the
@@ -405,15 +412,7 @@ impl Caller {
         if let Some(url) = url {
             parts.uri = url;
         }
-        strip_host_headers(&mut parts.headers);
-        if let Ok(v) = http::HeaderValue::from_str(&self.script_id) {
-            parts.headers.insert(CALLER_HEADER, v);
-        }
-        parts
-            .headers
-            .insert(DEPTH_HEADER, http::HeaderValue::from(depth));
-        self.mark.carry(&mut parts.headers);
-        parts.extensions = http::Extensions::new();
+        self.nested_head(&mut parts, depth);
         parts.extensions.insert(Flow {
             depth: depth - 1,
             cpu: Some((self.meter.budget().saturating_sub(self.meter.used())).min(flow_cpu.left())),
