@@ -20,7 +20,8 @@
 //! started from a config file, driven with `hearth` subcommands and raw
 //! HTTP/1.1 ([`HttpRequest`]), stopped with a [`Signal`]. [`Rollout`] runs
 //! three of them over a [`Garage`] bucket, under load, replaced one at a
-//! time. [`build_js`] builds a JS Worker's
+//! time; [`Etcd`] is the fence Durable Objects' heads use when nodes share
+//! no disk. [`build_js`] builds a JS Worker's
 //! module into a component with hearth's JS engine; tests and benches that
 //! build the JS samples with `hearth build` find their npm trees with
 //! [`hono_sample`] and [`js_toolchain`]; [`Workerd`] serves one on
@@ -42,6 +43,8 @@ use hearth_sharding::rpc::RpcStats;
 
 use crate::cluster::{ClusterConfig, ClusterError, LoopbackCluster};
 
+mod etcd;
+pub use etcd::{Etcd, EtcdError};
 mod garage;
 pub use garage::{Garage, GarageError};
 mod js;

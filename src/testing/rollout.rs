@@ -278,6 +278,20 @@ impl Rollout {
         workers: usize,
         origin_delay: Duration,
     ) -> Result<Rollout, RolloutError> {
+        Rollout::start_with(binary, garage, nodes, workers, origin_delay, "").await
+    }
+
+    /// [`Rollout::start`] with `extra_config` (TOML tables, such as
+    /// `[objects]`) appended to every node's config file. With no Workers,
+    /// the caller deploys its own through [`Rollout::admin_client`].
+    pub async fn start_with(
+        binary: &Path,
+        garage: Garage,
+        nodes: usize,
+        workers: usize,
+        origin_delay: Duration,
+        extra_config: &str,
+    ) -> Result<Rollout, RolloutError> {
         let dir = tempfile::tempdir().map_err(io("tempdir"))?;
         let d = dir.path();
         let hearth = Hearth::new(binary);
@@ -313,7 +327,7 @@ impl Rollout {
              admin_token = \"{TOKEN}\"\n\n[limits]\ndrain_timeout = \"10s\"\n\n\
              [egress]\nallow_private_addresses = true\n\n\
              [cluster]\nrpc = \"127.0.0.1:${{RPC_PORT}}\"\ngossip = \"127.0.0.1:${{GOSSIP_PORT}}\"\n\
-             seeds = [{seeds}]\ngossip_key = \"{gkey}\"\npki = \"{pki}\"\n\n{s3}",
+             seeds = [{seeds}]\ngossip_key = \"{gkey}\"\npki = \"{pki}\"\n\n{s3}\n{extra_config}",
             store = garage.url("rollout"),
             akey = "a7".repeat(32),
             seeds = seeds.join(", "),
@@ -432,6 +446,16 @@ impl Rollout {
             }
         }
         Ok(())
+    }
+
+    /// Node `i`'s front door (plain HTTP).
+    pub fn http(&self, i: usize) -> SocketAddr {
+        self.nodes[i].serve.http()
+    }
+
+    /// An admin client of node `i`, with the cluster's token.
+    pub fn admin_client(&self, i: usize) -> Result<hearth_admin_client::AdminClient, RolloutError> {
+        self.admin(&self.nodes[i])
     }
 
     fn admin(&self, n: &Node) -> Result<hearth_admin_client::AdminClient, RolloutError> {

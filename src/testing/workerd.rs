@@ -120,6 +120,27 @@ impl Workerd {
         module: &str,
         objects: &[(&str, &str)],
     ) -> Result<Workerd, WorkerdError> {
+        Workerd::serve_objects(module, objects, false)
+    }
+
+    /// [`Workerd::serve_with_objects`] with the objects stored on local
+    /// disk (workerd's `localDisk` storage, SQLite files in its temporary
+    /// directory): what a self-hosted workerd offers as durable, the
+    /// reference for the Durable Objects bench.
+    pub fn serve_with_objects_on_disk(
+        module: &str,
+        objects: &[(&str, &str)],
+    ) -> Result<Workerd, WorkerdError> {
+        Workerd::serve_objects(module, objects, true)
+    }
+
+    fn serve_objects(
+        module: &str,
+        objects: &[(&str, &str)],
+        on_disk: bool,
+    ) -> Result<Workerd, WorkerdError> {
+        let dir = tempfile::tempdir()?;
+        let mut services = String::new();
         let mut extra = String::new();
         if !objects.is_empty() {
             let bindings: Vec<String> = objects
@@ -134,15 +155,25 @@ impl Workerd {
                     format!("(className = \"{class}\", uniqueKey = \"hearth-test-{class}\")")
                 })
                 .collect();
+            let storage = if on_disk {
+                let objects_dir = dir.path().join("objects");
+                std::fs::create_dir_all(&objects_dir)?;
+                services = format!(
+                    ", (name = \"objects-disk\", disk = (path = \"{}\", writable = true))",
+                    objects_dir.display()
+                );
+                "localDisk = \"objects-disk\""
+            } else {
+                "inMemory = void"
+            };
             extra = format!(
                 "  bindings = [ {} ],\n  durableObjectNamespaces = [ {} ],\n  \
-                 durableObjectStorage = (inMemory = void),\n",
+                 durableObjectStorage = ({storage}),\n",
                 bindings.join(", "),
                 classes.join(", ")
             );
         }
         let binary = workerd_binary()?;
-        let dir = tempfile::tempdir()?;
         let addr = SocketAddr::from(([127, 0, 0, 1], super::tcp_port()?));
         std::fs::write(dir.path().join("worker.mjs"), module)?;
         std::fs::write(
@@ -150,7 +181,7 @@ impl Workerd {
             format!(
                 r#"using Workerd = import "/workerd/workerd.capnp";
 const config :Workerd.Config = (
-  services = [ (name = "main", worker = .worker) ],
+  services = [ (name = "main", worker = .worker){services} ],
   sockets = [ (name = "http", address = "{addr}", http = (), service = "main") ],
 );
 const worker :Workerd.Worker = (
