@@ -3,6 +3,9 @@
 //! same Zipf-distributed traffic run twice: once with sharding off (each
 //! request to a random node, as a plain load balancer would) and once with
 //! sharding on. Prints the two side by side.
+//!
+//! `hearth demo objects` ([`objects`]) is the second demo: Durable Objects
+//! spread over the ring, and surviving the loss of a node.
 
 use std::time::{Duration, Instant};
 
@@ -18,6 +21,8 @@ use crate::cluster::ClusterConfig;
 use crate::plot::{Panel, Series};
 use crate::testing::{TestCluster, TestError};
 use hearth_simulate::Zipf;
+
+pub mod objects;
 
 /// Why the demo stopped: bad flags, or the step that failed and its cause.
 #[derive(Debug, thiserror::Error)]
@@ -47,11 +52,17 @@ pub enum DemoError {
     /// The report could not be encoded as JSON.
     #[error(transparent)]
     Json(#[from] serde_json::Error),
+    /// A step of the demo did not go as it must; the message says which.
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// Flags of `hearth demo`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct DemoArgs {
+    /// Another demo instead of the sharding one.
+    #[command(subcommand)]
+    pub other: Option<OtherDemo>,
     /// Nodes in the cluster.
     #[arg(long, default_value_t = 3)]
     pub nodes: usize,
@@ -80,6 +91,13 @@ pub struct DemoArgs {
     /// Where to write the PNG plot of warm rate and evictions over time.
     #[arg(long, default_value = "hearth-demo.png")]
     pub plot: std::path::PathBuf,
+}
+
+/// The other demos `hearth demo` runs.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum OtherDemo {
+    /// Durable Objects spread over the ring, and surviving a node's loss.
+    Objects(objects::ObjectsDemoArgs),
 }
 
 impl DemoArgs {

@@ -1,12 +1,14 @@
 //! The demo end to end on a small setting: both modes run on the same
 //! traffic, the JSON has the documented keys, and the plot is written.
 
+use hearth::demo::objects::ObjectsDemoArgs;
 use hearth::demo::{DemoArgs, DemoError, run};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_compares_both_modes_and_writes_json_and_plot() {
     let dir = tempfile::tempdir().expect("tempdir");
     let args = DemoArgs {
+        other: None,
         nodes: 3,
         workers: 30,
         requests: 600,
@@ -55,6 +57,7 @@ async fn demo_compares_both_modes_and_writes_json_and_plot() {
 async fn demo_refuses_flags_it_cannot_run_with_and_names_the_flag() {
     let dir = tempfile::tempdir().expect("tempdir");
     let args = |nodes, exponent| DemoArgs {
+        other: None,
         nodes,
         workers: 3,
         requests: 3,
@@ -72,4 +75,48 @@ async fn demo_refuses_flags_it_cannot_run_with_and_names_the_flag() {
         }
     }
     assert!(!dir.path().join("never.png").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_objects_demo_spreads_counters_and_each_counts_on_after_a_node_stops() {
+    let report = hearth::demo::objects::run(ObjectsDemoArgs {
+        nodes: 3,
+        objects: 9,
+        increments: 2,
+    })
+    .await
+    .expect("objects demo");
+    assert_eq!(report.counted_on, 9, "{report:?}");
+    let homed: usize = report.nodes.iter().map(|n| n.homes_before).sum();
+    assert_eq!(homed, 9, "every counter has one home: {report:?}");
+    assert!(
+        report.nodes.iter().filter(|n| n.homes_before > 0).count() >= 2,
+        "counters spread over the ring: {report:?}"
+    );
+    for n in &report.nodes {
+        // Only a counter's home serves it: each increment once, plus the
+        // reads of nothing (IDs are made by the Worker, not the object).
+        assert_eq!(n.served_before, 2 * n.homes_before as u64, "{n:?}");
+    }
+    let after: usize = report.nodes.iter().map(|n| n.homes_after).sum();
+    assert_eq!(after, 9, "every counter has a home among the survivors");
+    let stopped = report
+        .nodes
+        .iter()
+        .find(|n| n.id == report.stopped)
+        .expect("the stopped node");
+    assert_eq!(stopped.homes_before, report.moved);
+    assert!(report.moved > 0);
+}
+
+#[tokio::test]
+async fn the_objects_demo_refuses_a_cluster_it_cannot_stop_a_node_of() {
+    let err = hearth::demo::objects::run(ObjectsDemoArgs {
+        nodes: 1,
+        objects: 3,
+        increments: 1,
+    })
+    .await
+    .expect_err("one node");
+    assert!(err.to_string().contains("--nodes"), "{err}");
 }

@@ -102,7 +102,9 @@ enum Command {
     /// Start a cluster of N nodes on loopback (one shared store) and
     /// serve until interrupted.
     Cluster(cluster::ClusterArgs),
-    /// The main job: sharding off vs on, on the same power-law traffic.
+    /// The main job: sharding off vs on, on the same power-law traffic
+    /// (`hearth demo objects`: Durable Objects over the ring, through a
+    /// node's loss).
     #[cfg(feature = "demo")]
     Demo(hearth::demo::DemoArgs),
     /// Simulate one data center, sharded vs unsharded.
@@ -190,7 +192,14 @@ async fn run(command: Command) -> anyhow::Result<()> {
         }
         #[cfg(feature = "demo")]
         Command::Demo(args) => {
-            hearth::demo::run(args).await?;
+            match args.other {
+                Some(hearth::demo::OtherDemo::Objects(args)) => {
+                    hearth::demo::objects::run(args).await?;
+                }
+                None => {
+                    hearth::demo::run(args).await?;
+                }
+            }
             Ok(())
         }
         Command::Bench(args) => {
