@@ -286,12 +286,18 @@ impl NodeObjects {
         let served = worker.serve_pinned(req, pinned).await.map(|(r, _)| r);
         // The input gate stays closed until the handler returns; then the
         // writes made after the head are flushed and the instance goes back.
+        // An instance that failed (a trap, a CPU, memory or wall-time limit)
+        // does not come back: the writes its request made since its last
+        // flush were never confirmed to anyone and are dropped with the
+        // working copy; the next request reopens the object from what was
+        // durable.
         tokio::spawn(async move {
             let instance = returned.await.ok();
-            let failed = object.lost() || object.flush().await.is_err();
+            let failed = instance.is_none() || object.lost() || object.flush().await.is_err();
             if failed {
-                // A failed flush: neither the instance nor the storage may
-                // serve again; the next request reopens the object.
+                // A failed instance or flush: neither the instance nor the
+                // working copy may serve again; the next request reopens
+                // the object.
                 slot.instance = None;
                 slot.storage = None;
             } else {
