@@ -14,7 +14,7 @@ use hearth::testing::{HttpRequest, NodeProcess, Process, ServeCommand, Signal};
 
 use crate::{free_port, hearth};
 
-fn free_udp_port() -> u16 {
+pub(crate) fn free_udp_port() -> u16 {
     hearth::testing::udp_port().expect("a free UDP port")
 }
 
@@ -23,7 +23,7 @@ fn free_udp_port() -> u16 {
 /// as names, the way a Kubernetes ConfigMap shared by a StatefulSet's pods
 /// writes them. (The Worker and admin ports differ by flag: on one host
 /// they cannot be the same.)
-fn shared_config(dir: &Path, gossip_ports: &[u16]) -> std::path::PathBuf {
+pub(crate) fn shared_config(dir: &Path, gossip_ports: &[u16]) -> std::path::PathBuf {
     let seeds: Vec<String> = gossip_ports
         .iter()
         .map(|p| format!("\"localhost:{p}\""))

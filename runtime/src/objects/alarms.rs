@@ -36,6 +36,10 @@
 //!   (same node) or at the next poll, so it fires at most about
 //!   [`ALARM_POLL`] late (plus the fence's answer time).
 //!
+//! An alarm whose last try failed before its handler could run (its
+//! script or storage unavailable) cannot be deleted; this node then leaves
+//! it alone (it stays in storage, and a new home would try it again).
+//!
 //! One alarm time of one object is fired by one task of a node at a time;
 //! the input gate serializes it with the object's other requests.
 //!
@@ -170,7 +174,10 @@ async fn fire(weak: Weak<NodeObjects>, key: ObjectKey, at: u64, running: Running
                 if last {
                     tracing::warn!(object = %ring_key, %error, retries = retry,
                         "a Durable Object alarm failed its last retry: it is deleted");
-                    break;
+                    // Stays marked as under way: if its deletion could not
+                    // be made (the object could not even be loaded), this
+                    // node does not start over on it.
+                    return;
                 }
                 tracing::info!(object = %ring_key, %error, retry, next_in = ?backoff,
                     "a Durable Object alarm failed: retrying");
