@@ -9,7 +9,7 @@
 //! without loading objects ([`hearth_objects::Objects::due_alarms`]).
 //!
 //! Each node runs one scheduler task. Every [`ALARM_POLL`] (or at once when
-//! an object here just made an alarm durable) it asks the fence for the
+//! an object here just made durable an alarm due before then) it asks the fence for the
 //! alarms due before the next poll, keeps those of objects whose ring home
 //! is this node ([`NodeObjects::set_home_check`]; a runtime without a node
 //! is every object's home), and for each one not already under way waits
@@ -69,6 +69,9 @@ pub const ALARM_MAX_RETRIES: u32 = 6;
 pub const ALARM_FIRST_BACKOFF: Duration = Duration::from_secs(2);
 /// Alarms one poll reads at most (the earliest ones).
 const ALARMS_PER_POLL: usize = 1000;
+/// The least time between two polls, however often objects wake the
+/// scheduler.
+const MIN_POLL_GAP: Duration = Duration::from_millis(50);
 
 /// The alarms under way on this node: (ring key, time).
 type Running = Arc<Mutex<HashSet<(String, u64)>>>;
@@ -82,6 +85,12 @@ fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Whether an alarm at `at_ms` is due before the scheduler's next regular
+/// poll: then an object that just made it durable wakes the scheduler.
+pub(crate) fn due_before_next_poll(at_ms: u64) -> bool {
+    at_ms <= now_ms().saturating_add(ALARM_POLL.as_millis() as u64)
 }
 
 /// Starts the node's alarm scheduler (see the module docs). It holds the
@@ -111,6 +120,8 @@ pub(crate) fn start(objects: &Arc<NodeObjects>) {
                 }
                 Err(error) => tracing::debug!(%error, "cannot read due Durable Object alarms"),
             }
+            drop(objects);
+            tokio::time::sleep(MIN_POLL_GAP).await;
         }
     });
 }

@@ -374,18 +374,10 @@ impl NodeObjects {
                 }
             }
             let failed = object.lost() || object.flush().await.is_err();
-            if !failed
-                && object
-                    .storage
-                    .lock()
-                    .await
-                    .get_alarm()
-                    .ok()
-                    .flatten()
-                    .is_some()
-            {
-                // An alarm is pending (maybe just set): the scheduler
-                // looks now rather than at its next poll.
+            let alarm = object.storage.lock().await.get_alarm().ok().flatten();
+            if !failed && alarm.is_some_and(crate::objects::alarms::due_before_next_poll) {
+                // An alarm due before the scheduler's next poll (maybe just
+                // set): it looks now instead.
                 nudge.notify_one();
             }
             if failed {
