@@ -61,9 +61,9 @@
 //! heads in the fence the config names ([`ObjectFence`]: an embedded
 //! SQLite file under the store directory by default, or etcd).
 //!
-//! **Alarms** ([`alarms`]): an object's alarm is a write kept in its head;
-//! each node's scheduler polls the fence for due alarms and fires those of
-//! objects homed here through the input gate, with the header
+//! **Alarms** (`objects/alarms.rs`): an object's alarm is a write kept in
+//! its head; each node's scheduler polls the fence for due alarms and fires
+//! those of objects homed here through the input gate, with the header
 //! [`ALARM_HEADER`] (host-only, stripped like [`OBJECT_URL_HEADER`]),
 //! retrying failures with backoff; a new home fires what an old one left.
 //!
