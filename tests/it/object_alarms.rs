@@ -23,7 +23,7 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
 use hearth::sharding::ring::{Member, Ring, RingConfig};
-use hearth::testing::{NodeProcess, ServeCommand, Signal};
+use hearth::testing::{NodeProcess, Signal};
 use hearth_runtime::{Lifecycle, Manifest, Runtime, RuntimeConfig, body};
 
 /// `path` (with its `?o=` object) asked of the Worker: status and JSON.
@@ -216,25 +216,8 @@ fn an_alarm_left_by_a_killed_home_fires_on_its_new_home() {
     let name = object_homed_at(&members, "node-2");
     let gossip: Vec<u16> = ports.iter().map(|p| p.1).collect();
     let cfg = crate::serve::shared_config(d, &gossip);
-    let mut nodes: Vec<NodeProcess> = (0..2)
-        .map(|i| {
-            ServeCommand::new(&crate::hearth(), d.join(format!("node-{}.log", i + 1)))
-                .expect("ports")
-                .config(&cfg)
-                .env("HOSTNAME", format!("node-{}", i + 1))
-                .env("RPC_PORT", ports[i].0.to_string())
-                .env("GOSSIP_PORT", ports[i].1.to_string())
-                .spawn()
-                .expect("spawn hearth serve")
-        })
-        .collect();
-    let logs = || {
-        format!(
-            "node logs:\n{}\n{}",
-            std::fs::read_to_string(d.join("node-1.log")).unwrap_or_default(),
-            std::fs::read_to_string(d.join("node-2.log")).unwrap_or_default()
-        )
-    };
+    let mut nodes = crate::serve::spawn_nodes(d, &cfg, &ports);
+    let logs = || crate::serve::node_logs(d, 2);
     for node in &nodes {
         node.wait_ready(Duration::from_secs(30))
             .unwrap_or_else(|e| panic!("{e}; {}", logs()));

@@ -18,6 +18,11 @@ fn node(fence: &Arc<dyn Fence>, blobs: &Arc<dyn BlobStore>) -> Objects {
     )
 }
 
+/// The alarms due at `now_ms` (at most 10), as `objects` finds them.
+async fn due(objects: &Objects, now_ms: u64) -> Vec<(String, u64)> {
+    objects.due_alarms(now_ms, 10).await.expect("due")
+}
+
 fn other() -> ObjectKey {
     let namespace = Namespace::new("app", "Counter");
     let id = namespace.id_from_name("other");
@@ -31,36 +36,20 @@ async fn alarms_are_durable_fenced_and_found(fence: Arc<dyn Fence>, blobs: Arc<d
     let ring_key = counter().ring_key();
     let mut a = objects.open(&counter()).await.expect("A opens");
     assert_eq!(a.get_alarm(), Ok(None));
-    assert!(
-        objects
-            .due_alarms(u64::MAX >> 2, 10)
-            .await
-            .expect("due")
-            .is_empty()
-    );
+    assert!(due(&objects, u64::MAX >> 2).await.is_empty());
 
     a.set_alarm(5_000).expect("set");
     assert_eq!(a.get_alarm(), Ok(Some(5_000)), "visible at once");
     assert!(a.has_unflushed(), "an alarm alone is a write to flush");
     assert!(
-        objects
-            .due_alarms(10_000, 10)
-            .await
-            .expect("due")
-            .is_empty(),
+        due(&objects, 10_000).await.is_empty(),
         "not durable before the flush"
     );
     a.flush().await.expect("flush of the alarm alone");
     assert!(!a.has_unflushed());
     assert_eq!(a.head().alarm, Some(5_000));
-    assert!(
-        objects.due_alarms(4_999, 10).await.expect("due").is_empty(),
-        "not due yet"
-    );
-    assert_eq!(
-        objects.due_alarms(5_000, 10).await.expect("due"),
-        vec![(ring_key.clone(), 5_000)]
-    );
+    assert!(due(&objects, 4_999).await.is_empty(), "not due yet");
+    assert_eq!(due(&objects, 5_000).await, vec![(ring_key.clone(), 5_000)]);
 
     // Replaced by a later set; undone by a rollback.
     a.transaction_begin().expect("begin");
@@ -77,7 +66,7 @@ async fn alarms_are_durable_fenced_and_found(fence: Arc<dyn Fence>, blobs: Arc<d
     put(&mut a, "k", "v");
     a.flush().await.expect("flush with a segment");
     assert_eq!(
-        objects.due_alarms(8_000, 10).await.expect("due"),
+        due(&objects, 8_000).await,
         vec![(ring_key.clone(), 7_000)],
         "one alarm per object: the set replaced the earlier one"
     );
@@ -87,16 +76,13 @@ async fn alarms_are_durable_fenced_and_found(fence: Arc<dyn Fence>, blobs: Arc<d
     o.set_alarm(6_000).expect("set");
     o.flush().await.expect("flush");
     assert_eq!(
-        objects.due_alarms(8_000, 10).await.expect("due"),
+        due(&objects, 8_000).await,
         vec![(other().ring_key(), 6_000), (ring_key.clone(), 7_000)]
     );
     assert_eq!(objects.due_alarms(8_000, 1).await.expect("due").len(), 1);
     o.delete_alarm().expect("delete");
     o.flush().await.expect("flush of the deletion");
-    assert_eq!(
-        objects.due_alarms(8_000, 10).await.expect("due"),
-        vec![(ring_key.clone(), 7_000)]
-    );
+    assert_eq!(due(&objects, 8_000).await, vec![(ring_key.clone(), 7_000)]);
 
     // A new owner restores the alarm; the old one can no longer move it.
     let mut b = node(&fence, &blobs)
@@ -107,19 +93,13 @@ async fn alarms_are_durable_fenced_and_found(fence: Arc<dyn Fence>, blobs: Arc<d
     a.delete_alarm().expect("A's working copy changes");
     assert_eq!(a.flush().await, Err(StorageError::Superseded));
     assert_eq!(
-        objects.due_alarms(8_000, 10).await.expect("due"),
+        due(&objects, 8_000).await,
         vec![(ring_key.clone(), 7_000)],
         "a superseded owner's deletion never lands"
     );
     b.delete_alarm().expect("delete");
     b.flush().await.expect("flush");
-    assert!(
-        objects
-            .due_alarms(u64::MAX >> 2, 10)
-            .await
-            .expect("due")
-            .is_empty()
-    );
+    assert!(due(&objects, u64::MAX >> 2).await.is_empty());
     let mut c = node(&fence, &blobs)
         .open(&counter())
         .await
