@@ -9,14 +9,15 @@
 //! without loading objects ([`hearth_objects::Objects::due_alarms`]).
 //!
 //! Each node runs one scheduler task. Every [`ALARM_POLL`] (or at once when
-//! an object here just made durable an alarm due before then) it asks the fence for the
-//! alarms due before the next poll, keeps those of objects whose ring home
-//! is this node ([`NodeObjects::set_home_check`]; a runtime without a node
-//! is every object's home), and for each one not already under way waits
-//! until its time and fires it: the object is called through its input
-//! gate like any request ([`NodeObjects::serve_alarm`]), on its home only,
-//! with the header [`ALARM_HEADER`] carrying the retry count (`0` on the
-//! first try). The handler answers 2xx when it succeeded.
+//! an object here just made durable an alarm due before then) it asks the
+//! fence for the alarms due before the next poll, keeps those of objects
+//! whose ring home is this node ([`NodeObjects::set_home_check`]; a runtime
+//! without a node is every object's home), and for each one not already
+//! under way waits until its time and fires it: the object is called
+//! through its input gate like any request ([`NodeObjects::serve_alarm`]),
+//! on its home only, with the header [`ALARM_HEADER`] carrying the retry
+//! count (`0` on the first try). The handler answers 2xx when it
+//! succeeded.
 //!
 //! - **Once the gate is taken** the object's alarm must still be the time
 //!   that fired, or nothing runs (it was deleted or moved meanwhile).
