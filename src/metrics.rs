@@ -510,6 +510,16 @@ impl Collector for RuntimeCollector {
                 s.objects_evicted,
             ),
             (
+                "hearth_object_alarms_fired",
+                "Durable Object alarms whose handler ran and succeeded on this node",
+                s.object_alarms_fired,
+            ),
+            (
+                "hearth_object_alarms_failed",
+                "Tries of a Durable Object alarm handler that failed on this node (retried with backoff)",
+                s.object_alarms_failed,
+            ),
+            (
                 "hearth_egress_idle_closed",
                 "Idle connections to origins closed to make room under the node's connection cap",
                 s.subrequests.idle_closed,

@@ -534,7 +534,18 @@ impl Node {
         self.state
             .metrics
             .observe_ring(link.self_id.clone(), link.ring.clone());
+        let ring = link.ring.clone();
+        let self_id = link.self_id.clone();
         if self.state.link.set(link).is_ok() {
+            // The alarm scheduler fires only the alarms of objects homed here.
+            self.state
+                .runtime
+                .objects()
+                .set_home_check(Box::new(move |ring_key| {
+                    ring.load()
+                        .home(ring_key)
+                        .is_none_or(|home| home.id == self_id)
+                }));
             self.watch_object_homes();
         }
         self

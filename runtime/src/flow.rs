@@ -81,8 +81,9 @@ use crate::outbound::bindings::{Bindings, CallKind};
 /// Prefix of the headers only the host sets on a nested request; a
 /// guest's own are removed.
 pub const HOST_HEADER_PREFIX: &str = "x-hearth-";
-/// Removes every [`HOST_HEADER_PREFIX`] header from `headers`, and
-/// [`OBJECT_URL_HEADER`](crate::objects::OBJECT_URL_HEADER): only the
+/// Removes every [`HOST_HEADER_PREFIX`] header from `headers`,
+/// [`OBJECT_URL_HEADER`](crate::objects::OBJECT_URL_HEADER) and
+/// [`ALARM_HEADER`](crate::objects::ALARM_HEADER): only the
 /// host may set them, so whatever a client or a guest sent is dropped
 /// before a Worker sees the request (at every front door, and on every
 /// nested call; a request to an object reads its URL header first).
@@ -92,6 +93,7 @@ pub fn strip_host_headers(headers: &mut http::HeaderMap) {
         .filter(|k| {
             k.as_str().starts_with(HOST_HEADER_PREFIX)
                 || k.as_str() == crate::objects::OBJECT_URL_HEADER
+                || k.as_str() == crate::objects::ALARM_HEADER
         })
         .cloned()
         .collect();

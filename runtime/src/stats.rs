@@ -63,6 +63,8 @@ pub struct Stats {
     pub(crate) object_requests: AtomicU64,
     pub(crate) objects_opened: AtomicU64,
     pub(crate) objects_evicted: AtomicU64,
+    pub(crate) object_alarms_fired: AtomicU64,
+    pub(crate) object_alarms_failed: AtomicU64,
 }
 
 impl Stats {
@@ -204,6 +206,12 @@ pub struct StatsSnapshot {
     pub objects_opened: u64,
     /// Idle objects evicted past `objects.max_resident`.
     pub objects_evicted: u64,
+    /// Durable Object alarms whose handler ran and succeeded on this node
+    /// ([`crate::objects`]).
+    pub object_alarms_fired: u64,
+    /// Tries of a Durable Object alarm handler that failed on this node
+    /// (each is retried with backoff, up to a limit).
+    pub object_alarms_failed: u64,
     /// Bytes live instances hold now against the node's instance memory
     /// cap: linear memories, tables and each one's host reserve.
     pub instance_bytes: u64,
@@ -276,6 +284,8 @@ impl StatsSnapshot {
             object_requests: g(&s.object_requests),
             objects_opened: g(&s.objects_opened),
             objects_evicted: g(&s.objects_evicted),
+            object_alarms_fired: g(&s.object_alarms_fired),
+            object_alarms_failed: g(&s.object_alarms_failed),
             instance_bytes,
             resident_workers,
             resident_bytes,

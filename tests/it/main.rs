@@ -40,6 +40,7 @@ mod js_web;
 mod js_web_inputs;
 mod loops;
 mod nested;
+mod object_alarms;
 mod object_limits;
 mod objects;
 mod objects_cluster;

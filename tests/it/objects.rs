@@ -184,6 +184,7 @@ async fn the_object_url_header_is_the_hosts_alone() {
             bytes::Bytes::new(),
             &[
                 ("hearth-object-url", "http://evil.example/"),
+                ("hearth-object-alarm", "0"),
                 ("x-kept", "1"),
             ],
         )
@@ -194,6 +195,11 @@ async fn the_object_url_header_is_the_hosts_alone() {
     assert!(
         r.headers.get("x-echo-hearth-object-url").is_none(),
         "a client's hearth-object-url reached a Worker: {:?}",
+        r.headers
+    );
+    assert!(
+        r.headers.get("x-echo-hearth-object-alarm").is_none(),
+        "a client's hearth-object-alarm reached a Worker: {:?}",
         r.headers
     );
 }

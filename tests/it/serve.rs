@@ -14,7 +14,7 @@ use hearth::testing::{HttpRequest, NodeProcess, Process, ServeCommand, Signal};
 
 use crate::{free_port, hearth};
 
-fn free_udp_port() -> u16 {
+pub(crate) fn free_udp_port() -> u16 {
     hearth::testing::udp_port().expect("a free UDP port")
 }
 
@@ -23,7 +23,7 @@ fn free_udp_port() -> u16 {
 /// as names, the way a Kubernetes ConfigMap shared by a StatefulSet's pods
 /// writes them. (The Worker and admin ports differ by flag: on one host
 /// they cannot be the same.)
-fn shared_config(dir: &Path, gossip_ports: &[u16]) -> std::path::PathBuf {
+pub(crate) fn shared_config(dir: &Path, gossip_ports: &[u16]) -> std::path::PathBuf {
     let seeds: Vec<String> = gossip_ports
         .iter()
         .map(|p| format!("\"localhost:{p}\""))
@@ -40,6 +40,35 @@ fn shared_config(dir: &Path, gossip_ports: &[u16]) -> std::path::PathBuf {
     let path = dir.join("hearth.toml");
     std::fs::write(&path, text).expect("write config");
     path
+}
+
+/// `hearth serve` as node-1, node-2, ... (IDs from `$HOSTNAME`), each
+/// with the shared config `cfg` and its (RPC, gossip) ports, logging to
+/// `<dir>/node-<n>.log`.
+pub(crate) fn spawn_nodes(dir: &Path, cfg: &Path, ports: &[(u16, u16)]) -> Vec<NodeProcess> {
+    ports
+        .iter()
+        .enumerate()
+        .map(|(i, (rpc, gossip))| {
+            ServeCommand::new(&hearth(), dir.join(format!("node-{}.log", i + 1)))
+                .expect("ports")
+                .config(cfg)
+                .env("HOSTNAME", format!("node-{}", i + 1))
+                .env("RPC_PORT", rpc.to_string())
+                .env("GOSSIP_PORT", gossip.to_string())
+                .spawn()
+                .expect("spawn hearth serve")
+        })
+        .collect()
+}
+
+/// The logs of the `nodes` nodes [`spawn_nodes`] started in `dir`, for a
+/// failure's message.
+pub(crate) fn node_logs(dir: &Path, nodes: usize) -> String {
+    let logs: Vec<String> = (1..=nodes)
+        .map(|n| std::fs::read_to_string(dir.join(format!("node-{n}.log"))).unwrap_or_default())
+        .collect();
+    format!("node logs:\n{}", logs.join("\n"))
 }
 
 #[test]
@@ -75,27 +104,9 @@ fn two_serve_processes_shard_and_drain() {
 
     let gossip: Vec<u16> = cluster.iter().map(|c| c.1).collect();
     let cfg = shared_config(d, &gossip);
-    let mut nodes: Vec<NodeProcess> = (0..2)
-        .map(|i| {
-            let (rpc, gossip) = cluster[i];
-            ServeCommand::new(&hearth(), d.join(format!("node-{}.log", i + 1)))
-                .expect("ports")
-                .config(&cfg)
-                .env("HOSTNAME", format!("node-{}", i + 1))
-                .env("RPC_PORT", rpc.to_string())
-                .env("GOSSIP_PORT", gossip.to_string())
-                .spawn()
-                .expect("spawn hearth serve")
-        })
-        .collect();
+    let mut nodes = spawn_nodes(d, &cfg, &cluster);
     let host = format!("{id}.localhost");
-    let logs = || {
-        format!(
-            "node logs:\n{}\n{}",
-            std::fs::read_to_string(d.join("node-1.log")).unwrap_or_default(),
-            std::fs::read_to_string(d.join("node-2.log")).unwrap_or_default()
-        )
-    };
+    let logs = || node_logs(d, 2);
     // Both join through the seeds' names: ready once each has met the
     // other (and proved its node ID).
     for node in &nodes {

@@ -7,6 +7,14 @@
 //! transaction's revision is the new token. A claim bumps the revision, so
 //! every earlier owner's next advance fails its compare: superseded.
 //!
+//! An object with an alarm also has the key `<prefix>alarms/<ring key>`
+//! (its value the alarm time, decimal milliseconds since the Unix epoch),
+//! put or deleted in the same transaction as the head, so only the owner
+//! whose compare succeeds moves it. [`Fence::due_alarms`] reads the
+//! `alarms/` range and keeps the due ones: one range read per poll, which
+//! returns every pending alarm of the cluster (fine for thousands; etcd
+//! cannot filter by value).
+//!
 //! Spoken through etcd's v3 JSON gateway (`POST /v3/kv/range`,
 //! `/v3/kv/txn` on the client port, keys and values in base64), over the
 //! HTTP client hearth already links, rather than through the `etcd-client`
@@ -35,6 +43,8 @@ use crate::fence::{Claim, Fence, Head, decode_head, encode_head};
 /// How long one call to etcd may take before the fence reports it
 /// unreachable (and tries the next endpoint).
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// The part of the key prefix under which alarm times are kept.
+const ALARMS: &str = "alarms/";
 /// How many times a claim retries when other claimants keep moving the key
 /// between its read and its transaction.
 const CLAIM_ATTEMPTS: usize = 16;
@@ -150,15 +160,23 @@ impl EtcdFence {
         Ok((Some(decode_head(&value)?), number(kv, "mod_revision")?))
     }
 
-    /// Puts `head` under `key` if its `mod_revision` is still `revision`:
-    /// the new revision, or `None` when the compare failed.
+    /// Puts `head` under `ring_key`'s key if its `mod_revision` is still
+    /// `revision` (and, in the same transaction, puts or deletes its alarm
+    /// key): the new revision, or `None` when the compare failed.
     async fn put_if(
         &self,
-        key: &str,
+        ring_key: &str,
         revision: u64,
         head: &Head,
     ) -> Result<Option<u64>, ObjectsError> {
-        let key = BASE64.encode(key);
+        let key = BASE64.encode(self.key(ring_key));
+        let alarm_key = BASE64.encode(self.alarm_key(ring_key));
+        let alarm_op = match head.alarm {
+            Some(at) => json!({
+                "request_put": { "key": alarm_key, "value": BASE64.encode(at.to_string()) },
+            }),
+            None => json!({ "request_delete_range": { "key": alarm_key } }),
+        };
         let txn = json!({
             "compare": [{
                 "key": key,
@@ -168,7 +186,7 @@ impl EtcdFence {
             }],
             "success": [{
                 "request_put": { "key": key, "value": BASE64.encode(encode_head(head)?) },
-            }],
+            }, alarm_op],
         });
         let answer = self.call("/v3/kv/txn", &txn).await?;
         // proto3 JSON leaves out a false `succeeded`.
@@ -183,6 +201,12 @@ impl EtcdFence {
 
     fn key(&self, key: &str) -> String {
         format!("{}{key}", self.prefix)
+    }
+
+    /// Where the alarm time of the object `ring_key` is kept (ring keys
+    /// begin with `do:`, so this never names a head).
+    fn alarm_key(&self, ring_key: &str) -> String {
+        format!("{}{ALARMS}{ring_key}", self.prefix)
     }
 }
 
@@ -204,13 +228,13 @@ fn number(object: &Value, field: &str) -> Result<u64, ObjectsError> {
 
 #[async_trait::async_trait]
 impl Fence for EtcdFence {
-    async fn claim(&self, key: &str) -> Result<Claim, ObjectsError> {
-        let key = self.key(key);
+    async fn claim(&self, ring_key: &str) -> Result<Claim, ObjectsError> {
+        let key = self.key(ring_key);
         for _ in 0..CLAIM_ATTEMPTS {
             let (head, revision) = self.read(&key).await?;
             let mut head = head.unwrap_or_default();
             head.epoch += 1;
-            if let Some(token) = self.put_if(&key, revision, &head).await? {
+            if let Some(token) = self.put_if(ring_key, revision, &head).await? {
                 return Ok(Claim { head, token });
             }
         }
@@ -220,8 +244,57 @@ impl Fence for EtcdFence {
     }
 
     async fn advance(&self, key: &str, token: u64, head: &Head) -> Result<u64, ObjectsError> {
-        self.put_if(&self.key(key), token, head)
+        self.put_if(key, token, head)
             .await?
             .ok_or(ObjectsError::Superseded)
+    }
+
+    async fn due_alarms(
+        &self,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(String, u64)>, ObjectsError> {
+        let start = format!("{}{ALARMS}", self.prefix);
+        let mut end = start.clone().into_bytes();
+        // The range end: the prefix with its last byte incremented ('/'
+        // becomes '0'), so the range is every key that begins with it.
+        if let Some(last) = end.last_mut() {
+            *last += 1;
+        }
+        let answer = self
+            .call(
+                "/v3/kv/range",
+                &json!({ "key": BASE64.encode(&start), "range_end": BASE64.encode(&end) }),
+            )
+            .await?;
+        let mut due = Vec::new();
+        for kv in answer
+            .get("kvs")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let field = |name: &str| -> Result<String, ObjectsError> {
+                let text = kv.get(name).and_then(Value::as_str).unwrap_or("");
+                let bytes = BASE64
+                    .decode(text)
+                    .map_err(|e| ObjectsError::Corrupt(format!("etcd alarm {name}: {e}")))?;
+                String::from_utf8(bytes)
+                    .map_err(|_| ObjectsError::Corrupt(format!("etcd alarm {name} is not UTF-8")))
+            };
+            let key = field("key")?;
+            let Some(ring_key) = key.strip_prefix(&start) else {
+                continue;
+            };
+            let at: u64 = field("value")?.parse().map_err(|_| {
+                ObjectsError::Corrupt(format!("etcd alarm of {ring_key} is not a time"))
+            })?;
+            if at <= now_ms {
+                due.push((ring_key.to_owned(), at));
+            }
+        }
+        due.sort_by_key(|(_, at)| *at);
+        due.truncate(limit);
+        Ok(due)
     }
 }

@@ -30,6 +30,14 @@ pub struct Head {
     pub segments: Vec<BlobRef>,
     /// The object's stored bytes (keys and values) as of this head.
     pub bytes: u64,
+    /// When the object's alarm is due, in milliseconds since the Unix
+    /// epoch; `None` when none is set. Kept in the head so it is advanced
+    /// by the same compare-and-swap as the writes (a superseded owner
+    /// cannot set or clear it), and mirrored by the fence in a form
+    /// [`Fence::due_alarms`] finds without loading objects. Absent from
+    /// heads written before alarms existed, which decode as `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alarm: Option<u64>,
 }
 
 /// What a claim returns: the object's head, with the claimant's new epoch,
@@ -60,6 +68,17 @@ pub trait Fence: Send + Sync {
     /// new token; [`ObjectsError::Superseded`] otherwise, with nothing
     /// written.
     async fn advance(&self, key: &str, token: u64, head: &Head) -> Result<u64, ObjectsError>;
+
+    /// The objects whose alarm is due at `now_ms` (milliseconds since the
+    /// Unix epoch): `(ring key, alarm time)` pairs for heads whose
+    /// [`Head::alarm`] is at or before `now_ms`, earliest first, at most
+    /// `limit` of them. Read without claiming or loading anything: the
+    /// node's alarm scheduler polls it and fires the ones it is home of.
+    async fn due_alarms(
+        &self,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(String, u64)>, ObjectsError>;
 }
 
 /// A head as stored in a fence (JSON: readable with `sqlite3` or `etcdctl`).

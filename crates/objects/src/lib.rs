@@ -69,7 +69,13 @@
 //! value and batch sizes, and a per-object total) with an error that names
 //! the limit.
 //!
-//! Not here: alarms, `sql.exec`, and garbage collection of blobs that no
+//! Each object may have one **alarm** (a time): set and deleted through
+//! its storage like any write ([`ObjectStorage::set_alarm`]), kept in its
+//! head, and found without loading objects by [`Objects::due_alarms`]
+//! (the fence indexes heads by alarm time), which a node's alarm
+//! scheduler polls.
+//!
+//! Not here: `sql.exec`, and garbage collection of blobs that no
 //! head names any more.
 
 mod blob;
@@ -161,6 +167,17 @@ impl Objects {
             Arc::clone(&self.fence),
             Arc::clone(&self.blobs),
         )
+    }
+
+    /// The objects whose alarm is due at `now_ms` (milliseconds since the
+    /// Unix epoch), earliest first, at most `limit`: `(ring key, alarm
+    /// time)` pairs as the fence holds them, whoever owns the objects.
+    pub async fn due_alarms(
+        &self,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(String, u64)>, ObjectsError> {
+        self.fence.due_alarms(now_ms, limit).await
     }
 
     /// A blob the head names, checked against its hash: a head that names

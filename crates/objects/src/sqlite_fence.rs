@@ -3,6 +3,10 @@
 //! compare-and-swap hold across processes: a claim is a read and a write
 //! in one `BEGIN IMMEDIATE` transaction, an advance one conditional
 //! `UPDATE`. A busy timeout waits out the other processes' transactions.
+//!
+//! Each row also holds the head's alarm time in an indexed `alarm` column,
+//! written by the same statement as the head, so
+//! [`Fence::due_alarms`] is one index range scan.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -17,7 +21,7 @@ use crate::fence::{Claim, Fence, Head, decode_head, encode_head};
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Heads fenced in an SQLite file (table `heads`: key, version token,
-/// head as JSON). Any number of processes may open the same file.
+/// head as JSON, alarm time). Any number of processes may open the same file.
 #[derive(Clone)]
 pub struct SqliteFence {
     conn: Arc<Mutex<Connection>>,
@@ -49,6 +53,24 @@ impl SqliteFence {
              )",
         )
         .map_err(fence_error)?;
+        // Files made before alarms existed have no `alarm` column: add it
+        // (their heads hold no alarm, so NULL is right for every row).
+        let has_alarm: bool = conn
+            .query_row(
+                "SELECT COUNT(*) FROM pragma_table_info('heads') WHERE name = 'alarm'",
+                [],
+                |row| row.get::<_, i64>(0),
+            )
+            .map_err(fence_error)?
+            > 0;
+        if !has_alarm {
+            conn.execute_batch("ALTER TABLE heads ADD COLUMN alarm INTEGER")
+                .map_err(fence_error)?;
+        }
+        conn.execute_batch(
+            "CREATE INDEX IF NOT EXISTS heads_alarm ON heads (alarm) WHERE alarm IS NOT NULL",
+        )
+        .map_err(fence_error)?;
         Ok(Self {
             conn: Arc::new(Mutex::new(conn)),
         })
@@ -70,6 +92,16 @@ impl SqliteFence {
         .await
         .map_err(|e| ObjectsError::Fence(format!("fence call failed: {e}")))?
     }
+}
+
+/// The `alarm` column of `head`'s row (SQLite integers are signed).
+fn alarm_column(head: &Head) -> Result<Option<i64>, ObjectsError> {
+    head.alarm
+        .map(|at| {
+            i64::try_from(at)
+                .map_err(|_| ObjectsError::Invalid(format!("alarm time {at} out of range")))
+        })
+        .transpose()
 }
 
 fn fence_error(error: rusqlite::Error) -> ObjectsError {
@@ -100,9 +132,10 @@ impl Fence for SqliteFence {
             let token = token + 1;
             let json = encode_head(&head)?;
             tx.execute(
-                "INSERT INTO heads (key, token, head) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (key) DO UPDATE SET token = excluded.token, head = excluded.head",
-                params![key, token, json],
+                "INSERT INTO heads (key, token, head, alarm) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (key) DO UPDATE SET
+                     token = excluded.token, head = excluded.head, alarm = excluded.alarm",
+                params![key, token, json, alarm_column(&head)?],
             )
             .map_err(fence_error)?;
             tx.commit().map_err(fence_error)?;
@@ -117,13 +150,15 @@ impl Fence for SqliteFence {
     async fn advance(&self, key: &str, token: u64, head: &Head) -> Result<u64, ObjectsError> {
         let key = key.to_owned();
         let json = encode_head(head)?;
+        let alarm = alarm_column(head)?;
         let expected = i64::try_from(token)
             .map_err(|_| ObjectsError::Invalid(format!("fence token {token} out of range")))?;
         self.blocking(move |conn| {
             let changed = conn
                 .execute(
-                    "UPDATE heads SET token = token + 1, head = ?3 WHERE key = ?1 AND token = ?2",
-                    params![key, expected, json],
+                    "UPDATE heads SET token = token + 1, head = ?3, alarm = ?4
+                     WHERE key = ?1 AND token = ?2",
+                    params![key, expected, json, alarm],
                 )
                 .map_err(fence_error)?;
             if changed == 1 {
@@ -131,6 +166,35 @@ impl Fence for SqliteFence {
             } else {
                 Err(ObjectsError::Superseded)
             }
+        })
+        .await
+    }
+
+    async fn due_alarms(
+        &self,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(String, u64)>, ObjectsError> {
+        let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.blocking(move |conn| {
+            let mut select = conn
+                .prepare_cached(
+                    "SELECT key, alarm FROM heads
+                     WHERE alarm IS NOT NULL AND alarm <= ?1
+                     ORDER BY alarm LIMIT ?2",
+                )
+                .map_err(fence_error)?;
+            let rows = select
+                .query_map(params![now, limit], |row| {
+                    Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+                })
+                .map_err(fence_error)?;
+            rows.map(|row| {
+                row.map(|(key, at)| (key, at.unsigned_abs()))
+                    .map_err(fence_error)
+            })
+            .collect()
         })
         .await
     }

@@ -4,6 +4,11 @@
 //! Keys are stored as BLOBs, so SQLite compares them bytewise: the UTF-8
 //! order Cloudflare lists keys in. Every batch runs inside a savepoint, so a
 //! batch that breaks a limit halfway leaves nothing behind.
+//!
+//! The object's alarm (one time, or none) is a write like the others: set
+//! or deleted in the working state at once, undone by a transaction's
+//! rollback, and durable at the next flush, which carries it in the head
+//! ([`Head::alarm`]) by the same compare-and-swap as the key-value writes.
 
 use std::sync::Arc;
 
@@ -69,6 +74,7 @@ pub struct ListOptions {
 struct Transaction {
     ops: Vec<Op>,
     bytes_at_begin: u64,
+    alarm_at_begin: Option<u64>,
 }
 
 /// One resident object's storage, owned by the node that opened it
@@ -91,6 +97,9 @@ pub struct ObjectStorage {
     transaction: Option<Transaction>,
     /// Bytes (keys plus values) stored now, in the working copy.
     bytes: u64,
+    /// The alarm as the object sees it now (milliseconds since the Unix
+    /// epoch), flushed or not.
+    alarm: Option<u64>,
     /// Set once a flush learned of a newer owner: every call fails then.
     superseded: bool,
 }
@@ -142,6 +151,7 @@ impl ObjectStorage {
                 claim.head.bytes
             )));
         }
+        let alarm = claim.head.alarm;
         Ok(Self {
             ring_key,
             conn,
@@ -153,6 +163,7 @@ impl ObjectStorage {
             pending: Vec::new(),
             transaction: None,
             bytes,
+            alarm,
             superseded: false,
         })
     }
@@ -351,6 +362,7 @@ impl ObjectStorage {
         self.transaction = Some(Transaction {
             ops: Vec::new(),
             bytes_at_begin: self.bytes,
+            alarm_at_begin: self.alarm,
         });
         Ok(())
     }
@@ -370,7 +382,44 @@ impl ObjectStorage {
     pub fn transaction_rollback(&mut self) -> Result<(), StorageError> {
         let transaction = self.end_transaction("ROLLBACK")?;
         self.bytes = transaction.bytes_at_begin;
+        self.alarm = transaction.alarm_at_begin;
         Ok(())
+    }
+
+    /// When the object's alarm is due (milliseconds since the Unix epoch),
+    /// or `None` when no alarm is set.
+    pub fn get_alarm(&mut self) -> Result<Option<u64>, StorageError> {
+        self.check_live()?;
+        Ok(self.alarm)
+    }
+
+    /// Sets the object's alarm to `at_ms` (milliseconds since the Unix
+    /// epoch), replacing any earlier one: an object has one alarm. A time
+    /// in the past is due at once.
+    pub fn set_alarm(&mut self, at_ms: u64) -> Result<(), StorageError> {
+        self.check_live()?;
+        if i64::try_from(at_ms).is_err() {
+            return Err(StorageError::Invalid(format!(
+                "alarm time {at_ms} is out of range"
+            )));
+        }
+        self.alarm = Some(at_ms);
+        Ok(())
+    }
+
+    /// Deletes the object's alarm, if one is set.
+    pub fn delete_alarm(&mut self) -> Result<(), StorageError> {
+        self.check_live()?;
+        self.alarm = None;
+        Ok(())
+    }
+
+    /// The alarm as of the last committed write: an open transaction's
+    /// change is not flushed.
+    fn committed_alarm(&self) -> Option<u64> {
+        self.transaction
+            .as_ref()
+            .map_or(self.alarm, |transaction| transaction.alarm_at_begin)
     }
 
     /// Ends the open transaction with `statement` (COMMIT or ROLLBACK);
@@ -389,7 +438,7 @@ impl ObjectStorage {
 
     /// Whether committed writes wait for a flush.
     pub fn has_unflushed(&self) -> bool {
-        !self.pending.is_empty()
+        !self.pending.is_empty() || self.committed_alarm() != self.head.alarm
     }
 
     /// The output gate: makes every committed write durable. The writes
@@ -409,8 +458,14 @@ impl ObjectStorage {
     /// after an `Ok`.)
     pub async fn flush(&mut self) -> Result<(), StorageError> {
         self.check_live()?;
-        if self.pending.is_empty() {
+        if !self.has_unflushed() {
             return Ok(());
+        }
+        if self.pending.is_empty() {
+            // Only the alarm changed: a new head, no blob.
+            let mut head = self.head.clone();
+            head.alarm = self.committed_alarm();
+            return self.advance(head).await;
         }
         let segment = segment::encode(&self.pending)?;
         let segment_bytes: u64 =
@@ -422,6 +477,7 @@ impl ObjectStorage {
             && (self.head.segments.len() >= crate::COMPACT_AFTER_SEGMENTS
                 || segment_bytes > snapshot_bytes.max(COMPACT_MIN_SEGMENT_BYTES));
         let mut head = self.head.clone();
+        head.alarm = self.committed_alarm();
         // The committed bytes: an open transaction's writes are not flushed.
         head.bytes = self
             .transaction
@@ -435,6 +491,12 @@ impl ObjectStorage {
             head.segments
                 .push(put_blob(self.blobs.as_ref(), &segment).await?);
         }
+        self.advance(head).await
+    }
+
+    /// Advances the fence to `head` (the commit point of a flush): on
+    /// success it is the head, and the pending writes are durable.
+    async fn advance(&mut self, head: Head) -> Result<(), StorageError> {
         match self.fence.advance(&self.ring_key, self.token, &head).await {
             Ok(token) => {
                 self.head = head;

@@ -183,6 +183,18 @@ impl storage::Host for Host {
         with_storage(self.object(), |s| s.transaction_rollback()).await
     }
 
+    async fn get_alarm(&mut self) -> Result<Option<u64>, storage::StorageError> {
+        with_storage(self.object(), |s| s.get_alarm()).await
+    }
+
+    async fn set_alarm(&mut self, at_ms: u64) -> Result<(), storage::StorageError> {
+        with_storage(self.object(), |s| s.set_alarm(at_ms)).await
+    }
+
+    async fn delete_alarm(&mut self) -> Result<(), storage::StorageError> {
+        with_storage(self.object(), |s| s.delete_alarm()).await
+    }
+
     async fn sync(&mut self) -> Result<(), storage::StorageError> {
         let object = self.object()?;
         object.op().map_err(wit)?;

@@ -61,19 +61,27 @@
 //! heads in the fence the config names ([`ObjectFence`]: an embedded
 //! SQLite file under the store directory by default, or etcd).
 //!
-//! Not here yet: alarms, `sql.exec` (see docs/durable-objects.md, which
-//! also describes placement and failover).
+//! **Alarms** (`objects/alarms.rs`): an object's alarm is a write kept in
+//! its head; each node's scheduler polls the fence for due alarms and fires
+//! those of objects homed here through the input gate, with the header
+//! [`ALARM_HEADER`] (host-only, stripped like [`OBJECT_URL_HEADER`]),
+//! retrying failures with backoff; a new home fires what an old one left.
+//!
+//! Not here yet: `sql.exec` (see docs/durable-objects.md, which also
+//! describes placement and failover).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use hearth_objects::{ObjectKey, StorageError};
 
+pub(crate) mod alarms;
 pub(crate) mod host;
 pub(crate) mod resident;
 
+pub use alarms::{ALARM_FIRST_BACKOFF, ALARM_HEADER, ALARM_MAX_RETRIES, ALARM_POLL};
 pub use hearth_objects::RING_KEY_PREFIX;
-pub use resident::NodeObjects;
+pub use resident::{HomeCheck, NodeObjects};
 
 /// The request header that carries the URL an object's request has (see
 /// the module docs); only the host reads it, and it is stripped from every

@@ -60,7 +60,17 @@ pub struct NodeObjects {
     loader: OnceLock<Box<dyn LoadWorker>>,
     objects: tokio::sync::OnceCell<Objects>,
     stats: Arc<Stats>,
+    /// Whether this node is the ring home of an object (by ring key); set
+    /// by the node when it joins a cluster. Without one, this runtime is
+    /// every object's home.
+    home: OnceLock<HomeCheck>,
+    /// Wakes the alarm scheduler early: an object just made an alarm
+    /// durable, which may be due before the next poll.
+    pub(crate) alarm_nudge: Arc<tokio::sync::Notify>,
 }
+
+/// "Is this node the ring home of the object with this ring key?"
+pub type HomeCheck = Box<dyn Fn(&str) -> bool + Send + Sync>;
 
 impl std::fmt::Debug for NodeObjects {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -95,6 +105,8 @@ impl NodeObjects {
             loader: OnceLock::new(),
             objects: tokio::sync::OnceCell::new(),
             stats,
+            home: OnceLock::new(),
+            alarm_nudge: Arc::default(),
         }
     }
 
@@ -103,6 +115,30 @@ impl NodeObjects {
     pub(crate) fn install(&self, store: Arc<dyn crate::ScriptStore>, loader: Box<dyn LoadWorker>) {
         let _ = self.store.set(store);
         let _ = self.loader.set(loader);
+    }
+
+    /// Tells the table how to know whether this node is an object's ring
+    /// home (the node does when it joins a cluster): the alarm scheduler
+    /// fires only the alarms of objects homed here. Once; later calls are
+    /// ignored. Without it, this runtime is every object's home.
+    pub fn set_home_check(&self, is_home: HomeCheck) {
+        let _ = self.home.set(is_home);
+    }
+
+    /// Whether this node is the ring home of the object `ring_key`.
+    pub(crate) fn is_home(&self, ring_key: &str) -> bool {
+        self.home.get().is_none_or(|is_home| is_home(ring_key))
+    }
+
+    /// The node's storage for the alarm scheduler (see
+    /// [`NodeObjects::storage`]).
+    pub(crate) async fn objects_storage(&self) -> Result<&Objects, String> {
+        self.storage().await
+    }
+
+    /// The node's counters.
+    pub(crate) fn stats(&self) -> &Stats {
+        &self.stats
     }
 
     /// Objects resident now.
@@ -228,6 +264,40 @@ impl NodeObjects {
         req: http::Request<Body>,
         deadline: Instant,
     ) -> Result<http::Response<Body>, RuntimeError> {
+        let object = key.ring_key();
+        // Only an alarm's try is ever skipped.
+        self.serve(key, req, deadline, None)
+            .await?
+            .ok_or_else(|| RuntimeError::ObjectUnavailable {
+                object,
+                message: "the call was skipped".into(),
+            })
+    }
+
+    /// Serves `req` (an alarm's request, see [`crate::objects::alarms`])
+    /// on `key` as [`NodeObjects::call`] does, if the object's alarm is
+    /// still `alarm.at` once its input gate is taken: `Ok(None)` (nothing
+    /// run) when it was deleted or moved meanwhile. After a handler that
+    /// answered 2xx (or after the last try, `alarm.last`), the alarm is
+    /// deleted, unless the handler set another, and flushed with the
+    /// handler's writes.
+    pub(crate) async fn serve_alarm(
+        &self,
+        key: ObjectKey,
+        req: http::Request<Body>,
+        deadline: Instant,
+        alarm: AlarmTry,
+    ) -> Result<Option<http::Response<Body>>, RuntimeError> {
+        self.serve(key, req, deadline, Some(alarm)).await
+    }
+
+    async fn serve(
+        &self,
+        key: ObjectKey,
+        req: http::Request<Body>,
+        deadline: Instant,
+        alarm: Option<AlarmTry>,
+    ) -> Result<Option<http::Response<Body>>, RuntimeError> {
         let script = key.namespace.script.clone();
         let unavailable = |message: String| RuntimeError::ObjectUnavailable {
             object: key.ring_key(),
@@ -270,6 +340,11 @@ impl NodeObjects {
                 s
             }
         };
+        if let Some(alarm) = &alarm
+            && storage.lock().await.get_alarm().ok().flatten() != Some(alarm.at)
+        {
+            return Ok(None);
+        }
         let object = Arc::new(ObjectCtx::new(
             key.clone(),
             self.name_of(&key),
@@ -284,6 +359,8 @@ impl NodeObjects {
         };
         Stats::bump(&self.stats.object_requests);
         let served = worker.serve_pinned(req, pinned).await.map(|(r, _)| r);
+        let succeeded = served.as_ref().is_ok_and(|r| r.status().is_success());
+        let nudge = self.alarm_nudge.clone();
         // The input gate stays closed until the handler returns; then the
         // writes made after the head are flushed and the instance goes back.
         // An instance that failed (a trap, a CPU, memory or wall-time limit)
@@ -293,7 +370,22 @@ impl NodeObjects {
         // durable.
         tokio::spawn(async move {
             let instance = returned.await.ok();
+            if let Some(alarm) = alarm.filter(|a| instance.is_some() && (succeeded || a.last)) {
+                // The alarm that fired is done with, unless the handler set
+                // another time. (A failed instance's working copy is
+                // dropped below: its alarm stays, and fires again.)
+                let mut storage = object.storage.lock().await;
+                if storage.get_alarm().ok().flatten() == Some(alarm.at) {
+                    let _ = storage.delete_alarm();
+                }
+            }
             let failed = instance.is_none() || object.lost() || object.flush().await.is_err();
+            let alarm = object.storage.lock().await.get_alarm().ok().flatten();
+            if !failed && alarm.is_some_and(crate::objects::alarms::due_before_next_poll) {
+                // An alarm due before the scheduler's next poll (maybe just
+                // set): it looks now instead.
+                nudge.notify_one();
+            }
             if failed {
                 // A failed instance or flush: neither the instance nor the
                 // working copy may serve again; the next request reopens
@@ -305,6 +397,16 @@ impl NodeObjects {
             }
             drop(slot);
         });
-        served
+        served.map(Some)
     }
+}
+
+/// One try of an alarm: the time that fired, and whether it is the last
+/// try (then the alarm is deleted whatever the handler answers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AlarmTry {
+    /// The alarm time that fired (milliseconds since the Unix epoch).
+    pub(crate) at: u64,
+    /// No more tries after this one.
+    pub(crate) last: bool,
 }

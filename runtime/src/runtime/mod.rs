@@ -224,6 +224,7 @@ impl Runtime {
                 sweeper: Arc::downgrade(&runtime.sweeper),
             }),
         );
+        crate::objects::alarms::start(&runtime.inner.node.objects);
         Ok(runtime)
     }
 

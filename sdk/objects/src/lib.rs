@@ -352,4 +352,49 @@ pub mod storage {
     pub fn sync() -> Result<(), StorageError> {
         Ok(wit::sync()?)
     }
+
+    /// When the object's alarm is due (milliseconds since the Unix epoch),
+    /// or `None` when none is set.
+    pub fn get_alarm() -> Result<Option<u64>, StorageError> {
+        Ok(wit::get_alarm()?)
+    }
+
+    /// Sets the object's alarm to `at_ms` (milliseconds since the Unix
+    /// epoch), replacing any earlier one. When it is due, hearth calls the
+    /// object with a request [`super::alarm_info`] recognizes; a time in
+    /// the past fires at once.
+    pub fn set_alarm(at_ms: u64) -> Result<(), StorageError> {
+        Ok(wit::set_alarm(at_ms)?)
+    }
+
+    /// Deletes the object's alarm, if one is set.
+    pub fn delete_alarm() -> Result<(), StorageError> {
+        Ok(wit::delete_alarm()?)
+    }
+}
+
+/// The header of hearth's alarm call to an object: the retry count. Only
+/// the host sets it (it is stripped from every other request).
+pub const ALARM_HEADER: &str = "hearth-object-alarm";
+
+/// What an alarm call tells its object (Cloudflare's `alarmInfo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AlarmInfo {
+    /// Tries of this alarm that failed before this one.
+    pub retry_count: u32,
+    /// Whether an earlier try failed (`retry_count > 0`).
+    pub is_retry: bool,
+}
+
+/// `Some` when `req` is hearth's call of the object's alarm (set with
+/// [`storage::set_alarm`]): the object runs its alarm work and answers a
+/// 2xx status when it succeeded; any other answer is retried with backoff
+/// (2 s, doubling, up to 6 retries). Once a 2xx is answered the alarm is
+/// deleted, unless the object set another time.
+pub fn alarm_info(req: &Request) -> Option<AlarmInfo> {
+    let retry_count = req.header_value(ALARM_HEADER)?.trim().parse().ok()?;
+    Some(AlarmInfo {
+        retry_count,
+        is_retry: retry_count > 0,
+    })
 }

@@ -3,6 +3,7 @@
 //! by the tests; skipped with a message where `etcd` is absent, unless
 //! HEARTH_REQUIRE_ETCD=1), and directory and in-memory blob stores.
 
+mod alarms;
 mod fencing;
 mod storage;
 mod support;

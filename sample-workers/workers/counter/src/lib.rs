@@ -15,6 +15,9 @@
 //! | `GET /big?bytes=N` | puts a value of N bytes; 200, or 413 with the storage error |
 //! | `GET /whoami` | 200 `<class> <id> <name or ->` |
 //! | `GET /url` | 200 with the URL the object's request has |
+//! | `GET /alarm?in=MS` | sets the object's alarm MS ms from now; 200 with its time |
+//! | `GET /alarm` | 200 with the alarm's time, or `none` |
+//! | hearth's alarm call | increments the count; 204 |
 //!
 //! As the **front Worker**: `/<name>/<rest>` calls object `<name>`
 //! (`id_from_name`) with `/<rest>`; `/id/<id>/<rest>` calls the object of
@@ -55,7 +58,17 @@ fn sleep(ms: u64) {
     hearth_sdk::wasi::clocks::monotonic_clock::subscribe_duration(ms * 1_000_000).block();
 }
 
+/// Milliseconds since the Unix epoch (wasi:clocks).
+fn now_ms() -> u64 {
+    let now = hearth_sdk::wasi::clocks::wall_clock::now();
+    now.seconds * 1000 + u64::from(now.nanoseconds / 1_000_000)
+}
+
 fn object(req: &Request, me: objects::ThisObject) -> Result<Response, storage::StorageError> {
+    if objects::alarm_info(req).is_some() {
+        store(count()? + 1)?;
+        return Ok(Response::new(204, ""));
+    }
     let path = req.path();
     let route = path.split('?').next().unwrap_or("/");
     Ok(match route {
@@ -83,6 +96,17 @@ fn object(req: &Request, me: objects::ThisObject) -> Result<Response, storage::S
             format!("{} {} {}", me.class, me.id, me.name.as_deref().unwrap_or("-")),
         ),
         "/url" => Response::new(200, req.url.clone()),
+        "/alarm" => match query(path, "in").and_then(|ms| ms.parse::<u64>().ok()) {
+            Some(ms) => {
+                let at = now_ms() + ms;
+                storage::set_alarm(at)?;
+                Response::new(200, at.to_string())
+            }
+            None => Response::new(
+                200,
+                storage::get_alarm()?.map_or("none".to_owned(), |at| at.to_string()),
+            ),
+        },
         _ => Response::new(404, "no such route"),
     })
 }

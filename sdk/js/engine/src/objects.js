@@ -490,6 +490,8 @@
   // functions, stubs or streams, which Cloudflare's RPC also carries).
   const RPC_HEADER = 'hearth-object-rpc';
   const RPC_TYPE = 'application/x-hearth-rpc';
+  // The host's call of an object's alarm: the retry count (0 first).
+  const ALARM_HEADER = 'hearth-object-alarm';
 
   async function rpc(host, method, args) {
     const body = serialize(args);
@@ -679,11 +681,26 @@
         for (let i = 0; i < flat.length; i += 2) m.set(flat[i], deserialize(flat[i + 1]));
         return m;
       },
+      // The alarm: one time per object (ms since the epoch), or null.
+      async getAlarm() {
+        live();
+        return N.alarm(0, 0);
+      },
+      async setAlarm(scheduledTime) {
+        live();
+        const at = scheduledTime instanceof Date ? scheduledTime.getTime() : Number(scheduledTime);
+        if (!Number.isFinite(at)) {
+          throw new TypeError('setAlarm() takes a Date or a number of milliseconds since the epoch');
+        }
+        N.alarm(1, Math.max(0, Math.floor(at)));
+      },
+      async deleteAlarm() {
+        live();
+        N.alarm(2, 0);
+      },
     };
   }
 
-  const alarms = () => Promise.reject(new Error(
-    'Durable Object alarms are not supported by hearth yet (setAlarm, getAlarm, deleteAlarm)'));
   const always = () => {};
   let inTransaction = false;
   // Commits the open transaction; if the host refuses (a limit), rolls it
@@ -761,9 +778,6 @@
     async sync() {
       N.sync();
     }
-    getAlarm() { return alarms(); }
-    setAlarm() { return alarms(); }
-    deleteAlarm() { return alarms(); }
   }
 
   const storage = new DurableObjectStorage(TOKEN);
@@ -842,6 +856,23 @@
       throw e;
     }
     const o = entry.object;
+    // The host's alarm call (only the host sets this header): the class's
+    // alarm(alarmInfo); 204 when it succeeded, 500 when it threw, so the
+    // host retries.
+    const retry = request.headers.get(ALARM_HEADER);
+    if (retry !== null) {
+      const retryCount = Number(retry) || 0;
+      try {
+        if (typeof o.alarm !== 'function') {
+          throw new TypeError('the Durable Object class ' + cls + ' has no alarm() method');
+        }
+        await o.alarm({ retryCount, isRetry: retryCount > 0 });
+      } catch (e) {
+        console.error('alarm() of ' + cls + ' failed:', e);
+        return new Response(String((e && e.stack) || e), { status: 500 });
+      }
+      return new Response(null, { status: 204 });
+    }
     const method = request.headers.get(RPC_HEADER);
     if (method !== null) return rpcAnswer(o, method, request);
     if (typeof o.fetch !== 'function') {

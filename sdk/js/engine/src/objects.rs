@@ -189,6 +189,24 @@ fn txn(ctx: Ctx<'_>, op: u8) -> rquickjs::Result<()> {
     done.map_err(|e| storage_error(&ctx, e))
 }
 
+/// `__hearth_objects.alarm(op, at)`: 0 `get-alarm` (the time in ms since
+/// the epoch, or `null`), 1 `set-alarm(at)`, 2 `delete-alarm`. `at` is a
+/// JS number (objects.js checks it is finite and not negative).
+fn alarm<'js>(ctx: Ctx<'js>, op: u8, at: f64) -> rquickjs::Result<Value<'js>> {
+    event_loop::in_request_only(&ctx, "ctx.storage")?;
+    let done = match op {
+        0 => storage::get_alarm().map(|at| match at {
+            // Alarm times are far below 2^53 ms: exact as a JS number.
+            Some(at) => Value::new_float(ctx.clone(), at as f64),
+            None => Value::new_null(ctx.clone()),
+        }),
+        // Saturating: a time past u64::MAX ms is refused by the host.
+        1 => storage::set_alarm(at.max(0.0) as u64).map(|()| Value::new_undefined(ctx.clone())),
+        _ => storage::delete_alarm().map(|()| Value::new_undefined(ctx.clone())),
+    };
+    done.map_err(|e| storage_error(&ctx, e))
+}
+
 /// `__hearth_objects.sync()`: every write so far made durable.
 fn sync(ctx: Ctx<'_>) -> rquickjs::Result<()> {
     event_loop::in_request_only(&ctx, "ctx.storage")?;
@@ -207,5 +225,6 @@ pub(crate) fn define(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
     o.set("deleteAll", Function::new(ctx.clone(), delete_all)?)?;
     o.set("txn", Function::new(ctx.clone(), txn)?)?;
     o.set("sync", Function::new(ctx.clone(), sync)?)?;
+    o.set("alarm", Function::new(ctx.clone(), alarm)?)?;
     ctx.globals().set("__hearth_objects", o)
 }
