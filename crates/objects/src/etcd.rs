@@ -5,7 +5,9 @@
 //! etcd transactions that compare the key's `mod_revision` with the one the
 //! caller last saw and put the new head only if they are equal; the
 //! transaction's revision is the new token. A claim bumps the revision, so
-//! every earlier owner's next advance fails its compare: superseded.
+//! every earlier owner's next advance fails its compare: superseded. A
+//! check is a range read (keys only) comparing the `mod_revision` with the
+//! token, as the transactions' compare does.
 //!
 //! Spoken through etcd's v3 JSON gateway (`POST /v3/kv/range`,
 //! `/v3/kv/txn` on the client port, keys and values in base64), over the
@@ -150,6 +152,24 @@ impl EtcdFence {
         Ok((Some(decode_head(&value)?), number(kv, "mod_revision")?))
     }
 
+    /// The `mod_revision` of `key` (0 if absent), without its value.
+    async fn revision(&self, key: &str) -> Result<u64, ObjectsError> {
+        let answer = self
+            .call(
+                "/v3/kv/range",
+                &json!({ "key": BASE64.encode(key), "keys_only": true }),
+            )
+            .await?;
+        match answer
+            .get("kvs")
+            .and_then(Value::as_array)
+            .and_then(|kvs| kvs.first())
+        {
+            Some(kv) => number(kv, "mod_revision"),
+            None => Ok(0),
+        }
+    }
+
     /// Puts `head` under `key` if its `mod_revision` is still `revision`:
     /// the new revision, or `None` when the compare failed.
     async fn put_if(
@@ -223,5 +243,16 @@ impl Fence for EtcdFence {
         self.put_if(&self.key(key), token, head)
             .await?
             .ok_or(ObjectsError::Superseded)
+    }
+
+    async fn check(&self, key: &str, token: u64) -> Result<(), ObjectsError> {
+        // A claim or an advance by anyone moves the key's mod_revision
+        // past the token; a deleted key has none (0), never a token.
+        let revision = self.revision(&self.key(key)).await?;
+        if revision != 0 && revision == token {
+            Ok(())
+        } else {
+            Err(ObjectsError::Superseded)
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! (`hearth cluster`, `hearth dev`, tests). SQLite's file locking makes the
 //! compare-and-swap hold across processes: a claim is a read and a write
 //! in one `BEGIN IMMEDIATE` transaction, an advance one conditional
-//! `UPDATE`. A busy timeout waits out the other processes' transactions.
+//! `UPDATE`, a check one `SELECT` of the token. A busy timeout waits out the other processes' transactions.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -128,6 +128,22 @@ impl Fence for SqliteFence {
                 .map_err(fence_error)?;
             if changed == 1 {
                 Ok(token + 1)
+            } else {
+                Err(ObjectsError::Superseded)
+            }
+        })
+        .await
+    }
+
+    async fn check(&self, key: &str, token: u64) -> Result<(), ObjectsError> {
+        let key = key.to_owned();
+        self.blocking(move |conn| {
+            let stored: Option<i64> = conn
+                .prepare_cached("SELECT token FROM heads WHERE key = ?1")
+                .and_then(|mut select| select.query_row([&key], |row| row.get(0)).optional())
+                .map_err(fence_error)?;
+            if stored.and_then(|t| u64::try_from(t).ok()) == Some(token) {
+                Ok(())
             } else {
                 Err(ObjectsError::Superseded)
             }
