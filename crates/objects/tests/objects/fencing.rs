@@ -241,13 +241,17 @@ async fn a_superseded_reader_is_refused(fence: Arc<dyn Fence>) {
         )
     };
     let mut a = node().open(&counter()).await.expect("A opens");
-    a.confirm().await.expect("A owns the object after its claim");
+    a.confirm()
+        .await
+        .expect("A owns the object after its claim");
     put(&mut a, "n", "1");
     // With a write pending, confirm is the flush.
     a.confirm().await.expect("A's confirm flushes its write");
     assert!(!a.has_unflushed(), "the confirm flushed");
     assert_eq!(text(&mut a, "n").as_deref(), Some("1"));
-    a.confirm().await.expect("still the owner after its own flush");
+    a.confirm()
+        .await
+        .expect("still the owner after its own flush");
 
     // B claims; before B writes anything, A's read is already refused.
     let mut b = node().open(&counter()).await.expect("B opens");
@@ -274,7 +278,10 @@ async fn a_superseded_reader_is_refused(fence: Arc<dyn Fence>) {
         Err(ObjectsError::Superseded)
     ));
     let claim = fence.claim(&key).await.expect("a claim");
-    fence.check(&key, claim.token).await.expect("the claim's token");
+    fence
+        .check(&key, claim.token)
+        .await
+        .expect("the claim's token");
     assert!(matches!(
         fence.check(&key, claim.token + 1).await,
         Err(ObjectsError::Superseded)
