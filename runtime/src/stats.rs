@@ -63,6 +63,7 @@ pub struct Stats {
     pub(crate) object_requests: AtomicU64,
     pub(crate) objects_opened: AtomicU64,
     pub(crate) objects_evicted: AtomicU64,
+    pub(crate) objects_superseded: AtomicU64,
 }
 
 impl Stats {
@@ -204,6 +205,10 @@ pub struct StatsSnapshot {
     pub objects_opened: u64,
     /// Idle objects evicted past `objects.max_resident`.
     pub objects_evicted: u64,
+    /// Resident objects shut down because they learned (a flush, the
+    /// output gate's confirm, a storage call) that another owner claimed
+    /// them.
+    pub objects_superseded: u64,
     /// Bytes live instances hold now against the node's instance memory
     /// cap: linear memories, tables and each one's host reserve.
     pub instance_bytes: u64,
@@ -276,6 +281,7 @@ impl StatsSnapshot {
             object_requests: g(&s.object_requests),
             objects_opened: g(&s.objects_opened),
             objects_evicted: g(&s.objects_evicted),
+            objects_superseded: g(&s.objects_superseded),
             instance_bytes,
             resident_workers,
             resident_bytes,

@@ -284,16 +284,23 @@ impl NodeObjects {
         };
         Stats::bump(&self.stats.object_requests);
         let served = worker.serve_pinned(req, pinned).await.map(|(r, _)| r);
+        let stats = self.stats.clone();
         // The input gate stays closed until the handler returns; then the
         // writes made after the head are flushed and the instance goes back.
         tokio::spawn(async move {
             let instance = returned.await.ok();
             let failed = object.lost() || object.flush().await.is_err();
             if failed {
-                // A failed flush: neither the instance nor the storage may
-                // serve again; the next request reopens the object.
+                // A failed gate or a superseded object: neither the
+                // instance nor the storage may serve again; the next
+                // request reopens the object (a new claim).
                 slot.instance = None;
                 slot.storage = None;
+                if object.superseded() {
+                    Stats::bump(&stats.objects_superseded);
+                    tracing::info!(object = %object.describe(),
+                        "another node claimed this object: its instance here is shut down");
+                }
             } else {
                 slot.instance = instance;
             }
