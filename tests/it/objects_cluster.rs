@@ -349,13 +349,19 @@ async fn a_partitioned_home_neither_writes_nor_serves_stale_reads() {
     let stop = AtomicBool::new(false);
     let diverged = AtomicBool::new(false);
     let started = Instant::now();
-    // Increments and reads of one object through one door, until stopped.
-    let client = |object: usize, door: usize| {
+    // Increments and reads of one object through one door, until stopped:
+    // an increment, then `reads` reads, and again. A side that mostly
+    // reads keeps its residency (a read writes nothing to fail) while the
+    // other side increments: without the read fence, its reads would be
+    // stale.
+    let client = |object: usize, door: usize, reads: usize| {
         let (stop, diverged, c, name) = (&stop, &diverged, &c, names[object].clone());
         async move {
             let mut calls = Vec::new();
-            let mut write = true;
+            let mut op = 0usize;
             while !stop.load(Ordering::SeqCst) {
+                let write = op % (reads + 1) == 0;
+                op += 1;
                 let path = if write {
                     format!("/{name}/")
                 } else {
@@ -383,7 +389,6 @@ async fn a_partitioned_home_neither_writes_nor_serves_stale_reads() {
                     value,
                     body,
                 });
-                write = !write;
                 // A pause so the two doors' requests interleave rather than
                 // one side starving the other on two cores.
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -428,10 +433,12 @@ async fn a_partitioned_home_neither_writes_nor_serves_stale_reads() {
     };
     let (_, a0, a1, b0, b1) = tokio::join!(
         controller,
-        client(0, CUT),
-        client(0, HEALTHY),
-        client(1, CUT),
-        client(1, HEALTHY)
+        // Object 0: the cut-off side mostly reads, the other increments.
+        client(0, CUT, 4),
+        client(0, HEALTHY, 0),
+        // Object 1: the other way round.
+        client(1, CUT, 0),
+        client(1, HEALTHY, 4)
     );
     let calls: Vec<Call> = [a0, a1, b0, b1].concat();
     eprintln!(
