@@ -360,7 +360,7 @@ async fn a_partitioned_home_neither_writes_nor_serves_stale_reads() {
             let mut calls = Vec::new();
             let mut op = 0usize;
             while !stop.load(Ordering::SeqCst) {
-                let write = op % (reads + 1) == 0;
+                let write = op.is_multiple_of(reads + 1);
                 op += 1;
                 let path = if write {
                     format!("/{name}/")
