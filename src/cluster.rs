@@ -101,6 +101,9 @@ pub struct JoinConfig {
     pub pki_dir: PathBuf,
     /// UDP address for gossip (port 0 picks one); `None` for static only.
     pub gossip: Option<SocketAddr>,
+    /// The gossip address peers send to, if not `gossip`'s (NAT, a port
+    /// mapping, a relay); `None`: `gossip`'s bound address.
+    pub gossip_advertise: Option<SocketAddr>,
     /// Gossip addresses of nodes to join through (DNS names are resolved
     /// again every few seconds, see [`hearth_sharding::membership`]).
     pub seeds: Vec<PeerAddr>,
@@ -151,6 +154,7 @@ pub async fn join(node: Node, cfg: JoinConfig) -> Result<Joined, ClusterError> {
     mc.static_nodes = cfg.static_nodes;
     if let Some(g) = mc.gossip.as_mut() {
         g.seeds = cfg.seeds;
+        g.advertise = cfg.gossip_advertise;
         g.key = cfg.gossip_key;
         // A ring slot needs the node's certificate, not just the gossip key.
         g.verify = Some(identity_check);

@@ -57,6 +57,12 @@ pub struct ClusterConfig {
     pub serve_limits: crate::listener::ServeLimits,
     /// Who may read each node's `/metrics` (default open).
     pub admin_metrics: crate::admin::MetricsAccess,
+    /// Node `i`'s gossip socket and the address it advertises to peers
+    /// (`[cluster] gossip` and `gossip_advertise`), for the nodes this
+    /// lists: a test that carries gossip through a relay of its own (to cut
+    /// a node off and heal it). Nodes past its end bind a free loopback
+    /// port and advertise it (the default: empty).
+    pub gossip: Vec<(SocketAddr, Option<SocketAddr>)>,
 }
 
 impl ClusterConfig {
@@ -77,6 +83,7 @@ impl ClusterConfig {
             s3: None,
             serve_limits: crate::listener::ServeLimits::default(),
             admin_metrics: crate::admin::MetricsAccess::Open,
+            gossip: Vec::new(),
         }
     }
 }
@@ -210,6 +217,7 @@ impl NodeSockets {
 async fn start_node(
     cfg: &ClusterConfig,
     common: &Common,
+    i: usize,
     name: &str,
     sockets: NodeSockets,
     seeds: &mut Vec<SocketAddr>,
@@ -240,13 +248,19 @@ async fn start_node(
         if NodeTls::load(&common.pki, name).is_err() {
             hearth_sharding::tls::issue_node_cert(&common.pki, name)?;
         }
+        let (gossip, gossip_advertise) = cfg
+            .gossip
+            .get(i)
+            .copied()
+            .unwrap_or((SocketAddr::from(([127, 0, 0, 1], 0)), None));
         let joined = join(
             node,
             JoinConfig {
                 node_id: name.to_string(),
                 rpc_listener: rpc,
                 pki_dir: common.pki.clone(),
-                gossip: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+                gossip: Some(gossip),
+                gossip_advertise,
                 seeds: seeds.iter().map(|&a| a.into()).collect(),
                 static_nodes: Vec::new(),
                 weight: 1,
@@ -313,8 +327,8 @@ impl LoopbackCluster {
         }
         let mut nodes = Vec::new();
         let mut seeds: Vec<SocketAddr> = Vec::new();
-        for (name, sockets) in names.iter().zip(sockets) {
-            nodes.push(start_node(&cfg, &common, name, sockets, &mut seeds).await?);
+        for (i, (name, sockets)) in names.iter().zip(sockets).enumerate() {
+            nodes.push(start_node(&cfg, &common, i, name, sockets, &mut seeds).await?);
         }
         let cluster = LoopbackCluster {
             nodes,

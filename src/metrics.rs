@@ -520,6 +520,11 @@ impl Collector for RuntimeCollector {
                 s.object_alarms_failed,
             ),
             (
+                "hearth_objects_superseded",
+                "Resident Durable Objects shut down on learning that another owner claimed them",
+                s.objects_superseded,
+            ),
+            (
                 "hearth_egress_idle_closed",
                 "Idle connections to origins closed to make room under the node's connection cap",
                 s.subrequests.idle_closed,

@@ -65,6 +65,7 @@ pub struct Stats {
     pub(crate) objects_evicted: AtomicU64,
     pub(crate) object_alarms_fired: AtomicU64,
     pub(crate) object_alarms_failed: AtomicU64,
+    pub(crate) objects_superseded: AtomicU64,
 }
 
 impl Stats {
@@ -212,6 +213,10 @@ pub struct StatsSnapshot {
     /// Tries of a Durable Object alarm handler that failed on this node
     /// (each is retried with backoff, up to a limit).
     pub object_alarms_failed: u64,
+    /// Resident objects shut down because they learned (a flush, the
+    /// output gate's confirm, a storage call) that another owner claimed
+    /// them.
+    pub objects_superseded: u64,
     /// Bytes live instances hold now against the node's instance memory
     /// cap: linear memories, tables and each one's host reserve.
     pub instance_bytes: u64,
@@ -286,6 +291,7 @@ impl StatsSnapshot {
             objects_evicted: g(&s.objects_evicted),
             object_alarms_fired: g(&s.object_alarms_fired),
             object_alarms_failed: g(&s.object_alarms_failed),
+            objects_superseded: g(&s.objects_superseded),
             instance_bytes,
             resident_workers,
             resident_bytes,

@@ -330,6 +330,29 @@ async fn bad_configs_are_typed_errors() {
         Err(MembershipError::UnspecifiedGossipAddr(_))
     ));
 
+    for advertise in [
+        SocketAddr::from(([0, 0, 0, 0], 7001)),
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+    ] {
+        let mut bad = MembershipConfig::gossip(node.clone(), any_port(), vec![]);
+        if let Some(gossip) = bad.gossip.as_mut() {
+            gossip.advertise = Some(advertise);
+        }
+        assert!(matches!(
+            Membership::start(bad).await,
+            Err(MembershipError::InvalidAdvertiseAddr(a)) if a == advertise
+        ));
+    }
+    // An advertised address is what the node tells peers to send to.
+    let mut advertised = MembershipConfig::gossip(node.clone(), any_port(), vec![]);
+    let relay = SocketAddr::from(([127, 0, 0, 1], 7999));
+    if let Some(gossip) = advertised.gossip.as_mut() {
+        gossip.advertise = Some(relay);
+    }
+    let membership = Membership::start(advertised).await.expect("starts");
+    assert_eq!(membership.gossip_addr(), Some(relay));
+    membership.shutdown().await.expect("shutdown");
+
     let mut bad_timing = MembershipConfig::gossip(node.clone(), any_port(), vec![]);
     if let Some(gossip) = bad_timing.gossip.as_mut() {
         gossip.timing.probe_rtt = gossip.timing.probe_period;

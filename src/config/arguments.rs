@@ -132,6 +132,9 @@ impl ServeArgs {
             if let Some(g) = c.gossip.as_mut() {
                 g.expand("[cluster] gossip")?;
             }
+            if let Some(a) = c.gossip_advertise.as_mut() {
+                a.expand("[cluster] gossip_advertise")?;
+            }
         }
         if self.no_sni_prewarm {
             file.sni_prewarm = Some(false);

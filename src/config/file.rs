@@ -350,6 +350,10 @@ pub struct ClusterSection {
     /// Gossip (UDP) address, if failure detection is wanted (may name
     /// environment variables).
     pub gossip: Option<ListenAddr>,
+    /// The gossip address peers send to, when it is not `gossip` (behind
+    /// NAT or a container's port mapping): datagrams to it must reach
+    /// `gossip`. May name environment variables.
+    pub gossip_advertise: Option<ListenAddr>,
     /// Gossip seeds: `IP:PORT`, or `NAME:PORT` for every address the name
     /// resolves to (a headless Service), resolved again every 10 s.
     #[serde(default)]
@@ -403,11 +407,16 @@ impl ClusterSection {
             Some(g) => Some(g.addr("[cluster] gossip")?),
             None => None,
         };
+        let gossip_advertise = match &self.gossip_advertise {
+            Some(a) => Some(a.addr("[cluster] gossip_advertise")?),
+            None => None,
+        };
         Ok(JoinConfig {
             node_id: node_id.to_string(),
             rpc_listener,
             pki_dir: self.pki.clone(),
             gossip,
+            gossip_advertise,
             seeds: self.seeds.clone(),
             static_nodes: self
                 .nodes
@@ -694,6 +703,10 @@ mod tests {
         assert_eq!(
             cluster.rpc,
             ListenAddr::Addr("127.0.0.1:7000".parse().expect("addr"))
+        );
+        assert_eq!(
+            cluster.gossip_advertise,
+            Some(ListenAddr::Addr("203.0.113.7:7001".parse().expect("addr")))
         );
         assert_eq!(cluster.nodes.len(), 1);
         assert_eq!(cluster.nodes[0].id, "node-2");

@@ -5,7 +5,9 @@
 //! etcd transactions that compare the key's `mod_revision` with the one the
 //! caller last saw and put the new head only if they are equal; the
 //! transaction's revision is the new token. A claim bumps the revision, so
-//! every earlier owner's next advance fails its compare: superseded.
+//! every earlier owner's next advance fails its compare: superseded. A
+//! check is a range read (keys only) comparing the `mod_revision` with the
+//! token, as the transactions' compare does.
 //!
 //! An object with an alarm also has the key `<prefix>alarms/<ring key>`
 //! (its value the alarm time, decimal milliseconds since the Unix epoch),
@@ -160,6 +162,24 @@ impl EtcdFence {
         Ok((Some(decode_head(&value)?), number(kv, "mod_revision")?))
     }
 
+    /// The `mod_revision` of `key` (0 if absent), without its value.
+    async fn revision(&self, key: &str) -> Result<u64, ObjectsError> {
+        let answer = self
+            .call(
+                "/v3/kv/range",
+                &json!({ "key": BASE64.encode(key), "keys_only": true }),
+            )
+            .await?;
+        match answer
+            .get("kvs")
+            .and_then(Value::as_array)
+            .and_then(|kvs| kvs.first())
+        {
+            Some(kv) => number(kv, "mod_revision"),
+            None => Ok(0),
+        }
+    }
+
     /// Puts `head` under `ring_key`'s key if its `mod_revision` is still
     /// `revision` (and, in the same transaction, puts or deletes its alarm
     /// key): the new revision, or `None` when the compare failed.
@@ -296,5 +316,16 @@ impl Fence for EtcdFence {
         due.sort_by_key(|(_, at)| *at);
         due.truncate(limit);
         Ok(due)
+    }
+
+    async fn check(&self, key: &str, token: u64) -> Result<(), ObjectsError> {
+        // A claim or an advance by anyone moves the key's mod_revision
+        // past the token; a deleted key has none (0), never a token.
+        let revision = self.revision(&self.key(key)).await?;
+        if revision != 0 && revision == token {
+            Ok(())
+        } else {
+            Err(ObjectsError::Superseded)
+        }
     }
 }

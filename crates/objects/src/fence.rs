@@ -79,6 +79,13 @@ pub trait Fence: Send + Sync {
         now_ms: u64,
         limit: usize,
     ) -> Result<Vec<(String, u64)>, ObjectsError>;
+
+    /// Confirms that the stored head of `key` is still at version `token`
+    /// (nobody claimed or advanced it since): `Ok` if so,
+    /// [`ObjectsError::Superseded`] otherwise. One read, nothing written:
+    /// what an owner that made no write asks before it answers from its
+    /// working copy, so a superseded owner never serves a stale read.
+    async fn check(&self, key: &str, token: u64) -> Result<(), ObjectsError>;
 }
 
 /// A head as stored in a fence (JSON: readable with `sqlite3` or `etcdctl`).

@@ -20,7 +20,11 @@
 //!   and durable only once `flush` returns `Ok`. The host flushes before a
 //!   response head leaves and before the object's outgoing requests; when
 //!   `flush` fails the client gets an error and the instance is discarded,
-//!   so nothing outside ever saw a write that was lost.
+//!   so nothing outside ever saw a write that was lost. Before a response
+//!   head the host calls [`ObjectStorage::confirm`] instead: it flushes
+//!   pending writes, or, for a request that wrote nothing, reads the fence
+//!   to confirm the owner still owns the object, so nothing outside sees a
+//!   read served from a superseded owner's stale working copy either.
 //!
 //! # Durability: segments, snapshots, heads
 //!
@@ -46,7 +50,9 @@
 //! home) holds a stale token: its next flush fails with
 //! [`StorageError::Superseded`] and leaves the head untouched, so the new
 //! owner, and every later one, restores state without the old owner's late
-//! writes. Then the host shuts the old instance down.
+//! writes. An old owner that only reads learns the same from
+//! [`ObjectStorage::confirm`] (one [`Fence::check`]) before it answers.
+//! Then the host shuts the old instance down.
 //!
 //! The head lives in the fence store, not in the object store, because the
 //! object store cannot fence: Garage (hearth's S3 server in tests and

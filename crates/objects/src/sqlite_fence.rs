@@ -2,7 +2,8 @@
 //! (`hearth cluster`, `hearth dev`, tests). SQLite's file locking makes the
 //! compare-and-swap hold across processes: a claim is a read and a write
 //! in one `BEGIN IMMEDIATE` transaction, an advance one conditional
-//! `UPDATE`. A busy timeout waits out the other processes' transactions.
+//! `UPDATE`, a check one `SELECT` of the token. A busy timeout waits
+//! out the other processes' transactions.
 //!
 //! Each row also holds the head's alarm time in an indexed `alarm` column,
 //! written by the same statement as the head, so
@@ -195,6 +196,22 @@ impl Fence for SqliteFence {
                     .map_err(fence_error)
             })
             .collect()
+        })
+        .await
+    }
+
+    async fn check(&self, key: &str, token: u64) -> Result<(), ObjectsError> {
+        let key = key.to_owned();
+        self.blocking(move |conn| {
+            let stored: Option<i64> = conn
+                .prepare_cached("SELECT token FROM heads WHERE key = ?1")
+                .and_then(|mut select| select.query_row([&key], |row| row.get(0)).optional())
+                .map_err(fence_error)?;
+            if stored.and_then(|t| u64::try_from(t).ok()) == Some(token) {
+                Ok(())
+            } else {
+                Err(ObjectsError::Superseded)
+            }
         })
         .await
     }

@@ -512,6 +512,39 @@ impl ObjectStorage {
         }
     }
 
+    /// The output gate of a response: confirms that this storage's owner
+    /// still owns the object, so what it answers from the working copy is
+    /// not stale. With writes pending it flushes them (the head's
+    /// compare-and-swap confirms ownership as it commits); with none it
+    /// asks the fence whether the head is still at this owner's version
+    /// (one read, [`Fence::check`]).
+    ///
+    /// [`StorageError::Superseded`]: another owner claimed the object
+    /// since; nothing this owner read may be answered, and the instance
+    /// must be discarded (every later call fails the same way).
+    /// [`StorageError::Unavailable`]: the fence could not say; ownership is
+    /// not confirmed.
+    pub async fn confirm(&mut self) -> Result<(), StorageError> {
+        self.check_live()?;
+        if !self.pending.is_empty() {
+            return self.flush().await;
+        }
+        match self.fence.check(&self.ring_key, self.token).await {
+            Ok(()) => Ok(()),
+            Err(ObjectsError::Superseded) => {
+                self.superseded = true;
+                Err(StorageError::Superseded)
+            }
+            Err(other) => Err(other.into()),
+        }
+    }
+
+    /// Whether this storage learned (from a flush or a confirm) that
+    /// another owner claimed the object: it never serves again.
+    pub fn is_superseded(&self) -> bool {
+        self.superseded
+    }
+
     fn check_live(&self) -> Result<(), StorageError> {
         if self.superseded {
             Err(StorageError::Superseded)
@@ -633,8 +666,9 @@ async fn put_blob(blobs: &dyn BlobStore, bytes: &[u8]) -> Result<BlobRef, Storag
     })
 }
 
-/// `flush`'s future is `Send`: checked at compile time.
+/// `flush`'s and `confirm`'s futures are `Send`: checked at compile time.
 const _: fn(&mut ObjectStorage) = |storage| {
     fn send<T: Send>(_: T) {}
     send(storage.flush());
+    send(storage.confirm());
 };

@@ -565,15 +565,18 @@ impl Worker {
             script_id: self.script_id.to_string(),
             message: format!("Worker answered with error code {code:?}"),
         })?;
-        // The output gate: an object's writes so far are durable before
-        // its response head leaves. A failure answers 503; dropping the
-        // guard cancels the invocation, and the instance is not kept.
+        // The output gate: an object's writes so far are durable, or (if
+        // it wrote nothing) its ownership confirmed, before its response
+        // head leaves. A failure answers 503; dropping the guard cancels
+        // the invocation, and the instance is not kept.
         if let Some(object) = &object
-            && let Err(e) = object.flush().await
+            && let Err(e) = object.confirm().await
         {
             return Err(RuntimeError::ObjectUnavailable {
                 object: object.describe(),
-                message: format!("its writes could not be made durable: {e}"),
+                message: format!(
+                    "its writes could not be made durable or its ownership confirmed: {e}"
+                ),
             });
         }
         let length = resp

@@ -90,7 +90,9 @@ async fn with_storage<T>(
     let object = object?;
     object.op().map_err(wit)?;
     let mut storage = object.storage.lock().await;
-    f(&mut storage).map_err(wit)
+    let answer = f(&mut storage);
+    object.saw(&answer);
+    answer.map_err(wit)
 }
 
 impl ids::Host for Host {

@@ -37,10 +37,19 @@
 //! * **The output gate.** Writes are visible to the object at once and
 //!   durable once flushed. The host flushes before the response head is
 //!   released to the caller, before every outgoing request of the object,
-//!   and when the handler returns. A failed flush answers the caller 503
+//!   and when the handler returns. Before the response head, a request
+//!   that wrote nothing has its owner confirmed instead: one read of the
+//!   fence says whether another node claimed the object since this one
+//!   did ([`hearth_objects::ObjectStorage::confirm`]), so a node that lost
+//!   the object (partitioned away while the cluster moved it) never
+//!   answers a stale read. A failed flush or confirm answers the caller 503
 //!   and discards the instance and its storage (the writes were never
-//!   confirmed to anyone); a `superseded` flush means another owner claimed
-//!   the object, and this instance must not run again.
+//!   confirmed to anyone).
+//! * **Superseded.** Whatever learns that another owner claimed the object
+//!   (a flush, the confirm, a storage call after either) shuts this
+//!   residency down: the instance and storage are dropped when the request
+//!   ends, counted in `objects_superseded`, and the next request here
+//!   reopens the object (claims it again, restoring the latest state).
 //! * **Eviction.** At most [`ObjectsConfig::max_resident`] objects are
 //!   resident per node; past that, the least recently used idle ones (no
 //!   request running or waiting) are dropped, and reloaded from storage on
@@ -163,9 +172,12 @@ pub(crate) struct ObjectCtx {
     pub(crate) storage: Arc<tokio::sync::Mutex<hearth_objects::ObjectStorage>>,
     ops: std::sync::atomic::AtomicU32,
     ops_limit: u32,
-    /// Set once a flush failed: the instance and the storage are dropped
-    /// when the invocation ends.
+    /// Set once a flush or a confirm failed, or a storage call found the
+    /// object superseded: the instance and the storage are dropped when the
+    /// invocation ends.
     lost: std::sync::atomic::AtomicBool,
+    /// Set once the object learned that another owner claimed it.
+    superseded: std::sync::atomic::AtomicBool,
 }
 
 impl ObjectCtx {
@@ -182,6 +194,7 @@ impl ObjectCtx {
             ops: Default::default(),
             ops_limit,
             lost: Default::default(),
+            superseded: Default::default(),
         }
     }
 
@@ -198,8 +211,9 @@ impl ObjectCtx {
         Ok(())
     }
 
-    /// The output gate: makes every write so far durable. A failure marks
-    /// the object lost (see [`ObjectCtx::lost`]).
+    /// The output gate before an outgoing request: makes every write so
+    /// far durable. A failure marks the object lost (see
+    /// [`ObjectCtx::lost`]).
     pub(crate) async fn flush(&self) -> Result<(), StorageError> {
         let mut storage = self.storage.lock().await;
         if !storage.has_unflushed() {
@@ -207,16 +221,55 @@ impl ObjectCtx {
         }
         let flushed = storage.flush().await;
         if let Err(e) = &flushed {
-            self.lost.store(true, std::sync::atomic::Ordering::Relaxed);
-            tracing::warn!(object = %self.key.ring_key(), error = %e,
-                "an object's flush failed: its caller gets 503 and the instance is discarded");
+            self.fail("flush", e);
         }
         flushed
     }
 
-    /// Whether a flush failed: the instance and storage must not serve again.
+    /// The output gate before the response head: makes the writes so far
+    /// durable, or, if there are none, confirms in the fence that this
+    /// node still owns the object (one read), so a superseded owner never
+    /// answers from its stale working copy
+    /// ([`hearth_objects::ObjectStorage::confirm`]). A failure marks the
+    /// object lost.
+    pub(crate) async fn confirm(&self) -> Result<(), StorageError> {
+        let mut storage = self.storage.lock().await;
+        let confirmed = storage.confirm().await;
+        if let Err(e) = &confirmed {
+            self.fail("confirm", e);
+        }
+        confirmed
+    }
+
+    /// What a storage call answered: one that found the object superseded
+    /// shuts the instance down as a failed flush does.
+    pub(crate) fn saw<T>(&self, answer: &Result<T, StorageError>) {
+        if let Err(e @ StorageError::Superseded) = answer {
+            self.fail("storage call", e);
+        }
+    }
+
+    /// Marks the object lost after `what` failed with `error`.
+    fn fail(&self, what: &str, error: &StorageError) {
+        use std::sync::atomic::Ordering;
+        self.lost.store(true, Ordering::Relaxed);
+        if matches!(error, StorageError::Superseded) {
+            self.superseded.store(true, Ordering::Relaxed);
+        }
+        tracing::warn!(object = %self.key.ring_key(), %error,
+            "an object's {what} failed: its caller gets an error and the instance is discarded");
+    }
+
+    /// Whether a gate failed or the object was superseded: the instance
+    /// and storage must not serve again.
     pub(crate) fn lost(&self) -> bool {
         self.lost.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether the object learned that another owner claimed it (counted
+    /// once per residency, `objects_superseded`).
+    pub(crate) fn superseded(&self) -> bool {
+        self.superseded.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The object's name for logs and errors.

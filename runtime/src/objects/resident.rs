@@ -361,6 +361,7 @@ impl NodeObjects {
         let served = worker.serve_pinned(req, pinned).await.map(|(r, _)| r);
         let succeeded = served.as_ref().is_ok_and(|r| r.status().is_success());
         let nudge = self.alarm_nudge.clone();
+        let stats = self.stats.clone();
         // The input gate stays closed until the handler returns; then the
         // writes made after the head are flushed and the instance goes back.
         // An instance that failed (a trap, a CPU, memory or wall-time limit)
@@ -387,11 +388,17 @@ impl NodeObjects {
                 nudge.notify_one();
             }
             if failed {
-                // A failed instance or flush: neither the instance nor the
-                // working copy may serve again; the next request reopens
-                // the object.
+                // A failed instance, a failed gate or a superseded
+                // object: neither the instance nor the working copy may
+                // serve again; the next request reopens the object (a
+                // new claim).
                 slot.instance = None;
                 slot.storage = None;
+                if object.superseded() {
+                    Stats::bump(&stats.objects_superseded);
+                    tracing::info!(object = %object.describe(),
+                        "another node claimed this object: its instance here is shut down");
+                }
             } else {
                 slot.instance = instance;
             }

@@ -39,6 +39,7 @@ impl MembershipConfig {
             static_nodes: Vec::new(),
             gossip: Some(GossipConfig {
                 listen,
+                advertise: None,
                 seeds: seeds.into_iter().map(PeerAddr::Ip).collect(),
                 timing: FailureDetection::default(),
                 key: None,
@@ -64,10 +65,16 @@ impl MembershipConfig {
 /// Where and how this node gossips.
 #[derive(Clone, Debug)]
 pub struct GossipConfig {
-    /// UDP address to bind and advertise to peers. Must be a specific IP
-    /// (not 0.0.0.0); port 0 picks a free port (see
-    /// [`Membership::gossip_addr`](super::Membership::gossip_addr)).
+    /// UDP address to bind, and to advertise to peers unless `advertise`
+    /// is set. Must be a specific IP (not 0.0.0.0); port 0 picks a free
+    /// port (see [`Membership::gossip_addr`](super::Membership::gossip_addr)).
     pub listen: SocketAddr,
+    /// The address peers send this node's gossip to, when it is not
+    /// `listen`: behind NAT or a container's port mapping, or a relay (what
+    /// Consul calls `advertise_addr`). Datagrams to it must reach
+    /// `listen`; this node's own datagrams still leave from `listen`. A
+    /// specific IP and port.
+    pub advertise: Option<SocketAddr>,
     /// Gossip addresses of nodes to join through (a name stands for every
     /// address it resolves to). This node keeps announcing to them while it
     /// knows no peer, so start order does not matter.

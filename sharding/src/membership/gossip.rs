@@ -178,6 +178,7 @@ impl Driver {
     ) -> Result<Self, MembershipError> {
         let GossipConfig {
             listen,
+            advertise,
             seeds: _,
             timing,
             key,
@@ -197,8 +198,15 @@ impl Driver {
             addr: listen,
             source,
         };
+        if let Some(a) = advertise
+            && (a.ip().is_unspecified() || a.port() == 0)
+        {
+            return Err(MembershipError::InvalidAdvertiseAddr(a));
+        }
         let socket = UdpSocket::bind(listen).await.map_err(bind_error)?;
-        let gossip_addr = socket.local_addr().map_err(bind_error)?;
+        let bound = socket.local_addr().map_err(bind_error)?;
+        // What peers send to: the advertised address if there is one.
+        let gossip_addr = advertise.unwrap_or(bound);
         let generation = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -212,7 +220,10 @@ impl Driver {
         };
         let rng: StdRng = rand::make_rng();
         let foca = Foca::new(me.clone(), timing.foca_config(), rng, PostcardCodec);
-        let seeds = seeds.into_iter().filter(|s| *s != gossip_addr).collect();
+        let seeds = seeds
+            .into_iter()
+            .filter(|s| *s != gossip_addr && *s != bound)
+            .collect();
         let (verdicts_tx, verdicts) = mpsc::unbounded_channel();
         Ok(Self {
             view,

@@ -154,6 +154,10 @@ pub enum MembershipError {
     /// The gossip address is `0.0.0.0` or `[::]`: peers could not reach it.
     #[error("gossip address {0} is unspecified; give the IP peers should use")]
     UnspecifiedGossipAddr(SocketAddr),
+    /// The advertised gossip address is unspecified (`0.0.0.0`) or has
+    /// port 0: peers could not reach it.
+    #[error("advertised gossip address {0} must name a specific IP and port")]
+    InvalidAdvertiseAddr(SocketAddr),
     /// This node's weight is above [`MAX_GOSSIP_WEIGHT`], so peers would
     /// ignore it while it counted itself: rings would disagree.
     #[error("weight {weight} is above the gossip limit of {max}")]

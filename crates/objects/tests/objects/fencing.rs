@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use hearth_objects::{BlobStore, Fence, MemoryBlobStore, Objects, StorageError, StorageLimits};
+use hearth_objects::{
+    BlobStore, Fence, MemoryBlobStore, Objects, ObjectsError, StorageError, StorageLimits,
+};
 
 use crate::support::{
     CHILD_DIR, CHILD_FENCE, Etcd, Stores, counter, dir_blobs, fence_from_spec, put, signal,
@@ -222,4 +224,87 @@ async fn etcd_fence_across_processes() {
         format!("etcd:{}", etcd.endpoint)
     })
     .await;
+}
+
+/// A read-only owner's confirm: `Ok` while nobody claimed or advanced the
+/// object since its claim or its last flush, `Superseded` (for ever) once
+/// another owner claimed it, before or after that owner's first write.
+/// Also the fence's `check` itself: a token that was never handed out, or
+/// one of a key never claimed, is no proof of ownership.
+async fn a_superseded_reader_is_refused(fence: Arc<dyn Fence>) {
+    let blobs: Arc<dyn BlobStore> = Arc::new(MemoryBlobStore::new());
+    let node = || {
+        Objects::new(
+            Arc::clone(&fence),
+            Arc::clone(&blobs),
+            StorageLimits::default(),
+        )
+    };
+    let mut a = node().open(&counter()).await.expect("A opens");
+    a.confirm()
+        .await
+        .expect("A owns the object after its claim");
+    put(&mut a, "n", "1");
+    // With a write pending, confirm is the flush.
+    a.confirm().await.expect("A's confirm flushes its write");
+    assert!(!a.has_unflushed(), "the confirm flushed");
+    assert_eq!(text(&mut a, "n").as_deref(), Some("1"));
+    a.confirm()
+        .await
+        .expect("still the owner after its own flush");
+
+    // B claims; before B writes anything, A's read is already refused.
+    let mut b = node().open(&counter()).await.expect("B opens");
+    assert_eq!(text(&mut a, "n").as_deref(), Some("1"), "A's stale copy");
+    assert_eq!(a.confirm().await, Err(StorageError::Superseded));
+    assert!(a.is_superseded());
+    assert_eq!(a.confirm().await, Err(StorageError::Superseded));
+    assert_eq!(a.get(&["n".to_owned()]), Err(StorageError::Superseded));
+
+    // B writes; C claims after B's write; B's read is refused, C reads it.
+    put(&mut b, "n", "2");
+    b.confirm().await.expect("B flushes");
+    b.confirm().await.expect("B reads as the owner");
+    let mut c = node().open(&counter()).await.expect("C opens");
+    assert_eq!(b.confirm().await, Err(StorageError::Superseded));
+    assert!(!c.is_superseded());
+    c.confirm().await.expect("C owns it");
+    assert_eq!(text(&mut c, "n").as_deref(), Some("2"));
+
+    // The fence's check, directly.
+    let key = counter().ring_key();
+    assert!(matches!(
+        fence.check("do:app/Counter/never-claimed", 1).await,
+        Err(ObjectsError::Superseded)
+    ));
+    let claim = fence.claim(&key).await.expect("a claim");
+    fence
+        .check(&key, claim.token)
+        .await
+        .expect("the claim's token");
+    assert!(matches!(
+        fence.check(&key, claim.token + 1).await,
+        Err(ObjectsError::Superseded)
+    ));
+    let next = fence
+        .advance(&key, claim.token, &claim.head)
+        .await
+        .expect("an advance");
+    fence.check(&key, next).await.expect("the advance's token");
+    assert!(matches!(
+        fence.check(&key, claim.token).await,
+        Err(ObjectsError::Superseded)
+    ));
+}
+
+#[tokio::test]
+async fn sqlite_fence_refuses_a_superseded_reader() {
+    let stores = Stores::new();
+    a_superseded_reader_is_refused(Arc::clone(&stores.fence)).await;
+}
+
+#[tokio::test]
+async fn etcd_fence_refuses_a_superseded_reader() {
+    let Some(etcd) = Etcd::start() else { return };
+    a_superseded_reader_is_refused(etcd.fence()).await;
 }
